@@ -1,0 +1,43 @@
+"""rbd_deriv: rigid-body dynamics and their analytical derivatives, compiled with numba.
+
+    import rbd_deriv as rd
+    model = rd.load_urdf("robot.urdf", floating_base=False)
+    data = model.create_data()
+    tau = rd.rnea(model, data, q, v, a)
+
+The library imports no ROS package; the nodes live in :mod:`rbd_deriv.nodes`.
+"""
+
+from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError
+from rbd_deriv.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE
+from rbd_deriv.model import Data, Model, load_urdf
+from rbd_deriv.kinematics import forward_kinematics, frame_placement
+from rbd_deriv.configuration import (
+    difference,
+    dintegrate_dq,
+    dintegrate_dv,
+    integrate,
+    neutral,
+    random_configuration,
+)
+from rbd_deriv.rnea import gravity_torques, nonlinear_effects, rnea
+from rbd_deriv.crba import crba
+from rbd_deriv.aba import aba
+from rbd_deriv.minverse import minverse
+
+__all__ = [
+    "Data", "Model", "load_urdf", "InputError", "ModelError", "RbdDerivError", "URDFError",
+    "JOINT_FREEFLYER", "JOINT_PRISMATIC", "JOINT_REVOLUTE",
+    "forward_kinematics", "frame_placement", "neutral", "integrate", "difference", "random_configuration",
+    "dintegrate_dq", "dintegrate_dv", "rnea", "nonlinear_effects", "gravity_torques", "crba", "aba", "minverse",
+]
+from rbd_deriv.rnea_derivatives import rnea_derivatives  # noqa: E402
+from rbd_deriv.aba_derivatives import aba_derivatives  # noqa: E402
+from rbd_deriv.linearization import linearize  # noqa: E402
+from rbd_deriv.batch import (  # noqa: E402
+    aba_batch,
+    aba_derivatives_batch,
+    linearize_batch,
+    rnea_batch,
+    rnea_derivatives_batch,
+)

@@ -1,0 +1,278 @@
+"""Articulated-body algorithm (forward dynamics), world frame.
+
+Featherstone, RBDA sec. 7.3, written on the world-frame quantities of :mod:`rbd_deriv.kinematics`
+(no frame changes between bodies):
+
+    forward:   v_i, c_i = Sdot_i qd_i;  I^A_i = I_i;  p^A_i = v_i x* I_i v_i - f^ext_i
+    backward:  U_i = I^A_i S_i;  D_i = S_i^T U_i;  u_i = tau_i - S_i^T p^A_i
+               I^A_lambda += I^A_i - U_i D_i^-1 U_i^T
+               p^A_lambda += p^A_i + (I^A_i - U_i D_i^-1 U_i^T) c_i + U_i D_i^-1 u_i
+    forward:   a'_i = a_lambda(i) + c_i  (a_0 = -g);  qdd_i = D_i^-1 (u_i - U_i^T a'_i);  a_i = a'_i + S_i qdd_i
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+
+from rbd_deriv.kinematics import (
+    STATUS_WORKSPACE,
+    foreign_workspace,
+    MAT_T,
+    MF_T,
+    MI_T,
+    VEC_T,
+    call_kernel,
+    check_inputs,
+    FK_VELOCITY,
+    forward_pass,
+    raise_for_status,
+)
+from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
+from rbd_deriv.spatial import (
+    _NJIT,
+    R_C,
+    R_DDQ,
+    R_DINV,
+    R_FEXTW,
+    R_IA,
+    R_OA,
+    R_OI,
+    R_OV,
+    R_PA,
+    R_S,
+    R_SCRATCH,
+    R_U,
+    R_UVEC,
+    dot6,
+    dot_rows,
+    force_cross_add,
+    mat6_vec,
+    mat6_vec_add,
+    region1,
+    region2,
+    region3,
+)
+
+
+@njit(**_NJIT)
+def spd_inverse(D, n, out):
+    """out[:n, :n] = D[:n, :n]^-1 for a small symmetric positive-definite block (Cholesky).
+
+    Returns False when D is not positive definite (a singular articulated inertia)."""
+    if n == 1:
+        if not D[0, 0] > 0.0:
+            return False
+        out[0, 0] = 1.0 / D[0, 0]
+        return True
+    L = np.zeros((n, n))
+    for r in range(n):
+        for c in range(r + 1):
+            s = D[r, c]
+            for k in range(c):
+                s -= L[r, k] * L[c, k]
+            if r == c:
+                if not s > 0.0:
+                    return False
+                L[r, r] = np.sqrt(s)
+            else:
+                L[r, c] = s / L[c, c]
+    # Linv by forward substitution, then D^-1 = Linv^T Linv.
+    Linv = np.zeros((n, n))
+    for c in range(n):
+        Linv[c, c] = 1.0 / L[c, c]
+        for r in range(c + 1, n):
+            s = 0.0
+            for k in range(c, r):
+                s -= L[r, k] * Linv[k, c]
+            Linv[r, c] = s / L[r, r]
+    for r in range(n):
+        for c in range(n):
+            s = 0.0
+            for k in range(max(r, c), n):
+                s += Linv[k, r] * Linv[k, c]
+            out[r, c] = s
+    return True
+
+
+@njit(**_NJIT)
+def _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
+    """articulated_inertias for a one-dof joint: D, U and u are scalars or single 6-vectors."""
+    D = dot_rows(S, iv, U, iv)
+    if not D > 0.0:
+        return False
+    dinv = 1.0 / D
+    Dinv[i, 0, 0] = dinv
+    if parent == 0:
+        return True
+    for r in range(6):
+        ur = U[iv, r] * dinv
+        for k in range(6):
+            IA[parent, r, k] += IA[i, r, k] - ur * U[iv, k]
+    if with_bias:
+        # pa = pA + Ia c + U D^-1 u, with Ia c = IA c - U D^-1 (U^T c).
+        w = (u[iv] - dot_rows(U, iv, c, i)) * dinv
+        for r in range(6):
+            s = pA[i, r] + U[iv, r] * w
+            for k in range(6):
+                s += IA[i, r, k] * c[i, k]
+            pA[parent, r] += s
+    return True
+
+
+@njit(**_NJIT)
+def articulated_inertias(mi, ws, with_bias, tau):
+    """ABA backward pass: U, D^-1, u and the articulated inertias (and bias forces when with_bias).
+
+    Expects forward_pass (order >= 1 when with_bias) and IA = I, pA initialised by the caller.
+    Returns False if an articulated inertia is singular."""
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    IA = region3(mi, ws, R_IA, nj, 6, 6)
+    pA = region2(mi, ws, R_PA, nj, 6)
+    Dinv = region3(mi, ws, R_DINV, nj, 6, 6)
+    S = region2(mi, ws, R_S, nv, 6)
+    U = region2(mi, ws, R_U, nv, 6)
+    u = region1(mi, ws, R_UVEC, nv)
+    c = region2(mi, ws, R_C, nj, 6)
+    scratch = region1(mi, ws, R_SCRATCH, 64)
+    D = scratch[0:36].reshape((6, 6))
+    w = scratch[36:42]
+    for i in range(nj - 1, 0, -1):
+        iv, nvj, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_PARENT]
+        for d in range(nvj):
+            mat6_vec(IA[i], S[iv + d], U[iv + d])
+            if with_bias:
+                u[iv + d] = tau[iv + d] - dot6(S[iv + d], pA[i])
+        if nvj == 1:
+            if not _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
+                return False
+            continue
+        for r in range(nvj):
+            for d in range(nvj):
+                D[r, d] = dot6(S[iv + r], U[iv + d])
+        if not spd_inverse(D, nvj, Dinv[i]):
+            return False
+        if parent == 0:
+            continue
+        # Ia = IA - U Dinv U^T, accumulated into the parent directly.
+        for r in range(6):
+            for k in range(6):
+                s = IA[i, r, k]
+                for d in range(nvj):
+                    t = 0.0
+                    for e in range(nvj):
+                        t += Dinv[i, d, e] * U[iv + e, k]
+                    s -= U[iv + d, r] * t
+                IA[parent, r, k] += s
+        if with_bias:
+            # pa = pA + Ia c + U Dinv u, with Ia c = IA c - U Dinv (U^T c).
+            for d in range(nvj):
+                w[d] = u[iv + d] - dot6(U[iv + d], c[i])
+            for r in range(6):
+                s = pA[i, r]
+                for k in range(6):
+                    s += IA[i, r, k] * c[i, k]
+                for d in range(nvj):
+                    t = 0.0
+                    for e in range(nvj):
+                        t += Dinv[i, d, e] * w[e]
+                    s += U[iv + d, r] * t
+                pA[parent, r] += s
+    return True
+
+
+@njit(**_NJIT)
+def aba_into(mi, mf, ws, q, v, tau, fext, ddq):
+    """Full ABA into ddq (nv,), inputs already checked. Returns False on a singular articulated inertia."""
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    forward_pass(mi, mf, ws, q, v, v, fext, FK_VELOCITY)
+    oI = region3(mi, ws, R_OI, nj, 6, 6)
+    ov = region2(mi, ws, R_OV, nj, 6)
+    oa = region2(mi, ws, R_OA, nj, 6)
+    IA = region3(mi, ws, R_IA, nj, 6, 6)
+    pA = region2(mi, ws, R_PA, nj, 6)
+    fext_world = region2(mi, ws, R_FEXTW, nj, 6)
+    Dinv = region3(mi, ws, R_DINV, nj, 6, 6)
+    S = region2(mi, ws, R_S, nv, 6)
+    U = region2(mi, ws, R_U, nv, 6)
+    u = region1(mi, ws, R_UVEC, nv)
+    c = region2(mi, ws, R_C, nj, 6)
+    h = region1(mi, ws, R_SCRATCH, 64)[42:48]
+    w = region1(mi, ws, R_SCRATCH, 64)[48:54]
+    IA[:, :, :] = oI
+    for i in range(1, nj):
+        mat6_vec(oI[i], ov[i], h)
+        for k in range(6):
+            pA[i, k] = -fext_world[i, k]
+        force_cross_add(ov[i], h, 1.0, pA[i])
+    if not articulated_inertias(mi, ws, True, tau):
+        return False
+    for k in range(6):
+        oa[0, k] = -mf[0, k]
+    for i in range(1, nj):
+        iv, nvj, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_PARENT]
+        for k in range(6):
+            oa[i, k] = oa[parent, k] + c[i, k]
+        for d in range(nvj):
+            w[d] = u[iv + d] - dot6(U[iv + d], oa[i])
+        for d in range(nvj):
+            s = 0.0
+            for e in range(nvj):
+                s += Dinv[i, d, e] * w[e]
+            ddq[iv + d] = s
+        for d in range(nvj):
+            for k in range(6):
+                oa[i, k] += S[iv + d, k] * ddq[iv + d]
+    return True
+
+
+STATUS_SINGULAR = 4 * 1_000_000
+
+_ABA_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T, VEC_T, VEC_T, MAT_T)
+
+
+@njit(_ABA_SIG, **_NJIT)
+def _aba_kernel(mi, mf, ws, q, v, tau, fext):
+    if foreign_workspace(mi, ws):
+        return STATUS_WORKSPACE
+    status = check_inputs(mi, q, v, tau, fext)
+    if status != 0:
+        return status
+    if not aba_into(mi, mf, ws, q, v, tau, fext, region1(mi, ws, R_DDQ, mi[0, MI_NVTOT])):
+        return STATUS_SINGULAR
+    return 0
+
+
+def raise_for_dynamics_status(model: Model, status: int, names) -> None:
+    """raise_for_status, plus the singular articulated inertia case of the ABA family."""
+    if status == STATUS_SINGULAR:
+        from rbd_deriv.exceptions import ModelError
+
+        raise ModelError("singular articulated-body inertia: a moving body has no mass or inertia")
+    raise_for_status(model, status, names)
+
+
+_ABA_NAMES = ("q", "v", "tau", "fext")
+
+
+def aba(model: Model, data: Data, q, v, tau, fext=None) -> np.ndarray:
+    """Forward dynamics ddq = M(q)^-1 (tau - C(q, v) v - g(q) + sum_i J_i^T fext_i).
+
+    Args:
+        q: (nq,) configuration.
+        v: (nv,) velocity [rad/s, m/s].
+        tau: (nv,) joint torques/forces [N m, N].
+        fext: (njoints, 6) external spatial forces [N, N m] in each joint's frame, or None.
+
+    Returns:
+        data.ddq (nv,) acceleration [rad/s^2, m/s^2].
+    """
+    if fext is None:
+        fext = data.zero_fext
+    try:
+        status = _aba_kernel(model.mi, model.mf, data.ws, q, v, tau, fext)
+    except TypeError:
+        status = call_kernel(_aba_kernel, model, data, (q, v, tau, fext), _ABA_NAMES, (1, 1, 1, 2))
+    if status:
+        raise_for_dynamics_status(model, status, _ABA_NAMES)
+    return data.ddq

@@ -1,0 +1,169 @@
+"""Batched evaluation: the dynamics, their derivatives or the linearization at K states in one call.
+
+For MPC horizons and bag replay. The K states are shared among numba threads (``prange``); each thread owns
+one workspace, so the per-state work is exactly that of the single-state functions and the results are
+identical to them. Outputs are new arrays.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import njit, prange, types
+
+from rbd_deriv.aba import STATUS_SINGULAR, aba_into, raise_for_dynamics_status
+from rbd_deriv.aba_derivatives import aba_derivatives_into
+from rbd_deriv.exceptions import InputError
+from rbd_deriv.kinematics import (
+    FK_DERIVATIVES,
+    MAT_T,
+    MF_T,
+    MI_T,
+    STATUS_WORKSPACE,
+    as_input_array,
+    check_inputs,
+    foreign_workspace,
+    forward_pass,
+)
+from rbd_deriv.linearization import check_time_step, linearize_into
+from rbd_deriv.model import MI_NJ, MI_NQTOT, MI_NVTOT, Model
+from rbd_deriv.rnea import rnea_into
+from rbd_deriv.rnea_derivatives import rnea_derivatives_into
+from rbd_deriv.spatial import (
+    R_A,
+    R_B,
+    R_DDDQ,
+    R_DDQ,
+    R_DTAU,
+    R_M,
+    R_MINV,
+    R_TAU,
+    R_XNEXT,
+    R_ZERO_FEXT,
+    region1,
+    region2,
+)
+
+OP_RNEA, OP_ABA, OP_RNEA_DERIVATIVES, OP_ABA_DERIVATIVES, OP_LINEARIZE = range(5)
+
+
+@njit(**dict(cache=True, nogil=True))
+def _one_state(mi, mf, ws, q, v, x, dt, op, out1, out2, out3):
+    """Run operation ``op`` on one state with workspace ws; copy its results into the flat out rows."""
+    nj, nv, nq = mi[0, MI_NJ], mi[0, MI_NVTOT], mi[0, MI_NQTOT]
+    if foreign_workspace(mi, ws):
+        return STATUS_WORKSPACE
+    fext = region2(mi, ws, R_ZERO_FEXT, nj, 6)
+    status = check_inputs(mi, q, v, x, fext)
+    if status != 0:
+        return status
+    if op == OP_RNEA:
+        rnea_into(mi, mf, ws, q, v, x, fext, out1)
+        return 0
+    if op == OP_ABA:
+        if not aba_into(mi, mf, ws, q, v, x, fext, out1):
+            return STATUS_SINGULAR
+        return 0
+    if op == OP_RNEA_DERIVATIVES:
+        forward_pass(mi, mf, ws, q, v, x, fext, FK_DERIVATIVES)
+        M = region2(mi, ws, R_M, nv, nv)
+        dtau = region2(mi, ws, R_DTAU, nv, 2 * nv)
+        rnea_derivatives_into(mi, ws, region1(mi, ws, R_TAU, nv), dtau, M)
+        first, second, third = dtau[:, :nv], dtau[:, nv:], M
+    elif op == OP_ABA_DERIVATIVES:
+        if not aba_derivatives_into(mi, mf, ws, q, v, x, fext):
+            return STATUS_SINGULAR
+        dddq = region2(mi, ws, R_DDDQ, nv, 2 * nv)
+        first, second, third = dddq[:, :nv], dddq[:, nv:], region2(mi, ws, R_MINV, nv, nv)
+    else:
+        if not linearize_into(mi, mf, ws, q, v, x, fext, dt):
+            return STATUS_SINGULAR
+        A = region2(mi, ws, R_A, 2 * nv, 2 * nv)
+        B = region2(mi, ws, R_B, 2 * nv, nv)
+        x_next = region1(mi, ws, R_XNEXT, nq + nv)
+        out1[:] = A.reshape(4 * nv * nv)
+        out2[:] = B.reshape(2 * nv * nv)
+        out3[:] = x_next
+        return 0
+    for r in range(nv):
+        for c in range(nv):
+            out1[r * nv + c] = first[r, c]
+            out2[r * nv + c] = second[r, c]
+            out3[r * nv + c] = third[r, c]
+    return 0
+
+
+_BATCH_SIG = types.void(MI_T, MF_T, MAT_T, MAT_T, MAT_T, MAT_T, types.float64, types.int64, MAT_T, MAT_T, MAT_T,
+                        types.Array(types.int64, 1, "C"))
+
+
+@njit(_BATCH_SIG, parallel=True, cache=True)
+def _batch_kernel(mi, mf, workspaces, Q, V, X, dt, op, out1, out2, out3, status):
+    threads = workspaces.shape[0]
+    K = Q.shape[0]
+    for t in prange(threads):
+        for k in range(t, K, threads):
+            status[k] = _one_state(mi, mf, workspaces[t], Q[k], V[k], X[k], dt, op, out1[k], out2[k], out3[k])
+
+
+def _states(model: Model, Q, V, X, x_name: str):
+    Q = as_input_array(Q, "Q", 2)
+    V = as_input_array(V, "V", 2)
+    X = as_input_array(X, x_name, 2)
+    K = Q.shape[0]
+    for array, name, width in ((Q, "Q", model.nq), (V, "V", model.nv), (X, x_name, model.nv)):
+        if array.shape != (K, width):
+            raise InputError(f"{name}: expected shape ({K}, {width}), got {array.shape}", name)
+    return Q, V, X
+
+
+def _run(model: Model, op: int, Q, V, X, x_name: str, dt: float, sizes):
+    Q, V, X = _states(model, Q, V, X, x_name)
+    K = Q.shape[0]
+    threads = max(1, min(numba.get_num_threads(), K))
+    workspaces = np.tile(model.create_data().ws, (threads, 1))
+    outs = [np.empty((K, size)) for size in sizes]
+    status = np.zeros(K, dtype=np.int64)
+    _batch_kernel(model.mi, model.mf, workspaces, Q, V, X, dt, op, *outs, status)
+    bad = np.flatnonzero(status)
+    if bad.size:
+        k = int(bad[0])
+        try:
+            raise_for_dynamics_status(model, int(status[k]), ("Q", "V", x_name, "fext"))
+        except InputError as err:
+            raise InputError(f"state {k} of {K}: {err}", err.argument) from None
+    return outs
+
+
+def rnea_batch(model: Model, Q, V, A) -> np.ndarray:
+    """rnea at K states. Q (K, nq), V (K, nv), A (K, nv) -> tau (K, nv) [N m, N]."""
+    nv = model.nv
+    return _run(model, OP_RNEA, Q, V, A, "A", 0.0, (nv, 1, 1))[0]
+
+
+def aba_batch(model: Model, Q, V, TAU) -> np.ndarray:
+    """aba at K states. Q (K, nq), V (K, nv), TAU (K, nv) -> ddq (K, nv) [rad/s^2, m/s^2]."""
+    nv = model.nv
+    return _run(model, OP_ABA, Q, V, TAU, "TAU", 0.0, (nv, 1, 1))[0]
+
+
+def rnea_derivatives_batch(model: Model, Q, V, A):
+    """rnea_derivatives at K states -> (dtau_dq, dtau_dv, M), each (K, nv, nv)."""
+    nv = model.nv
+    outs = _run(model, OP_RNEA_DERIVATIVES, Q, V, A, "A", 0.0, (nv * nv,) * 3)
+    return tuple(out.reshape(-1, nv, nv) for out in outs)
+
+
+def aba_derivatives_batch(model: Model, Q, V, TAU):
+    """aba_derivatives at K states -> (dddq_dq, dddq_dv, Minv), each (K, nv, nv)."""
+    nv = model.nv
+    outs = _run(model, OP_ABA_DERIVATIVES, Q, V, TAU, "TAU", 0.0, (nv * nv,) * 3)
+    return tuple(out.reshape(-1, nv, nv) for out in outs)
+
+
+def linearize_batch(model: Model, Q, V, TAU, dt):
+    """linearize at K states with time step dt [s] -> (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv))."""
+    nv, nq = model.nv, model.nq
+    dt = check_time_step(dt)
+    A, B, X_next = _run(model, OP_LINEARIZE, Q, V, TAU, "TAU", dt, (4 * nv * nv, 2 * nv * nv, nq + nv))
+    return A.reshape(-1, 2 * nv, 2 * nv), B.reshape(-1, 2 * nv, nv), X_next

@@ -1,0 +1,20 @@
+"""Tunable constants and tolerances, in one place."""
+
+#: A quaternion whose norm differs from 1 by more than this is refused; below it, it is normalized.
+QUATERNION_TOLERANCE = 1e-6
+
+#: Joint axes shorter than this [-] are refused as zero axes.
+AXIS_TOLERANCE = 1e-12
+
+#: Relative tolerance on negative eigenvalues of a URDF rotational inertia.
+INERTIA_TOLERANCE = 1e-12
+
+#: A joint whose supported subtree gives S^T I^C S below this [kg m^2 or kg] makes the mass matrix singular.
+SINGULAR_INERTIA = 1e-12
+
+#: Below this rotation angle [rad] the exponential-map coefficients use their Taylor series.
+SMALL_ANGLE = 1e-4
+
+#: Finite bound used by random_configuration where the URDF gives no position limit: free-flyer
+#: translation in [-bound, bound] [m]; continuous joints use [-pi, pi].
+RANDOM_TRANSLATION_BOUND = 1.0

@@ -1,0 +1,53 @@
+"""Exceptions raised by rbd_deriv.
+
+Every error the library raises derives from :class:`RbdDerivError`, so a caller (a ROS node, a CLI) can
+refuse one bad input with a single ``except`` and keep running. Each class carries the context that
+explains it (the joint, the argument) as attributes as well as in its message.
+"""
+
+from __future__ import annotations
+
+
+class RbdDerivError(Exception):
+    """Base class of every error raised by rbd_deriv."""
+
+
+class URDFError(RbdDerivError):
+    """The robot description cannot be read: XML syntax, missing file, loop, several roots...
+
+    Attributes:
+        element: Name of the offending link or joint, or None when the whole document is at fault.
+    """
+
+    def __init__(self, message: str, element: str | None = None) -> None:
+        super().__init__(message)
+        self.element = element
+
+
+class ModelError(RbdDerivError):
+    """The description parses but does not define a model the algorithms can use.
+
+    Examples: an unsupported joint type, a moving body whose subtree has no mass (singular mass matrix),
+    a zero joint axis, a negative mass.
+
+    Attributes:
+        joint: Name of the offending joint or link, or None.
+    """
+
+    def __init__(self, message: str, joint: str | None = None) -> None:
+        super().__init__(message)
+        self.joint = joint
+
+
+class InputError(RbdDerivError, ValueError):
+    """An argument given to an algorithm is unusable: wrong shape, NaN or inf, non-unit quaternion.
+
+    Raised before any result is written: the Data workspace keeps its previous results.
+
+    Attributes:
+        argument: Name of the argument (``"q"``, ``"v"``, ``"fext"``...).
+    """
+
+    def __init__(self, message: str, argument: str | None = None) -> None:
+        super().__init__(message)
+        self.argument = argument

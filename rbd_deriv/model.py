@@ -1,0 +1,306 @@
+"""Model (immutable robot description) and Data (preallocated workspace).
+
+A :class:`Model` holds the kinematic tree as flat per-joint arrays, the form the numba kernels read:
+
+* ``model.mi`` int64 (njoints, MI_COLS): per joint its type, parent, first q and v index, nq, nv and the end
+  of its subtree in v (the depth-first order makes every subtree a contiguous range of v). Row 0 (the
+  universe) holds the sizes and the offsets of the workspace regions instead.
+* ``model.mf`` float64 (njoints, MF_COLS): per joint the placement in its parent (rotation row-major, then
+  translation), the unit axis, and the inertia of its body in the joint frame as 10 numbers: mass, first
+  moment h = m c (3), rotational inertia about the joint-frame origin (Ixx Ixy Ixz Iyy Iyz Izz). Row 0 holds
+  the gravity (6,) [linear, angular].
+
+A :class:`Data` holds one flat float64 array ``ws``; every intermediate quantity and result is a named view
+into it (``data.tau``, ``data.M``, ``data.oMi``...), allocated once. One Data per thread: a Model is never
+written by the algorithms.
+
+Conventions are Pinocchio's: spatial vectors [linear, angular]; joints depth-first, children in URDF document
+order; free flyer ``root_joint`` with q = [x y z qx qy qz qw] and v = [linear, angular] in the body frame.
+A continuous joint uses one angle (nq = 1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rbd_deriv import constants
+from rbd_deriv.exceptions import ModelError
+from rbd_deriv.urdf import (
+    JOINT_FREEFLYER,
+    JOINT_PRISMATIC,
+    JOINT_REVOLUTE,
+    TreeDescription,
+    parse_urdf,
+)
+
+# Columns of model.mi (joint rows).
+MI_TYPE, MI_PARENT, MI_IDX_Q, MI_IDX_V, MI_NQ, MI_NV, MI_SUBTREE_END = range(7)
+# Columns of model.mi row 0: sizes, then workspace offsets.
+MI_NJ, MI_NVTOT, MI_NQTOT = 0, 1, 2
+
+# Columns of model.mf.
+MF_ROT, MF_POS, MF_AXIS, MF_INERTIA = 0, 9, 12, 15
+MF_COLS = MF_INERTIA + 10
+
+# Workspace regions: name -> shape as a function of (nj, nv, nq). Order fixes the offsets.
+# Joint-indexed regions have njoints rows; dof-indexed regions have nv rows (one motion vector per dof).
+REGIONS = (
+    ("oMi", lambda nj, nv, nq: (nj, 4, 4)),  # placement of each joint frame in the world
+    ("ov", lambda nj, nv, nq: (nj, 6)),  # spatial velocity, world frame
+    ("oa", lambda nj, nv, nq: (nj, 6)),  # spatial acceleration (gravity included), world frame
+    ("of", lambda nj, nv, nq: (nj, 6)),  # force transmitted by each joint (subtree sum), world frame
+    ("oI", lambda nj, nv, nq: (nj, 6, 6)),  # body spatial inertia, world frame
+    ("IC", lambda nj, nv, nq: (nj, 6, 6)),  # composite (subtree) inertia, world frame
+    ("BC", lambda nj, nv, nq: (nj, 6, 6)),  # composite Coriolis factor B (IDSVA), world frame
+    ("IA", lambda nj, nv, nq: (nj, 6, 6)),  # articulated-body inertia, world frame
+    ("pA", lambda nj, nv, nq: (nj, 6)),  # articulated bias force, world frame
+    ("Dinv", lambda nj, nv, nq: (nj, 6, 6)),  # inverse of S^T IA S per joint (top-left nv_j block)
+    ("c", lambda nj, nv, nq: (nj, 6)),  # velocity-product acceleration Sdot qd, world frame
+    ("fext_world", lambda nj, nv, nq: (nj, 6)),  # external forces expressed in the world frame
+    ("S", lambda nj, nv, nq: (nv, 6)),  # motion subspace, one column per dof, world frame
+    ("Sdot", lambda nj, nv, nq: (nv, 6)),  # v_i x S_i
+    ("Psid", lambda nj, nv, nq: (nv, 6)),  # v_parent x S_i
+    ("Psidd", lambda nj, nv, nq: (nv, 6)),  # a_parent x S_i + v_parent x Psid_i
+    ("t1", lambda nj, nv, nq: (nv, 6)),
+    ("t2", lambda nj, nv, nq: (nv, 6)),
+    ("t3", lambda nj, nv, nq: (nv, 6)),
+    ("t4", lambda nj, nv, nq: (nv, 6)),
+    ("U", lambda nj, nv, nq: (nv, 6)),  # IA S
+    ("u", lambda nj, nv, nq: (nv,)),
+    ("F", lambda nj, nv, nq: (nj, nv, 6)),  # force/acceleration sets of the M^-1 algorithm, one 6-vector per dof
+    ("tau", lambda nj, nv, nq: (nv,)),
+    ("ddq", lambda nj, nv, nq: (nv,)),
+    ("nle", lambda nj, nv, nq: (nv,)),
+    ("g", lambda nj, nv, nq: (nv,)),
+    ("M", lambda nj, nv, nq: (nv, nv)),
+    ("Minv", lambda nj, nv, nq: (nv, nv)),
+    ("dtau", lambda nj, nv, nq: (nv, 2 * nv)),  # [dtau/dq, dtau/dv]
+    ("dddq", lambda nj, nv, nq: (nv, 2 * nv)),  # [dddq/dq, dddq/dv]
+    ("A", lambda nj, nv, nq: (2 * nv, 2 * nv)),
+    ("B", lambda nj, nv, nq: (2 * nv, nv)),
+    ("x_next", lambda nj, nv, nq: (nq + nv,)),
+    ("v_next", lambda nj, nv, nq: (nv,)),
+    ("step", lambda nj, nv, nq: (nv,)),  # dt * v_next, the tangent step of the Euler integrator
+    ("Jq", lambda nj, nv, nq: (nv, nv)),  # d integrate / dq
+    ("Jv", lambda nj, nv, nq: (nv, nv)),  # d integrate / dv
+    ("scratch", lambda nj, nv, nq: (64,)),  # small temporaries of the kernels (no allocation in loops)
+    ("zero_nv", lambda nj, nv, nq: (nv,)),  # stays zero: the "no velocity/acceleration" input
+    ("zero_fext", lambda nj, nv, nq: (nj, 6)),  # stays zero: the "no external force" input
+)
+REGION_INDEX = {name: k for k, (name, _) in enumerate(REGIONS)}
+MI_OFFSETS = 4  # first column of row 0 holding region offsets
+MI_WORKSPACE = 3  # column of row 0 holding the workspace size, checked by every kernel
+MI_COLS = max(7, MI_OFFSETS + len(REGIONS))
+
+
+def _region_sizes(nj: int, nv: int, nq: int):
+    for name, shape in REGIONS:
+        dims = shape(nj, nv, nq)
+        yield name, dims, int(np.prod(dims))
+
+
+class Model:
+    """A kinematic tree with masses, ready for the algorithms. Build it with :func:`load_urdf`.
+
+    Attributes:
+        name: Robot name from the URDF.
+        nq, nv: Sizes of the configuration and of the velocity (tangent space).
+        njoints: Number of joints including the universe (joint 0).
+        joint_names: Names of the movable joints in model order (depth-first).
+        idx_q, idx_v: Joint name -> first index in q and in v.
+        nq_joint, nv_joint: Joint name -> its number of configuration / velocity entries.
+        parents: (njoints,) parent joint index (0 is the universe; universe row is 0).
+        joint_types: (njoints,) JOINT_REVOLUTE, JOINT_PRISMATIC, JOINT_FREEFLYER; -1 for the universe.
+        joint_axes: (njoints, 3) unit axis in the joint frame.
+        joint_placements: (njoints, 4, 4) placement of each joint frame in its parent joint frame.
+        inertias: (njoints, 10): mass [kg], com (3) in the joint frame [m], inertia about the com in joint axes
+            [kg m^2] as Ixx Ixy Ixz Iyy Iyz Izz.
+        continuous: (njoints,) True for continuous joints (no position limit, difference wraps to (-pi, pi]).
+        lower_position_limit, upper_position_limit: (nq,) [rad or m], +-inf where the URDF gives none.
+        velocity_limit, effort_limit: (nv,) [rad/s, m/s] and [N m, N], inf where the URDF gives none.
+        frame_names: Links and joints kept as frames (see :func:`rbd_deriv.frame_placement`).
+        has_floating_base: True when a free flyer ``root_joint`` was added.
+    """
+
+    def __init__(self, tree: TreeDescription, floating_base: bool, gravity=None) -> None:
+        joints = tree.joints
+        if not joints:
+            raise ModelError("the robot has no movable joint")
+        self.name = tree.name
+        self.has_floating_base = bool(floating_base)
+        nj = len(joints) + 1
+        nq_of = {JOINT_REVOLUTE: 1, JOINT_PRISMATIC: 1, JOINT_FREEFLYER: 7}
+        nv_of = {JOINT_REVOLUTE: 1, JOINT_PRISMATIC: 1, JOINT_FREEFLYER: 6}
+
+        mi = np.zeros((nj, MI_COLS), dtype=np.int64)
+        mf = np.zeros((nj, MF_COLS))
+        mi[0, MI_TYPE] = -1
+        iq = iv = 0
+        for k, joint in enumerate(joints, start=1):
+            mi[k, MI_TYPE] = joint.jtype
+            mi[k, MI_PARENT] = joint.parent
+            mi[k, MI_IDX_Q], mi[k, MI_IDX_V] = iq, iv
+            mi[k, MI_NQ], mi[k, MI_NV] = nq_of[joint.jtype], nv_of[joint.jtype]
+            iq += nq_of[joint.jtype]
+            iv += nv_of[joint.jtype]
+            mf[k, MF_ROT : MF_ROT + 9] = joint.placement[:3, :3].ravel()
+            mf[k, MF_POS : MF_POS + 3] = joint.placement[:3, 3]
+            mf[k, MF_AXIS : MF_AXIS + 3] = joint.axis
+            I6 = joint.inertia
+            mf[k, MF_INERTIA:] = [I6[0, 0], I6[5, 1], I6[3, 2], I6[4, 0], I6[3, 3], I6[3, 4], I6[3, 5],
+                                  I6[4, 4], I6[4, 5], I6[5, 5]]
+        # Depth-first numbering makes the subtree of k the joints k..end with parents inside it.
+        subtree_end = mi[:, MI_IDX_V] + mi[:, MI_NV]
+        for k in range(nj - 1, 0, -1):
+            parent = mi[k, MI_PARENT]
+            if parent > 0:
+                subtree_end[parent] = max(subtree_end[parent], subtree_end[k])
+        mi[1:, MI_SUBTREE_END] = subtree_end[1:]
+        self.nq, self.nv, self.njoints = iq, iv, nj
+
+        mi[0, MI_NJ], mi[0, MI_NVTOT], mi[0, MI_NQTOT] = nj, iv, iq
+        offset = 0
+        for k, (_, _, size) in enumerate(_region_sizes(nj, iv, iq)):
+            mi[0, MI_OFFSETS + k] = offset
+            offset += size
+        self.workspace_size = offset
+        mi[0, MI_WORKSPACE] = offset
+        self.mi, self.mf = mi, mf
+        self.gravity = np.array([0.0, 0.0, -9.81, 0.0, 0.0, 0.0]) if gravity is None else gravity
+
+        self.joint_names = [joint.name for joint in joints]
+        self.idx_q = {j.name: int(mi[k, MI_IDX_Q]) for k, j in enumerate(joints, start=1)}
+        self.idx_v = {j.name: int(mi[k, MI_IDX_V]) for k, j in enumerate(joints, start=1)}
+        self.nq_joint = {j.name: int(mi[k, MI_NQ]) for k, j in enumerate(joints, start=1)}
+        self.nv_joint = {j.name: int(mi[k, MI_NV]) for k, j in enumerate(joints, start=1)}
+        self.joint_index = {j.name: k for k, j in enumerate(joints, start=1)}
+        self.continuous = np.array([False] + [j.jtype == JOINT_REVOLUTE and j.continuous for j in joints])
+        self._set_limits(joints)
+        self._set_public_arrays(joints)
+        self.frames = {frame.name: (frame.parent, frame.placement.copy()) for frame in tree.frames}
+        self.frame_names = list(self.frames)
+        for frame in self.frames.values():
+            frame[1].setflags(write=False)
+        self._check_mass(joints)
+        for array in (self.mi, self.mf):
+            array.setflags(write=False)
+
+    @property
+    def gravity(self) -> np.ndarray:
+        """Gravity acceleration (6,) [linear m/s^2, angular rad/s^2], world frame. Settable."""
+        g = self.mf[0, :6].copy()
+        g.setflags(write=False)
+        return g
+
+    @gravity.setter
+    def gravity(self, value) -> None:
+        g = np.asarray(value, dtype=float).reshape(-1)
+        if g.shape == (3,):
+            g = np.concatenate([g, np.zeros(3)])
+        if g.shape != (6,) or not np.all(np.isfinite(g)):
+            raise ModelError(f"gravity must be 3 or 6 finite numbers, got {value!r}")
+        writable = self.mf.flags.writeable
+        self.mf.setflags(write=True)
+        self.mf[0, :6] = g
+        self.mf.setflags(write=writable)
+
+    def _set_limits(self, joints) -> None:
+        lower = np.full(self.nq, -math.inf)
+        upper = np.full(self.nq, math.inf)
+        velocity = np.full(self.nv, math.inf)
+        effort = np.full(self.nv, math.inf)
+        for joint in joints:
+            iq, iv = self.idx_q[joint.name], self.idx_v[joint.name]
+            if joint.jtype != JOINT_FREEFLYER:
+                lower[iq], upper[iq] = joint.lower, joint.upper
+                velocity[iv], effort[iv] = joint.velocity, joint.effort
+        self.lower_position_limit, self.upper_position_limit = lower, upper
+        self.velocity_limit, self.effort_limit = velocity, effort
+        for array in (lower, upper, velocity, effort):
+            array.setflags(write=False)
+
+    def _set_public_arrays(self, joints) -> None:
+        nj = self.njoints
+        self.parents = self.mi[:, MI_PARENT].copy()
+        self.joint_types = self.mi[:, MI_TYPE].copy()
+        self.parents[0], self.joint_types[0] = 0, -1  # row 0 of mi holds sizes, not a joint
+        self.joint_axes = self.mf[:, MF_AXIS : MF_AXIS + 3].copy()
+        self.joint_placements = np.tile(np.eye(4), (nj, 1, 1))
+        self.inertias = np.zeros((nj, 10))
+        for k in range(1, nj):
+            self.joint_placements[k, :3, :3] = self.mf[k, MF_ROT : MF_ROT + 9].reshape(3, 3)
+            self.joint_placements[k, :3, 3] = self.mf[k, MF_POS : MF_POS + 3]
+            mass, hx, hy, hz, ixx, ixy, ixz, iyy, iyz, izz = self.mf[k, MF_INERTIA:]
+            com = np.array([hx, hy, hz]) / mass if mass > 0 else np.zeros(3)
+            cx = np.array([[0.0, -com[2], com[1]], [com[2], 0.0, -com[0]], [-com[1], com[0], 0.0]])
+            Ic = np.array([[ixx, ixy, ixz], [ixy, iyy, iyz], [ixz, iyz, izz]]) + mass * cx @ cx
+            self.inertias[k] = [mass, *com, Ic[0, 0], Ic[0, 1], Ic[0, 2], Ic[1, 1], Ic[1, 2], Ic[2, 2]]
+        for array in (self.parents, self.joint_types, self.joint_axes, self.joint_placements, self.inertias):
+            array.setflags(write=False)
+
+    def _check_mass(self, joints) -> None:
+        # A joint whose subtree cannot resist its motion makes M singular: refuse it now rather than
+        # return inf from ABA later. Checked at the neutral configuration, with exact spatial algebra.
+        from rbd_deriv.configuration import neutral
+        from rbd_deriv.crba import crba
+
+        data = self.create_data()
+        M = crba(self, data, neutral(self))
+        for k, joint in enumerate(joints, start=1):
+            iv, nvj = self.idx_v[joint.name], self.nv_joint[joint.name]
+            block = M[iv : iv + nvj, iv : iv + nvj]
+            if np.linalg.eigvalsh(block).min() <= constants.SINGULAR_INERTIA:
+                raise ModelError(
+                    f"joint {joint.name!r} moves bodies with no mass or inertia along its motion"
+                    " (the mass matrix would be singular); give its child link an <inertial>",
+                    joint.name,
+                )
+
+    def create_data(self) -> "Data":
+        """A new workspace for this model (one per thread)."""
+        return Data(self)
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r}, nq={self.nq}, nv={self.nv}, njoints={self.njoints})"
+
+
+class Data:
+    """Preallocated workspace of a :class:`Model`: every intermediate and result, as views of ``ws``.
+
+    Results are overwritten by the next call that computes them: copy() what you keep.
+    Fields (world frame unless stated): ``oMi`` (njoints, 4, 4); ``ov``, ``oa``, ``of`` (njoints, 6);
+    ``tau``, ``ddq``, ``nle``, ``g`` (nv,); ``M``, ``Minv`` (nv, nv); ``dtau_dq``, ``dtau_dv``,
+    ``dddq_dq``, ``dddq_dv`` (nv, nv); ``A`` (2nv, 2nv); ``B`` (2nv, nv); ``x_next`` (nq + nv,).
+    """
+
+    def __init__(self, model: Model) -> None:
+        self.ws = np.zeros(model.workspace_size)
+        offset = 0
+        for name, dims, size in _region_sizes(model.njoints, model.nv, model.nq):
+            setattr(self, name, self.ws[offset : offset + size].reshape(dims))
+            offset += size
+        nv = model.nv
+        self.dtau_dq, self.dtau_dv = self.dtau[:, :nv], self.dtau[:, nv:]
+        self.dddq_dq, self.dddq_dv = self.dddq[:, :nv], self.dddq[:, nv:]
+        self.oMi[:] = np.eye(4)
+        # Public results are read-only views: the kernels write through ws.
+        for name in ("oMi", "tau", "ddq", "nle", "g", "M", "Minv", "dtau_dq", "dtau_dv", "dddq_dq",
+                     "dddq_dv", "A", "B", "x_next"):
+            getattr(self, name).setflags(write=False)
+
+
+def load_urdf(path_or_xml: str, floating_base: bool = False, gravity=None) -> Model:
+    """Build a :class:`Model` from a URDF.
+
+    Args:
+        path_or_xml: URDF file path, or the XML text itself (anything starting with ``<``).
+        floating_base: Add a free-flyer joint ``root_joint`` (nq 7, nv 6) above the root link.
+        gravity: (3,) or (6,) gravity [m/s^2]; default [0, 0, -9.81].
+
+    Raises:
+        URDFError: unreadable or malformed description (syntax, missing file, loop, several roots).
+        ModelError: unsupported joint type, zero axis, invalid or missing mass on a moving subtree.
+    """
+    return Model(parse_urdf(path_or_xml, floating_base=floating_base), floating_base, gravity)

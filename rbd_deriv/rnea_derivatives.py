@@ -1,0 +1,218 @@
+"""Analytical derivatives of inverse dynamics: dtau/dq, dtau/dv and dtau/da = M.
+
+IDSVA, Algorithm 1 of Singh, Russell & Wensing ("Efficient Analytical Derivatives of Rigid-Body Dynamics using
+Spatial Vector Algebra"), all quantities in the world frame. After the forward pass of
+:mod:`rbd_deriv.kinematics` (v_i, a_i, S_i, Sdot_i, Psid_i, Psidd_i), per body:
+
+    I^C_i = I_i,   B^C_i = 1/2 [(v_i x*) I_i - I_i (v_i x) + (I_i v_i) xbar*],   f^C_i = I_i a_i + v_i x* I_i v_i - f^ext_i
+
+and backward, for i = N..1, with nu(i) the subtree of i (a contiguous range of dofs in depth-first order):
+
+    t1 = I^C_i S_i                         t2 = 2 B^C_i S_i + I^C_i (Sdot_i + Psid_i)
+    t3 = 2 B^C_i Psid_i + I^C_i Psidd_i + S_i x* f^C_i       t4 = 2 (B^C_i)^T S_i
+    dtau/dq[i, nu(i)\\i] = S_i^T t3[nu(i)\\i]      dtau/dv[i, nu(i)\\i] = S_i^T t2[nu(i)\\i]
+    dtau/dq[nu(i), i] = t4[nu(i)]^T Psid_i + t1[nu(i)]^T Psidd_i
+    dtau/dv[nu(i), i] = t4[nu(i)]^T S_i + t1[nu(i)]^T (Sdot_i + Psid_i)
+    M[i, nu(i)] = S_i^T t1[nu(i)],   tau_i = S_i^T f^C_i
+    I^C, B^C, f^C of i added to its parent's.
+
+The paper writes the joint's own block (row i, column i) with the first form; the second is the one that
+holds for multi-dof joints (the free flyer) and is identical for one dof, so the own block uses it.
+Derivatives with respect to q are in the tangent space (Pinocchio's convention): column j is the derivative
+along integrate(q, eps e_j). External forces are fixed in their joint frames, so they turn with the bodies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+
+from rbd_deriv.crba import symmetrize_upper
+from rbd_deriv.kinematics import (
+    FK_DERIVATIVES,
+    MAT_T,
+    MF_T,
+    MI_T,
+    STATUS_WORKSPACE,
+    VEC_T,
+    call_kernel,
+    check_inputs,
+    foreign_workspace,
+    forward_pass,
+    raise_for_status,
+)
+from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
+from rbd_deriv.rnea import body_forces
+from rbd_deriv.spatial import (
+    _NJIT,
+    R_BC,
+    R_DTAU,
+    R_IC,
+    R_M,
+    R_OF,
+    R_OI,
+    R_OV,
+    R_PSID,
+    R_PSIDD,
+    R_S,
+    R_SDOT,
+    R_T1,
+    R_T2,
+    R_T3,
+    R_T4,
+    R_TAU,
+    dot6,
+    force_cross_add,
+    mat6_vec,
+    mat6_vec_add,
+    mat6T_vec_add,
+    region1,
+    region2,
+    region3,
+)
+
+
+@njit(**_NJIT)
+def coriolis_factor(I, v, out):
+    """out = B(I, v) = 1/2 [(v x*) I - I (v x) + (I v) xbar*] (6x6), Singh et al. eq. 28.
+
+    (v x*) = -(v x)^T and I is symmetric, so (v x*) I - I (v x) = X + X^T with X = (v x*) I.
+    """
+    vx, vy, vz, wx, wy, wz = v[0], v[1], v[2], v[3], v[4], v[5]
+    for c in range(6):
+        fx, fy, fz, nx, ny, nz = I[0, c], I[1, c], I[2, c], I[3, c], I[4, c], I[5, c]
+        out[0, c] = wy * fz - wz * fy
+        out[1, c] = wz * fx - wx * fz
+        out[2, c] = wx * fy - wy * fx
+        out[3, c] = wy * nz - wz * ny + vy * fz - vz * fy
+        out[4, c] = wz * nx - wx * nz + vz * fx - vx * fz
+        out[5, c] = wx * ny - wy * nx + vx * fy - vy * fx
+    for r in range(6):
+        for c in range(r, 6):
+            s = 0.5 * (out[r, c] + out[c, r])
+            out[r, c] = s
+            out[c, r] = s
+    # h = I v; (h xbar*) m = m x* h = (w_m x h_f, w_m x h_n + v_m x h_f): [[0, -[h_f]x], [-[h_f]x, -[h_n]x]].
+    hf0 = hf1 = hf2 = hn0 = hn1 = hn2 = 0.0
+    for k in range(6):
+        hf0 += I[0, k] * v[k]
+        hf1 += I[1, k] * v[k]
+        hf2 += I[2, k] * v[k]
+        hn0 += I[3, k] * v[k]
+        hn1 += I[4, k] * v[k]
+        hn2 += I[5, k] * v[k]
+    hf0, hf1, hf2, hn0, hn1, hn2 = 0.5 * hf0, 0.5 * hf1, 0.5 * hf2, 0.5 * hn0, 0.5 * hn1, 0.5 * hn2
+    # -[h]x = [[0, h2, -h1], [-h2, 0, h0], [h1, -h0, 0]]
+    for off_r, off_c, a0, a1, a2 in ((0, 3, hf0, hf1, hf2), (3, 0, hf0, hf1, hf2), (3, 3, hn0, hn1, hn2)):
+        out[off_r + 0, off_c + 1] += a2
+        out[off_r + 0, off_c + 2] -= a1
+        out[off_r + 1, off_c + 0] -= a2
+        out[off_r + 1, off_c + 2] += a0
+        out[off_r + 2, off_c + 0] += a1
+        out[off_r + 2, off_c + 1] -= a0
+
+
+@njit(**_NJIT)
+def rnea_derivatives_into(mi, ws, tau, dtau, M):
+    """IDSVA backward pass after forward_pass order 2: tau (nv,), dtau = [dtau/dq, dtau/dv] (nv, 2nv), M."""
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    oI = region3(mi, ws, R_OI, nj, 6, 6)
+    IC = region3(mi, ws, R_IC, nj, 6, 6)
+    BC = region3(mi, ws, R_BC, nj, 6, 6)
+    ov = region2(mi, ws, R_OV, nj, 6)
+    fC = region2(mi, ws, R_OF, nj, 6)
+    S = region2(mi, ws, R_S, nv, 6)
+    Sdot = region2(mi, ws, R_SDOT, nv, 6)
+    Psid = region2(mi, ws, R_PSID, nv, 6)
+    Psidd = region2(mi, ws, R_PSIDD, nv, 6)
+    t1 = region2(mi, ws, R_T1, nv, 6)
+    t2 = region2(mi, ws, R_T2, nv, 6)
+    t3 = region2(mi, ws, R_T3, nv, 6)
+    t4 = region2(mi, ws, R_T4, nv, 6)
+    body_forces(mi, ws)
+    for i in range(1, nj):
+        coriolis_factor(oI[i], ov[i], BC[i])
+    IC[:, :, :] = oI
+    for r in range(nv):
+        for c in range(2 * nv):
+            dtau[r, c] = 0.0
+    for i in range(nj - 1, 0, -1):
+        iv, nvj, end, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_SUBTREE_END], mi[i, MI_PARENT]
+        for d in range(iv, iv + nvj):
+            mat6_vec(IC[i], S[d], t1[d])
+            mat6_vec(BC[i], S[d], t2[d])
+            for k in range(6):
+                t2[d, k] *= 2.0
+                t4[d, k] = 0.0
+            for k in range(6):
+                Sdot[d, k] += Psid[d, k]  # Sdot + Psid is all that is used from here on
+            mat6_vec_add(IC[i], Sdot[d], 1.0, t2[d])
+            mat6_vec(BC[i], Psid[d], t3[d])
+            for k in range(6):
+                t3[d, k] *= 2.0
+            mat6_vec_add(IC[i], Psidd[d], 1.0, t3[d])
+            force_cross_add(S[d], fC[i], 1.0, t3[d])
+            mat6T_vec_add(BC[i], S[d], 2.0, t4[d])
+        for r in range(iv, iv + nvj):
+            tau[r] = dot6(S[r], fC[i])
+            for k in range(iv, end):
+                M[r, k] = dot6(S[r], t1[k])
+            for k in range(iv + nvj, end):
+                dtau[r, k] = dot6(S[r], t3[k])
+                dtau[r, nv + k] = dot6(S[r], t2[k])
+        # The joint's own block takes the second form: for a multi-dof joint the S x* f^C term of t3 is
+        # cancelled by the rotation of S_i itself (the rigid motion of the subtree leaves S_i^T f^C unchanged
+        # but for gravity, which Psidd carries). For one dof both forms agree.
+        for k in range(iv, end):
+            for c in range(iv, iv + nvj):
+                dtau[k, c] = dot6(t4[k], Psid[c]) + dot6(t1[k], Psidd[c])
+                dtau[k, nv + c] = dot6(t4[k], S[c]) + dot6(t1[k], Sdot[c])
+        if parent > 0:
+            for r in range(6):
+                fC[parent, r] += fC[i, r]
+                for k in range(6):
+                    IC[parent, r, k] += IC[i, r, k]
+                    BC[parent, r, k] += BC[i, r, k]
+    symmetrize_upper(M)
+
+
+_DERIV_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T, VEC_T, VEC_T, MAT_T)
+
+
+@njit(_DERIV_SIG, **_NJIT)
+def _rnea_derivatives_kernel(mi, mf, ws, q, v, a, fext):
+    if foreign_workspace(mi, ws):
+        return STATUS_WORKSPACE
+    status = check_inputs(mi, q, v, a, fext)
+    if status != 0:
+        return status
+    nv = mi[0, MI_NVTOT]
+    forward_pass(mi, mf, ws, q, v, a, fext, FK_DERIVATIVES)
+    rnea_derivatives_into(mi, ws, region1(mi, ws, R_TAU, nv), region2(mi, ws, R_DTAU, nv, 2 * nv),
+                          region2(mi, ws, R_M, nv, nv))
+    return 0
+
+
+def rnea_derivatives(model: Model, data: Data, q, v, a, fext=None):
+    """Partial derivatives of rnea(q, v, a, fext).
+
+    Args:
+        q: (nq,) configuration.
+        v: (nv,) velocity [rad/s, m/s].
+        a: (nv,) acceleration [rad/s^2, m/s^2].
+        fext: (njoints, 6) external forces in the joint frames [N, N m], or None.
+
+    Returns:
+        (dtau_dq, dtau_dv, M): views data.dtau_dq, data.dtau_dv, data.M, each (nv, nv); dtau_dq is taken in
+        the tangent space of q. data.tau holds rnea(q, v, a, fext) as a by-product.
+    """
+    if fext is None:
+        fext = data.zero_fext
+    try:
+        status = _rnea_derivatives_kernel(model.mi, model.mf, data.ws, q, v, a, fext)
+    except TypeError:
+        status = call_kernel(_rnea_derivatives_kernel, model, data, (q, v, a, fext), ("q", "v", "a", "fext"),
+                             (1, 1, 1, 2))
+    if status:
+        raise_for_status(model, status)
+    return data.dtau_dq, data.dtau_dv, data.M

@@ -1,0 +1,243 @@
+"""Spatial algebra kernels (numba), [linear, angular] order as in Pinocchio.
+
+A motion m = (v, w) and a force f = (f, n) are 6-vectors: linear part first. The products are Featherstone's:
+
+    m1 x m2  = (w1 x v2 + v1 x w2,  w1 x w2)            motion cross product
+    m  x* f  = (w x f,  w x n + v x f)                   force cross product, (m x*) = -(m x)^T
+    (f xbar*) m = m x* f                                 the swapped operator of Singh et al. (IDSVA)
+
+Functions write into an ``out`` argument and never allocate, so they can run inside the per-joint loops.
+Also here: workspace views (regions of ``data.ws`` laid out by :mod:`rbd_deriv.model`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array, populate_array
+
+from rbd_deriv.model import MI_OFFSETS, REGION_INDEX
+
+_NJIT = dict(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"}, error_model="numpy")
+
+
+# --- workspace views ----------------------------------------------------------------------------------
+# A view of a workspace region is built directly (data pointer, shape, C strides) without numba's reshape,
+# which costs ~50 ns per call and would dominate the small robots. The view carries no reference count:
+# it lives only inside a kernel, while the caller holds ``ws``.
+
+
+def _view_intrinsic(ndim: int):
+    def view(typingctx, ws, offset, *dims):
+        array_type = types.Array(types.float64, ndim, "C")
+        signature = array_type(ws, offset, *dims)
+
+        def codegen(context, builder, sig, args):
+            source = make_array(sig.args[0])(context, builder, args[0])
+            target = make_array(array_type)(context, builder)
+            itemsize = context.get_constant(types.intp, 8)
+            shape = list(args[2:])
+            strides = [itemsize]
+            for extent in reversed(shape[1:]):
+                strides.insert(0, builder.mul(strides[0], extent))
+            populate_array(target, data=builder.gep(source.data, [args[1]]), shape=cgutils.pack_array(builder, shape),
+                           strides=cgutils.pack_array(builder, strides), itemsize=itemsize, meminfo=None)
+            return target._getvalue()
+
+        return signature, codegen
+
+    return view
+
+
+@intrinsic
+def _view1(typingctx, ws, offset, n):
+    return _view_intrinsic(1)(typingctx, ws, offset, n)
+
+
+@intrinsic
+def _view2(typingctx, ws, offset, rows, cols):
+    return _view_intrinsic(2)(typingctx, ws, offset, rows, cols)
+
+
+@intrinsic
+def _view3(typingctx, ws, offset, d0, d1, d2):
+    return _view_intrinsic(3)(typingctx, ws, offset, d0, d1, d2)
+
+
+@njit(**_NJIT)
+def region1(mi, ws, name_index, n):
+    """View (n,) of workspace region ``name_index``."""
+    return _view1(ws, mi[0, MI_OFFSETS + name_index], n)
+
+
+@njit(**_NJIT)
+def region2(mi, ws, name_index, rows, cols):
+    """View (rows, cols) of workspace region ``name_index``."""
+    return _view2(ws, mi[0, MI_OFFSETS + name_index], rows, cols)
+
+
+@njit(**_NJIT)
+def region3(mi, ws, name_index, d0, d1, d2):
+    """View (d0, d1, d2) of workspace region ``name_index``."""
+    return _view3(ws, mi[0, MI_OFFSETS + name_index], d0, d1, d2)
+
+
+R = REGION_INDEX  # short alias for kernels: R["ov"] is a compile-time constant once bound to a global
+R_OMI, R_OV, R_OA, R_OF = R["oMi"], R["ov"], R["oa"], R["of"]
+R_OI, R_IC, R_BC, R_IA, R_PA, R_DINV, R_C, R_FEXTW = (
+    R["oI"], R["IC"], R["BC"], R["IA"], R["pA"], R["Dinv"], R["c"], R["fext_world"])
+R_S, R_SDOT, R_PSID, R_PSIDD = R["S"], R["Sdot"], R["Psid"], R["Psidd"]
+R_T1, R_T2, R_T3, R_T4, R_U, R_UVEC, R_F = R["t1"], R["t2"], R["t3"], R["t4"], R["U"], R["u"], R["F"]
+R_TAU, R_DDQ, R_NLE, R_G, R_M, R_MINV = R["tau"], R["ddq"], R["nle"], R["g"], R["M"], R["Minv"]
+R_DTAU, R_DDDQ, R_A, R_B, R_XNEXT, R_VNEXT, R_JQ, R_JV = (
+    R["dtau"], R["dddq"], R["A"], R["B"], R["x_next"], R["v_next"], R["Jq"], R["Jv"])
+R_SCRATCH, R_ZERO_NV, R_ZERO_FEXT, R_STEP = R["scratch"], R["zero_nv"], R["zero_fext"], R["step"]
+
+
+# --- 6-vectors ----------------------------------------------------------------------------------------
+
+
+@njit(**_NJIT)
+def motion_cross(m1, m2, out):
+    """out = m1 x m2 (motion cross product). ``out`` must not alias the inputs."""
+    v1x, v1y, v1z, w1x, w1y, w1z = m1[0], m1[1], m1[2], m1[3], m1[4], m1[5]
+    v2x, v2y, v2z, w2x, w2y, w2z = m2[0], m2[1], m2[2], m2[3], m2[4], m2[5]
+    out[0] = w1y * v2z - w1z * v2y + v1y * w2z - v1z * w2y
+    out[1] = w1z * v2x - w1x * v2z + v1z * w2x - v1x * w2z
+    out[2] = w1x * v2y - w1y * v2x + v1x * w2y - v1y * w2x
+    out[3] = w1y * w2z - w1z * w2y
+    out[4] = w1z * w2x - w1x * w2z
+    out[5] = w1x * w2y - w1y * w2x
+
+
+@njit(**_NJIT)
+def force_cross_add(m, f, scale, out):
+    """out += scale * (m x* f) (force cross product)."""
+    vx, vy, vz, wx, wy, wz = m[0], m[1], m[2], m[3], m[4], m[5]
+    fx, fy, fz, nx, ny, nz = f[0], f[1], f[2], f[3], f[4], f[5]
+    out[0] += scale * (wy * fz - wz * fy)
+    out[1] += scale * (wz * fx - wx * fz)
+    out[2] += scale * (wx * fy - wy * fx)
+    out[3] += scale * (wy * nz - wz * ny + vy * fz - vz * fy)
+    out[4] += scale * (wz * nx - wx * nz + vz * fx - vx * fz)
+    out[5] += scale * (wx * ny - wy * nx + vx * fy - vy * fx)
+
+
+@njit(**_NJIT)
+def mat6_vec(I, m, out):
+    """out = I m for a 6x6 matrix I."""
+    for r in range(6):
+        s = 0.0
+        for k in range(6):
+            s += I[r, k] * m[k]
+        out[r] = s
+
+
+@njit(**_NJIT)
+def mat6_vec_add(I, m, scale, out):
+    """out += scale * I m for a 6x6 matrix I."""
+    for r in range(6):
+        s = 0.0
+        for k in range(6):
+            s += I[r, k] * m[k]
+        out[r] += scale * s
+
+
+@njit(**_NJIT)
+def mat6T_vec_add(I, m, scale, out):
+    """out += scale * I^T m for a 6x6 matrix I."""
+    for r in range(6):
+        s = 0.0
+        for k in range(6):
+            s += I[k, r] * m[k]
+        out[r] += scale * s
+
+
+@njit(**_NJIT)
+def dot_rows(A, r, B, k):
+    """A[r] . B[k] for two (n, 6) arrays of 6-vectors (no row views in the hot loops)."""
+    return (A[r, 0] * B[k, 0] + A[r, 1] * B[k, 1] + A[r, 2] * B[k, 2]
+            + A[r, 3] * B[k, 3] + A[r, 4] * B[k, 4] + A[r, 5] * B[k, 5])
+
+
+@njit(**_NJIT)
+def dot6(a, b):
+    """a . b for 6-vectors (a motion paired with a force gives power)."""
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] + a[4] * b[4] + a[5] * b[5]
+
+
+# --- placements and inertias --------------------------------------------------------------------------
+
+
+@njit(**_NJIT)
+def act_force(oM, f, out):
+    """out = oX^* f: a force given in the frame of placement oM (4x4), expressed in the world frame."""
+    fx = oM[0, 0] * f[0] + oM[0, 1] * f[1] + oM[0, 2] * f[2]
+    fy = oM[1, 0] * f[0] + oM[1, 1] * f[1] + oM[1, 2] * f[2]
+    fz = oM[2, 0] * f[0] + oM[2, 1] * f[1] + oM[2, 2] * f[2]
+    nx = oM[0, 0] * f[3] + oM[0, 1] * f[4] + oM[0, 2] * f[5]
+    ny = oM[1, 0] * f[3] + oM[1, 1] * f[4] + oM[1, 2] * f[5]
+    nz = oM[2, 0] * f[3] + oM[2, 1] * f[4] + oM[2, 2] * f[5]
+    px, py, pz = oM[0, 3], oM[1, 3], oM[2, 3]
+    out[0], out[1], out[2] = fx, fy, fz
+    out[3] = nx + py * fz - pz * fy
+    out[4] = ny + pz * fx - px * fz
+    out[5] = nz + px * fy - py * fx
+
+
+@njit(**_NJIT)
+def act_inertia(oM, params, out):
+    """out (6x6) = oX^* I iX_o: the body inertia given by its 10 parameters in the frame of placement oM,
+    expressed in the world frame.
+
+    params = [m, h (3), Io (6)]: mass, first moment h = m c and rotational inertia about the frame origin
+    (Ixx Ixy Ixz Iyy Iyz Izz). In the world: h' = E h + m p, and the rotational inertia about the world origin
+    J' = E Io E^T - [p]x [g]x - [g]x [p]x - m [p]x [p]x with g = E h (parallel-axis theorem).
+    """
+    m = params[0]
+    hx, hy, hz = params[1], params[2], params[3]
+    i00, i01, i02, i11, i12, i22 = params[4], params[5], params[6], params[7], params[8], params[9]
+    e00, e01, e02 = oM[0, 0], oM[0, 1], oM[0, 2]
+    e10, e11, e12 = oM[1, 0], oM[1, 1], oM[1, 2]
+    e20, e21, e22 = oM[2, 0], oM[2, 1], oM[2, 2]
+    px, py, pz = oM[0, 3], oM[1, 3], oM[2, 3]
+    # T = Io E^T (columns are Io times the rows of E)
+    t00 = i00 * e00 + i01 * e01 + i02 * e02
+    t10 = i01 * e00 + i11 * e01 + i12 * e02
+    t20 = i02 * e00 + i12 * e01 + i22 * e02
+    t01 = i00 * e10 + i01 * e11 + i02 * e12
+    t11 = i01 * e10 + i11 * e11 + i12 * e12
+    t21 = i02 * e10 + i12 * e11 + i22 * e12
+    t02 = i00 * e20 + i01 * e21 + i02 * e22
+    t12 = i01 * e20 + i11 * e21 + i12 * e22
+    t22 = i02 * e20 + i12 * e21 + i22 * e22
+    gx = e00 * hx + e01 * hy + e02 * hz
+    gy = e10 * hx + e11 * hy + e12 * hz
+    gz = e20 * hx + e21 * hy + e22 * hz
+    pg = px * gx + py * gy + pz * gz
+    pp = px * px + py * py + pz * pz
+    # -[p]x[g]x - [g]x[p]x - m [p]x[p]x = -(g p^T + p g^T) + 2 (p.g) Id - m (p p^T - (p.p) Id)
+    d = 2.0 * pg + m * pp
+    j00 = e00 * t00 + e01 * t10 + e02 * t20 - 2.0 * gx * px - m * px * px + d
+    j11 = e10 * t01 + e11 * t11 + e12 * t21 - 2.0 * gy * py - m * py * py + d
+    j22 = e20 * t02 + e21 * t12 + e22 * t22 - 2.0 * gz * pz - m * pz * pz + d
+    j01 = e00 * t01 + e01 * t11 + e02 * t21 - gx * py - px * gy - m * px * py
+    j02 = e00 * t02 + e01 * t12 + e02 * t22 - gx * pz - px * gz - m * px * pz
+    j12 = e10 * t02 + e11 * t12 + e12 * t22 - gy * pz - py * gz - m * py * pz
+    out[3, 3], out[3, 4], out[3, 5] = j00, j01, j02
+    out[4, 3], out[4, 4], out[4, 5] = j01, j11, j12
+    out[5, 3], out[5, 4], out[5, 5] = j02, j12, j22
+    wx, wy, wz = gx + m * px, gy + m * py, gz + m * pz
+    out[0, 0], out[0, 1], out[0, 2] = m, 0.0, 0.0
+    out[1, 0], out[1, 1], out[1, 2] = 0.0, m, 0.0
+    out[2, 0], out[2, 1], out[2, 2] = 0.0, 0.0, m
+    # upper right -[h']x, lower left [h']x
+    out[0, 3], out[0, 4], out[0, 5] = 0.0, wz, -wy
+    out[1, 3], out[1, 4], out[1, 5] = -wz, 0.0, wx
+    out[2, 3], out[2, 4], out[2, 5] = wy, -wx, 0.0
+    out[3, 0], out[3, 1], out[3, 2] = 0.0, -wz, wy
+    out[4, 0], out[4, 1], out[4, 2] = wz, 0.0, -wx
+    out[5, 0], out[5, 1], out[5, 2] = -wy, wx, 0.0
