@@ -6,9 +6,9 @@ Carpentier & Mansard (RSS 2018, sec. IV): since tau = ID(q, v, FD(q, v, tau)), d
 
 so one ABA (ddq), one IDSVA pass at a = ddq (:mod:`rbd_deriv.rnea_derivatives`) and the dedicated M^-1
 algorithm (:mod:`rbd_deriv.minverse`, reusing ABA's articulated inertias, which do not depend on v or tau)
-give all three. The product M^-1 [dID/dq, dID/dv] is one dense (nv x nv)(nv x 2nv) multiplication (DMM):
-Singh et al.'s ABA-zero alternative (AZA) is O(N m) in flops but runs a tree sweep per column, which loses to
-a BLAS product at the sizes of real robots.
+give all three. The product M^-1 [dID/dq, dID/dv] is one dense (nv x nv)(nv x 2nv) multiplication (DMM of
+Singh et al.), through BLAS from BLAS_MIN_SIZE dofs and in plain loops below, where the call overhead of BLAS
+would dominate. Their ABA-zero alternative (AZA, a tree sweep per column) is not implemented.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from numba import njit, types
 
 from rbd_deriv import constants
 from rbd_deriv.exceptions import InputError
-from rbd_deriv.kinematics import MF_T, MI_T, VEC_T, raise_for_status, check_inputs
+from rbd_deriv.kinematics import MI_T, VEC_T, check_vector, as_input_array, check_quaternions, raise_for_status
 from rbd_deriv.model import MI_IDX_Q, MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, Model
 from rbd_deriv.spatial import _NJIT
 from rbd_deriv.urdf import JOINT_FREEFLYER
@@ -61,26 +61,6 @@ def _so3_series(w, ca, cb, out):
 
 
 @njit(**_NJIT)
-def _quat_multiply(a, b, out):
-    """out = a b for quaternions stored (x, y, z, w)."""
-    ax, ay, az, aw = a[0], a[1], a[2], a[3]
-    bx, by, bz, bw = b[0], b[1], b[2], b[3]
-    out[0] = aw * bx + ax * bw + ay * bz - az * by
-    out[1] = aw * by - ax * bz + ay * bw + az * bx
-    out[2] = aw * bz + ax * by - ay * bx + az * bw
-    out[3] = aw * bw - ax * bx - ay * by - az * bz
-
-
-@njit(**_NJIT)
-def _quat_to_rotation(x, y, z, w):
-    R = np.empty((3, 3))
-    R[0, 0], R[0, 1], R[0, 2] = 1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)
-    R[1, 0], R[1, 1], R[1, 2] = 2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)
-    R[2, 0], R[2, 1], R[2, 2] = 2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)
-    return R
-
-
-@njit(**_NJIT)
 def integrate_into(mi, q, v, out):
     """out (nq,) = q (+) v."""
     nj = mi[0, MI_NJ]
@@ -89,46 +69,34 @@ def integrate_into(mi, q, v, out):
         if mi[i, MI_TYPE] != JOINT_FREEFLYER:
             out[iq] = q[iq] + v[iv]
             continue
-        w = v[iv + 3 : iv + 6]
-        theta2 = w[0] * w[0] + w[1] * w[1] + w[2] * w[2]
+        ux, uy, uz = v[iv], v[iv + 1], v[iv + 2]
+        wx, wy, wz = v[iv + 3], v[iv + 4], v[iv + 5]
+        theta2 = wx * wx + wy * wy + wz * wz
         sa, cb, cc = _exp3_coefficients(theta2)
-        V = np.empty((3, 3))
-        _so3_series(w, cb, cc, V)
+        # dp = V(w) u = u + cb w x u + cc w x (w x u): the translation of exp6(v) in the body frame.
+        cx, cy, cz = wy * uz - wz * uy, wz * ux - wx * uz, wx * uy - wy * ux
+        ccx, ccy, ccz = wy * cz - wz * cy, wz * cx - wx * cz, wx * cy - wy * cx
+        dx, dy, dz = ux + cb * cx + cc * ccx, uy + cb * cy + cc * ccy, uz + cb * cz + cc * ccz
         n = math.sqrt(q[iq + 3] ** 2 + q[iq + 4] ** 2 + q[iq + 5] ** 2 + q[iq + 6] ** 2)
-        q0 = np.empty(4)
-        for k in range(4):
-            q0[k] = q[iq + 3 + k] / n
-        R0 = _quat_to_rotation(q0[0], q0[1], q0[2], q0[3])
-        dp = V @ v[iv : iv + 3]
-        for r in range(3):
-            out[iq + r] = q[iq + r] + R0[r, 0] * dp[0] + R0[r, 1] * dp[1] + R0[r, 2] * dp[2]
-        # exp3 as a quaternion: (sin(t/2) w / t, cos(t/2)), with sin(t/2)/t = (sin t / t) / (2 cos(t/2)).
-        half = np.empty(4)
+        ax, ay, az, aw = q[iq + 3] / n, q[iq + 4] / n, q[iq + 5] / n, q[iq + 6] / n
+        # Rotate dp by the quaternion: x' = x + aw t + a x t with t = 2 a x x.
+        tx, ty, tz = 2.0 * (ay * dz - az * dy), 2.0 * (az * dx - ax * dz), 2.0 * (ax * dy - ay * dx)
+        out[iq] = q[iq] + dx + aw * tx + ay * tz - az * ty
+        out[iq + 1] = q[iq + 1] + dy + aw * ty + az * tx - ax * tz
+        out[iq + 2] = q[iq + 2] + dz + aw * tz + ax * ty - ay * tx
+        # exp3(w) as a quaternion (sin(t/2) w / t, cos(t/2)), then q0 * exp3(w).
         t = math.sqrt(theta2)
         if t < _SMALL:
             s_over_t = 0.5 - theta2 / 48.0 + theta2 * theta2 / 3840.0
         else:
             s_over_t = math.sin(0.5 * t) / t
-        half[0], half[1], half[2], half[3] = s_over_t * w[0], s_over_t * w[1], s_over_t * w[2], math.cos(0.5 * t)
-        q1 = np.empty(4)
-        _quat_multiply(q0, half, q1)
-        n1 = math.sqrt(q1[0] ** 2 + q1[1] ** 2 + q1[2] ** 2 + q1[3] ** 2)
-        for k in range(4):
-            out[iq + 3 + k] = q1[k] / n1
-
-
-@njit(**_NJIT)
-def _log3_quaternion(x, y, z, w, out):
-    """Rotation vector (3,) of the unit quaternion (x, y, z, w), angle in [0, pi]."""
-    if w < 0.0:
-        x, y, z, w = -x, -y, -z, -w
-    s = math.sqrt(x * x + y * y + z * z)
-    t = 2.0 * math.atan2(s, w)
-    if s < 1e-12:
-        scale = 2.0 / w  # t / s -> 2 / w as s -> 0
-    else:
-        scale = t / s
-    out[0], out[1], out[2] = scale * x, scale * y, scale * z
+        bx, by, bz, bw = s_over_t * wx, s_over_t * wy, s_over_t * wz, math.cos(0.5 * t)
+        rx = aw * bx + ax * bw + ay * bz - az * by
+        ry = aw * by - ax * bz + ay * bw + az * bx
+        rz = aw * bz + ax * by - ay * bx + az * bw
+        rw = aw * bw - ax * bx - ay * by - az * bz
+        n1 = math.sqrt(rx * rx + ry * ry + rz * rz + rw * rw)
+        out[iq + 3], out[iq + 4], out[iq + 5], out[iq + 6] = rx / n1, ry / n1, rz / n1, rw / n1
 
 
 @njit(**_NJIT)
@@ -143,36 +111,39 @@ def difference_into(mi, continuous, q0, q1, out):
                 d = math.atan2(math.sin(d), math.cos(d))
             out[iv] = d
             continue
-        a = np.empty(4)
-        b = np.empty(4)
         na = math.sqrt(q0[iq + 3] ** 2 + q0[iq + 4] ** 2 + q0[iq + 5] ** 2 + q0[iq + 6] ** 2)
         nb = math.sqrt(q1[iq + 3] ** 2 + q1[iq + 4] ** 2 + q1[iq + 5] ** 2 + q1[iq + 6] ** 2)
-        for k in range(3):
-            a[k] = -q0[iq + 3 + k] / na  # conjugate of q0
-            b[k] = q1[iq + 3 + k] / nb
-        a[3], b[3] = q0[iq + 6] / na, q1[iq + 6] / nb
-        rel = np.empty(4)
-        _quat_multiply(a, b, rel)
-        w = np.empty(3)
-        _log3_quaternion(rel[0], rel[1], rel[2], rel[3], w)
-        R0 = _quat_to_rotation(-a[0], -a[1], -a[2], a[3])
-        dp = np.empty(3)
-        for r in range(3):
-            dp[r] = (R0[0, r] * (q1[iq] - q0[iq]) + R0[1, r] * (q1[iq + 1] - q0[iq + 1])
-                     + R0[2, r] * (q1[iq + 2] - q0[iq + 2]))
-        # V^-1 = I - [w]x / 2 + (1/t^2 - (1 + cos t) / (2 t sin t)) [w]x^2
-        theta2 = w[0] * w[0] + w[1] * w[1] + w[2] * w[2]
+        ax, ay, az, aw = q0[iq + 3] / na, q0[iq + 4] / na, q0[iq + 5] / na, q0[iq + 6] / na
+        bx, by, bz, bw = q1[iq + 3] / nb, q1[iq + 4] / nb, q1[iq + 5] / nb, q1[iq + 6] / nb
+        # Relative rotation conj(a) b, taken on the short way (w >= 0), and its rotation vector.
+        rx = aw * bx - ax * bw - ay * bz + az * by
+        ry = aw * by + ax * bz - ay * bw - az * bx
+        rz = aw * bz - ax * by + ay * bx - az * bw
+        rw = aw * bw + ax * bx + ay * by + az * bz
+        if rw < 0.0:
+            rx, ry, rz, rw = -rx, -ry, -rz, -rw
+        sn = math.sqrt(rx * rx + ry * ry + rz * rz)
+        scale = 2.0 / rw if sn < 1e-12 else 2.0 * math.atan2(sn, rw) / sn
+        wx, wy, wz = scale * rx, scale * ry, scale * rz
+        # Translation in the frame of q0: dp = R(a)^T (p1 - p0) = p + aw t - a x t with t = 2 (-a) x p.
+        px, py, pz = q1[iq] - q0[iq], q1[iq + 1] - q0[iq + 1], q1[iq + 2] - q0[iq + 2]
+        tx, ty, tz = -2.0 * (ay * pz - az * py), -2.0 * (az * px - ax * pz), -2.0 * (ax * py - ay * px)
+        dx = px + aw * tx - (ay * tz - az * ty)
+        dy = py + aw * ty - (az * tx - ax * tz)
+        dz = pz + aw * tz - (ax * ty - ay * tx)
+        # V(w)^-1 dp = dp - (w x dp) / 2 + cw w x (w x dp), cw = 1/t^2 - (1 + cos t) / (2 t sin t)
+        theta2 = wx * wx + wy * wy + wz * wz
         if theta2 < _SMALL * _SMALL:
             cw = 1.0 / 12.0 + theta2 / 720.0 + theta2 * theta2 / 30240.0
         else:
             t = math.sqrt(theta2)
             cw = 1.0 / theta2 - (1.0 + math.cos(t)) / (2.0 * t * math.sin(t))
-        Vinv = np.empty((3, 3))
-        _so3_series(w, -0.5, cw, Vinv)
-        lin = Vinv @ dp
-        for k in range(3):
-            out[iv + k] = lin[k]
-            out[iv + 3 + k] = w[k]
+        cx, cy, cz = wy * dz - wz * dy, wz * dx - wx * dz, wx * dy - wy * dx
+        ccx, ccy, ccz = wy * cz - wz * cy, wz * cx - wx * cz, wx * cy - wy * cx
+        out[iv] = dx - 0.5 * cx + cw * ccx
+        out[iv + 1] = dy - 0.5 * cy + cw * ccy
+        out[iv + 2] = dz - 0.5 * cz + cw * ccz
+        out[iv + 3], out[iv + 4], out[iv + 5] = wx, wy, wz
 
 
 @njit(**_NJIT)
@@ -258,12 +229,23 @@ def dintegrate_into(mi, v, Jq, Jv):
 
 # --- public API -----------------------------------------------------------------------------------------
 
+@njit(**_NJIT)
+def check_configuration(mi, q, v):
+    """check_inputs for q (nq,) and a tangent vector v (nv,) only."""
+    status = check_vector(q, mi[0, MI_NQTOT], 0)
+    if status == 0:
+        status = check_vector(v, mi[0, MI_NVTOT], 1)
+    if status == 0:
+        status = check_quaternions(mi, q)
+    return status
+
+
 _INT_SIG = types.int64(MI_T, VEC_T, VEC_T, VEC_T)
 
 
 @njit(_INT_SIG, **_NJIT)
 def _integrate_kernel(mi, q, v, out):
-    status = check_inputs(mi, q, v, np.zeros(mi[0, MI_NVTOT]), np.zeros((mi[0, MI_NJ], 6)))
+    status = check_configuration(mi, q, v)
     if status != 0:
         return status
     integrate_into(mi, q, v, out)
@@ -275,12 +257,11 @@ _DIFF_SIG = types.int64(MI_T, types.Array(types.boolean, 1, "C", readonly=True),
 
 @njit(_DIFF_SIG, **_NJIT)
 def _difference_kernel(mi, continuous, q0, q1, out):
-    zero_v = np.zeros(mi[0, MI_NVTOT])
-    fext = np.zeros((mi[0, MI_NJ], 6))
-    status = check_inputs(mi, q0, zero_v, zero_v, fext)
+    # out (zeros, nv) stands in for the tangent vector that check_configuration expects.
+    status = check_configuration(mi, q0, out)
     if status != 0:
         return status
-    status = check_inputs(mi, q1, zero_v, zero_v, fext)
+    status = check_configuration(mi, q1, out)
     if status != 0:
         return status + 1  # detail 1 names q1
     difference_into(mi, continuous, q0, q1, out)
@@ -292,26 +273,25 @@ _DINT_SIG = types.int64(MI_T, VEC_T, VEC_T, types.Array(types.float64, 2, "C"), 
 
 @njit(_DINT_SIG, **_NJIT)
 def _dintegrate_kernel(mi, q, v, Jq, Jv):
-    status = check_inputs(mi, q, v, np.zeros(mi[0, MI_NVTOT]), np.zeros((mi[0, MI_NJ], 6)))
+    status = check_configuration(mi, q, v)
     if status != 0:
         return status
     dintegrate_into(mi, v, Jq, Jv)
     return 0
 
 
-def _vector(x, name: str) -> np.ndarray:
-    from rbd_deriv.kinematics import as_input_array
-
-    return as_input_array(x, name, 1)
+def _call(kernel, model: Model, arrays, names, *outputs):
+    """kernel(mi, [continuous,] *arrays, *outputs), converting the arrays only when numba refuses them."""
+    try:
+        return kernel(model.mi, *arrays, *outputs)
+    except TypeError:
+        converted = [as_input_array(x, name, 1) for x, name in zip(arrays, names)]
+        return kernel(model.mi, *converted, *outputs)
 
 
 def neutral(model: Model) -> np.ndarray:
-    """Neutral configuration (nq,): zero joint positions, identity free-flyer placement."""
-    q = np.zeros(model.nq)
-    for i in range(1, model.njoints):
-        if model.mi[i, MI_TYPE] == JOINT_FREEFLYER:
-            q[model.mi[i, MI_IDX_Q] + 6] = 1.0
-    return q
+    """Neutral configuration (nq,): zero joint positions, identity free-flyer placement. A new array."""
+    return model.neutral_configuration.copy()
 
 
 def integrate(model: Model, q, v) -> np.ndarray:
@@ -324,9 +304,8 @@ def integrate(model: Model, q, v) -> np.ndarray:
     Returns:
         (nq,) new array.
     """
-    q, v = _vector(q, "q"), _vector(v, "v")
     out = np.empty(model.nq)
-    status = _integrate_kernel(model.mi, q, v, out)
+    status = _call(_integrate_kernel, model, (q, v), ("q", "v"), out)
     if status:
         raise_for_status(model, status)
     return out
@@ -334,9 +313,12 @@ def integrate(model: Model, q, v) -> np.ndarray:
 
 def difference(model: Model, q0, q1) -> np.ndarray:
     """q1 (-) q0: the tangent vector v (nv,) such that integrate(q0, v) == q1 (continuous joints wrap)."""
-    q0, q1 = _vector(q0, "q0"), _vector(q1, "q1")
-    out = np.empty(model.nv)
-    status = _difference_kernel(model.mi, model.continuous, q0, q1, out)
+    out = np.zeros(model.nv)
+    try:
+        status = _difference_kernel(model.mi, model.continuous, q0, q1, out)
+    except TypeError:
+        status = _difference_kernel(model.mi, model.continuous, as_input_array(q0, "q0", 1),
+                                    as_input_array(q1, "q1", 1), out)
     if status:
         raise_for_status(model, status, names=("q0", "q1", "q1", "q1"))
     return out
@@ -353,10 +335,9 @@ def dintegrate_dv(model: Model, q, v) -> np.ndarray:
 
 
 def _dintegrate(model: Model, q, v):
-    q, v = _vector(q, "q"), _vector(v, "v")
     Jq = np.empty((model.nv, model.nv))
     Jv = np.empty((model.nv, model.nv))
-    status = _dintegrate_kernel(model.mi, q, v, Jq, Jv)
+    status = _call(_dintegrate_kernel, model, (q, v), ("q", "v"), Jq, Jv)
     if status:
         raise_for_status(model, status)
     return Jq, Jv

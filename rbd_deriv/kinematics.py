@@ -76,7 +76,7 @@ MAT_T = types.Array(types.float64, 2, "C")
 
 
 @njit(**_NJIT)
-def _check_vector(x, n, argument):
+def check_vector(x, n, argument):
     if x.shape[0] != n:
         return STATUS_SHAPE * STATUS_SCALE + argument
     for k in range(n):
@@ -100,11 +100,11 @@ def check_inputs(mi, q, v, a, fext):
     the joint index. Inputs not used by a kernel are passed as zero arrays of the right size.
     """
     nj, nv, nq = mi[0, MI_NJ], mi[0, MI_NVTOT], mi[0, MI_NQTOT]
-    status = _check_vector(q, nq, 0)
+    status = check_vector(q, nq, 0)
     if status == 0:
-        status = _check_vector(v, nv, 1)
+        status = check_vector(v, nv, 1)
     if status == 0:
-        status = _check_vector(a, nv, 2)
+        status = check_vector(a, nv, 2)
     if status != 0:
         return status
     if fext.shape[0] != nj or fext.shape[1] != 6:
@@ -113,7 +113,13 @@ def check_inputs(mi, q, v, a, fext):
         for k in range(6):
             if not np.isfinite(fext[i, k]):
                 return STATUS_NONFINITE * STATUS_SCALE + 3
-    for i in range(1, nj):
+    return check_quaternions(mi, q)
+
+
+@njit(**_NJIT)
+def check_quaternions(mi, q):
+    """STATUS_QUATERNION for the first free flyer whose quaternion is not unit norm, else 0."""
+    for i in range(1, mi[0, MI_NJ]):
         if mi[i, MI_TYPE] == JOINT_FREEFLYER:
             iq = mi[i, MI_IDX_Q]
             n2 = q[iq + 3] ** 2 + q[iq + 4] ** 2 + q[iq + 5] ** 2 + q[iq + 6] ** 2
@@ -309,12 +315,15 @@ _FK_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T)
 def _forward_kinematics_kernel(mi, mf, ws, q):
     if foreign_workspace(mi, ws):
         return STATUS_WORKSPACE
-    zero = region1(mi, ws, R_ZERO_NV, mi[0, MI_NVTOT])
-    fext = region2(mi, ws, R_ZERO_FEXT, mi[0, MI_NJ], 6)
-    status = check_inputs(mi, q, zero, zero, fext)
+    nj = mi[0, MI_NJ]
+    status = check_vector(q, mi[0, MI_NQTOT], 0)
+    if status == 0:
+        status = check_quaternions(mi, q)
     if status != 0:
         return status
-    forward_pass(mi, mf, ws, q, zero, zero, fext, FK_POSITION)
+    oMi = region3(mi, ws, R_OMI, nj, 4, 4)
+    for i in range(1, nj):
+        joint_placement(mi, mf, q, i, oMi[mi[i, MI_PARENT]], oMi[i])
     return 0
 
 

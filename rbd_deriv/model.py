@@ -48,6 +48,7 @@ MF_COLS = MF_INERTIA + 10
 # Joint-indexed regions have njoints rows; dof-indexed regions have nv rows (one motion vector per dof).
 REGIONS = (
     ("oMi", lambda nj, nv, nq: (nj, 4, 4)),  # placement of each joint frame in the world
+    ("liMi", lambda nj, nv, nq: (nj, 4, 4)),  # placement of each joint frame in its parent's (rnea)
     ("ov", lambda nj, nv, nq: (nj, 6)),  # spatial velocity, world frame
     ("oa", lambda nj, nv, nq: (nj, 6)),  # spatial acceleration (gravity included), world frame
     ("of", lambda nj, nv, nq: (nj, 6)),  # force transmitted by each joint (subtree sum), world frame
@@ -179,6 +180,11 @@ class Model:
         self.continuous = np.array([False] + [j.jtype == JOINT_REVOLUTE and j.continuous for j in joints])
         self._set_limits(joints)
         self._set_public_arrays(joints)
+        self.neutral_configuration = np.zeros(self.nq)
+        for k, joint in enumerate(joints, start=1):
+            if joint.jtype == JOINT_FREEFLYER:
+                self.neutral_configuration[mi[k, MI_IDX_Q] + 6] = 1.0
+        self.neutral_configuration.setflags(write=False)
         self.frames = {frame.name: (frame.parent, frame.placement.copy()) for frame in tree.frames}
         self.frame_names = list(self.frames)
         for frame in self.frames.values():
@@ -285,6 +291,7 @@ class Data:
         self.dtau_dq, self.dtau_dv = self.dtau[:, :nv], self.dtau[:, nv:]
         self.dddq_dq, self.dddq_dv = self.dddq[:, :nv], self.dddq[:, nv:]
         self.oMi[:] = np.eye(4)
+        self.liMi[:] = np.eye(4)
         # Public results are read-only views: the kernels write through ws.
         for name in ("oMi", "tau", "ddq", "nle", "g", "M", "Minv", "dtau_dq", "dtau_dv", "dddq_dq",
                      "dddq_dv", "A", "B", "x_next"):

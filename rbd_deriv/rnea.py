@@ -1,10 +1,13 @@
 """Recursive Newton-Euler algorithm (inverse dynamics), nonlinear effects and generalized gravity.
 
-World-frame RNEA (Featherstone, RBDA sec. 5.3; the RNEA write-up in the project's references):
+RNEA (Featherstone, RBDA sec. 5.3; the RNEA write-up in the project's references):
 
-    forward:   v_i, a_i as in :mod:`rbd_deriv.kinematics` (a_0 = -g)
+    forward:   v_i = v_lambda(i) + S_i qd_i,   a_i = a_lambda(i) + S_i qdd_i + v_i x S_i qd_i   (a_0 = -g)
     body:      f_i = I_i a_i + v_i x* I_i v_i - f_i^ext
     backward:  f_lambda(i) += f_i,     tau_i = S_i^T f_i
+
+in the joint frames for rnea itself (:func:`rnea_into`), and on the world-frame quantities of
+:mod:`rbd_deriv.kinematics` for the derivative algorithms (:func:`body_forces`).
 
 External forces f^ext are given per joint in the joint's local frame, [linear, angular], row 0 the
 universe (ignored), as Pinocchio's ``fext``; they act on the body carried by the joint.
@@ -16,40 +19,41 @@ import numpy as np
 from numba import njit, types
 
 from rbd_deriv.kinematics import (
-    STATUS_WORKSPACE,
-    foreign_workspace,
     MAT_T,
     MF_T,
     MI_T,
+    STATUS_WORKSPACE,
     VEC_T,
     call_kernel,
     check_inputs,
-    FK_ACCELERATION,
-    forward_pass,
+    foreign_workspace,
+    joint_placement,
     raise_for_status,
 )
-from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
+from rbd_deriv.model import MF_AXIS, MF_INERTIA, MI_IDX_V, MI_NJ, MI_NVTOT, MI_PARENT, MI_TYPE, Data, Model
 from rbd_deriv.spatial import (
     _NJIT,
     R_FEXTW,
     R_G,
+    R_LIMI,
     R_NLE,
     R_OA,
     R_OF,
     R_OI,
+    R_OMI,
     R_OV,
-    R_S,
     R_SCRATCH,
     R_TAU,
     R_ZERO_FEXT,
     R_ZERO_NV,
-    dot6,
     force_cross_add,
     mat6_vec,
+    motion_cross,
     region1,
     region2,
     region3,
 )
+from rbd_deriv.urdf import JOINT_PRISMATIC, JOINT_REVOLUTE
 
 
 @njit(**_NJIT)
@@ -73,27 +77,144 @@ def body_forces(mi, ws):
 
 
 @njit(**_NJIT)
-def rnea_backward(mi, ws, out):
-    """Accumulate the body forces toward the root and project them: out_i = S_i^T f_i^C."""
-    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
-    of = region2(mi, ws, R_OF, nj, 6)
-    S = region2(mi, ws, R_S, nv, 6)
+def rnea_into(mi, mf, ws, q, v, a, fext, out):
+    """RNEA into ``out`` (nv,), inputs already checked.
+
+    Plain inverse dynamics needs no world-frame inertia, so it runs in the joint frames (Featherstone's
+    body-frame form, as Pinocchio does), which costs fewer operations than the world-frame pass the
+    derivative algorithms share. With M = (R, p) the placement of joint i in its parent:
+
+        v_i = M^-1 v_lambda + S qd,   a_i = M^-1 a_lambda + S qdd + v_i x S qd,   (a_0 = -g, world = universe)
+        f_i = I_i a_i + v_i x* I_i v_i - f^ext_i,   tau_i = S^T f_i,   f_lambda += M f_i
+
+    It also leaves the world placements in data.oMi and the local ones in the liMi region.
+    """
+    nj = mi[0, MI_NJ]
+    oMi = region3(mi, ws, R_OMI, nj, 4, 4)
+    liMi = region3(mi, ws, R_LIMI, nj, 4, 4)
+    vl = region2(mi, ws, R_OV, nj, 6)  # joint-frame velocities (the ov region, reused)
+    al = region2(mi, ws, R_OA, nj, 6)  # joint-frame accelerations
+    fl = region2(mi, ws, R_OF, nj, 6)  # joint-frame forces
+    for k in range(6):
+        vl[0, k] = 0.0
+        al[0, k] = -mf[0, k]
+    for i in range(1, nj):
+        parent = mi[i, MI_PARENT]
+        joint_placement(mi, mf, q, i, oMi[0], liMi[i])
+        M = liMi[i]
+        # World placement: 0M_i = 0M_parent M.
+        for r in range(3):
+            for c in range(4):
+                oMi[i, r, c] = (oMi[parent, r, 0] * M[0, c] + oMi[parent, r, 1] * M[1, c]
+                                + oMi[parent, r, 2] * M[2, c] + (oMi[parent, r, 3] if c == 3 else 0.0))
+        _motion_to_child(M, vl[parent], vl[i])
+        _motion_to_child(M, al[parent], al[i])
+        jtype, iv = mi[i, MI_TYPE], mi[i, MI_IDX_V]
+        ax, ay, az = mf[i, MF_AXIS], mf[i, MF_AXIS + 1], mf[i, MF_AXIS + 2]
+        # vJ = S qd in the joint frame; a_i += S qdd + v_i x vJ (v_i before adding vJ gives the same cross).
+        if jtype == JOINT_REVOLUTE:
+            w, dw = v[iv], a[iv]
+            jx, jy, jz = ax * w, ay * w, az * w
+            vx, vy, vz = vl[i, 0], vl[i, 1], vl[i, 2]
+            wx, wy, wz = vl[i, 3], vl[i, 4], vl[i, 5]
+            al[i, 0] += vy * jz - vz * jy
+            al[i, 1] += vz * jx - vx * jz
+            al[i, 2] += vx * jy - vy * jx
+            al[i, 3] += wy * jz - wz * jy + ax * dw
+            al[i, 4] += wz * jx - wx * jz + ay * dw
+            al[i, 5] += wx * jy - wy * jx + az * dw
+            vl[i, 3] += jx
+            vl[i, 4] += jy
+            vl[i, 5] += jz
+        elif jtype == JOINT_PRISMATIC:
+            w, dw = v[iv], a[iv]
+            jx, jy, jz = ax * w, ay * w, az * w
+            wx, wy, wz = vl[i, 3], vl[i, 4], vl[i, 5]
+            al[i, 0] += wy * jz - wz * jy + ax * dw
+            al[i, 1] += wz * jx - wx * jz + ay * dw
+            al[i, 2] += wx * jy - wy * jx + az * dw
+            vl[i, 0] += jx
+            vl[i, 1] += jy
+            vl[i, 2] += jz
+        else:
+            # Free flyer: S = identity in the joint frame.
+            scratch = region1(mi, ws, R_SCRATCH, 64)
+            vJ = scratch[0:6]
+            cross = scratch[6:12]
+            for k in range(6):
+                vJ[k] = v[iv + k]
+            motion_cross(vl[i], vJ, cross)
+            for k in range(6):
+                vl[i, k] += v[iv + k]
+                al[i, k] += a[iv + k] + cross[k]
+        _body_force(mf, i, vl[i], al[i], fext[i], fl[i])
     for i in range(nj - 1, 0, -1):
-        iv = mi[i, MI_IDX_V]
-        for d in range(mi[i, MI_NV]):
-            out[iv + d] = dot6(S[iv + d], of[i])
+        jtype, iv = mi[i, MI_TYPE], mi[i, MI_IDX_V]
+        if jtype == JOINT_REVOLUTE:
+            out[iv] = mf[i, MF_AXIS] * fl[i, 3] + mf[i, MF_AXIS + 1] * fl[i, 4] + mf[i, MF_AXIS + 2] * fl[i, 5]
+        elif jtype == JOINT_PRISMATIC:
+            out[iv] = mf[i, MF_AXIS] * fl[i, 0] + mf[i, MF_AXIS + 1] * fl[i, 1] + mf[i, MF_AXIS + 2] * fl[i, 2]
+        else:
+            for k in range(6):
+                out[iv + k] = fl[i, k]
         parent = mi[i, MI_PARENT]
         if parent > 0:
-            for k in range(6):
-                of[parent, k] += of[i, k]
+            _force_to_parent_add(liMi[i], fl[i], fl[parent])
 
 
 @njit(**_NJIT)
-def rnea_into(mi, mf, ws, q, v, a, fext, out):
-    """Full RNEA into ``out`` (nv,), inputs already checked."""
-    forward_pass(mi, mf, ws, q, v, a, fext, FK_ACCELERATION)
-    body_forces(mi, ws)
-    rnea_backward(mi, ws, out)
+def _motion_to_child(M, m, out):
+    """out = M^-1 m: a motion given in the parent frame, expressed in the child frame of placement M."""
+    wx, wy, wz = m[3], m[4], m[5]
+    px, py, pz = M[0, 3], M[1, 3], M[2, 3]
+    # linear part at the child origin: v + w x p
+    lx = m[0] + wy * pz - wz * py
+    ly = m[1] + wz * px - wx * pz
+    lz = m[2] + wx * py - wy * px
+    for k in range(3):
+        out[k] = M[0, k] * lx + M[1, k] * ly + M[2, k] * lz
+        out[3 + k] = M[0, k] * wx + M[1, k] * wy + M[2, k] * wz
+
+
+@njit(**_NJIT)
+def _force_to_parent_add(M, f, out):
+    """out += M f: a force given in the child frame of placement M, expressed in the parent frame."""
+    fx = M[0, 0] * f[0] + M[0, 1] * f[1] + M[0, 2] * f[2]
+    fy = M[1, 0] * f[0] + M[1, 1] * f[1] + M[1, 2] * f[2]
+    fz = M[2, 0] * f[0] + M[2, 1] * f[1] + M[2, 2] * f[2]
+    px, py, pz = M[0, 3], M[1, 3], M[2, 3]
+    out[0] += fx
+    out[1] += fy
+    out[2] += fz
+    out[3] += M[0, 0] * f[3] + M[0, 1] * f[4] + M[0, 2] * f[5] + py * fz - pz * fy
+    out[4] += M[1, 0] * f[3] + M[1, 1] * f[4] + M[1, 2] * f[5] + pz * fx - px * fz
+    out[5] += M[2, 0] * f[3] + M[2, 1] * f[4] + M[2, 2] * f[5] + px * fy - py * fx
+
+
+@njit(**_NJIT)
+def _body_force(mf, i, v, a, fext, out):
+    """out = I a + v x* (I v) - fext in the joint frame, I from its 10 parameters (mass, h = m c, Io)."""
+    b = MF_INERTIA
+    m, hx, hy, hz = mf[i, b], mf[i, b + 1], mf[i, b + 2], mf[i, b + 3]
+    i00, i01, i02, i11, i12, i22 = mf[i, b + 4], mf[i, b + 5], mf[i, b + 6], mf[i, b + 7], mf[i, b + 8], mf[i, b + 9]
+    # I m = (m v - h x w, Io w + h x v)
+    vx, vy, vz, wx, wy, wz = v[0], v[1], v[2], v[3], v[4], v[5]
+    fx = m * vx - (hy * wz - hz * wy)
+    fy = m * vy - (hz * wx - hx * wz)
+    fz = m * vz - (hx * wy - hy * wx)
+    nx = i00 * wx + i01 * wy + i02 * wz + hy * vz - hz * vy
+    ny = i01 * wx + i11 * wy + i12 * wz + hz * vx - hx * vz
+    nz = i02 * wx + i12 * wy + i22 * wz + hx * vy - hy * vx
+    ux, uy, uz, ox, oy, oz = a[0], a[1], a[2], a[3], a[4], a[5]
+    out[0] = m * ux - (hy * oz - hz * oy) + wy * fz - wz * fy - fext[0]
+    out[1] = m * uy - (hz * ox - hx * oz) + wz * fx - wx * fz - fext[1]
+    out[2] = m * uz - (hx * oy - hy * ox) + wx * fy - wy * fx - fext[2]
+    out[3] = (i00 * ox + i01 * oy + i02 * oz + hy * uz - hz * uy
+              + wy * nz - wz * ny + vy * fz - vz * fy - fext[3])
+    out[4] = (i01 * ox + i11 * oy + i12 * oz + hz * ux - hx * uz
+              + wz * nx - wx * nz + vz * fx - vx * fz - fext[4])
+    out[5] = (i02 * ox + i12 * oy + i22 * oz + hx * uy - hy * ux
+              + wx * ny - wy * nx + vx * fy - vy * fx - fext[5])
 
 
 _RNEA_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T, VEC_T, VEC_T, MAT_T)

@@ -61,11 +61,8 @@ from rbd_deriv.spatial import (
     R_T3,
     R_T4,
     R_TAU,
-    dot6,
+    dot_rows,
     force_cross_add,
-    mat6_vec,
-    mat6_vec_add,
-    mat6T_vec_add,
     region1,
     region2,
     region3,
@@ -138,35 +135,41 @@ def rnea_derivatives_into(mi, ws, tau, dtau, M):
             dtau[r, c] = 0.0
     for i in range(nj - 1, 0, -1):
         iv, nvj, end, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_SUBTREE_END], mi[i, MI_PARENT]
+        ICi, BCi = IC[i], BC[i]
         for d in range(iv, iv + nvj):
-            mat6_vec(IC[i], S[d], t1[d])
-            mat6_vec(BC[i], S[d], t2[d])
-            for k in range(6):
-                t2[d, k] *= 2.0
-                t4[d, k] = 0.0
             for k in range(6):
                 Sdot[d, k] += Psid[d, k]  # Sdot + Psid is all that is used from here on
-            mat6_vec_add(IC[i], Sdot[d], 1.0, t2[d])
-            mat6_vec(BC[i], Psid[d], t3[d])
-            for k in range(6):
-                t3[d, k] *= 2.0
-            mat6_vec_add(IC[i], Psidd[d], 1.0, t3[d])
+                t4[d, k] = 0.0
+            # One sweep over I^C and B^C computes the four products of the dof.
+            for r in range(6):
+                a1 = a2 = a3 = 0.0
+                b2 = b3 = 0.0
+                for k in range(6):
+                    ic, bc = ICi[r, k], BCi[r, k]
+                    a1 += ic * S[d, k]
+                    a2 += ic * Sdot[d, k]
+                    a3 += ic * Psidd[d, k]
+                    b2 += bc * S[d, k]
+                    b3 += bc * Psid[d, k]
+                    t4[d, k] += 2.0 * bc * S[d, r]
+                t1[d, r] = a1
+                t2[d, r] = 2.0 * b2 + a2
+                t3[d, r] = 2.0 * b3 + a3
             force_cross_add(S[d], fC[i], 1.0, t3[d])
-            mat6T_vec_add(BC[i], S[d], 2.0, t4[d])
         for r in range(iv, iv + nvj):
-            tau[r] = dot6(S[r], fC[i])
+            tau[r] = dot_rows(S, r, fC, i)
             for k in range(iv, end):
-                M[r, k] = dot6(S[r], t1[k])
+                M[r, k] = dot_rows(S, r, t1, k)
             for k in range(iv + nvj, end):
-                dtau[r, k] = dot6(S[r], t3[k])
-                dtau[r, nv + k] = dot6(S[r], t2[k])
+                dtau[r, k] = dot_rows(S, r, t3, k)
+                dtau[r, nv + k] = dot_rows(S, r, t2, k)
         # The joint's own block takes the second form: for a multi-dof joint the S x* f^C term of t3 is
         # cancelled by the rotation of S_i itself (the rigid motion of the subtree leaves S_i^T f^C unchanged
         # but for gravity, which Psidd carries). For one dof both forms agree.
         for k in range(iv, end):
             for c in range(iv, iv + nvj):
-                dtau[k, c] = dot6(t4[k], Psid[c]) + dot6(t1[k], Psidd[c])
-                dtau[k, nv + c] = dot6(t4[k], S[c]) + dot6(t1[k], Sdot[c])
+                dtau[k, c] = dot_rows(t4, k, Psid, c) + dot_rows(t1, k, Psidd, c)
+                dtau[k, nv + c] = dot_rows(t4, k, S, c) + dot_rows(t1, k, Sdot, c)
         if parent > 0:
             for r in range(6):
                 fC[parent, r] += fC[i, r]

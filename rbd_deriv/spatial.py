@@ -86,7 +86,7 @@ def region3(mi, ws, name_index, d0, d1, d2):
 
 
 R = REGION_INDEX  # short alias for kernels: R["ov"] is a compile-time constant once bound to a global
-R_OMI, R_OV, R_OA, R_OF = R["oMi"], R["ov"], R["oa"], R["of"]
+R_OMI, R_LIMI, R_OV, R_OA, R_OF = R["oMi"], R["liMi"], R["ov"], R["oa"], R["of"]
 R_OI, R_IC, R_BC, R_IA, R_PA, R_DINV, R_C, R_FEXTW = (
     R["oI"], R["IC"], R["BC"], R["IA"], R["pA"], R["Dinv"], R["c"], R["fext_world"])
 R_S, R_SDOT, R_PSID, R_PSIDD = R["S"], R["Sdot"], R["Psid"], R["Psidd"]

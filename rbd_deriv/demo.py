@@ -1,0 +1,339 @@
+"""The closed-loop demo: ``python -m rbd_deriv.demo`` (``--help`` for options).
+
+Starts three processes talking over DDS, as on a robot: the simulated 7-dof arm
+(:mod:`rbd_deriv.nodes.sim_node`, MuJoCo with joint damping and friction the controller does not
+know), the dynamics node (linearizations at every joint_states message) and the MPC node (torque
+commands). This process publishes a reference that moves every joint, records joint_states,
+commands and diagnostics for a fixed time, then prints the achieved MPC rate, solve-time
+percentiles, the dynamics latency seen by the MPC, the tracking error per joint and the torque
+use, and writes a PNG (reference vs actual, torques vs limits). No display is needed.
+
+Unless ROS_DOMAIN_ID is set, a random domain keeps the demo apart from other ROS traffic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+#: Joint motion of the demo: centre [rad] (away from singularities and limits), amplitude [rad],
+#: frequency [Hz]. Peak speeds a * 2 pi f stay below each joint's URDF velocity limit.
+DEMO_CENTER = np.array([0.0, 0.5, 0.0, -1.2, 0.0, 0.8, 0.0])
+DEMO_AMPLITUDE = np.array([0.6, 0.35, 0.6, 0.4, 0.7, 0.5, 0.8])
+DEMO_FREQUENCY = np.array([0.20, 0.25, 0.30, 0.35, 0.40, 0.45, 0.50])
+DEMO_RAMP = 1.0
+
+#: Spacing of the points of the published reference trajectory [s].
+REFERENCE_SPACING = 0.02
+
+#: Seconds given to the three processes to start (numba caches, DDS discovery) before giving up.
+STARTUP_TIMEOUT = 90.0
+
+
+def _parameters(values: dict) -> list[str]:
+    arguments = ["--ros-args"]
+    for name, value in values.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (list, tuple)):
+            text = "[" + ", ".join(repr(float(x)) for x in value) + "]"
+        else:
+            text = str(value)
+        arguments += ["-p", f"{name}:={text}"]
+    return arguments
+
+
+def _start(module: str, parameters: dict, log: Path) -> subprocess.Popen:
+    handle = open(log, "w", encoding="utf-8")
+    return subprocess.Popen([sys.executable, "-m", module] + _parameters(parameters),
+                            stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + 5.0
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+class Recorder:
+    """rclpy node of this process: publishes the reference, records what the loop does."""
+
+    def __init__(self, joint_names: list[str], command_topic: str) -> None:
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Float64MultiArray
+        from trajectory_msgs.msg import JointTrajectory
+
+        import rclpy
+
+        self.node = rclpy.create_node("rbd_deriv_demo")
+        self.joint_names = joint_names
+        self.states: list[tuple[float, np.ndarray, np.ndarray]] = []
+        self.commands: list[tuple[float, np.ndarray]] = []
+        self.diagnostics: dict[str, dict[str, str]] = {}
+        self.recording = False
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.reference_publisher = self.node.create_publisher(JointTrajectory,
+                                                              "/mpc_node/reference", latched)
+        self.node.create_subscription(JointState, "joint_states", self._on_state, 100)
+        self.node.create_subscription(Float64MultiArray, command_topic, self._on_command, 100)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+
+    def now(self) -> float:
+        return self.node.get_clock().now().nanoseconds * 1e-9
+
+    def _on_state(self, message: Any) -> None:
+        if self.recording and list(message.name) == self.joint_names:
+            stamp = message.header.stamp.sec + message.header.stamp.nanosec * 1e-9
+            self.states.append((stamp, np.array(message.position), np.array(message.velocity)))
+
+    def _on_command(self, message: Any) -> None:
+        if self.recording:
+            self.commands.append((self.now(), np.array(message.data)))
+
+    def _on_diagnostics(self, message: Any) -> None:
+        for status in message.status:
+            self.diagnostics[status.name] = {kv.key: kv.value for kv in status.values}
+
+    def mpc_diagnostics(self) -> dict[str, str]:
+        for name, values in self.diagnostics.items():
+            if name.endswith(": MPC"):
+                return values
+        return {}
+
+    def publish_reference(self, reference: Any, start: float, duration: float) -> None:
+        from builtin_interfaces.msg import Duration
+        from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+        from rclpy.time import Time
+
+        times = np.arange(0.0, duration + 1.0, REFERENCE_SPACING)
+        positions, velocities, _ = reference.sample(times)
+        message = JointTrajectory()
+        message.header.stamp = Time(nanoseconds=int(start * 1e9)).to_msg()
+        message.joint_names = self.joint_names
+        for t, q, v in zip(times, positions, velocities):
+            whole = int(t)
+            message.points.append(JointTrajectoryPoint(
+                positions=q.tolist(), velocities=v.tolist(),
+                time_from_start=Duration(sec=whole, nanosec=int(round((t - whole) * 1e9)))))
+        self.reference_publisher.publish(message)
+
+
+def _spin_until(recorder: Recorder, condition, timeout: float) -> bool:
+    import rclpy
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rclpy.spin_once(recorder.node, timeout_sec=0.01)
+        if condition():
+            return True
+    return False
+
+
+def summarize(recorder: Recorder, reference: Any, start: float, duration: float,
+              effort_limit: np.ndarray) -> dict:
+    """Tracking errors per joint, torque use and rates from what was recorded."""
+    stamps = np.array([s[0] for s in recorder.states]) - start
+    inside = (stamps >= 0.0) & (stamps <= duration)
+    positions = np.array([s[1] for s in recorder.states])[inside]
+    stamps = stamps[inside]
+    expected = reference.sample(stamps)[0]
+    error = positions - expected
+    command_times = np.array([c[0] for c in recorder.commands]) - start
+    torques = np.array([c[1] for c in recorder.commands])
+    during = (command_times >= 0.0) & (command_times <= duration)
+    return {
+        "stamps": stamps, "positions": positions, "expected": expected,
+        "rms": np.sqrt(np.mean(error ** 2, axis=0)), "max": np.abs(error).max(axis=0),
+        "command_times": command_times, "torques": torques,
+        "torque_ratio": np.abs(torques).max(axis=0) / effort_limit,
+        "command_rate": during.sum() / duration,
+        "state_rate": inside.sum() / duration,
+    }
+
+
+def plot(summary: dict, joint_names: list[str], effort_limit: np.ndarray, path: Path,
+         title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    count = len(joint_names)
+    figure, axes = plt.subplots(count, 2, figsize=(13, 2.0 * count), sharex=True)
+    for j, name in enumerate(joint_names):
+        left, right = axes[j]
+        left.plot(summary["stamps"], summary["expected"][:, j], "k--", lw=1.0, label="reference")
+        left.plot(summary["stamps"], summary["positions"][:, j], "C0", lw=1.0, label="actual")
+        left.set_ylabel(f"{name}\n[rad]")
+        right.plot(summary["command_times"], summary["torques"][:, j], "C1", lw=0.8, label="command")
+        for sign in (-1.0, 1.0):
+            right.axhline(sign * effort_limit[j], color="r", lw=0.8, ls=":")
+        right.set_ylabel("[N m]")
+    axes[0][0].legend(loc="upper right", fontsize=8)
+    axes[0][0].set_title("joint positions: reference vs actual")
+    axes[0][1].set_title("torque commands vs URDF limits (dotted)")
+    axes[-1][0].set_xlabel("time [s]")
+    axes[-1][1].set_xlabel("time [s]")
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
+def publish_reference_only(duration: float) -> int:
+    """Publish the demo reference (starting 2 s from now) and stay until it ends."""
+    import rclpy
+
+    import rbd_deriv as rd
+    from rbd_deriv.control import SinusoidReference
+    from rbd_deriv.testing.robots import bundled_urdf
+
+    joint_names = list(rd.load_urdf(str(bundled_urdf("rbd_arm7"))).joint_names)
+    rclpy.init()
+    recorder = Recorder(joint_names, "/effort_controller/commands")
+    try:
+        start = recorder.now() + 2.0
+        recorder.publish_reference(
+            SinusoidReference(DEMO_CENTER, DEMO_AMPLITUDE, DEMO_FREQUENCY, ramp=DEMO_RAMP),
+            start, duration)
+        # Stay alive: the reference is latched, a late MPC node still gets it from us.
+        _spin_until(recorder, lambda: recorder.now() > start + duration, duration + 5.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        recorder.node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rbd_deriv.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=20.0, help="tracking time [s]")
+    parser.add_argument("--mode", choices=["held", "relinearize"], default="held",
+                        help="MPC mode (held: linearizations of the dynamics node)")
+    parser.add_argument("--backend", choices=["mujoco", "builtin"], default="mujoco")
+    parser.add_argument("--rate", type=float, default=200.0, help="MPC rate [Hz]")
+    parser.add_argument("--output", default="rbd_deriv_demo.png", help="PNG written at the end")
+    parser.add_argument("--logs", default=None, help="folder for the nodes' logs (default: temp)")
+    parser.add_argument("--reference-only", action="store_true",
+                        help="only publish the reference (for demo.launch.py) and wait")
+    arguments = parser.parse_args(argv)
+    if arguments.reference_only:
+        return publish_reference_only(arguments.duration)
+
+    os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(20, 99)))
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    import tempfile
+
+    import rclpy
+
+    import rbd_deriv as rd
+    from rbd_deriv.control import SinusoidReference
+    from rbd_deriv.testing.robots import bundled_urdf
+
+    urdf = str(bundled_urdf("rbd_arm7"))
+    model = rd.load_urdf(urdf)
+    joint_names = list(model.joint_names)
+    effort_limit = np.asarray(model.effort_limit, dtype=float)
+    reference = SinusoidReference(DEMO_CENTER, DEMO_AMPLITUDE, DEMO_FREQUENCY, ramp=DEMO_RAMP)
+    logs = Path(arguments.logs or tempfile.mkdtemp(prefix="rbd_deriv_demo_"))
+    logs.mkdir(parents=True, exist_ok=True)
+    damping, friction, horizon, dt = 0.5, 0.2, 20, 0.01
+    command_topic = "/effort_controller/commands"
+    processes = [
+        _start("rbd_deriv.nodes.sim_node", {
+            "urdf_path": urdf, "backend": arguments.backend, "damping": damping,
+            "friction": friction, "initial_positions": DEMO_CENTER.tolist(),
+            "command_topic": command_topic}, logs / "sim_node.log"),
+        _start("rbd_deriv.nodes.mpc_node", {
+            "urdf_path": urdf, "mode": arguments.mode, "horizon": horizon, "dt": dt,
+            "rate_hz": arguments.rate, "command_topic": command_topic,
+            "diagnostics_period": 1.0}, logs / "mpc_node.log"),
+    ]
+    if arguments.mode == "held":
+        processes.append(_start("rbd_deriv.nodes.dynamics_node", {
+            "urdf_path": urdf, "dt": dt, "publish_mass_matrix_inverse": False,
+            "publish_mode": "timer", "rate": arguments.rate},
+            logs / "dynamics_node.log"))
+    rclpy.init()
+    recorder = Recorder(joint_names, command_topic)
+    try:
+        print(f"starting sim_node ({arguments.backend}), "
+              f"{'dynamics_node, ' if arguments.mode == 'held' else ''}mpc_node "
+              f"(logs in {logs}) ...", flush=True)
+        ready = _spin_until(
+            recorder, lambda: int(recorder.mpc_diagnostics().get("commands_plan", "0")) > 0,
+            STARTUP_TIMEOUT)
+        crashed = [p.args[2] for p in processes if p.poll() is not None]
+        if not ready or crashed:
+            print(f"the loop did not start within {STARTUP_TIMEOUT:g} s "
+                  f"(exited: {crashed or 'none'}); see the logs in {logs}", file=sys.stderr)
+            return 1
+        start = recorder.now() + 1.0
+        recorder.publish_reference(reference, start, arguments.duration)
+        recorder.recording = True
+        print(f"tracking for {arguments.duration:g} s ...", flush=True)
+        _spin_until(recorder, lambda: recorder.now() > start + arguments.duration + 0.2,
+                    arguments.duration + 30.0)
+        recorder.recording = False
+        diagnostics = recorder.mpc_diagnostics()
+    finally:
+        _stop(processes)
+        recorder.node.destroy_node()
+        rclpy.try_shutdown()
+
+    summary = summarize(recorder, reference, start, arguments.duration, effort_limit)
+    title = (f"rbd_deriv demo: {model.name} ({model.nv} joints), plant {arguments.backend} "
+             f"(damping {damping} N m s/rad, friction {friction} N m), MPC mode "
+             f"{arguments.mode}, N={horizon}, dt={dt} s")
+    print()
+    print(title)
+    print(f"MPC rate achieved:      {summary['command_rate']:.1f} Hz (asked {arguments.rate:g} Hz)")
+    print(f"MPC solve time:         p50 {diagnostics.get('solve_time_p50_us', '-')} us, "
+          f"p99 {diagnostics.get('solve_time_p99_us', '-')} us, "
+          f"max {diagnostics.get('solve_time_max_us', '-')} us")
+    if arguments.mode == "held":
+        print(f"dynamics latency:       p50 {diagnostics.get('linearization_age_p50_ms', '-')} ms, "
+              f"p99 {diagnostics.get('linearization_age_p99_ms', '-')} ms "
+              "(joint_states stamp -> linearization at the MPC)")
+    print(f"joint_states received:  {summary['state_rate']:.0f} Hz")
+    sources = {k[len("commands_"):]: v for k, v in diagnostics.items() if k.startswith("commands_")}
+    print("commands by source:     " + ", ".join(f"{k} {v}" for k, v in sources.items()))
+    refused = {k: v for k, v in diagnostics.items() if k.startswith("refused_")}
+    print(f"refused messages:       {refused or 'none'}")
+    print()
+    print(f"{'joint':<8} {'rms error [rad]':>16} {'max error [rad]':>16} {'max |tau|/limit':>16}")
+    for j, name in enumerate(joint_names):
+        print(f"{name:<8} {summary['rms'][j]:>16.5f} {summary['max'][j]:>16.5f} "
+              f"{summary['torque_ratio'][j]:>16.3f}")
+    exceeded = bool((summary["torque_ratio"] > 1.0).any())
+    print(f"torque limits exceeded: {'YES' if exceeded else 'never'}")
+    output = Path(arguments.output)
+    plot(summary, joint_names, effort_limit, output, title)
+    print(f"plot written to {output.resolve()}")
+    return 0 if not exceeded else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
