@@ -226,8 +226,8 @@ FK_POSITION, FK_VELOCITY, FK_ACCELERATION, FK_DERIVATIVES = 0, 1, 2, 3
 def forward_pass(mi, mf, ws, q, v, a, fext, level):
     """World-frame kinematics up to ``level``:
 
-    FK_POSITION: placements oMi, motion subspaces S, body inertias oI, external forces in the world frame;
-    FK_VELOCITY: + velocities ov and c_i = v_i x (S_i qd_i);
+    FK_POSITION: placements oMi, motion subspaces S, body inertias oI;
+    FK_VELOCITY: + external forces in the world frame, velocities ov and c_i = v_i x (S_i qd_i);
     FK_ACCELERATION: + accelerations oa (a_0 = -g);
     FK_DERIVATIVES: + Sdot, Psid, Psidd, the motion sets of the derivative algorithms.
     """
@@ -246,9 +246,9 @@ def forward_pass(mi, mf, ws, q, v, a, fext, level):
         joint_placement(mi, mf, q, i, oMi[parent], oMi[i])
         motion_subspace(mi, mf, i, oMi[i], S)
         act_inertia(oMi[i], mf[i, MF_INERTIA:], oI[i])
-        act_force(oMi[i], fext[i], fext_world[i])
         if level == FK_POSITION:
             continue
+        act_force(oMi[i], fext[i], fext_world[i])
         iv, nvj = mi[i, MI_IDX_V], mi[i, MI_NV]
         for k in range(6):
             s = 0.0
@@ -348,11 +348,14 @@ def raise_for_status(model: Model, status: int, names=ARGUMENT_NAMES) -> None:
 
 
 def as_input_array(x, name: str, ndim: int) -> np.ndarray:
-    """Convert an argument to the contiguous, writable float64 array the kernels take, or raise InputError."""
+    """Convert an argument to the contiguous, writable float64 array the kernels take (copying only when
+    needed), or raise InputError."""
     try:
-        array = np.array(x, dtype=np.float64, order="C", copy=True)
+        array = np.asarray(x, dtype=np.float64, order="C")
     except (TypeError, ValueError) as err:
         raise InputError(f"{name}: expected an array of numbers ({err})", name) from err
+    if not array.flags.writeable:
+        array = array.copy()
     if array.ndim != ndim:
         raise InputError(f"{name}: expected a {ndim}-D array, got shape {array.shape}", name)
     return array

@@ -281,6 +281,12 @@ class Data:
     ``dddq_dq``, ``dddq_dv`` (nv, nv); ``A`` (2nv, 2nv); ``B`` (2nv, nv); ``x_next`` (nq + nv,).
     """
 
+    @staticmethod
+    def initialize(model: Model, ws: np.ndarray) -> None:
+        """Put a zeroed workspace in its initial state: the universe placements are the identity."""
+        for offset in _identity_rows(model):
+            ws[offset : offset + 16] = np.eye(4).ravel()
+
     def __init__(self, model: Model) -> None:
         self.ws = np.zeros(model.workspace_size)
         offset = 0
@@ -290,12 +296,22 @@ class Data:
         nv = model.nv
         self.dtau_dq, self.dtau_dv = self.dtau[:, :nv], self.dtau[:, nv:]
         self.dddq_dq, self.dddq_dv = self.dddq[:, :nv], self.dddq[:, nv:]
-        self.oMi[:] = np.eye(4)
-        self.liMi[:] = np.eye(4)
+        Data.initialize(model, self.ws)
         # Public results are read-only views: the kernels write through ws.
         for name in ("oMi", "tau", "ddq", "nle", "g", "M", "Minv", "dtau_dq", "dtau_dv", "dddq_dq",
                      "dddq_dv", "A", "B", "x_next"):
             getattr(self, name).setflags(write=False)
+
+
+def _identity_rows(model: Model):
+    """Offsets in ws of the universe placements (oMi[0], liMi[0]), which every kernel reads as identity."""
+    nj, nv, nq = model.njoints, model.nv, model.nq
+    offset, rows = 0, []
+    for name, dims, size in _region_sizes(nj, nv, nq):
+        if name in ("oMi", "liMi"):
+            rows.append(offset)
+        offset += size
+    return rows
 
 
 def load_urdf(path_or_xml: str, floating_base: bool = False, gravity=None) -> Model:
