@@ -16,11 +16,11 @@ import os
 # Read when the OpenMP runtime starts (the first batched call), so it must be set before.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError
-from rbd_deriv.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE
-from rbd_deriv.model import Data, Model, load_urdf
-from rbd_deriv.kinematics import forward_kinematics, frame_placement
-from rbd_deriv.configuration import (
+from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError  # noqa: E402
+from rbd_deriv.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE  # noqa: E402
+from rbd_deriv.model import Data, Model, load_urdf  # noqa: E402
+from rbd_deriv.kinematics import forward_kinematics, frame_placement  # noqa: E402
+from rbd_deriv.configuration import (  # noqa: E402
     difference,
     dintegrate_dq,
     dintegrate_dv,
@@ -28,17 +28,10 @@ from rbd_deriv.configuration import (
     neutral,
     random_configuration,
 )
-from rbd_deriv.rnea import gravity_torques, nonlinear_effects, rnea
-from rbd_deriv.crba import crba
-from rbd_deriv.aba import aba
-from rbd_deriv.minverse import minverse
-
-__all__ = [
-    "Data", "Model", "load_urdf", "InputError", "ModelError", "RbdDerivError", "URDFError",
-    "JOINT_FREEFLYER", "JOINT_PRISMATIC", "JOINT_REVOLUTE",
-    "forward_kinematics", "frame_placement", "neutral", "integrate", "difference", "random_configuration",
-    "dintegrate_dq", "dintegrate_dv", "rnea", "nonlinear_effects", "gravity_torques", "crba", "aba", "minverse",
-]
+from rbd_deriv.rnea import gravity_torques, nonlinear_effects, rnea  # noqa: E402
+from rbd_deriv.crba import crba  # noqa: E402
+from rbd_deriv.aba import aba  # noqa: E402
+from rbd_deriv.minverse import minverse  # noqa: E402
 from rbd_deriv.rnea_derivatives import rnea_derivatives  # noqa: E402
 from rbd_deriv.aba_derivatives import aba_derivatives  # noqa: E402
 from rbd_deriv.linearization import linearize  # noqa: E402
@@ -49,3 +42,12 @@ from rbd_deriv.batch import (  # noqa: E402
     rnea_batch,
     rnea_derivatives_batch,
 )
+
+__all__ = [
+    "Data", "Model", "load_urdf", "InputError", "ModelError", "RbdDerivError", "URDFError",
+    "JOINT_FREEFLYER", "JOINT_PRISMATIC", "JOINT_REVOLUTE",
+    "forward_kinematics", "frame_placement", "neutral", "integrate", "difference", "random_configuration",
+    "dintegrate_dq", "dintegrate_dv", "rnea", "nonlinear_effects", "gravity_torques", "crba", "aba", "minverse",
+    "rnea_derivatives", "aba_derivatives", "linearize",
+    "rnea_batch", "aba_batch", "rnea_derivatives_batch", "aba_derivatives_batch", "linearize_batch",
+]

@@ -48,7 +48,6 @@ from rbd_deriv.spatial import (
     dot_rows,
     force_cross_add,
     mat6_vec,
-    mat6_vec_add,
     region1,
     region2,
     region3,

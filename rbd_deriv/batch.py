@@ -34,7 +34,6 @@ from rbd_deriv.spatial import (
     R_A,
     R_B,
     R_DDDQ,
-    R_DDQ,
     R_DTAU,
     R_M,
     R_MINV,

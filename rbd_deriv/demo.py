@@ -32,11 +32,18 @@ DEMO_AMPLITUDE = np.array([0.6, 0.35, 0.6, 0.4, 0.7, 0.5, 0.8])
 DEMO_FREQUENCY = np.array([0.20, 0.25, 0.30, 0.35, 0.40, 0.45, 0.50])
 DEMO_RAMP = 1.0
 
+#: Joint damping [N m s/rad] and dry friction [N m] of the plant per unit of URDF effort limit:
+#: 0.18 N m s/rad and 0.35 N m on the shoulder, 0.04 N m s/rad and 0.08 N m on the light wrist,
+#: whose time constant (inertia / damping) stays above the 5 ms of a control tick.
+DAMPING_PER_EFFORT = 0.001
+FRICTION_PER_EFFORT = 0.002
+
 #: Spacing of the points of the published reference trajectory [s].
 REFERENCE_SPACING = 0.02
 
-#: Seconds given to the three processes to start (numba caches, DDS discovery) before giving up.
-STARTUP_TIMEOUT = 90.0
+#: Seconds given to the three processes to start before giving up: a few with numba caches
+#: filled, up to two minutes on a fresh install that compiles every kernel.
+STARTUP_TIMEOUT = 180.0
 
 
 def _parameters(values: dict) -> list[str]:
@@ -259,12 +266,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     reference = SinusoidReference(DEMO_CENTER, DEMO_AMPLITUDE, DEMO_FREQUENCY, ramp=DEMO_RAMP)
     logs = Path(arguments.logs or tempfile.mkdtemp(prefix="rbd_deriv_demo_"))
     logs.mkdir(parents=True, exist_ok=True)
-    damping, friction, horizon, dt = 0.5, 0.2, 20, 0.01
+    damping, friction = DAMPING_PER_EFFORT * effort_limit, FRICTION_PER_EFFORT * effort_limit
+    horizon, dt = 20, 0.01
     command_topic = "/effort_controller/commands"
     processes = [
         _start("rbd_deriv.nodes.sim_node", {
-            "urdf_path": urdf, "backend": arguments.backend, "damping": damping,
-            "friction": friction, "initial_positions": DEMO_CENTER.tolist(),
+            "urdf_path": urdf, "backend": arguments.backend, "damping": damping.tolist(),
+            "friction": friction.tolist(), "initial_positions": DEMO_CENTER.tolist(),
             "command_topic": command_topic}, logs / "sim_node.log"),
         _start("rbd_deriv.nodes.mpc_node", {
             "urdf_path": urdf, "mode": arguments.mode, "horizon": horizon, "dt": dt,
@@ -305,7 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     summary = summarize(recorder, reference, start, arguments.duration, effort_limit)
     title = (f"rbd_deriv demo: {model.name} ({model.nv} joints), plant {arguments.backend} "
-             f"(damping {damping} N m s/rad, friction {friction} N m), MPC mode "
+             f"(damping {DAMPING_PER_EFFORT:g} N m s/rad and friction {FRICTION_PER_EFFORT:g} N m per "
+             f"N m of effort limit), MPC mode "
              f"{arguments.mode}, N={horizon}, dt={dt} s")
     print()
     print(title)

@@ -51,8 +51,6 @@ from rbd_deriv.spatial import (
     R_PSIDD,
     R_S,
     R_SCRATCH,
-    R_ZERO_FEXT,
-    R_ZERO_NV,
     R_SDOT,
     act_force,
     act_inertia,
@@ -114,6 +112,18 @@ def check_inputs(mi, q, v, a, fext):
             if not np.isfinite(fext[i, k]):
                 return STATUS_NONFINITE * STATUS_SCALE + 3
     return check_quaternions(mi, q)
+
+
+@njit(**_NJIT)
+def check_position_call(mi, ws, q):
+    """Status of a kernel call that takes only q: the workspace first, then q (shape, finite, unit
+    quaternions)."""
+    if foreign_workspace(mi, ws):
+        return STATUS_WORKSPACE
+    status = check_vector(q, mi[0, MI_NQTOT], 0)
+    if status == 0:
+        status = check_quaternions(mi, q)
+    return status
 
 
 @njit(**_NJIT)
@@ -313,14 +323,10 @@ _FK_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T)
 
 @njit(_FK_SIG, **_NJIT)
 def _forward_kinematics_kernel(mi, mf, ws, q):
-    if foreign_workspace(mi, ws):
-        return STATUS_WORKSPACE
-    nj = mi[0, MI_NJ]
-    status = check_vector(q, mi[0, MI_NQTOT], 0)
-    if status == 0:
-        status = check_quaternions(mi, q)
+    status = check_position_call(mi, ws, q)
     if status != 0:
         return status
+    nj = mi[0, MI_NJ]
     oMi = region3(mi, ws, R_OMI, nj, 4, 4)
     for i in range(1, nj):
         joint_placement(mi, mf, q, i, oMi[mi[i, MI_PARENT]], oMi[i])

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit, types
 
 from rbd_deriv.aba import STATUS_SINGULAR, raise_for_dynamics_status

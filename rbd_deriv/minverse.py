@@ -27,11 +27,9 @@ from rbd_deriv.kinematics import (
     FK_POSITION,
     MF_T,
     MI_T,
-    STATUS_WORKSPACE,
     VEC_T,
     call_kernel,
-    check_inputs,
-    foreign_workspace,
+    check_position_call,
     forward_pass,
 )
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
@@ -147,14 +145,12 @@ _MINV_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T)
 
 @njit(_MINV_SIG, **_NJIT)
 def _minverse_kernel(mi, mf, ws, q):
-    if foreign_workspace(mi, ws):
-        return STATUS_WORKSPACE
+    status = check_position_call(mi, ws, q)
+    if status != 0:
+        return status
     nv = mi[0, MI_NVTOT]
     zero = region1(mi, ws, R_ZERO_NV, nv)
     fext = region2(mi, ws, R_ZERO_FEXT, mi[0, MI_NJ], 6)
-    status = check_inputs(mi, q, zero, zero, fext)
-    if status != 0:
-        return status
     forward_pass(mi, mf, ws, q, zero, zero, fext, FK_POSITION)
     if not minverse_into(mi, ws, region2(mi, ws, R_MINV, nv, nv)):
         return STATUS_SINGULAR

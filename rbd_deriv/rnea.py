@@ -25,6 +25,7 @@ from rbd_deriv.kinematics import (
     STATUS_WORKSPACE,
     VEC_T,
     call_kernel,
+    check_position_call,
     check_inputs,
     foreign_workspace,
     joint_placement,
@@ -291,14 +292,12 @@ _G_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T)
 
 @njit(_G_SIG, **_NJIT)
 def _gravity_kernel(mi, mf, ws, q):
-    if foreign_workspace(mi, ws):
-        return STATUS_WORKSPACE
+    status = check_position_call(mi, ws, q)
+    if status != 0:
+        return status
     nv = mi[0, MI_NVTOT]
     zero = region1(mi, ws, R_ZERO_NV, nv)
     fext = region2(mi, ws, R_ZERO_FEXT, mi[0, MI_NJ], 6)
-    status = check_inputs(mi, q, zero, zero, fext)
-    if status != 0:
-        return status
     rnea_into(mi, mf, ws, q, zero, zero, fext, region1(mi, ws, R_G, nv))
     return 0
 

@@ -24,7 +24,6 @@ along integrate(q, eps e_j). External forces are fixed in their joint frames, so
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit, types
 
 from rbd_deriv.crba import symmetrize_upper

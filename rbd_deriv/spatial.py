@@ -12,7 +12,6 @@ Also here: workspace views (regions of ``data.ws`` laid out by :mod:`rbd_deriv.m
 
 from __future__ import annotations
 
-import math
 
 from numba import njit, types
 from numba.core import cgutils

@@ -1,0 +1,17 @@
+"""``python -m rbd_deriv <subcommand>``: the package's command line."""
+
+from __future__ import annotations
+
+import sys
+
+from rbd_deriv.cli import dispatch
+
+SUBCOMMANDS = {
+    "demo": "rbd_deriv.demo",
+    "bench": "rbd_deriv.bench.__main__",
+    "bag-eval": "rbd_deriv.replay.cli",
+    "bag-play": "rbd_deriv.replay.live",
+}
+
+if __name__ == "__main__":
+    sys.exit(dispatch("python -m rbd_deriv", SUBCOMMANDS))

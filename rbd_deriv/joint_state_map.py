@@ -1,0 +1,283 @@
+"""Assemble the robot state (q, v) from joint_states-like messages, checking every one of them.
+
+A robot's joint states often arrive by pieces: one publisher for the arm, one for the gripper, the
+floating base from an odometry source; names come in any order, with joints the model does not know.
+:class:`JointStateMap` keeps the latest position, velocity and effort of every joint of a model, maps
+each message by joint name onto the model's coordinates, and refuses a bad message as a whole (nothing
+of it is kept) with a :class:`JointStateError` whose ``reason`` is a short key a node can count by.
+
+No ROS here: messages are passed as names, arrays and a stamp in [ns], so the checks are testable
+without a middleware and usable from a bag reader.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from rbd_deriv import constants
+from rbd_deriv.exceptions import InputError
+
+__all__ = ["FREE_FLYER_JOINT", "JointStateError", "JointStateMap", "REASONS", "velocity_names"]
+
+#: Name of the free-flyer joint the library adds for a floating base.
+FREE_FLYER_JOINT = "root_joint"
+
+#: Every ``JointStateError.reason``, with what it means.
+REASONS: Dict[str, str] = {
+    "length_mismatch": "position, velocity or effort length differs from the number of names",
+    "duplicate_joint": "a joint name appears twice in one message",
+    "unknown_joints": "no joint of the message belongs to the model (or an unknown one in strict mode)",
+    "non_finite": "a value of a model joint is NaN or inf",
+    "missing_velocity": "a model joint comes without a velocity",
+    "missing_effort": "an effort is needed but a model joint has none",
+    "out_of_order": "the stamp is older than the last accepted stamp of one of its joints",
+    "stale": "the stamp is too old compared to the clock, or a joint was not updated for too long",
+    "incomplete": "some joints of the model have not been received yet",
+    "bad_base": "the floating-base pose or twist is unusable (non-finite, quaternion not unit)",
+}
+
+_FREE_FLYER_AXES = ("vx", "vy", "vz", "wx", "wy", "wz")
+
+
+class JointStateError(InputError):
+    """A joint-state or base-state message is refused.
+
+    Attributes:
+        reason: One key of :data:`REASONS`, for counting.
+        joints: The joint names concerned (possibly empty).
+    """
+
+    def __init__(self, message: str, reason: str, joints: Sequence[str] = ()) -> None:
+        super().__init__(message, argument="joint_states" if reason != "bad_base" else "odometry")
+        self.reason = reason
+        self.joints = list(joints)
+
+
+def velocity_names(model) -> List[str]:
+    """Name of each velocity coordinate of ``model`` (nv,), in model order.
+
+    One-dof joints keep their name; the free flyer gives ``root_joint_vx ... root_joint_wz`` (linear,
+    then angular, in the base frame); any other multi-dof joint gives ``<name>_<k>``.
+    """
+    names: List[str] = [""] * model.nv
+    for joint in model.joint_names:
+        start, count = model.idx_v[joint], model.nv_joint[joint]
+        if count == 1:
+            names[start] = joint
+        elif joint == FREE_FLYER_JOINT and count == 6:
+            names[start : start + 6] = [f"{joint}_{axis}" for axis in _FREE_FLYER_AXES]
+        else:
+            names[start : start + count] = [f"{joint}_{k}" for k in range(count)]
+    return names
+
+
+def _describe(names: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+class JointStateMap:
+    """Latest joint positions, velocities and efforts of a model, filled by name.
+
+    Args:
+        model: The :class:`rbd_deriv.Model` whose state is assembled. Its one-dof joints are read from
+            joint_states; a free-flyer base (``root_joint``) from :meth:`update_base`.
+        strict: Refuse a message naming a joint the model does not have. By default such joints (a
+            gripper, a sensor joint...) are ignored, and only a message with no model joint at all is
+            refused.
+        max_age: A stamp older than the clock by more than this [s] is stale, and so is a state one of
+            whose joints was last updated more than this before the newest one; 0 disables both checks.
+
+    Attributes:
+        q: Configuration (nq,) [rad or m], starts at the neutral configuration.
+        v: Velocity (nv,) [rad/s or m/s].
+        effort: Latest measured effort (nv,) [N m or N]; free-flyer entries stay 0.
+        stamp_ns: Stamp of the last accepted message [ns], or -1.
+    """
+
+    def __init__(self, model, strict: bool = False, max_age: float = 0.0) -> None:
+        if not (math.isfinite(max_age) and max_age >= 0.0):
+            raise InputError(f"max_age must be a finite number of seconds >= 0, got {max_age!r}", "max_age")
+        self.strict = bool(strict)
+        self.max_age_ns = int(round(max_age * 1e9))
+        self.joint_names = [j for j in model.joint_names if j != FREE_FLYER_JOINT]
+        for name in self.joint_names:
+            if model.nq_joint[name] != 1 or model.nv_joint[name] != 1:
+                raise InputError(f"joint {name!r} has nq={model.nq_joint[name]}, nv={model.nv_joint[name]}: "
+                                 "joint_states carries one position and one velocity per joint", "model")
+        self.floating_base = FREE_FLYER_JOINT in model.joint_names
+        self._slot = {name: k for k, name in enumerate(self.joint_names)}
+        self._q_index = np.array([model.idx_q[n] for n in self.joint_names], dtype=np.int64)
+        self._v_index = np.array([model.idx_v[n] for n in self.joint_names], dtype=np.int64)
+        if self.floating_base:
+            self._base_q = model.idx_q[FREE_FLYER_JOINT]
+            self._base_v = model.idx_v[FREE_FLYER_JOINT]
+        self.q = np.zeros(model.nq)
+        if self.floating_base:
+            self.q[self._base_q + 6] = 1.0  # identity quaternion (x, y, z, w)
+        self.v = np.zeros(model.nv)
+        self.effort = np.zeros(model.nv)
+        self.stamp_ns = -1
+        self._joint_stamp = np.full(len(self.joint_names), -1, dtype=np.int64)
+        self._has_effort = np.zeros(len(self.joint_names), dtype=bool)
+        self._base_stamp = -1
+        # Publishers repeat the same name list: its mapping is computed once.
+        self._layouts: Dict[Tuple[str, ...], Tuple[np.ndarray, np.ndarray]] = {}
+
+    # ----------------------------------------------------------------------------------- joint_states
+    def _layout(self, names: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+        key = tuple(names)
+        layout = self._layouts.get(key)
+        if layout is not None:
+            return layout
+        if len(set(key)) != len(key):
+            repeated = sorted({n for n in key if key.count(n) > 1})
+            raise JointStateError(f"joint names repeated in one message: {_describe(repeated)}",
+                                  "duplicate_joint", repeated)
+        rows = [i for i, n in enumerate(key) if n in self._slot]
+        unknown = [n for n in key if n not in self._slot]
+        if not rows:
+            raise JointStateError(f"none of the joints {_describe(list(key))} belongs to the model "
+                                  f"(expects {_describe(self.joint_names)})", "unknown_joints", unknown)
+        if unknown and self.strict:
+            raise JointStateError(f"joints not in the model: {_describe(unknown)}", "unknown_joints", unknown)
+        layout = (np.array(rows, dtype=np.int64), np.array([self._slot[key[i]] for i in rows], dtype=np.int64))
+        if len(self._layouts) > 64:  # a publisher inventing names must not grow memory without bound
+            self._layouts.clear()
+        self._layouts[key] = layout
+        return layout
+
+    def update(self, names: Sequence[str], position, velocity, effort, stamp_ns: int,
+               now_ns: Optional[int] = None) -> None:
+        """Take in one joint_states message, or refuse all of it.
+
+        Args:
+            names: Joint names (n,), any order, may include joints the model does not have.
+            position: (n,) [rad or m].
+            velocity: (n,) [rad/s or m/s]; required for the model's joints.
+            effort: (n,) [N m or N] or empty.
+            stamp_ns: Header stamp [ns].
+            now_ns: Current time [ns] for the staleness check, or None to skip it.
+
+        Raises:
+            JointStateError: the message is refused; the stored state is unchanged.
+        """
+        n = len(names)
+        position = np.asarray(position, dtype=float)
+        velocity = np.asarray(velocity, dtype=float)
+        effort = np.asarray(effort, dtype=float)
+        if position.shape != (n,) or velocity.shape not in ((n,), (0,)) or effort.shape not in ((n,), (0,)):
+            raise JointStateError(
+                f"{n} names but {position.size} positions, {velocity.size} velocities, {effort.size} efforts "
+                "(velocity and effort may be empty, otherwise every array has one entry per name)",
+                "length_mismatch")
+        rows, slots = self._layout(names)
+        if velocity.size == 0:
+            raise JointStateError(f"no velocities for {_describe([names[i] for i in rows])}: the dynamics "
+                                  "need them", "missing_velocity", [names[i] for i in rows])
+        p, w = position[rows], velocity[rows]
+        e = effort[rows] if effort.size else None
+        finite = np.isfinite(p) & np.isfinite(w)
+        if e is not None:
+            finite &= np.isfinite(e)
+        if not finite.all():
+            bad = [names[rows[i]] for i in np.flatnonzero(~finite)]
+            raise JointStateError(f"NaN or inf in the state of {_describe(bad)}", "non_finite", bad)
+        self._check_stamp(stamp_ns, now_ns, self._joint_stamp[slots], [names[i] for i in rows])
+        self.q[self._q_index[slots]] = p
+        self.v[self._v_index[slots]] = w
+        if e is not None:
+            self.effort[self._v_index[slots]] = e
+            self._has_effort[slots] = True
+        self._joint_stamp[slots] = stamp_ns
+        self.stamp_ns = max(self.stamp_ns, stamp_ns)
+
+    def _check_stamp(self, stamp_ns: int, now_ns: Optional[int], previous: np.ndarray, joints) -> None:
+        # Staleness first: a message seconds old is better reported as stale than as out of order.
+        if self.max_age_ns and now_ns is not None and now_ns - stamp_ns > self.max_age_ns:
+            raise JointStateError(
+                f"stamp {stamp_ns * 1e-9:.6f} s is {(now_ns - stamp_ns) * 1e-9:.3f} s old "
+                f"(max_age {self.max_age_ns * 1e-9:g} s)", "stale", list(joints))
+        if previous.size and stamp_ns < previous.max():
+            later = [joints[i] for i in np.flatnonzero(previous > stamp_ns)]
+            raise JointStateError(
+                f"stamp {stamp_ns * 1e-9:.6f} s is older than the last accepted one "
+                f"({previous.max() * 1e-9:.6f} s) for {_describe(later)}", "out_of_order", later)
+
+    # ------------------------------------------------------------------------------- floating base
+    def update_base(self, position, orientation, linear, angular, stamp_ns: int,
+                    now_ns: Optional[int] = None) -> None:
+        """Take in the floating-base pose and twist (nav_msgs/Odometry), or refuse them.
+
+        Args:
+            position: Base position in the world (3,) [m].
+            orientation: Base orientation quaternion (x, y, z, w) (4,) [-]; normalized when its norm is
+                within ``constants.QUATERNION_TOLERANCE`` of 1, refused otherwise.
+            linear: Base linear velocity in the base frame (3,) [m/s] (Odometry's child frame).
+            angular: Base angular velocity in the base frame (3,) [rad/s].
+            stamp_ns: Header stamp [ns].
+            now_ns: Current time [ns] for the staleness check, or None to skip it.
+
+        Raises:
+            JointStateError: reason ``bad_base``, ``out_of_order`` or ``stale``; nothing is stored.
+            InputError: the model has no floating base.
+        """
+        if not self.floating_base:
+            raise InputError("the model has a fixed base: there is no base state to set", "odometry")
+        values = [np.asarray(x, dtype=float) for x in (position, orientation, linear, angular)]
+        if [x.shape for x in values] != [(3,), (4,), (3,), (3,)]:
+            raise JointStateError("base state needs position (3,), orientation (4,), linear (3,), angular (3,)",
+                                  "bad_base", [FREE_FLYER_JOINT])
+        position, orientation, linear, angular = values
+        if not all(np.isfinite(x).all() for x in values):
+            raise JointStateError("NaN or inf in the base pose or twist", "bad_base", [FREE_FLYER_JOINT])
+        norm = float(np.linalg.norm(orientation))
+        if abs(norm - 1.0) > constants.QUATERNION_TOLERANCE:
+            raise JointStateError(f"base orientation quaternion has norm {norm:.9g}, not 1", "bad_base",
+                                  [FREE_FLYER_JOINT])
+        previous = np.array([self._base_stamp], dtype=np.int64)
+        self._check_stamp(stamp_ns, now_ns, previous, [FREE_FLYER_JOINT])
+        iq, iv = self._base_q, self._base_v
+        self.q[iq : iq + 3] = position
+        self.q[iq + 3 : iq + 7] = orientation / norm
+        self.v[iv : iv + 3] = linear
+        self.v[iv + 3 : iv + 6] = angular
+        self._base_stamp = stamp_ns
+        self.stamp_ns = max(self.stamp_ns, stamp_ns)
+
+    # ------------------------------------------------------------------------------------- status
+    def missing(self) -> List[str]:
+        """Joints (and ``root_joint`` for a floating base) never received yet."""
+        names = [self.joint_names[k] for k in np.flatnonzero(self._joint_stamp < 0)]
+        if self.floating_base and self._base_stamp < 0:
+            names.insert(0, FREE_FLYER_JOINT)
+        return names
+
+    @property
+    def complete(self) -> bool:
+        """Every joint (and the base) has been received at least once."""
+        return bool((self._joint_stamp >= 0).all()) and (not self.floating_base or self._base_stamp >= 0)
+
+    def check_ready(self, need_effort: bool = False) -> None:
+        """Raise unless the stored state can be used as a whole.
+
+        Raises:
+            JointStateError: ``incomplete`` (joints never received), ``stale`` (a joint last updated
+                more than max_age before the newest stamp: a publisher stopped) or ``missing_effort``.
+        """
+        missing = self.missing()
+        if missing:
+            raise JointStateError(f"waiting for joints {_describe(missing)}", "incomplete", missing)
+        if self.max_age_ns:
+            stamps = self._joint_stamp if not self.floating_base else np.append(self._joint_stamp, self._base_stamp)
+            names = self.joint_names + ([FREE_FLYER_JOINT] if self.floating_base else [])
+            old = [names[k] for k in np.flatnonzero(self.stamp_ns - stamps > self.max_age_ns)]
+            if old:
+                raise JointStateError(f"joints {_describe(old)} not updated for more than "
+                                      f"{self.max_age_ns * 1e-9:g} s", "stale", old)
+        if need_effort and not self._has_effort.all():
+            lacking = [self.joint_names[k] for k in np.flatnonzero(~self._has_effort)]
+            raise JointStateError(f"no measured effort for {_describe(lacking)}", "missing_effort", lacking)
