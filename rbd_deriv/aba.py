@@ -31,6 +31,7 @@ from rbd_deriv.kinematics import (
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
 from rbd_deriv.spatial import (
     _NJIT,
+    copy_6x6_set,
     R_C,
     R_DDQ,
     R_DINV,
@@ -198,7 +199,7 @@ def aba_into(mi, mf, ws, q, v, tau, fext, ddq):
     c = region2(mi, ws, R_C, nj, 6)
     h = region1(mi, ws, R_SCRATCH, 64)[42:48]
     w = region1(mi, ws, R_SCRATCH, 64)[48:54]
-    IA[:, :, :] = oI
+    copy_6x6_set(oI, IA, nj)
     for i in range(1, nj):
         mat6_vec(oI[i], ov[i], h)
         for k in range(6):
@@ -247,7 +248,8 @@ def raise_for_dynamics_status(model: Model, status: int, names) -> None:
     if status == STATUS_SINGULAR:
         from rbd_deriv.exceptions import ModelError
 
-        raise ModelError("singular articulated-body inertia: a moving body has no mass or inertia")
+        raise ModelError("the mass matrix is singular at this configuration (a joint moves bodies with no"
+                         " inertia along its motion here)")
     raise_for_status(model, status, names)
 
 
@@ -266,11 +268,9 @@ def aba(model: Model, data: Data, q, v, tau, fext=None) -> np.ndarray:
     Returns:
         data.ddq (nv,) acceleration [rad/s^2, m/s^2].
     """
-    if fext is None:
-        fext = data.zero_fext
     try:
-        status = _aba_kernel(model.mi, model.mf, data.ws, q, v, tau, fext)
-    except TypeError:
+        status = _aba_kernel(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext)
+    except (TypeError, AttributeError):
         status = call_kernel(_aba_kernel, model, data, (q, v, tau, fext), _ABA_NAMES, (1, 1, 1, 2))
     if status:
         raise_for_dynamics_status(model, status, _ABA_NAMES)

@@ -105,11 +105,9 @@ def aba_derivatives(model: Model, data: Data, q, v, tau, fext=None):
         (dddq_dq, dddq_dv, Minv): views data.dddq_dq, data.dddq_dv, data.Minv, each (nv, nv); dddq_dq is
         taken in the tangent space of q. data.ddq holds aba(q, v, tau, fext) as a by-product.
     """
-    if fext is None:
-        fext = data.zero_fext
     try:
-        status = _aba_derivatives_kernel(model.mi, model.mf, data.ws, q, v, tau, fext)
-    except TypeError:
+        status = _aba_derivatives_kernel(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext)
+    except (TypeError, AttributeError):
         status = call_kernel(_aba_derivatives_kernel, model, data, (q, v, tau, fext), _NAMES, (1, 1, 1, 2))
     if status:
         raise_for_dynamics_status(model, status, _NAMES)

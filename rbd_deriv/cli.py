@@ -15,9 +15,12 @@ def dispatch(prog: str, subcommands: Mapping[str, str], argv: Optional[Sequence[
     """Run the subcommand named by ``argv[0]`` with the remaining arguments; return its exit code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     usage = f"usage: {prog} {{{','.join(subcommands)}}} [options]  (add --help after a subcommand for its options)"
-    if not arguments or arguments[0] in ("-h", "--help"):
+    if not arguments:
+        print(usage, file=sys.stderr)
+        return 2
+    if arguments[0] in ("-h", "--help"):
         print(usage)
-        return 0 if arguments else 2
+        return 0
     name, rest = arguments[0], arguments[1:]
     if name not in subcommands:
         print(f"unknown subcommand {name!r}\n{usage}", file=sys.stderr)

@@ -21,13 +21,23 @@ from numba import njit, types
 
 from rbd_deriv import constants
 from rbd_deriv.exceptions import InputError
-from rbd_deriv.kinematics import MI_T, VEC_T, check_vector, as_input_array, check_quaternions, raise_for_status
+from rbd_deriv.kinematics import (
+    MI_T,
+    STATUS_QUATERNION,
+    STATUS_QUATERNION_SECOND,
+    STATUS_SCALE,
+    VEC_T,
+    as_input_array,
+    check_quaternions,
+    check_vector,
+    raise_for_status,
+)
 from rbd_deriv.model import MI_IDX_Q, MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, Model
 from rbd_deriv.spatial import _NJIT
 from rbd_deriv.urdf import JOINT_FREEFLYER
 
-_SMALL = 1e-2  # below this angle [rad], exp3 coefficients use their Taylor series
-_SMALL_Q = 0.3  # the Q(rho, phi) coefficients cancel more: Taylor series up to this angle
+_SMALL = constants.SMALL_ANGLE
+_SMALL_Q = constants.SMALL_ANGLE_JACOBIAN
 
 
 @njit(**_NJIT)
@@ -262,8 +272,10 @@ def _difference_kernel(mi, continuous, q0, q1, out):
     if status != 0:
         return status
     status = check_configuration(mi, q1, out)
+    if status // STATUS_SCALE == STATUS_QUATERNION:
+        return STATUS_QUATERNION_SECOND * STATUS_SCALE + status % STATUS_SCALE
     if status != 0:
-        return status + 1  # detail 1 names q1
+        return status + 1  # the argument detail 0 becomes 1: q1
     difference_into(mi, continuous, q0, q1, out)
     return 0
 
@@ -320,7 +332,7 @@ def difference(model: Model, q0, q1) -> np.ndarray:
         status = _difference_kernel(model.mi, model.continuous, as_input_array(q0, "q0", 1),
                                     as_input_array(q1, "q1", 1), out)
     if status:
-        raise_for_status(model, status, names=("q0", "q1", "q1", "q1"))
+        raise_for_status(model, status, names=("q0", "q1"))
     return out
 
 

@@ -12,8 +12,11 @@ INERTIA_TOLERANCE = 1e-12
 #: A joint whose supported subtree gives S^T I^C S below this [kg m^2 or kg] makes the mass matrix singular.
 SINGULAR_INERTIA = 1e-12
 
-#: Below this rotation angle [rad] the exponential-map coefficients use their Taylor series.
-SMALL_ANGLE = 1e-4
+#: Below this rotation angle [rad] the exponential-map coefficients of SO(3) use their Taylor series.
+SMALL_ANGLE = 1e-2
+
+#: The coefficients of the SE(3) Jacobian (Q block) cancel more: Taylor series up to this angle [rad].
+SMALL_ANGLE_JACOBIAN = 0.3
 
 #: Finite bound used by random_configuration where the URDF gives no position limit: free-flyer
 #: translation in [-bound, bound] [m]; continuous joints use [-pi, pi].

@@ -26,6 +26,7 @@ from rbd_deriv.kinematics import (
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
 from rbd_deriv.spatial import (
     _NJIT,
+    copy_6x6_set,
     R_IC,
     R_M,
     R_OI,
@@ -58,7 +59,7 @@ def crba_into(mi, ws, M):
     IC = region3(mi, ws, R_IC, nj, 6, 6)
     S = region2(mi, ws, R_S, nv, 6)
     F = region1(mi, ws, R_SCRATCH, 64)[30:36]
-    IC[:, :, :] = oI
+    copy_6x6_set(oI, IC, nj)
     for i in range(nj - 1, 0, -1):
         iv = mi[i, MI_IDX_V]
         for d in range(mi[i, MI_NV]):
@@ -104,7 +105,7 @@ def crba(model: Model, data: Data, q) -> np.ndarray:
     """
     try:
         status = _crba_kernel(model.mi, model.mf, data.ws, q)
-    except TypeError:
+    except (TypeError, AttributeError):
         status = call_kernel(_crba_kernel, model, data, (q,), ("q",), (1,))
     if status:
         raise_for_status(model, status)

@@ -65,6 +65,7 @@ from rbd_deriv.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE
 STATUS_SCALE = 1_000_000
 STATUS_SHAPE, STATUS_NONFINITE, STATUS_QUATERNION = 1, 2, 3
 STATUS_WORKSPACE = 5 * STATUS_SCALE
+STATUS_QUATERNION_SECOND = 6  # a quaternion of the second configuration argument (difference's q1)
 
 # Numba types of kernel arguments: model arrays are read-only, user arrays are contiguous float64.
 MI_T = types.Array(types.int64, 2, "C", readonly=True)
@@ -341,14 +342,17 @@ def raise_for_status(model: Model, status: int, names=ARGUMENT_NAMES) -> None:
     if status == STATUS_WORKSPACE:
         raise InputError("data: not a workspace of this model (use model.create_data())", "data")
     kind, detail = divmod(int(status), STATUS_SCALE)
-    if kind == STATUS_QUATERNION:
+    if kind in (STATUS_QUATERNION, STATUS_QUATERNION_SECOND):
         name = model.joint_names[detail - 1]
+        argument = names[0] if kind == STATUS_QUATERNION else names[1]
         raise InputError(
-            f"q: the quaternion of joint {name!r} is not unit norm (tolerance"
-            f" {constants.QUATERNION_TOLERANCE}); normalize it", "q")
+            f"{argument}: the quaternion of joint {name!r} is not unit norm (tolerance"
+            f" {constants.QUATERNION_TOLERANCE}); normalize it", argument)
     argument = names[detail]
     if kind == STATUS_SHAPE:
-        expected = {"q": f"({model.nq},)", "fext": f"({model.njoints}, 6)"}.get(argument, f"({model.nv},)")
+        expected = f"({model.nq},)" if argument in ("q", "q0", "q1") else f"({model.nv},)"
+        if argument == "fext":
+            expected = f"({model.njoints}, 6)"
         raise InputError(f"{argument}: wrong shape, expected {expected}", argument)
     raise InputError(f"{argument}: contains NaN or inf", argument)
 
@@ -356,6 +360,8 @@ def raise_for_status(model: Model, status: int, names=ARGUMENT_NAMES) -> None:
 def as_input_array(x, name: str, ndim: int) -> np.ndarray:
     """Convert an argument to the contiguous, writable float64 array the kernels take (copying only when
     needed), or raise InputError."""
+    if np.iscomplexobj(x):
+        raise InputError(f"{name}: expected real numbers, got complex values", name)
     try:
         array = np.asarray(x, dtype=np.float64, order="C")
     except (TypeError, ValueError) as err:
@@ -373,8 +379,12 @@ def call_kernel(kernel, model: Model, data: Data, arrays, names, ndims):
     The fast path is the direct call; the conversion (and its clear errors) runs only when numba refuses
     the argument types (a list, an int array, a read-only or strided view...).
     """
+    if not isinstance(model, Model):
+        raise InputError(f"model: expected a Model (rbd_deriv.load_urdf), got {type(model).__name__}", "model")
     if not isinstance(data, Data):
         raise InputError("data: not a workspace of this model (use model.create_data())", "data")
+    # fext=None (no external force) is the workspace's zero force set.
+    arrays = [data._zero_fext if x is None and name == "fext" else x for x, name in zip(arrays, names)]
     try:
         return kernel(model.mi, model.mf, data.ws, *arrays)
     except TypeError:
@@ -393,7 +403,7 @@ def forward_kinematics(model: Model, data: Data, q) -> np.ndarray:
     """
     try:
         status = _forward_kinematics_kernel(model.mi, model.mf, data.ws, q)
-    except TypeError:
+    except (TypeError, AttributeError):
         status = call_kernel(_forward_kinematics_kernel, model, data, (q,), ("q",), (1,))
     if status:
         raise_for_status(model, status)

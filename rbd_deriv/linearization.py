@@ -152,11 +152,9 @@ def linearize(model: Model, data: Data, q, v, tau, dt, fext=None):
         data.x_next (nq + nv,) holds x+ = (q+, v+).
     """
     dt = check_time_step(dt)
-    if fext is None:
-        fext = data.zero_fext
     try:
-        status = _linearize_kernel(model.mi, model.mf, data.ws, q, v, tau, fext, dt)
-    except TypeError:
+        status = _linearize_kernel(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, dt)
+    except (TypeError, AttributeError):
         status = call_kernel(lambda mi, mf, ws, *arrays: _linearize_kernel(mi, mf, ws, *arrays, dt), model, data,
                              (q, v, tau, fext), _NAMES, (1, 1, 1, 2))
     if status:

@@ -35,6 +35,7 @@ from rbd_deriv.kinematics import (
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
 from rbd_deriv.spatial import (
     _NJIT,
+    copy_6x6_set,
     R_DINV,
     R_F,
     R_IA,
@@ -57,7 +58,7 @@ def minverse_into(mi, ws, Minv):
     """M^-1 into Minv (nv, nv) after forward_pass order 0. Returns False on a singular inertia."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     IA = region3(mi, ws, R_IA, nj, 6, 6)
-    IA[:, :, :] = region3(mi, ws, R_OI, nj, 6, 6)
+    copy_6x6_set(region3(mi, ws, R_OI, nj, 6, 6), IA, nj)
     if not articulated_inertias(mi, ws, False, region1(mi, ws, R_ZERO_NV, nv)):
         return False
     minverse_from_articulated(mi, ws, Minv)
@@ -168,7 +169,7 @@ def minverse(model: Model, data: Data, q) -> np.ndarray:
     """
     try:
         status = _minverse_kernel(model.mi, model.mf, data.ws, q)
-    except TypeError:
+    except (TypeError, AttributeError):
         status = call_kernel(_minverse_kernel, model, data, (q,), ("q",), (1,))
     if status:
         raise_for_dynamics_status(model, status, ("q",))

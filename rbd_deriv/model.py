@@ -11,11 +11,11 @@ A :class:`Model` holds the kinematic tree as flat per-joint arrays, the form the
   the gravity (6,) [linear, angular].
 
 A :class:`Data` holds one flat float64 array ``ws``; every intermediate quantity and result is a named view
-into it (``data.tau``, ``data.M``, ``data.oMi``...), allocated once. One Data per thread: a Model is never
-written by the algorithms.
+into it (``data.tau``, ``data.M``, ``data.oMi``...), allocated once. One Data per thread: the algorithms never
+write the Model (setting ``model.gravity`` does: do it before sharing the model among threads).
 
-Conventions are Pinocchio's: spatial vectors [linear, angular]; joints depth-first, children in URDF document
-order; free flyer ``root_joint`` with q = [x y z qx qy qz qw] and v = [linear, angular] in the body frame.
+Conventions are Pinocchio's: spatial vectors [linear, angular]; joints depth-first, the children of a link
+sorted by joint name; free flyer ``root_joint`` with q = [x y z qx qy qz qw] and v = [linear, angular] in the body frame.
 A continuous joint uses one angle (nq = 1).
 """
 
@@ -291,7 +291,8 @@ class Data:
         self.ws = np.zeros(model.workspace_size)
         offset = 0
         for name, dims, size in _region_sizes(model.njoints, model.nv, model.nq):
-            setattr(self, name, self.ws[offset : offset + size].reshape(dims))
+            # The zero inputs stay zero only if nobody writes them: private.
+            setattr(self, "_" + name if name.startswith("zero_") else name, self.ws[offset : offset + size].reshape(dims))
             offset += size
         nv = model.nv
         self.dtau_dq, self.dtau_dv = self.dtau[:, :nv], self.dtau[:, nv:]
@@ -304,11 +305,11 @@ class Data:
 
 
 def _identity_rows(model: Model):
-    """Offsets in ws of the universe placements (oMi[0], liMi[0]), which every kernel reads as identity."""
+    """Offset in ws of the universe placement oMi[0], which the kernels read as the identity."""
     nj, nv, nq = model.njoints, model.nv, model.nq
     offset, rows = 0, []
     for name, dims, size in _region_sizes(nj, nv, nq):
-        if name in ("oMi", "liMi"):
+        if name == "oMi":
             rows.append(offset)
         offset += size
     return rows

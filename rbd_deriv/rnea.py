@@ -244,11 +244,9 @@ def rnea(model: Model, data: Data, q, v, a, fext=None) -> np.ndarray:
     Returns:
         data.tau (nv,) joint torques/forces [N m, N].
     """
-    if fext is None:
-        fext = data.zero_fext
     try:
-        status = _rnea_kernel(model.mi, model.mf, data.ws, q, v, a, fext)
-    except TypeError:
+        status = _rnea_kernel(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext)
+    except (TypeError, AttributeError):
         status = call_kernel(_rnea_kernel, model, data, (q, v, a, fext), ("q", "v", "a", "fext"), (1, 1, 1, 2))
     if status:
         raise_for_status(model, status)
@@ -280,7 +278,7 @@ def nonlinear_effects(model: Model, data: Data, q, v) -> np.ndarray:
     """
     try:
         status = _nle_kernel(model.mi, model.mf, data.ws, q, v)
-    except TypeError:
+    except (TypeError, AttributeError):
         status = call_kernel(_nle_kernel, model, data, (q, v), ("q", "v"), (1, 1))
     if status:
         raise_for_status(model, status)
@@ -310,7 +308,7 @@ def gravity_torques(model: Model, data: Data, q) -> np.ndarray:
     """
     try:
         status = _gravity_kernel(model.mi, model.mf, data.ws, q)
-    except TypeError:
+    except (TypeError, AttributeError):
         status = call_kernel(_gravity_kernel, model, data, (q,), ("q",), (1,))
     if status:
         raise_for_status(model, status)

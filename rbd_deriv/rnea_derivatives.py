@@ -44,6 +44,7 @@ from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBT
 from rbd_deriv.rnea import body_forces
 from rbd_deriv.spatial import (
     _NJIT,
+    copy_6x6_set,
     R_BC,
     R_DTAU,
     R_IC,
@@ -128,7 +129,7 @@ def rnea_derivatives_into(mi, ws, tau, dtau, M):
     body_forces(mi, ws)
     for i in range(1, nj):
         coriolis_factor(oI[i], ov[i], BC[i])
-    IC[:, :, :] = oI
+    copy_6x6_set(oI, IC, nj)
     for r in range(nv):
         for c in range(2 * nv):
             dtau[r, c] = 0.0
@@ -208,11 +209,9 @@ def rnea_derivatives(model: Model, data: Data, q, v, a, fext=None):
         (dtau_dq, dtau_dv, M): views data.dtau_dq, data.dtau_dv, data.M, each (nv, nv); dtau_dq is taken in
         the tangent space of q. data.tau holds rnea(q, v, a, fext) as a by-product.
     """
-    if fext is None:
-        fext = data.zero_fext
     try:
-        status = _rnea_derivatives_kernel(model.mi, model.mf, data.ws, q, v, a, fext)
-    except TypeError:
+        status = _rnea_derivatives_kernel(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext)
+    except (TypeError, AttributeError):
         status = call_kernel(_rnea_derivatives_kernel, model, data, (q, v, a, fext), ("q", "v", "a", "fext"),
                              (1, 1, 1, 2))
     if status:

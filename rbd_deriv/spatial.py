@@ -67,21 +67,29 @@ def _view3(typingctx, ws, offset, d0, d1, d2):
 
 
 @njit(**_NJIT)
+def _checked_offset(mi, ws, name_index, size):
+    offset = mi[0, MI_OFFSETS + name_index]
+    if offset < 0 or offset + size > ws.shape[0]:
+        raise IndexError("workspace view out of bounds")
+    return offset
+
+
+@njit(**_NJIT)
 def region1(mi, ws, name_index, n):
-    """View (n,) of workspace region ``name_index``."""
-    return _view1(ws, mi[0, MI_OFFSETS + name_index], n)
+    """View (n,) of workspace region ``name_index`` (kernel-internal: the view must not outlive ws)."""
+    return _view1(ws, _checked_offset(mi, ws, name_index, n), n)
 
 
 @njit(**_NJIT)
 def region2(mi, ws, name_index, rows, cols):
-    """View (rows, cols) of workspace region ``name_index``."""
-    return _view2(ws, mi[0, MI_OFFSETS + name_index], rows, cols)
+    """View (rows, cols) of workspace region ``name_index`` (kernel-internal)."""
+    return _view2(ws, _checked_offset(mi, ws, name_index, rows * cols), rows, cols)
 
 
 @njit(**_NJIT)
 def region3(mi, ws, name_index, d0, d1, d2):
-    """View (d0, d1, d2) of workspace region ``name_index``."""
-    return _view3(ws, mi[0, MI_OFFSETS + name_index], d0, d1, d2)
+    """View (d0, d1, d2) of workspace region ``name_index`` (kernel-internal)."""
+    return _view3(ws, _checked_offset(mi, ws, name_index, d0 * d1 * d2), d0, d1, d2)
 
 
 R = REGION_INDEX  # short alias for kernels: R["ov"] is a compile-time constant once bound to a global
@@ -153,6 +161,16 @@ def mat6T_vec_add(I, m, scale, out):
         for k in range(6):
             s += I[k, r] * m[k]
         out[r] += scale * s
+
+
+@njit(**_NJIT)
+def copy_6x6_set(source, target, n):
+    """target[:n] = source[:n] for (n, 6, 6) sets of matrices (plain loops: numba's slice assignment costs
+    ~45 ns per matrix in its generic broadcasting path)."""
+    for i in range(n):
+        for r in range(6):
+            for k in range(6):
+                target[i, r, k] = source[i, r, k]
 
 
 @njit(**_NJIT)

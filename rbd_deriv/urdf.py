@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -58,7 +59,6 @@ class FrameDescription:
     """A link or a joint kept for kinematics: rigidly attached to movable joint ``parent``."""
 
     name: str
-    kind: str  # "link" or "joint"
     parent: int
     placement: np.ndarray  # (4, 4) in the parent joint frame
 
@@ -72,8 +72,15 @@ class TreeDescription:
     frames: list
 
 
-def transform_from_origin(xyz, rpy) -> np.ndarray:
-    """Homogeneous transform (4, 4) from a URDF origin: translation [m], roll-pitch-yaw [rad] (fixed axes X, Y, Z)."""
+def transform_from_origin(xyz, rpy, element: str | None = None) -> np.ndarray:
+    """Homogeneous transform (4, 4) from a URDF origin: translation [m], roll-pitch-yaw [rad] (fixed axes X, Y, Z).
+
+    Raises:
+        ModelError: a non-finite value (naming ``element``).
+    """
+    for values in (xyz, rpy):
+        if values is not None and not all(math.isfinite(float(a)) for a in values):
+            raise ModelError(f"{element or 'an origin'} has a non-finite origin {list(values)}", element)
     T = np.eye(4)
     if rpy is not None:
         r, p, y = (float(a) for a in rpy)
@@ -132,21 +139,28 @@ def _read_xml(path_or_xml: str) -> str:
         return stream.read()
 
 
+_PARSER_LOCK = threading.Lock()
+
+
+def _ignore(message: str) -> None:
+    del message
+
+
 def _parse(xml: str):
-    # urdf_parser_py reports unknown tags (gazebo, transmission...) on stderr: collect them instead.
     from urdf_parser_py import urdf as urdf_module
     from urdf_parser_py.xml_reflection import core
 
-    warnings: list[str] = []
-    previous = core.on_error
-    core.on_error = warnings.append
-    try:
-        robot = urdf_module.URDF.from_xml_string(xml.encode("utf-8") if "encoding=" in xml[:100] else xml)
-    except Exception as err:  # lxml/ElementTree syntax errors, and urdf_parser_py's own assertions
-        raise URDFError(f"cannot parse URDF: {err}") from err
-    finally:
-        core.on_error = previous
-    return robot
+    # urdf_parser_py reports every tag it does not model (gazebo, transmission...) on stderr through a
+    # module-global hook: silence it for this parse, under a lock since the hook is shared by all threads.
+    with _PARSER_LOCK:
+        previous = core.on_error
+        core.on_error = _ignore
+        try:
+            return urdf_module.URDF.from_xml_string(xml.encode("utf-8") if "encoding=" in xml[:100] else xml)
+        except Exception as err:  # lxml/ElementTree syntax errors, and urdf_parser_py's own assertions
+            raise URDFError(f"cannot parse URDF: {err}") from err
+        finally:
+            core.on_error = previous
 
 
 def _link_inertia(link) -> np.ndarray:
@@ -165,7 +179,7 @@ def _link_inertia(link) -> np.ndarray:
     ):
         raise ModelError(f"link {link.name!r} has a rotational inertia that is not positive semi-definite", link.name)
     origin = inertial.origin
-    T = transform_from_origin(origin.xyz if origin else None, origin.rpy if origin else None)
+    T = transform_from_origin(origin.xyz if origin else None, origin.rpy if origin else None, link.name)
     # Rotational inertia about the com, expressed in link axes.
     Ic_link = T[:3, :3] @ Ic @ T[:3, :3].T
     return spatial_inertia(mass, T[:3, 3], Ic_link)
@@ -192,6 +206,12 @@ def parse_urdf(path_or_xml: str, floating_base: bool = False) -> TreeDescription
     links = {link.name: link for link in robot.links}
     if not links:
         raise URDFError("the URDF defines no link")
+    for kind, names in (("link", [link.name for link in robot.links]), ("joint", [j.name for j in robot.joints])):
+        seen: set = set()
+        for name in names:
+            if name in seen:
+                raise URDFError(f"two {kind}s are named {name!r}", name)
+            seen.add(name)
     children: dict[str, list] = {name: [] for name in links}
     parent_of: dict[str, str] = {}
     for joint in robot.joints:
@@ -219,11 +239,11 @@ def parse_urdf(path_or_xml: str, floating_base: bool = False) -> TreeDescription
         joints.append(
             JointDescription(FLOATING_ROOT_NAME, JOINT_FREEFLYER, 0, np.eye(4), np.zeros(3), _link_inertia(links[root]))
         )
-        frames.append(FrameDescription(FLOATING_ROOT_NAME, "joint", 1, np.eye(4)))
+        frames.append(FrameDescription(FLOATING_ROOT_NAME, 1, np.eye(4)))
         root_support = 1
     else:
         root_support = 0
-    frames.append(FrameDescription(root, "link", root_support, np.eye(4)))
+    frames.append(FrameDescription(root, root_support, np.eye(4)))
 
     # Depth-first from the root, children by joint name (Pinocchio's order, so results compare entry by entry).
     for joint_list in children.values():
@@ -236,25 +256,30 @@ def parse_urdf(path_or_xml: str, floating_base: bool = False) -> TreeDescription
             raise URDFError(f"joint {joint.name!r} closes a kinematic loop", joint.name)
         visited.add(joint.child)
         origin = joint.origin
-        T = link_placement @ transform_from_origin(origin.xyz if origin else None, origin.rpy if origin else None)
+        T = link_placement @ transform_from_origin(origin.xyz if origin else None, origin.rpy if origin else None,
+                                                   joint.name)
         child = links[joint.child]
         if joint.type == "fixed":
-            frames.append(FrameDescription(joint.name, "joint", support, T))
+            frames.append(FrameDescription(joint.name, support, T))
             if support > 0:
                 joints[support - 1].inertia = joints[support - 1].inertia + transform_inertia(T, _link_inertia(child))
             child_support, child_placement = support, T
         elif joint.type in ("revolute", "continuous", "prismatic", "floating"):
             joints.append(_movable_joint(joint, support, T, _link_inertia(child)))
             child_support, child_placement = len(joints), np.eye(4)
-            frames.append(FrameDescription(joint.name, "joint", child_support, np.eye(4)))
+            frames.append(FrameDescription(joint.name, child_support, np.eye(4)))
         else:
             raise ModelError(
                 f"joint {joint.name!r} has type {joint.type!r}, which is not supported"
                 " (revolute, continuous, prismatic, fixed, floating are)",
                 joint.name,
             )
-        frames.append(FrameDescription(child.name, "link", child_support, child_placement))
+        frames.append(FrameDescription(child.name, child_support, child_placement))
         stack.extend((grandchild, child_support, child_placement) for grandchild in reversed(children[child.name]))
+    unreached = sorted(set(links) - visited)
+    if unreached:
+        raise URDFError(f"links not connected to the root {root!r} (a kinematic loop?): {', '.join(unreached)}",
+                        unreached[0])
     return TreeDescription(robot.name or "robot", joints, frames)
 
 
@@ -275,6 +300,12 @@ def _movable_joint(joint, parent: int, placement: np.ndarray, inertia: np.ndarra
             description.upper = _limit(limit.upper, math.inf)
         description.velocity = _limit(limit.velocity, math.inf)
         description.effort = _limit(limit.effort, math.inf)
+    for label, value in (("lower", description.lower), ("upper", description.upper)):
+        if math.isnan(value):
+            raise ModelError(f"joint {joint.name!r} has a NaN {label} position limit", joint.name)
+    for label, value in (("velocity", description.velocity), ("effort", description.effort)):
+        if math.isnan(value) or value < 0.0:
+            raise ModelError(f"joint {joint.name!r} has an invalid {label} limit {value}", joint.name)
     if description.lower > description.upper:
         raise ModelError(
             f"joint {joint.name!r} has lower limit {description.lower} above upper limit {description.upper}",

@@ -1,0 +1,22 @@
+"""Model predictive control on the package's rigid-body dynamics (no ROS in here).
+
+- :mod:`~rbd_deriv.control.problem`: the optimal control problem (what is solved).
+- :mod:`~rbd_deriv.control.workspace`: its matrices, built once and updated each tick (how).
+- :mod:`~rbd_deriv.control.riccati`: the numba box-constrained Riccati kernels.
+- :mod:`~rbd_deriv.control.mpc`: the facade, one ``solve`` per tick returning a plan.
+- :mod:`~rbd_deriv.control.observer`: estimate of the joint torques the model misses.
+- :mod:`~rbd_deriv.control.reference`: reference trajectories and their feedforward torques.
+- :mod:`~rbd_deriv.control.safety`: what is published when the plan cannot be trusted.
+"""
+
+from rbd_deriv.control.mpc import HeldLinearization, ModelPredictiveController, Plan, SolveStatus
+from rbd_deriv.control.observer import DisturbanceObserver
+from rbd_deriv.control.problem import Mode, MPCProblem
+from rbd_deriv.control.reference import (SinusoidReference, TrajectoryReference,
+                                         horizon_reference)
+from rbd_deriv.control.safety import (CommandSource, clamp_torque, hold_command, is_stale,
+                                      select_command)
+
+__all__ = ["DisturbanceObserver", "HeldLinearization", "ModelPredictiveController", "Plan", "SolveStatus", "Mode",
+           "MPCProblem", "SinusoidReference", "TrajectoryReference", "horizon_reference",
+           "CommandSource", "clamp_torque", "hold_command", "is_stale", "select_command"]

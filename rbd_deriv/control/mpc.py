@@ -1,0 +1,237 @@
+"""The controller facade: one call per tick returning a :class:`Plan`.
+
+Typical use::
+
+    problem = MPCProblem.from_model(model, horizon=20, dt=0.01)
+    controller = ModelPredictiveController(problem, model)
+    controller.set_reference(X_ref, U_ref)
+    plan = controller.solve(x0, time, linearization)   # mode 1
+    plan = controller.solve(x0, time)                  # mode 2
+    if plan.ok: send(plan.torque)
+"""
+
+from __future__ import annotations
+
+import time as _time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+import rbd_deriv as rd
+from rbd_deriv.control import riccati
+from rbd_deriv.control.constants import CONTROL_STEP_TOLERANCE, DIVERGENCE_BOUND
+from rbd_deriv.control.problem import Mode, MPCProblem
+from rbd_deriv.control.workspace import RiccatiWorkspace
+from rbd_deriv.exceptions import InputError, ModelError
+
+
+class SolveStatus(str, Enum):
+    """Outcome of one tick."""
+
+    OK = "ok"
+    NOT_CONVEX = "not_convex"
+    NOT_FINITE = "not_finite"
+
+
+@dataclass(frozen=True)
+class HeldLinearization:
+    """One linearization x+ + A (x - x_lin) + B (u - u_lin), as the dynamics node publishes it.
+
+    Attributes:
+        A: (nx, nx) state Jacobian of the discrete dynamics in [-] / [s] / [1/s] blocks.
+        B: (nx, nu) input Jacobian.
+        x: (nx,) state at which it was taken; u: (nu,) torques [N m] at which it was taken.
+        x_next: (nx,) f(x, u).
+        dt: Step [s] it was computed with; must equal the horizon step.
+    """
+
+    A: np.ndarray
+    B: np.ndarray
+    x: np.ndarray
+    u: np.ndarray
+    x_next: np.ndarray
+    dt: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Result of one tick. Arrays are copies owned by the plan.
+
+    Attributes:
+        torque: (nu,) command for now [N m]; inside the torque box whenever ``ok``.
+        states: (N+1, nx) predicted states; torques: (N, nu) planned torques.
+        cost: MPC cost of the plan under the model used this tick.
+        iterations: Riccati passes; qp_iterations: stage box-QP iterations in total.
+        clamped: Number of (knot, joint) torques on a bound.
+        solve_time: Wall time of the tick in [s].
+        status: :class:`SolveStatus`.
+    """
+
+    torque: np.ndarray
+    states: np.ndarray
+    torques: np.ndarray
+    cost: float
+    iterations: int
+    qp_iterations: int
+    clamped: int
+    solve_time: float
+    status: SolveStatus
+
+    @property
+    def ok(self) -> bool:
+        """True when the plan may be sent to the robot."""
+        return self.status is SolveStatus.OK
+
+
+def _checked(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    array = np.asarray(value, dtype=float)
+    if array.shape != shape:
+        raise InputError(f"{name} must have shape {shape}, got {array.shape}")
+    if not np.isfinite(array).all():
+        raise InputError(f"{name} contains NaN or inf")
+    return array
+
+
+_STATUS = {riccati.STATUS_OK: SolveStatus.OK, riccati.STATUS_NOT_CONVEX: SolveStatus.NOT_CONVEX,
+           riccati.STATUS_NOT_FINITE: SolveStatus.NOT_FINITE}
+
+
+class ModelPredictiveController:
+    """Box-constrained Riccati MPC, warm-started from its previous plan.
+
+    Args:
+        problem: Horizon, weights and limits.
+        model: Robot model from :func:`rbd_deriv.load_urdf`; required in
+            :attr:`Mode.RELINEARIZE`, unused in :attr:`Mode.HELD`.
+
+    Raises:
+        ModelError: Re-linearization mode without a model, or a model that does not match.
+    """
+
+    def __init__(self, problem: MPCProblem, model: Any = None) -> None:
+        if problem.mode is Mode.RELINEARIZE:
+            if model is None:
+                raise ModelError("re-linearization mode needs the robot model")
+            if tuple(model.joint_names) != problem.joint_names or model.nq != model.nv:
+                raise ModelError("model joints differ from the problem's joints")
+        self.problem = problem
+        self.model = model
+        self.workspace = RiccatiWorkspace(problem)
+        self._last_time: float | None = None
+        self._U_ref_model = np.zeros_like(self.workspace.U_ref)
+        self._no_disturbance = np.zeros(problem.nv)
+        self._u_lin = np.zeros(problem.nv)
+        self._torques = np.zeros_like(self.workspace.U)
+
+    def reset(self) -> None:
+        """Forget the previous plan: the next tick starts cold."""
+        self._last_time = None
+        self.workspace.k_ff[:] = 0.0
+
+    def set_reference(self, X_ref: np.ndarray, U_ref: np.ndarray) -> None:
+        """Reference states (N+1, nx) [rad, rad/s] and the torques (N, nu) [N m] the model needs."""
+        w = self.workspace
+        w.X_ref[:] = _checked("X_ref", X_ref, w.X_ref.shape)
+        self._U_ref_model[:] = _checked("U_ref", U_ref, w.U_ref.shape)
+
+    def solve(self, x0: np.ndarray, time: float,
+              linearization: HeldLinearization | None = None,
+              disturbance: np.ndarray | None = None) -> Plan:
+        """Solve the tick problem from the measured state.
+
+        Args:
+            x0: Measured state (nx,) = (q [rad], v [rad/s]).
+            time: Time stamp of x0 in [s]; the warm start is the previous plan read at this time.
+            linearization: Required in :attr:`Mode.HELD`, ignored otherwise.
+            disturbance: (nu,) torque [N m] acting on the joints besides the command, held over
+                the horizon (see :class:`rbd_deriv.control.observer.DisturbanceObserver`);
+                the plan's torques are the commands that achieve the motion despite it.
+
+        Returns:
+            The plan. A solver failure is reported in ``plan.status``, never raised; the next
+            tick then starts cold.
+
+        Raises:
+            InputError: x0 or the linearization has a wrong shape, NaN or inf, or a wrong dt.
+        """
+        start = _time.perf_counter()
+        p = self.problem
+        w = self.workspace
+        x0 = _checked("x0", x0, (p.nx,))
+        if not np.isfinite(time):
+            raise InputError(f"time must be finite, got {time!r}")
+        if p.mode is Mode.HELD:
+            linearization = self.check_linearization(linearization)
+        disturbance = (self._no_disturbance if disturbance is None
+                       else _checked("disturbance", disturbance, (p.nv,)))
+        # The model sees command + disturbance: in command terms, its reference torque and its
+        # linearization point move by -disturbance.
+        np.subtract(self._U_ref_model, disturbance, out=w.U_ref)
+        if linearization is not None:
+            np.subtract(linearization.u, disturbance, out=self._u_lin)
+        if self._last_time is None:
+            w.cold_start(x0)
+        else:
+            w.warm_start(w.X, w.U, max(0.0, time - self._last_time), x0)
+        status = riccati.STATUS_OK
+        iterations = qp_iterations = clamped = 0
+        for iterations in range(1, p.max_iterations + 1):
+            if p.mode is Mode.HELD:
+                w.set_held_dynamics(linearization.A, linearization.B, linearization.x,
+                                    self._u_lin, linearization.x_next)
+            else:
+                self._relinearize(disturbance)
+            status, stage_iterations, clamped, largest = w.iterate()
+            qp_iterations += stage_iterations
+            if status != riccati.STATUS_OK:
+                break
+            w.accept()
+            if largest <= CONTROL_STEP_TOLERANCE:
+                break
+        solve_status = _STATUS[status]
+        if solve_status is SolveStatus.OK and not (
+                np.isfinite(w.U).all() and np.isfinite(w.X).all()
+                and np.abs(w.X).max() < DIVERGENCE_BOUND):
+            solve_status = SolveStatus.NOT_FINITE
+        if solve_status is SolveStatus.OK:
+            self._last_time = float(time)
+            cost = w.cost(w.X, w.U)
+        else:
+            self.reset()
+            cost = np.nan
+        torques = w.U.copy()
+        return Plan(torque=torques[0].copy(), states=w.X.copy(), torques=torques, cost=cost,
+                    iterations=iterations, qp_iterations=qp_iterations, clamped=clamped,
+                    solve_time=_time.perf_counter() - start, status=solve_status)
+
+    def _relinearize(self, disturbance: np.ndarray) -> None:
+        w = self.workspace
+        nv = self.problem.nv
+        np.copyto(w.Q_knots, w.X[:-1, :nv])
+        np.copyto(w.V_knots, w.X[:-1, nv:])
+        np.add(w.U, disturbance, out=self._torques)
+        A, B, X_next = rd.linearize_batch(self.model, w.Q_knots, w.V_knots, self._torques,
+                                          self.problem.dt)
+        w.set_knot_dynamics(A, B, X_next)
+
+    def check_linearization(self, linearization: HeldLinearization | None) -> HeldLinearization:
+        """The linearization with float arrays, if its shapes, values and dt fit the problem.
+
+        Raises:
+            InputError: It is missing, has a wrong shape, NaN or inf, or another dt.
+        """
+        p = self.problem
+        if linearization is None:
+            raise InputError("held-linearization mode needs a linearization every tick")
+        if not np.isclose(linearization.dt, p.dt, rtol=1e-9, atol=0.0):
+            raise InputError(f"linearization dt {linearization.dt} s differs from the horizon "
+                             f"step {p.dt} s")
+        return HeldLinearization(
+            A=_checked("A", linearization.A, (p.nx, p.nx)),
+            B=_checked("B", linearization.B, (p.nx, p.nv)),
+            x=_checked("linearization x", linearization.x, (p.nx,)),
+            u=_checked("linearization u", linearization.u, (p.nv,)),
+            x_next=_checked("linearization x_next", linearization.x_next, (p.nx,)),
+            dt=float(linearization.dt))

@@ -1,0 +1,478 @@
+"""Numba kernels of the box-constrained Riccati recursion (the solver core).
+
+The tick problem, once linearized around a nominal trajectory :math:`(\\bar x, \\bar u)`, is the
+linear-quadratic problem in the deviations :math:`\\delta x_k, \\delta u_k`
+
+.. math::
+
+    \\delta x_{k+1} = A_k \\delta x_k + B_k \\delta u_k + d_k, \\quad \\delta x_0 = 0, \\quad
+    \\tau_{lo} \\le \\bar u_k + \\delta u_k \\le \\tau_{hi},
+
+with diagonal stage Hessians. The backward pass is the discrete Riccati recursion with the gap
+:math:`d_k` (multiple shooting, as in Crocoddyl's FDDP) and, at every stage, the torque box
+handled by a projected-Newton QP (Bertsekas 1982; Tassa, Mansard and Todorov, ICRA 2014, the
+"BoxDDP" of Crocoddyl): the feedback gain acts on the free torques only. The forward pass rolls
+the affine model out with the feedback law and clamps torques to the box.
+
+All kernels take plain contiguous float64 arrays and write into preallocated outputs; the Python
+side (:mod:`rbd_deriv.control.workspace`) owns every buffer. Dense products are written as loops
+whose inner index is contiguous so that numba vectorises them without a BLAS dependency.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from rbd_deriv.control.constants import (BOUND_TOLERANCE, BOX_QP_ARMIJO, BOX_QP_MAX_ITERATIONS,
+                                         BOX_QP_MIN_STEP, BOX_QP_TOLERANCE)
+
+#: Status codes shared by the kernels and the Python side.
+STATUS_OK = 0
+STATUS_NOT_CONVEX = 1
+STATUS_NOT_FINITE = 2
+
+
+@nb.njit(cache=True)
+def _cholesky_subset(H, index, m, L):
+    """Lower Cholesky factor of H[index[:m], index[:m]] into L[:m, :m]; False if not positive definite."""
+    for i in range(m):
+        for j in range(i + 1):
+            s = H[index[i], index[j]]
+            for p in range(j):
+                s -= L[i, p] * L[j, p]
+            if i == j:
+                if not s > 0.0:  # also catches NaN
+                    return False
+                L[i, i] = np.sqrt(s)
+            else:
+                L[i, j] = s / L[j, j]
+    return True
+
+
+@nb.njit(cache=True)
+def _cholesky_solve(L, m, b):
+    """Solve (L L^T) y = b in place on b[:m]."""
+    for i in range(m):
+        s = b[i]
+        for p in range(i):
+            s -= L[i, p] * b[p]
+        b[i] = s / L[i, i]
+    for i in range(m - 1, -1, -1):
+        s = b[i]
+        for p in range(i + 1, m):
+            s -= L[p, i] * b[p]
+        b[i] = s / L[i, i]
+
+
+@nb.njit(cache=True)
+def _free_set(H, g_lin, x, lower, upper, free, gradient):
+    """Gradient H x + g_lin and the free set: a variable on a bound pushed outward is clamped.
+
+    Returns the infinity norm of the gradient restricted to the free set (the projected gradient).
+    """
+    n = x.shape[0]
+    norm = 0.0
+    for i in range(n):
+        s = g_lin[i]
+        for j in range(n):
+            s += H[i, j] * x[j]
+        gradient[i] = s
+        tol_low = BOUND_TOLERANCE * (1.0 + abs(lower[i]))
+        tol_up = BOUND_TOLERANCE * (1.0 + abs(upper[i]))
+        at_lower = x[i] <= lower[i] + tol_low and s > 0.0
+        at_upper = x[i] >= upper[i] - tol_up and s < 0.0
+        free[i] = not (at_lower or at_upper)
+        if free[i] and abs(s) > norm:
+            norm = abs(s)
+    return norm
+
+
+@nb.njit(cache=True)
+def _factor_free_set(H, free, index, L):
+    """List the free variables in index[:m] and factor H on them; returns (m, positive definite)."""
+    m = 0
+    for i in range(free.shape[0]):
+        if free[i]:
+            index[m] = i
+            m += 1
+    return m, _cholesky_subset(H, index, m, L)
+
+
+@nb.njit(cache=True)
+def _quadratic(H, g_lin, x):
+    value = 0.0
+    n = x.shape[0]
+    for i in range(n):
+        s = 0.0
+        for j in range(n):
+            s += H[i, j] * x[j]
+        value += x[i] * (0.5 * s + g_lin[i])
+    return value
+
+
+@nb.njit(cache=True)
+def box_qp(H, g_lin, lower, upper, x, free, index, L, work):
+    """Minimise 0.5 x^T H x + g_lin^T x subject to lower <= x <= upper by projected Newton.
+
+    Args:
+        H: Symmetric Hessian (n, n), positive definite on every free subset.
+        g_lin: Linear term (n,).
+        lower, upper: Bounds (n,), lower <= upper.
+        x: Warm start on entry, solution on exit (n,).
+        free: Output mask of the variables not held by a bound (n,) bool.
+        index: Integer workspace (n,); on exit index[:m] lists the free variables.
+        L: Workspace (n, n); on exit L[:m, :m] is the Cholesky factor of H on the free set.
+        work: Workspace (4, n) at least; rows 0 to 3 are overwritten.
+
+    Returns:
+        (iterations, m, status) with m the size of the free set and status a STATUS_* code.
+    """
+    n = x.shape[0]
+    gradient = work[0]
+    step = work[1]
+    trial = work[2]
+    for i in range(n):
+        x[i] = min(max(x[i], lower[i]), upper[i])
+    value = _quadratic(H, g_lin, x)
+    iterations = 0
+    m = 0
+    for iterations in range(1, BOX_QP_MAX_ITERATIONS + 1):
+        norm = _free_set(H, g_lin, x, lower, upper, free, gradient)
+        if not np.isfinite(norm):
+            return iterations, 0, STATUS_NOT_FINITE
+        if norm <= BOX_QP_TOLERANCE:
+            break
+        m, convex = _factor_free_set(H, free, index, L)
+        if not convex:
+            return iterations, m, STATUS_NOT_CONVEX
+        # Newton step on the free variables, the clamped ones stay on their bound.
+        rhs = work[3]
+        for a in range(m):
+            rhs[a] = -gradient[index[a]]
+        _cholesky_solve(L, m, rhs)
+        for i in range(n):
+            step[i] = 0.0
+        for a in range(m):
+            step[index[a]] = rhs[a]
+        alpha = 1.0
+        improved = False
+        while alpha >= BOX_QP_MIN_STEP:
+            for i in range(n):
+                trial[i] = min(max(x[i] + alpha * step[i], lower[i]), upper[i])
+            trial_value = _quadratic(H, g_lin, trial)
+            predicted = 0.0
+            for i in range(n):
+                predicted += gradient[i] * (trial[i] - x[i])
+            if trial_value - value <= BOX_QP_ARMIJO * predicted:
+                improved = True
+                break
+            alpha *= 0.5
+        if not improved:
+            break
+        for i in range(n):
+            x[i] = trial[i]
+        value = trial_value
+    # The feedback gain needs the factor of the free set at the returned point.
+    _free_set(H, g_lin, x, lower, upper, free, gradient)
+    m, convex = _factor_free_set(H, free, index, L)
+    return iterations, m, STATUS_OK if convex else STATUS_NOT_CONVEX
+
+
+@nb.njit(cache=True)
+def stage_cost_derivatives(X, U, X_ref, U_ref, state_weight, torque_weight, terminal_scale,
+                           state_lower, state_upper, limit_weight, Wx, gx, gu):
+    """Gauss-Newton Hessian diagonals and gradients of the cost at the nominal (X, U).
+
+    Args:
+        X: Nominal states (N+1, nx); U: nominal torques (N, nu).
+        X_ref, U_ref: Reference (N+1, nx), (N, nu).
+        state_weight: Diagonal of W (nx,); torque_weight: diagonal of R (nu,).
+        terminal_scale: Factor on W at knot N.
+        state_lower, state_upper: Soft state bounds (nx,), infinite where absent.
+        limit_weight: Weight of the soft bounds.
+        Wx: Output Hessian diagonals (N+1, nx); gx: output state gradients (N+1, nx);
+        gu: output torque gradients (N, nu).
+    """
+    horizon = U.shape[0]
+    nx = X.shape[1]
+    for k in range(horizon + 1):
+        scale = terminal_scale if k == horizon else 1.0
+        for i in range(nx):
+            w = scale * state_weight[i]
+            g = w * (X[k, i] - X_ref[k, i])
+            if X[k, i] > state_upper[i]:
+                w += limit_weight
+                g += limit_weight * (X[k, i] - state_upper[i])
+            elif X[k, i] < state_lower[i]:
+                w += limit_weight
+                g += limit_weight * (X[k, i] - state_lower[i])
+            Wx[k, i] = w
+            gx[k, i] = g
+    for k in range(horizon):
+        for i in range(U.shape[1]):
+            gu[k, i] = torque_weight[i] * (U[k, i] - U_ref[k, i])
+
+
+@nb.njit(cache=True)
+def trajectory_cost(X, U, X_ref, U_ref, state_weight, torque_weight, terminal_scale,
+                    state_lower, state_upper, limit_weight):
+    """Value of the MPC cost (see :mod:`rbd_deriv.control.problem`) along (X, U)."""
+    horizon = U.shape[0]
+    nx = X.shape[1]
+    cost = 0.0
+    for k in range(horizon + 1):
+        scale = terminal_scale if k == horizon else 1.0
+        for i in range(nx):
+            e = X[k, i] - X_ref[k, i]
+            cost += 0.5 * scale * state_weight[i] * e * e
+            excess = max(0.0, X[k, i] - state_upper[i]) + max(0.0, state_lower[i] - X[k, i])
+            cost += 0.5 * limit_weight * excess * excess
+    for k in range(horizon):
+        for i in range(U.shape[1]):
+            e = U[k, i] - U_ref[k, i]
+            cost += 0.5 * torque_weight[i] * e * e
+    return cost
+
+
+@nb.njit(cache=True)
+def backward_pass(A, B, d, Wx, gx, torque_weight, gu, U, torque_lower, torque_upper, K, k_ff, free, P, p, PA, PB, Qxx, Quu, Qux, Qx, Qu,
+                  index, L, work, vector):
+    """Box-constrained Riccati recursion from knot N down to 0.
+
+    Args:
+        A: (N, nx, nx), B: (N, nx, nu), d: (N, nx) affine dynamics of the deviations.
+        Wx, gx: (N+1, nx) state Hessian diagonals and gradients; torque_weight: (nu,) diagonal of R.
+        gu: (N, nu) torque gradients. U: (N, nu) nominal torques (inside the box).
+        torque_lower, torque_upper: (nu,) torque box.
+        K: Output feedback gains (N, nu, nx); k_ff: output feedforward (N, nu), also the warm start
+            of each stage QP on entry; free: output free masks (N, nu).
+        P, p, PA, PB, Qxx, Quu, Qux, Qx, Qu, index, L, vector: workspaces; work: (6, nu).
+
+    Returns:
+        (status, total stage-QP iterations, number of clamped torques over the horizon).
+    """
+    horizon = U.shape[0]
+    nx = A.shape[1]
+    nu = B.shape[2]
+    # Value function at the last knot.
+    for i in range(nx):
+        for j in range(nx):
+            P[i, j] = 0.0
+        P[i, i] = Wx[horizon, i]
+        p[i] = gx[horizon, i]
+    qp_iterations = 0
+    clamped = 0
+    lower = work[4]
+    upper = work[5]
+    for k in range(horizon - 1, -1, -1):
+        Ak = A[k]
+        Bk = B[k]
+        # vector = p + P d_k: gradient of the next value at the predicted gap.
+        for i in range(nx):
+            s = p[i]
+            for j in range(nx):
+                s += P[i, j] * d[k, j]
+            vector[i] = s
+        # PA = P A_k and PB = P B_k, row by row with contiguous inner loops.
+        for i in range(nx):
+            for j in range(nx):
+                PA[i, j] = 0.0
+            for j in range(nu):
+                PB[i, j] = 0.0
+            for r in range(nx):
+                pir = P[i, r]
+                if pir != 0.0:
+                    for j in range(nx):
+                        PA[i, j] += pir * Ak[r, j]
+                    for j in range(nu):
+                        PB[i, j] += pir * Bk[r, j]
+        # Qxx = W + A^T P A, Qux = B^T P A, Quu = R + B^T P B, Qx, Qu.
+        for i in range(nx):
+            for j in range(nx):
+                Qxx[i, j] = 0.0
+            Qx[i] = gx[k, i]
+        for i in range(nu):
+            for j in range(nx):
+                Qux[i, j] = 0.0
+            for j in range(nu):
+                Quu[i, j] = 0.0
+            Qu[i] = gu[k, i]
+        for r in range(nx):
+            vr = vector[r]
+            for i in range(nx):
+                ari = Ak[r, i]
+                Qx[i] += ari * vr
+                if ari != 0.0:
+                    for j in range(nx):
+                        Qxx[i, j] += ari * PA[r, j]
+            for i in range(nu):
+                bri = Bk[r, i]
+                Qu[i] += bri * vr
+                if bri != 0.0:
+                    for j in range(nx):
+                        Qux[i, j] += bri * PA[r, j]
+                    for j in range(nu):
+                        Quu[i, j] += bri * PB[r, j]
+        for i in range(nx):
+            Qxx[i, i] += Wx[k, i]
+        for i in range(nu):
+            # R > 0 (checked by MPCProblem) keeps Quu positive definite with no regularization,
+            # which would otherwise bias the plan.
+            Quu[i, i] += torque_weight[i]
+        # An overflow upstream shows here first; it is not a convexity problem.
+        for i in range(nu):
+            if not np.isfinite(Qu[i]):
+                return STATUS_NOT_FINITE, qp_iterations, clamped
+            for j in range(nu):
+                if not np.isfinite(Quu[i, j]):
+                    return STATUS_NOT_FINITE, qp_iterations, clamped
+        # Torque box in deviation coordinates.
+        for i in range(nu):
+            lower[i] = torque_lower[i] - U[k, i]
+            upper[i] = torque_upper[i] - U[k, i]
+        iterations, m, status = box_qp(Quu, Qu, lower, upper, k_ff[k], free[k], index, L, work)
+        qp_iterations += iterations
+        if status != STATUS_OK:
+            return status, qp_iterations, clamped
+        clamped += nu - m
+        # K on the free rows: -Quu_FF^{-1} Qux_F; clamped rows get no feedback.
+        for i in range(nu):
+            for j in range(nx):
+                K[k, i, j] = 0.0
+        column = work[3]
+        for j in range(nx):
+            for a in range(m):
+                column[a] = -Qux[index[a], j]
+            _cholesky_solve(L, m, column)
+            for a in range(m):
+                K[k, index[a], j] = column[a]
+        # Value update: P = Qxx + Qux^T K (K^T Quu K and K^T Qux cancel for this K),
+        # p = Qx + K^T (Quu k + Qu) + Qux^T k.
+        quu_k = work[2]
+        for i in range(nu):
+            s = Qu[i]
+            for j in range(nu):
+                s += Quu[i, j] * k_ff[k, j]
+            quu_k[i] = s
+        for i in range(nx):
+            s = Qx[i]
+            for a in range(nu):
+                s += K[k, a, i] * quu_k[a] + Qux[a, i] * k_ff[k, a]
+            p[i] = s
+            for j in range(nx):
+                P[i, j] = Qxx[i, j]
+        for a in range(nu):
+            for i in range(nx):
+                qai = Qux[a, i]
+                if qai != 0.0:
+                    for j in range(nx):
+                        P[i, j] += qai * K[k, a, j]
+        # Round-off breaks the symmetry of P over a long horizon if left alone.
+        for i in range(nx):
+            for j in range(i):
+                s = 0.5 * (P[i, j] + P[j, i])
+                P[i, j] = s
+                P[j, i] = s
+    for i in range(nx):
+        if not np.isfinite(p[i]):
+            return STATUS_NOT_FINITE, qp_iterations, clamped
+    return STATUS_OK, qp_iterations, clamped
+
+
+@nb.njit(cache=True)
+def forward_pass(A, B, d, K, k_ff, X, U, torque_lower, torque_upper, X_out, U_out, dx, dx_next):
+    """Roll the affine model out with u = U + k + K dx, clamped to the torque box.
+
+    Args:
+        A, B, d: Affine dynamics of the deviations (see :func:`backward_pass`).
+        K, k_ff: Gains from :func:`backward_pass`.
+        X, U: Nominal (N+1, nx), (N, nu); X[0] is the measured state.
+        torque_lower, torque_upper: Torque box (nu,).
+        X_out, U_out: Outputs (N+1, nx), (N, nu).
+        dx, dx_next: Workspaces (nx,).
+
+    Returns:
+        Largest torque update max |U_out - U| over the horizon, or inf if not finite.
+    """
+    horizon = U.shape[0]
+    nx = X.shape[1]
+    nu = U.shape[1]
+    largest = 0.0
+    for i in range(nx):
+        dx[i] = 0.0
+        X_out[0, i] = X[0, i]
+    for k in range(horizon):
+        for a in range(nu):
+            s = U[k, a] + k_ff[k, a]
+            for j in range(nx):
+                s += K[k, a, j] * dx[j]
+            s = min(max(s, torque_lower[a]), torque_upper[a])
+            U_out[k, a] = s
+            change = abs(s - U[k, a])
+            if not change <= largest:  # NaN propagates as an infinite update
+                largest = change if np.isfinite(change) else np.inf
+        for i in range(nx):
+            s = d[k, i]
+            for j in range(nx):
+                s += A[k, i, j] * dx[j]
+            for a in range(nu):
+                s += B[k, i, a] * (U_out[k, a] - U[k, a])
+            dx_next[i] = s
+        for i in range(nx):
+            dx[i] = dx_next[i]
+            X_out[k + 1, i] = X[k + 1, i] + dx[i]
+    return largest
+
+
+@nb.njit(cache=True)
+def held_dynamics(A, B, x_lin, u_lin, x_plus, X, U, A_out, B_out, d_out):
+    """Fill the horizon with one linearization: x' = x+ + A (x - x_lin) + B (u - u_lin).
+
+    The gap at knot k is that model evaluated at the nominal (X[k], U[k]) minus X[k+1].
+    """
+    horizon = U.shape[0]
+    nx = A.shape[0]
+    nu = B.shape[1]
+    for k in range(horizon):
+        for i in range(nx):
+            s = x_plus[i] - X[k + 1, i]
+            for j in range(nx):
+                A_out[k, i, j] = A[i, j]
+                s += A[i, j] * (X[k, j] - x_lin[j])
+            for a in range(nu):
+                B_out[k, i, a] = B[i, a]
+                s += B[i, a] * (U[k, a] - u_lin[a])
+            d_out[k, i] = s
+
+
+@nb.njit(cache=True)
+def shift_plan(X_prev, U_prev, elapsed, dt, x0, torque_lower, torque_upper, X, U):
+    """Warm start: the previous plan read ``elapsed`` seconds later, linear between knots.
+
+    Knots past the end of the previous plan hold its last value. X[0] is then replaced by the
+    measured state x0 and torques are clamped to the box so that zero is a feasible update.
+    """
+    horizon = U_prev.shape[0]
+    nx = X_prev.shape[1]
+    nu = U_prev.shape[1]
+    for k in range(horizon + 1):
+        s = elapsed / dt + k
+        if s < 0.0:
+            s = 0.0
+        base = int(np.floor(s))
+        frac = s - base
+        for i in range(nx):
+            if base >= horizon:
+                X[k, i] = X_prev[horizon, i]
+            else:
+                X[k, i] = (1.0 - frac) * X_prev[base, i] + frac * X_prev[base + 1, i]
+        if k < horizon:
+            for a in range(nu):
+                if base >= horizon - 1:
+                    value = U_prev[horizon - 1, a]
+                else:
+                    value = (1.0 - frac) * U_prev[base, a] + frac * U_prev[base + 1, a]
+                U[k, a] = min(max(value, torque_lower[a]), torque_upper[a])
+    for i in range(nx):
+        X[0, i] = x0[i]

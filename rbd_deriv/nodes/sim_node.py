@@ -1,0 +1,163 @@
+"""Simulated torque-controlled robot: effort commands in, joint_states out at 1 kHz.
+
+The physics (:mod:`rbd_deriv.sim`) runs in its own thread paced on the wall clock, so the
+joint_states rate does not depend on the executor; commands arrive through the executor and are
+picked up at the next physics step. The command topic takes std_msgs/Float64MultiArray like
+ros2_control's effort forward-command controller (``/<controller>/commands``), so a controller
+written against this node drives a real robot's controller unchanged.
+
+Until the first valid command arrives the robot is held still (brakes on); afterwards the last
+valid command stays applied, as the forward-command controller does. A bad command (wrong
+length, NaN or inf) is refused, counted and logged; the last good one stays.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import rclpy
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+
+import rbd_deriv as rd
+from rbd_deriv.exceptions import RbdDerivError
+from rbd_deriv.sim import BACKENDS, make_plant
+from rbd_deriv.testing.robots import bundled_urdf
+
+#: Largest number of physics steps taken at once to catch up with the wall clock; beyond it the
+#: simulation slows down instead of jumping.
+MAX_CATCH_UP_STEPS = 20
+
+
+def _describe(text: str) -> ParameterDescriptor:
+    return ParameterDescriptor(description=text)
+
+
+class SimNode(Node):
+    """Wires the plant to ROS: parameters, command subscription, joint_states publisher."""
+
+    def __init__(self) -> None:
+        super().__init__("sim_node")
+        self.declare_parameter("urdf_path", "", _describe(
+            "URDF file of the robot; empty: the bundled 7-dof arm"))
+        self.declare_parameter("backend", "mujoco", _describe(f"physics backend, one of {BACKENDS}"))
+        self.declare_parameter("physics_rate_hz", 1000.0, _describe("physics and joint_states rate [Hz]"))
+        self.declare_parameter("damping", [0.1], _describe(
+            "joint viscous damping [N m s/rad]; one value for every joint or one per joint"))
+        self.declare_parameter("friction", [0.1], _describe(
+            "joint dry friction [N m]; one value for every joint or one per joint"))
+        self.declare_parameter("initial_positions", [0.0], _describe(
+            "initial joint positions [rad] in model order; one value is used for every joint"))
+        self.declare_parameter("command_topic", "/effort_controller/commands",
+                               _describe("std_msgs/Float64MultiArray effort commands [N m]"))
+        self.declare_parameter("joint_states_topic", "joint_states",
+                               _describe("sensor_msgs/JointState output"))
+        self.declare_parameter("frame_id", "", _describe("frame_id of the joint_states header"))
+
+        urdf_path = self.get_parameter("urdf_path").value or str(bundled_urdf("rbd_arm7"))
+        backend = self.get_parameter("backend").value
+        rate = float(self.get_parameter("physics_rate_hz").value)
+        if backend not in BACKENDS:
+            raise RbdDerivError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if not rate > 0.0:
+            raise RbdDerivError(f"physics_rate_hz must be > 0, got {rate}")
+        self.model = rd.load_urdf(str(Path(urdf_path)))
+        self.plant = make_plant(backend, urdf_path, dt=1.0 / rate,
+                                damping=self._per_joint("damping"),
+                                friction=self._per_joint("friction"), model=self.model)
+        initial = np.asarray(self.get_parameter("initial_positions").value, dtype=float)
+        if initial.size == 1:
+            initial = np.full(self.model.nv, float(initial[0]))
+        self.plant.reset(initial)
+        self.nv = self.model.nv
+        self._command: np.ndarray | None = None
+        self._applied: np.ndarray | None = None
+        self._lock = threading.Lock()
+        self.refused_commands = 0
+        self._message = JointState()
+        self._message.name = list(self.plant.joint_names)
+        self._message.header.frame_id = self.get_parameter("frame_id").value
+        self.publisher = self.create_publisher(
+            JointState, self.get_parameter("joint_states_topic").value, 10)
+        self.create_subscription(Float64MultiArray, self.get_parameter("command_topic").value,
+                                 self._on_command, 10)
+        self._running = True
+        self._thread = threading.Thread(target=self._physics_loop, daemon=True)
+        self._thread.start()
+        self.get_logger().info(
+            f"{backend} plant of {self.model.name!r} ({self.nv} joints) at {rate:g} Hz, "
+            f"commands on {self.get_parameter('command_topic').value}")
+
+    def _per_joint(self, name: str) -> np.ndarray:
+        values = np.asarray(self.get_parameter(name).value, dtype=float)
+        return float(values[0]) if values.size == 1 else values
+
+    def _on_command(self, message: Float64MultiArray) -> None:
+        command = np.asarray(message.data, dtype=float)
+        if command.shape != (self.nv,) or not np.isfinite(command).all():
+            self.refused_commands += 1
+            self.get_logger().warning(
+                f"refused command: needs {self.nv} finite torques, got {command.size} values "
+                f"({self.refused_commands} refused so far)", throttle_duration_sec=1.0)
+            return
+        with self._lock:
+            self._command = command
+
+    def _physics_loop(self) -> None:
+        period = self.plant.dt
+        next_time = time.monotonic()
+        while self._running and rclpy.ok():
+            now = time.monotonic()
+            steps = min(MAX_CATCH_UP_STEPS, max(1, int((now - next_time) / period) + 1))
+            with self._lock:
+                command = self._command
+            if command is not None:
+                self._applied = self.plant.step(command, steps)
+            next_time += steps * period
+            if now - next_time > MAX_CATCH_UP_STEPS * period:
+                next_time = now  # too far behind: slow down rather than jump
+            self._publish()
+            delay = next_time - time.monotonic()
+            if delay > 0.0:
+                time.sleep(delay)
+
+    def _publish(self) -> None:
+        message = self._message
+        message.header.stamp = self.get_clock().now().to_msg()
+        message.position = self.plant.q.tolist()
+        message.velocity = self.plant.v.tolist()
+        # The torque the drives actually applied (saturated), as a real robot reports it.
+        message.effort = [] if self._applied is None else self._applied.tolist()
+        self.publisher.publish(message)
+
+    def stop(self) -> None:
+        """Stop the physics thread."""
+        self._running = False
+        self._thread.join(timeout=1.0)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Console entry point ``sim_node``."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = SimNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.stop()
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Fixtures shared by the core test suite.
+
+Oracles: Pinocchio (through :class:`rbd_deriv.testing.pinocchio_bridge.PinocchioBridge`),
+the complex-step reference (:mod:`rbd_deriv.testing.reference`), central finite
+differences on the manifold (:mod:`rbd_deriv.testing.finite_diff`) and algebraic
+identities.
+
+Tolerances (:func:`rbd_deriv.testing.assert_close`), entry by entry:
+
+* exact oracles (Pinocchio, identities): ``atol = 1e-9 * max(1, max|ref|)``, ``rtol = 1e-9``;
+* complex-step derivatives: the same with 1e-10;
+* central finite differences: 1e-6 relative (their measured error is below 1e-7,
+  see :mod:`rbd_deriv.testing.finite_diff`);
+* batched versus single calls: 1e-12.
+
+Robots (each fixed base and with a free flyer): ``robot`` the seven example robots
+(Romeo with its massless hands given a little mass, see
+:func:`rbd_deriv.testing.robots.with_minimum_mass`), ``random_robot`` random URDF
+trees, ``any_robot`` both, ``small_robot`` / ``light_robot`` the lighter sets for
+the slow oracles. Models are loaded once per session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+import pytest
+
+import rbd_deriv as rd
+from rbd_deriv.testing import random_urdf
+from rbd_deriv.testing.pinocchio_bridge import PinocchioBridge
+from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, MASSLESS_MOVING_ROBOTS, ROBOT_NAMES, with_minimum_mass
+
+STATES_PER_ROBOT = 2
+"""Random states per example robot and test; the random trees add breadth."""
+
+RANDOM_TREE_SEEDS = range(12)
+"""Seeds of the random trees; each is tested fixed and floating."""
+
+
+@dataclasses.dataclass
+class RobotCase:
+    """One robot loaded in both libraries."""
+
+    label: str
+    source: Any  # URDF path or XML text
+    floating_base: bool
+    model: Any
+    data: Any
+    bridge: PinocchioBridge
+
+    def rng(self, salt: str = "") -> np.random.Generator:
+        """Generator seeded by the case and ``salt`` so every test draws reproducible states."""
+        key = f"{self.label}/{'floating' if self.floating_base else 'fixed'}/{salt}"
+        return np.random.default_rng(zlib.crc32(key.encode()))
+
+    def random_q(self, rng: np.random.Generator) -> np.ndarray:
+        """Random configuration (nq,) drawn by Pinocchio's side, independent of the library."""
+        return self.bridge.random_configuration(rng)
+
+    def states(self, salt: str, count: int = STATES_PER_ROBOT) -> List[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``count`` random (q, v, u) triples; u serves as acceleration or torque."""
+        rng = self.rng(salt)
+        nv = self.model.nv
+        return [(self.random_q(rng), rng.uniform(-2, 2, nv), rng.uniform(-2, 2, nv)) for _ in range(count)]
+
+    def random_fext(self, rng: np.random.Generator) -> np.ndarray:
+        """External forces (njoints, 6) [N, N m], universe row zero."""
+        fext = rng.uniform(-5, 5, (self.model.njoints, 6))
+        fext[0] = 0.0
+        return fext
+
+
+def example_source(name: str) -> Any:
+    """URDF of an example robot as the suite loads it (massless moving links given some mass)."""
+    if name in MASSLESS_MOVING_ROBOTS:
+        return with_minimum_mass(EXAMPLE_ROBOTS[name])
+    return EXAMPLE_ROBOTS[name]
+
+
+def random_tree_source(seed: int) -> str:
+    """URDF text of random tree ``seed`` (3 to 10 links; every third one with non-unit axes)."""
+    rng = np.random.default_rng(1000 + seed)
+    return random_urdf(rng, n_links=int(rng.integers(3, 11)), non_unit_axes=seed % 3 == 0)
+
+
+_CACHE: Dict[Tuple[str, bool], RobotCase] = {}
+
+
+def _load(label: str, source: Any, floating_base: bool) -> RobotCase:
+    key = (label, floating_base)
+    if key not in _CACHE:
+        model = rd.load_urdf(source, floating_base=floating_base)
+        bridge = PinocchioBridge.for_model(model, source)
+        _CACHE[key] = RobotCase(label, source, floating_base, model, model.create_data(), bridge)
+    return _CACHE[key]
+
+
+def load_example(name: str, floating_base: bool) -> RobotCase:
+    """Example robot ``name``, loaded once per session."""
+    return _load(name, example_source(name), floating_base)
+
+
+def load_random_tree(seed: int, floating_base: bool) -> RobotCase:
+    """Random tree ``seed``, loaded once per session."""
+    return _load(f"random{seed}", random_tree_source(seed), floating_base)
+
+
+def _base(floating: bool) -> str:
+    return "floating" if floating else "fixed"
+
+
+def _load_param(label, floating_base: bool) -> RobotCase:
+    """A fixture parameter: an example robot name or a random tree seed."""
+    if isinstance(label, str):
+        return load_example(label, floating_base)
+    return load_random_tree(label, floating_base)
+
+
+def _params(labels, id_of):
+    return [pytest.param((label, fb), id=f"{id_of(label)}-{_base(fb)}") for label in labels for fb in (False, True)]
+
+
+ROBOT_PARAMS = _params(ROBOT_NAMES, str)
+SMALL_ROBOT_PARAMS = _params(("ur5", "panda", "solo12", "anymal"), str)
+FLOATING_SMALL_ROBOT_PARAMS = [p for p in SMALL_ROBOT_PARAMS if p.values[0][1]]
+RANDOM_PARAMS = _params(RANDOM_TREE_SEEDS, lambda seed: f"tree{seed}")
+
+
+def _robot_fixture(name: str, params, doc: str):
+    """A parametrized fixture ``name`` yielding the RobotCase of each parameter."""
+
+    def fixture(request) -> RobotCase:
+        return _load_param(*request.param)
+
+    fixture.__doc__ = doc
+    return pytest.fixture(name=name, params=params)(fixture)
+
+
+robot = _robot_fixture("robot", ROBOT_PARAMS, "Every example robot, fixed base and floating base.")
+small_robot = _robot_fixture("small_robot", SMALL_ROBOT_PARAMS, "The smaller example robots, fixed and floating.")
+floating_robot = _robot_fixture(
+    "floating_robot", FLOATING_SMALL_ROBOT_PARAMS, "The smaller example robots with a free flyer."
+)
+random_robot = _robot_fixture(
+    "random_robot",
+    RANDOM_PARAMS,
+    "Random trees with revolute, continuous, prismatic and fixed joints, massless links,"
+    " random frames and inertias, fixed base and floating base.",
+)
+any_robot = _robot_fixture(
+    "any_robot", ROBOT_PARAMS + RANDOM_PARAMS, "Every example robot and every random tree, fixed and floating."
+)
+light_robot = _robot_fixture(
+    "light_robot",
+    SMALL_ROBOT_PARAMS + RANDOM_PARAMS,
+    "The smaller example robots and every random tree, for the slow oracles (finite differences, complex step).",
+)
+
+
+@pytest.fixture(params=[pytest.param(False, id="fixed"), pytest.param(True, id="floating")])
+def arm7(request) -> RobotCase:
+    """The package's own 7-dof arm URDF."""
+    from rbd_deriv.testing.robots import bundled_urdf
+
+    return _load("rbd_arm7", bundled_urdf("rbd_arm7"), request.param)

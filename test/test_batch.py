@@ -1,0 +1,79 @@
+"""Batched algorithms (rbd_deriv batch functions): each row equals the single call
+on the same state, to 1e-12 (the kernels are the same; only the loop differs)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import rbd_deriv as rd
+from rbd_deriv.testing import assert_close
+
+BATCH = 5
+SAME = 1e-12
+
+
+def _batch(case, count=BATCH):
+    states = case.states("batch", count)
+    return tuple(np.array([s[k] for s in states]) for k in range(3))
+
+
+# batch function, single function, names of its outputs (one array each, or a tuple).
+PAIRS = (
+    ("rnea_batch", "rnea", ("tau",)),
+    ("aba_batch", "aba", ("ddq",)),
+    ("rnea_derivatives_batch", "rnea_derivatives", ("dtau_dq", "dtau_dv", "M")),
+    ("aba_derivatives_batch", "aba_derivatives", ("dddq_dq", "dddq_dv", "Minv")),
+)
+
+
+def _check(case):
+    model = case.model
+    data = model.create_data()
+    Q, V, U = _batch(case)
+    for batch_name, single_name, outputs in PAIRS:
+        batched = getattr(rd, batch_name)(model, Q, V, U)
+        batched = batched if isinstance(batched, tuple) else (batched,)
+        assert len(batched) == len(outputs)
+        for k in range(BATCH):
+            single = getattr(rd, single_name)(model, data, Q[k], V[k], U[k])
+            single = single if isinstance(single, tuple) else (single,)
+            for output, many, one in zip(outputs, batched, single):
+                assert many.shape == (BATCH,) + one.shape
+                assert_close(many[k], one, rtol=SAME, what=f"{batch_name} {output}[{k}]")
+
+    dt = 0.01
+    A, B, X_next = rd.linearize_batch(model, Q, V, U, dt)
+    assert A.shape == (BATCH, 2 * model.nv, 2 * model.nv)
+    assert B.shape == (BATCH, 2 * model.nv, model.nv)
+    assert X_next.shape == (BATCH, model.nq + model.nv)
+    for k in range(BATCH):
+        single_A, single_B = rd.linearize(model, data, Q[k], V[k], U[k], dt)
+        assert_close(A[k], single_A, rtol=SAME, what=f"linearize_batch A[{k}]")
+        assert_close(B[k], single_B, rtol=SAME, what=f"linearize_batch B[{k}]")
+        assert_close(X_next[k], data.x_next, rtol=SAME, what=f"linearize_batch x_next[{k}]")
+
+
+def test_batch_equals_loop(any_robot):
+    _check(any_robot)
+
+
+def test_batch_outputs_are_fresh_arrays(small_robot):
+    model = small_robot.model
+    Q, V, U = _batch(small_robot)
+    first = rd.rnea_batch(model, Q, V, U)
+    kept = first.copy()
+    second = rd.rnea_batch(model, Q[::-1].copy(), V[::-1].copy(), U[::-1].copy())
+    assert not np.shares_memory(first, second)
+    np.testing.assert_array_equal(first, kept)
+
+
+def test_batch_of_one_and_non_contiguous_inputs(small_robot):
+    model = small_robot.model
+    data = model.create_data()
+    Q, V, U = _batch(small_robot, 6)
+    single = rd.rnea_batch(model, Q[:1], V[:1], U[:1])
+    assert single.shape == (1, model.nv)
+    assert_close(single[0], rd.rnea(model, data, Q[0], V[0], U[0]), rtol=SAME)
+    strided = rd.aba_batch(model, Q[::2], V[::2], U[::2])
+    contiguous = rd.aba_batch(model, Q[::2].copy(), V[::2].copy(), U[::2].copy())
+    np.testing.assert_array_equal(strided, contiguous)

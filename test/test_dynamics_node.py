@@ -1,0 +1,516 @@
+"""The dynamics node as a real process, driven over DDS from this test.
+
+The node is started through its console entry point (``python -m rbd_deriv.nodes.dynamics_node`` when the
+package is not installed), on a ROS domain of its own. Every output is compared entry by entry with the
+library (and the torques with Pinocchio) at the state the test published; the service is called; each bad
+input of the issue is sent to the running node, which must refuse it, count it, log it once per throttle
+period, publish nothing for it, and keep serving good input.
+
+Waits are generous (a loaded 2-core machine, first numba compilation); nothing asserts speed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+pytest.importorskip("rbd_deriv.msg", reason="rbd_deriv interfaces not built (pip install -e . or colcon build)")
+
+from builtin_interfaces.msg import Time  # noqa: E402
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from nav_msgs.msg import Odometry  # noqa: E402
+from rcl_interfaces.msg import Parameter as ParameterMessage  # noqa: E402
+from rcl_interfaces.msg import ParameterType, ParameterValue  # noqa: E402
+from rcl_interfaces.srv import SetParameters  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+
+import rbd_deriv as rd  # noqa: E402
+from rbd_deriv.msg import Linearization, Matrix  # noqa: E402
+from rbd_deriv.srv import ComputeDerivatives  # noqa: E402
+from rbd_deriv.testing import assert_close  # noqa: E402
+from rbd_deriv.testing.robots import bundled_urdf  # noqa: E402
+
+ARM_URDF = bundled_urdf("rbd_arm7")
+STARTUP_TIMEOUT = 900.0  # a cold numba cache compiles every kernel: minutes on a loaded machine
+REPLY_TIMEOUT = 30.0
+THROTTLE = 60.0  # the node logs each kind of fault at most once a minute in these tests
+
+
+def node_command() -> List[str]:
+    """The console entry point next to this interpreter, else the module."""
+    script = shutil.which("dynamics_node", path=os.path.dirname(sys.executable))
+    return [script] if script else [sys.executable, "-m", "rbd_deriv.nodes.dynamics_node"]
+
+
+def stamp_of(ns: int) -> Time:
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
+def ns_of(stamp: Time) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+class NodeUnderTest:
+    """A dynamics node process plus a client node in this process, on a private ROS domain."""
+
+    def __init__(self, extra_parameters: Dict[str, str], name: str) -> None:
+        self.domain = 1 + (os.getpid() * 7 + len(name) * 13) % 200
+        self.env = dict(os.environ, ROS_DOMAIN_ID=str(self.domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+                        PYTHONUNBUFFERED="1", RCUTILS_LOGGING_BUFFERED_STREAM="0")
+        parameters = {"urdf_path": str(ARM_URDF), "log_throttle_period": str(THROTTLE), **extra_parameters}
+        arguments = ["--ros-args"]
+        for key, value in parameters.items():
+            arguments += ["-p", f"{key}:={value}"]
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"{name}-", suffix=".log", delete=False)
+        self.process = subprocess.Popen(node_command() + arguments, env=self.env, stdout=self.log,
+                                        stderr=subprocess.STDOUT)
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=self.domain)
+        self.node = rclpy.create_node(f"test_client_{name}", context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.received: Dict[str, List] = {"linearization": [], "mass_matrix_inverse": [], "bias_torques": [],
+                                          "diagnostics": []}
+        reliable = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
+        self.node.create_subscription(Linearization, "linearization", self.received["linearization"].append,
+                                      reliable)
+        self.node.create_subscription(Matrix, "mass_matrix_inverse", self.received["mass_matrix_inverse"].append,
+                                      reliable)
+        self.node.create_subscription(JointState, "bias_torques", self.received["bias_torques"].append, reliable)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self.received["diagnostics"].append, 10)
+        self.joint_states = self.node.create_publisher(JointState, "joint_states", reliable)
+        self.second_joint_states = self.node.create_publisher(JointState, "joint_states", reliable)
+        self.odom = self.node.create_publisher(Odometry, "odom", reliable)
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.description = self.node.create_publisher(String, "robot_description", latched)
+        self.service = self.node.create_client(ComputeDerivatives, "compute_derivatives")
+        self.parameters = self.node.create_client(SetParameters, "/dynamics_node/set_parameters")
+
+    # -------------------------------------------------------------------------------- plumbing
+    def now_ns(self) -> int:
+        return self.node.get_clock().now().nanoseconds
+
+    def spin_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert self.process.poll() is None, f"node died while waiting for {what}:\n{self.log_text()}"
+            assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}:\n{self.log_text()}"
+            self.executor.spin_once(timeout_sec=0.05)
+
+    def log_text(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")
+
+    def wait_ready(self) -> None:
+        self.spin_until(lambda: self.joint_states.get_subscription_count() > 0
+                        and self.node.count_subscribers("robot_description") > 0, STARTUP_TIMEOUT, "discovery")
+        self.spin_until(lambda: self.service.service_is_ready() and self.parameters.service_is_ready(),
+                        STARTUP_TIMEOUT, "services")
+        self.spin_until(lambda: bool(self.received["diagnostics"]), STARTUP_TIMEOUT, "first diagnostics")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+        self.log.close()
+        os.unlink(self.log.name)
+
+    # -------------------------------------------------------------------------------- traffic
+    def publish_state(self, names, position, velocity, effort=(), stamp_ns: Optional[int] = None,
+                      publisher=None) -> int:
+        stamp_ns = self.now_ns() if stamp_ns is None else stamp_ns
+        message = JointState(name=list(names), position=[float(x) for x in position],
+                             velocity=[float(x) for x in velocity], effort=[float(x) for x in effort])
+        message.header.stamp = stamp_of(stamp_ns)
+        message.header.frame_id = "test_frame"
+        (publisher or self.joint_states).publish(message)
+        return stamp_ns
+
+    def outputs_at(self, stamp_ns: int, topics=("linearization", "mass_matrix_inverse", "bias_torques")) -> Dict:
+        found = {}
+        for topic in topics:
+            for message in self.received[topic]:
+                if ns_of(message.header.stamp) == stamp_ns:
+                    found[topic] = message
+        return found
+
+    def wait_outputs(self, stamp_ns: int, timeout: float = REPLY_TIMEOUT,
+                     topics=("linearization", "mass_matrix_inverse", "bias_torques")) -> Dict:
+        self.spin_until(lambda: len(self.outputs_at(stamp_ns, topics)) == len(topics), timeout,
+                        f"outputs stamped {stamp_ns}")
+        return self.outputs_at(stamp_ns, topics)
+
+    def call(self, request) -> ComputeDerivatives.Response:
+        future = self.service.call_async(request)
+        self.spin_until(future.done, REPLY_TIMEOUT, "service reply")
+        return future.result()
+
+    def set_parameter(self, name: str, value) -> bool:
+        if isinstance(value, bool):
+            parameter_value = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=value)
+        elif isinstance(value, float):
+            parameter_value = ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value)
+        else:
+            parameter_value = ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=value)
+        request = SetParameters.Request(parameters=[ParameterMessage(name=name, value=parameter_value)])
+        future = self.parameters.call_async(request)
+        self.spin_until(future.done, REPLY_TIMEOUT, f"set_parameters {name}")
+        return future.result().results[0].successful
+
+    def latest_diagnostics(self, after_ns: int) -> Dict[str, str]:
+        """Key/values of the first diagnostics published after ``after_ns``."""
+        def fresh():
+            return [m for m in self.received["diagnostics"] if ns_of(m.header.stamp) > after_ns
+                    and any(s.name.endswith(": dynamics") for s in m.status)]
+        self.spin_until(lambda: bool(fresh()), REPLY_TIMEOUT, "fresh diagnostics")
+        status = next(s for s in fresh()[0].status if s.name.endswith(": dynamics"))
+        return {kv.key: kv.value for kv in status.values}
+
+
+@pytest.fixture(scope="module")
+def arm_model():
+    return rd.load_urdf(str(ARM_URDF))
+
+
+@pytest.fixture(scope="module")
+def arm_node():
+    harness = NodeUnderTest({}, "arm")
+    try:
+        harness.wait_ready()
+        yield harness
+    finally:
+        harness.close()
+
+
+def random_state(model, rng):
+    q = rng.uniform(model.lower_position_limit, model.upper_position_limit)
+    v = rng.uniform(-1.0, 1.0, model.nv)
+    return q, v
+
+
+def check_outputs_against_library(model, outputs, q, v, dt=0.001):
+    """Every published number equals the library's at (q, v), and the torques equal Pinocchio's."""
+    data = model.create_data()
+    bias = rd.rnea(model, data, q, v, np.zeros(model.nv)).copy()
+
+    torques = outputs["bias_torques"]
+    assert list(torques.name) == [n for n in model.joint_names if n != "root_joint"]
+    effort = np.array(torques.effort)
+    assert_close(effort, bias[[model.idx_v[n] for n in torques.name]], what="bias torques")
+
+    minv = outputs["mass_matrix_inverse"]
+    assert (minv.rows, minv.cols, minv.name) == (model.nv, model.nv, "M_inverse")
+    assert_close(np.array(minv.data).reshape(model.nv, model.nv), rd.minverse(model, data, q), what="M^-1")
+
+    lin = outputs["linearization"]
+    assert (lin.nx, lin.nu, lin.nq, lin.nv, lin.dt) == (2 * model.nv, model.nv, model.nq, model.nv, dt)
+    assert list(lin.joint_names) == list(model.joint_names)
+    np.testing.assert_array_equal(np.array(lin.x), np.concatenate((q, v)))
+    assert_close(np.array(lin.u), bias, what="linearization input")
+    a, b = rd.linearize(model, data, q, v, bias, dt)
+    assert_close(np.array(lin.a).reshape(2 * model.nv, 2 * model.nv), a, what="A")
+    assert_close(np.array(lin.b).reshape(2 * model.nv, model.nv), b, what="B")
+    assert_close(np.array(lin.x_next), data.x_next, what="x+")
+    for message in outputs.values():
+        assert message.header.frame_id == "test_frame"
+
+
+def test_outputs_match_library_at_published_state(arm_node, arm_model):
+    model = arm_model
+    rng = np.random.default_rng(3)
+    # Before the state is complete nothing is published.
+    partial = arm_node.publish_state(model.joint_names[:3], [0.1, 0.2, 0.3], [0, 0, 0])
+    names = list(model.joint_names) + ["finger_joint"]
+    for trial in range(3):
+        q, v = random_state(model, rng)
+        order = rng.permutation(len(names))
+        position = np.append(q, 0.04)[order]
+        velocity = np.append(v, 0.0)[order]
+        stamp = arm_node.publish_state([names[i] for i in order], position, velocity)
+        outputs = arm_node.wait_outputs(stamp, timeout=STARTUP_TIMEOUT if trial == 0 else REPLY_TIMEOUT)
+        check_outputs_against_library(model, outputs, q, v)
+    assert arm_node.outputs_at(partial) == {}
+
+    import pinocchio
+
+    pin_model = pinocchio.buildModelFromUrdf(str(ARM_URDF))
+    pin_data = pin_model.createData()
+    expected = pinocchio.rnea(pin_model, pin_data, q, v, np.zeros(model.nv))
+    order = [pin_model.names[i + 1] for i in range(pin_model.nv)]
+    published = dict(zip(outputs["bias_torques"].name, outputs["bias_torques"].effort))
+    assert_close([published[n] for n in order], expected, what="bias torques vs Pinocchio")
+
+
+def test_joints_split_across_publishers(arm_node, arm_model):
+    model = arm_model
+    rng = np.random.default_rng(5)
+    q, v = random_state(model, rng)
+    first, second = list(model.joint_names[:4]), list(model.joint_names[4:])
+    stamp = arm_node.now_ns()
+    arm_node.publish_state(first, q[:4], v[:4], stamp_ns=stamp)
+    arm_node.wait_outputs(stamp)
+    stamp2 = arm_node.publish_state(second[::-1], q[4:][::-1], v[4:][::-1], publisher=arm_node.second_joint_states)
+    outputs = arm_node.wait_outputs(stamp2)
+    check_outputs_against_library(model, outputs, q, v)
+
+
+def test_service_answers_match_library(arm_node, arm_model):
+    model = arm_model
+    data = model.create_data()
+    rng = np.random.default_rng(7)
+    q, v = random_state(model, rng)
+    a, tau = rng.uniform(-2, 2, model.nv), rng.uniform(-20, 20, model.nv)
+    request = ComputeDerivatives.Request(q=q.tolist(), v=v.tolist(), a=a.tolist(), tau=tau.tolist(), dt=0.01,
+                                         inverse_dynamics_derivatives=True, forward_dynamics_derivatives=True,
+                                         mass_matrix=True, mass_matrix_inverse=True, linearization=True)
+    response = arm_node.call(request)
+    assert response.success, response.message
+    assert list(response.joint_names) == list(model.joint_names)
+
+    def matrix(message, rows, cols):
+        assert (message.rows, message.cols) == (rows, cols)
+        assert list(message.names) == list(model.joint_names)
+        return np.array(message.data).reshape(rows, cols)
+
+    nv = model.nv
+    dtau_dq, dtau_dv, _ = rd.rnea_derivatives(model, data, q, v, a)
+    assert_close(matrix(response.dtau_dq, nv, nv), dtau_dq, what="dtau/dq")
+    assert_close(matrix(response.dtau_dv, nv, nv), dtau_dv, what="dtau/dv")
+    dddq_dq, dddq_dv, _ = rd.aba_derivatives(model, data, q, v, tau)
+    assert_close(matrix(response.dddq_dq, nv, nv), dddq_dq, what="dddq/dq")
+    assert_close(matrix(response.dddq_dv, nv, nv), dddq_dv, what="dddq/dv")
+    assert_close(matrix(response.mass_matrix, nv, nv), rd.crba(model, data, q), what="M")
+    assert_close(matrix(response.mass_matrix_inverse, nv, nv), rd.minverse(model, data, q), what="M^-1")
+    A, B = rd.linearize(model, data, q, v, tau, 0.01)
+    assert_close(np.array(response.linearization.a).reshape(2 * nv, 2 * nv), A, what="A")
+    assert_close(np.array(response.linearization.b).reshape(2 * nv, nv), B, what="B")
+    assert_close(np.array(response.linearization.x_next), data.x_next, what="x+")
+
+    # Only what was asked is filled.
+    only_m = arm_node.call(ComputeDerivatives.Request(q=q.tolist(), v=v.tolist(), mass_matrix=True))
+    assert only_m.success, only_m.message
+    assert only_m.dtau_dq.rows == 0 and only_m.linearization.nx == 0 and only_m.mass_matrix.rows == nv
+
+
+@pytest.mark.parametrize("change, expected", [
+    (dict(q=[0.0] * 6), "q has 6 entries"),
+    (dict(v=[0.0] * 9), "v has 9 entries"),
+    (dict(tau=[]), "tau has 0 entries"),
+    (dict(q=[math.nan] + [0.0] * 6), "NaN"),
+    (dict(dt=0.0), "dt must be > 0"),
+    (dict(linearization=False, forward_dynamics_derivatives=False), "nothing asked"),
+])
+def test_service_refuses_bad_requests(arm_node, change, expected):
+    fields = dict(q=[0.0] * 7, v=[0.0] * 7, tau=[0.0] * 7, dt=0.001, linearization=True,
+                  forward_dynamics_derivatives=True)
+    fields.update(change)
+    response = arm_node.call(ComputeDerivatives.Request(**fields))
+    assert not response.success
+    assert expected in response.message
+    assert response.linearization.nx == 0 and response.dddq_dq.rows == 0
+
+
+def _broken_descriptions() -> Dict[str, str]:
+    text = ARM_URDF.read_text()
+    six_dof = text.replace('<joint name="joint7" type="revolute">', '<joint name="joint7" type="fixed">')
+    assert six_dof != text
+    return {
+        "bad_description": "<robot name='broken'><link name='a'/><joint name='j' type='revolute'>",
+        "empty": "   ",
+        "robot_changed": six_dof,
+    }
+
+
+def test_bad_inputs_are_refused_counted_logged_once_and_the_node_keeps_serving(arm_node, arm_model):
+    model = arm_model
+    names = list(model.joint_names)
+    rng = np.random.default_rng(11)
+    q, v = random_state(model, rng)
+    good = arm_node.publish_state(names, q, v)
+    arm_node.wait_outputs(good)
+    before = arm_node.now_ns()
+    baseline = arm_node.latest_diagnostics(before)
+
+    nan_q = q.copy()
+    nan_q[2] = math.nan
+    inf_v = v.copy()
+    inf_v[5] = math.inf
+    # A fresh accepted state just before: older stamps within max_state_age are out of order, not stale.
+    last = arm_node.publish_state(names, q, v)
+    bad_messages = {  # reason -> (names, position, velocity, effort, stamp)
+        "unknown_joints": (["wheel_left", "wheel_right"], [0, 0], [0, 0], [], None),
+        "length_mismatch": (names, q[:5], v, [], None),
+        "non_finite": (names, nan_q, v, [], None),
+        "non_finite_velocity": (names, q, inf_v, [], None),
+        "duplicate_joint": (names + ["joint1"], np.append(q, 0), np.append(v, 0), [], None),
+        "missing_velocity": (names, q, [], [], None),
+        "stale": (names, q, v, [], last - 10 * 1_000_000_000),
+        "out_of_order": (names, q, v, [], last - 1_000_000),
+    }
+    sent_stamps = []
+    for reason, (n, p, w, e, stamp) in bad_messages.items():
+        for _ in range(3):
+            stamp_ns = arm_node.publish_state(n, p, w, e, stamp_ns=stamp)
+            sent_stamps.append(stamp_ns)
+            if stamp is None:
+                time.sleep(0.001)  # distinct stamps
+    for reason, description in _broken_descriptions().items():
+        arm_node.description.publish(String(data=description))
+        time.sleep(0.5)  # a latched topic keeps only the last message: let each one through
+    assert not arm_node.set_parameter("dt", -1.0)
+    assert not arm_node.set_parameter("publish_mode", "sometimes")
+    assert not arm_node.set_parameter("robot_description", "<robot name='x'>")
+
+    # The node still serves good input, with the original robot.
+    q2, v2 = random_state(model, rng)
+    after = arm_node.publish_state(list(reversed(names)), q2[::-1], v2[::-1])
+    outputs = arm_node.wait_outputs(after)
+    check_outputs_against_library(model, outputs, q2, v2)
+    assert arm_node.process.poll() is None
+    for stamp_ns in sent_stamps:
+        assert arm_node.outputs_at(stamp_ns) == {}, "an output was published for a refused message"
+
+    counts = arm_node.latest_diagnostics(arm_node.now_ns())
+    def increase(reason):
+        return int(counts.get(f"rejected_{reason}", 0)) - int(baseline.get(f"rejected_{reason}", 0))
+    assert increase("unknown_joints") == 3
+    assert increase("length_mismatch") == 3
+    assert increase("non_finite") == 6
+    assert increase("duplicate_joint") == 3
+    assert increase("missing_velocity") == 3
+    assert increase("stale") == 3
+    assert increase("out_of_order") == 3
+    assert increase("bad_description") >= 3  # broken topic message, empty one, broken parameter
+    assert increase("robot_changed") == 1
+    assert int(counts["rejected_total"]) > int(baseline.get("rejected_total", 0))
+
+    # One log line per kind of fault within the throttle period, naming the fault.
+    log = arm_node.log_text()
+    for reason in ("unknown_joints", "length_mismatch", "non_finite", "duplicate_joint", "missing_velocity",
+                   "stale", "out_of_order", "robot_changed"):
+        lines = re.findall(rf"refused \[{reason}, ", log)
+        assert len(lines) == 1, f"{reason}: {len(lines)} log lines\n{log}"
+    assert "set allow_robot_change" in log
+
+
+def test_parameters_change_outputs(arm_node, arm_model):
+    model = arm_model
+    rng = np.random.default_rng(13)
+    assert arm_node.set_parameter("dt", 0.004)
+    q, v = random_state(model, rng)
+    stamp = arm_node.publish_state(model.joint_names, q, v)
+    outputs = arm_node.wait_outputs(stamp)
+    check_outputs_against_library(model, outputs, q, v, dt=0.004)
+
+    # Timer mode publishes from the latest state without new joint_states.
+    assert arm_node.set_parameter("max_state_age", 0.0)
+    assert arm_node.set_parameter("publish_mode", "timer")
+    count = len(arm_node.received["linearization"])
+    arm_node.spin_until(lambda: len(arm_node.received["linearization"]) >= count + 3, REPLY_TIMEOUT,
+                        "timer outputs")
+    latest = arm_node.received["linearization"][-1]
+    assert ns_of(latest.header.stamp) == stamp
+    np.testing.assert_array_equal(np.array(latest.x), np.concatenate((q, v)))
+    assert arm_node.set_parameter("publish_mode", "on_message")
+    assert arm_node.set_parameter("max_state_age", 0.5)
+    assert arm_node.set_parameter("dt", 0.001)
+
+
+def test_diagnostics_report_rates_and_percentiles(arm_node, arm_model):
+    model = arm_model
+    start = arm_node.now_ns()
+    for k in range(20):
+        q, v = random_state(model, np.random.default_rng(100 + k))
+        stamp = arm_node.publish_state(model.joint_names, q, v)
+        time.sleep(0.01)
+    arm_node.wait_outputs(stamp)
+    values = arm_node.latest_diagnostics(start)
+    for key in ("input_rate_hz", "output_rate_hz", "compute_time_ms_p50", "compute_time_ms_p99",
+                "compute_time_ms_max", "latency_ms_p50", "latency_ms_p99", "latency_ms_max", "rejected_total"):
+        assert key in values, key
+    assert float(values["output_rate_hz"]) > 0
+    assert 0 < float(values["latency_ms_p50"]) <= float(values["latency_ms_p99"]) <= float(values["latency_ms_max"])
+    assert values["robot"] == "rbd_arm7" and values["nv"] == "7"
+
+
+@pytest.fixture(scope="module")
+def floating_node():
+    harness = NodeUnderTest({"floating_base": "true"}, "floating")
+    try:
+        harness.wait_ready()
+        yield harness
+    finally:
+        harness.close()
+
+
+def test_floating_base_state_from_odometry(floating_node):
+    model = rd.load_urdf(str(ARM_URDF), floating_base=True)
+    rng = np.random.default_rng(17)
+    joints = [n for n in model.joint_names if n != "root_joint"]
+    q_joints = rng.uniform(-1, 1, len(joints))
+    v_joints = rng.uniform(-1, 1, len(joints))
+    quaternion = rng.normal(size=4)
+    quaternion /= np.linalg.norm(quaternion)
+    position, linear, angular = rng.normal(size=3), rng.normal(size=3), rng.normal(size=3)
+
+    floating_node.spin_until(lambda: floating_node.odom.get_subscription_count() > 0, STARTUP_TIMEOUT, "odom")
+    odom = Odometry()
+    odom.pose.pose.position.x, odom.pose.pose.position.y, odom.pose.pose.position.z = position
+    o = odom.pose.pose.orientation
+    o.x, o.y, o.z, o.w = quaternion
+    odom.twist.twist.linear.x, odom.twist.twist.linear.y, odom.twist.twist.linear.z = linear
+    odom.twist.twist.angular.x, odom.twist.twist.angular.y, odom.twist.twist.angular.z = angular
+    # Odometry and joint_states come on different topics: resend both until the node has both.
+    def publish_both():
+        odom.header.stamp = stamp_of(floating_node.now_ns())
+        floating_node.odom.publish(odom)
+        time.sleep(0.05)
+        return floating_node.publish_state(joints, q_joints, v_joints)
+    stamp = publish_both()
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not floating_node.outputs_at(stamp) and time.monotonic() < deadline:
+        floating_node.spin_until(lambda: True, 1.0, "spin")
+        floating_node.executor.spin_once(timeout_sec=1.0)
+        if not floating_node.outputs_at(stamp):
+            stamp = publish_both()
+    outputs = floating_node.wait_outputs(stamp)
+
+    q, v = np.zeros(model.nq), np.zeros(model.nv)
+    iq, iv = model.idx_q["root_joint"], model.idx_v["root_joint"]
+    q[iq:iq + 3], q[iq + 3:iq + 7] = position, quaternion
+    v[iv:iv + 3], v[iv + 3:iv + 6] = linear, angular
+    for k, name in enumerate(joints):
+        q[model.idx_q[name]], v[model.idx_v[name]] = q_joints[k], v_joints[k]
+    check_outputs_against_library(model, outputs, q, v)
+
+    # A non-unit quaternion is refused; the base keeps its last good pose.
+    o.w = 5.0
+    odom.header.stamp = stamp_of(floating_node.now_ns())
+    floating_node.odom.publish(odom)
+    time.sleep(0.05)
+    stamp = floating_node.publish_state(joints, q_joints, v_joints)
+    outputs = floating_node.wait_outputs(stamp)
+    check_outputs_against_library(model, outputs, q, v)
+    assert "refused [bad_base, " in floating_node.log_text()

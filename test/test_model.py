@@ -1,0 +1,311 @@
+"""URDF loading (rbd_deriv.urdf, rbd_deriv.model): layout, parameters and refusals.
+
+The layout (joint order, nq/nv per joint) is checked against Pinocchio by the
+``robot`` fixture itself (:meth:`PinocchioBridge.check_model`); here the model's
+numbers (placements, merged inertias, limits, gravity) are compared too.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import rbd_deriv as rd
+from rbd_deriv.exceptions import ModelError, URDFError
+from rbd_deriv.testing import assert_close, random_urdf
+from rbd_deriv.testing.pinocchio_bridge import PinocchioBridge
+from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, MASSLESS_MOVING_ROBOTS, bundled_urdf
+
+INERTIAL = '<inertial><mass value="{m}"/><inertia ixx="0.1" ixy="0" ixz="0" iyy="0.1" iyz="0" izz="0.1"/></inertial>'
+
+
+def link(name: str, mass: float | None = 1.0) -> str:
+    body = INERTIAL.format(m=mass) if mass is not None else ""
+    return f'<link name="{name}">{body}</link>'
+
+
+def joint(name: str, parent: str, child: str, kind: str = "revolute", axis: str = "0 0 1", extra: str = "") -> str:
+    limit = '<limit lower="-1" upper="1" effort="10" velocity="2"/>' if kind in ("revolute", "prismatic") else ""
+    return (
+        f'<joint name="{name}" type="{kind}"><parent link="{parent}"/><child link="{child}"/>'
+        f'<origin xyz="0.1 0 0.2" rpy="0.1 0.2 0.3"/><axis xyz="{axis}"/>{limit}{extra}</joint>'
+    )
+
+
+def urdf(*parts: str) -> str:
+    return '<?xml version="1.0"?><robot name="test">' + "".join(parts) + "</robot>"
+
+
+TWO_LINK = urdf(
+    link("base"), link("arm"), link("hand"), joint("shoulder", "base", "arm"), joint("elbow", "arm", "hand")
+)
+
+
+# ------------------------------------------------------------------ valid robots
+def test_example_robot_layout_matches_pinocchio(robot):
+    model, bridge = robot.model, robot.bridge
+    assert model.nq == bridge.nq and model.nv == bridge.nv and model.njoints == bridge.njoints
+    assert model.joint_names == bridge.joint_names
+    assert model.has_floating_base == robot.floating_base
+    if robot.floating_base:
+        assert model.joint_names[0] == "root_joint"
+        assert (model.nq_joint["root_joint"], model.nv_joint["root_joint"]) == (7, 6)
+        assert model.joint_types[1] == rd.JOINT_FREEFLYER
+
+
+def test_joint_parameters_match_pinocchio(robot):
+    """Placements, axes and inertias (fixed links merged into their moving parent)."""
+    model = robot.model
+    tree = robot.bridge.tree_arrays()
+    np.testing.assert_array_equal(model.parents[1:], tree.parents[1:])
+    np.testing.assert_array_equal(model.joint_types[1:], tree.joint_types[1:])
+    assert_close(model.joint_placements, tree.joint_placements, what="joint placements")
+    assert_close(model.joint_axes, tree.joint_axes, what="joint axes")
+    assert_close(model.inertias, tree.inertias, what="inertias")
+
+
+def test_universe_row_of_the_public_arrays():
+    """Row 0 is the universe: parent 0, type -1, identity placement, no inertia."""
+    model = rd.load_urdf(TWO_LINK)
+    assert model.parents[0] == 0
+    assert model.joint_types[0] == -1
+    np.testing.assert_array_equal(model.joint_placements[0], np.eye(4))
+    np.testing.assert_array_equal(model.inertias[0], np.zeros(10))
+
+
+def test_random_tree_parameters_match_pinocchio(random_robot):
+    test_joint_parameters_match_pinocchio(random_robot)
+    model = random_robot.model
+    with_axis = (model.joint_types == rd.JOINT_REVOLUTE) | (model.joint_types == rd.JOINT_PRISMATIC)
+    axis_norms = np.linalg.norm(model.joint_axes[with_axis], axis=1)
+    assert_close(axis_norms, np.ones_like(axis_norms), what="unit axes")
+
+
+def test_limits_match_the_urdf(robot):
+    model, bridge = robot.model, robot.bridge
+    pin_model = bridge.model
+    for index, name in enumerate(model.joint_names, start=1):
+        iq, iv = model.idx_q[name], model.idx_v[name]
+        pin_joint = pin_model.joints[index]
+        if model.joint_types[index] == rd.JOINT_FREEFLYER:
+            assert np.all(np.isinf(model.lower_position_limit[iq:iq + 7]))
+            assert np.all(np.isinf(model.upper_position_limit[iq:iq + 7]))
+            continue
+        if name not in bridge.continuous_joints:
+            assert model.lower_position_limit[iq] == pin_model.lowerPositionLimit[pin_joint.idx_q]
+            assert model.upper_position_limit[iq] == pin_model.upperPositionLimit[pin_joint.idx_q]
+        assert model.velocity_limit[iv] == pin_model.velocityLimit[iv]
+        assert model.effort_limit[iv] == pin_model.effortLimit[iv]
+
+
+def test_continuous_joints_have_one_angle_and_no_position_limit(random_robot):
+    model, bridge = random_robot.model, random_robot.bridge
+    for name in bridge.continuous_joints:
+        assert model.nq_joint[name] == 1
+        iq = model.idx_q[name]
+        assert model.lower_position_limit[iq] == -np.inf and model.upper_position_limit[iq] == np.inf
+
+
+def test_default_gravity_and_custom_gravity():
+    model = rd.load_urdf(TWO_LINK)
+    np.testing.assert_array_equal(model.gravity, [0, 0, -9.81, 0, 0, 0])
+    gravity = np.array([1.0, -2.0, -3.0])
+    tilted = rd.load_urdf(TWO_LINK, gravity=gravity)
+    np.testing.assert_array_equal(tilted.gravity, [1.0, -2.0, -3.0, 0, 0, 0])
+    bridge = PinocchioBridge.for_model(tilted, TWO_LINK)
+    q = np.array([0.4, -0.9])
+    assert_close(rd.gravity_torques(tilted, tilted.create_data(), q), bridge.gravity_torques(q))
+
+
+def test_file_path_and_xml_string_give_the_same_model():
+    path = EXAMPLE_ROBOTS["panda"]
+    from_file = rd.load_urdf(str(path))
+    from_text = rd.load_urdf(path.read_text())
+    assert from_file.joint_names == from_text.joint_names
+    np.testing.assert_array_equal(from_file.inertias, from_text.inertias)
+    np.testing.assert_array_equal(from_file.joint_placements, from_text.joint_placements)
+
+
+def test_frame_names_cover_links_and_joints(robot):
+    names = set(robot.model.frame_names)
+    links = set(re.findall(r'<link\s+name="([^"]+)"', _text(robot.source)))
+    joints = set(robot.model.joint_names)
+    assert links <= names
+    assert joints <= names
+
+
+def _text(source) -> str:
+    text = str(source)
+    return text if text.lstrip().startswith("<") else open(text, encoding="utf-8").read()
+
+
+def test_bundled_arm_loads_and_matches_pinocchio(arm7):
+    assert arm7.model.nv == (13 if arm7.floating_base else 7)
+    for q, v, a in arm7.states("arm7"):
+        assert_close(rd.rnea(arm7.model, arm7.data, q, v, a), arm7.bridge.rnea(q, v, a), what="rnea")
+        assert_close(rd.aba(arm7.model, arm7.data, q, v, a), arm7.bridge.aba(q, v, a), what="aba")
+
+
+def test_sibling_joints_are_ordered_by_name_as_in_pinocchio():
+    """Pinocchio's URDF reader visits the child joints of a link sorted by name, whatever
+    the document order; the layout must agree with it (joint_states are mapped by name anyway)."""
+    xml = urdf(link("base"), link("left"), link("right"), link("tip"),
+                joint("zz_right", "base", "right"), joint("mm_tip", "right", "tip"), joint("aa_left", "base", "left"))
+    model = rd.load_urdf(xml)
+    assert model.joint_names == ["aa_left", "zz_right", "mm_tip"]
+    PinocchioBridge.for_model(model, xml)
+
+
+def test_floating_joint_in_urdf_is_a_free_flyer():
+    xml = urdf(link("world", None), link("body"), link("arm"),
+                '<joint name="float" type="floating"><parent link="world"/><child link="body"/></joint>',
+                joint("hinge", "body", "arm"))
+    model = rd.load_urdf(xml)
+    assert model.joint_names == ["float", "hinge"]
+    assert (model.nq, model.nv) == (8, 7)
+    bridge = PinocchioBridge.for_model(model, xml)
+    rng = np.random.default_rng(0)
+    q, v, a = bridge.random_configuration(rng), rng.standard_normal(7), rng.standard_normal(7)
+    assert_close(rd.rnea(model, model.create_data(), q, v, a), bridge.rnea(q, v, a))
+
+
+def test_non_unit_axes_are_normalized():
+    scaled = urdf(link("base"), link("arm"), joint("hinge", "base", "arm", axis="0 3 4"))
+    unit = urdf(link("base"), link("arm"), joint("hinge", "base", "arm", axis="0 0.6 0.8"))
+    scaled_model, unit_model = rd.load_urdf(scaled), rd.load_urdf(unit)
+    np.testing.assert_allclose(scaled_model.joint_axes[1], [0, 0.6, 0.8], rtol=0, atol=1e-15)
+    q, v, a = np.array([0.3]), np.array([0.7]), np.array([-1.2])
+    assert_close(rd.rnea(scaled_model, scaled_model.create_data(), q, v, a),
+                 rd.rnea(unit_model, unit_model.create_data(), q, v, a))
+
+
+def test_massless_intermediate_link_with_massive_child_is_valid():
+    xml = urdf(link("base"), link("middle", None), link("tip"),
+                joint("first", "base", "middle"), joint("second", "middle", "tip", axis="1 0 0"))
+    model = rd.load_urdf(xml)
+    assert model.nv == 2 and model.inertias[1, 0] == 0.0
+
+
+# ------------------------------------------------------------------ refusals
+def _refused(exception, source, match, element=None, **kwargs):
+    with pytest.raises(exception, match=match) as info:
+        rd.load_urdf(source, **kwargs)
+    assert isinstance(info.value, rd.RbdDerivError)
+    if element is not None:
+        attribute = "joint" if exception is ModelError else "element"
+        assert getattr(info.value, attribute) == element
+    return info.value
+
+
+def test_xml_syntax_error():
+    _refused(URDFError, TWO_LINK.replace("</robot>", "</robt>"), "parse")
+
+
+def test_missing_file(tmp_path):
+    missing = tmp_path / "nowhere.urdf"
+    error = _refused(URDFError, str(missing), "not found")
+    assert "nowhere.urdf" in str(error)
+
+
+@pytest.mark.parametrize("text", ["", "   \n"])
+def test_empty_description(text):
+    _refused(URDFError, text, "empty")
+
+
+def test_loop_is_refused():
+    xml = urdf(link("a"), link("b"), link("c"), joint("ab", "a", "b"), joint("bc", "b", "c"), joint("ca", "c", "a"))
+    _refused(URDFError, xml, "loop|root")
+
+
+def test_link_with_two_parents_is_refused():
+    xml = urdf(link("a"), link("b"), link("c"), joint("ab", "a", "b"), joint("ac", "a", "c"), joint("bc", "b", "c"))
+    _refused(URDFError, xml, "bc", element="bc")
+
+
+def test_several_roots_are_refused():
+    xml = urdf(link("a"), link("b"), link("c"), link("d"), joint("ab", "a", "b"), joint("cd", "c", "d"))
+    error = _refused(URDFError, xml, "several root")
+    assert "a" in str(error) and "c" in str(error)
+
+
+def test_unknown_link_is_refused():
+    _refused(URDFError, urdf(link("a"), joint("ab", "a", "ghost")), "ghost")
+
+
+@pytest.mark.parametrize("kind", ["planar"])
+def test_unsupported_joint_type_is_refused(kind):
+    xml = urdf(link("a"), link("b"), joint("slider_plane", "a", "b", kind=kind))
+    _refused(ModelError, xml, "slider_plane", element="slider_plane")
+
+
+def test_massless_moving_leaf_is_refused():
+    xml = urdf(link("base"), link("arm"), link("ghost", None), joint("shoulder", "base", "arm"),
+                joint("wrist", "arm", "ghost"))
+    _refused(ModelError, xml, "wrist", element="wrist")
+
+
+@pytest.mark.parametrize("name", sorted(MASSLESS_MOVING_ROBOTS))
+def test_example_robot_with_massless_moving_links_is_refused(name):
+    error = _refused(ModelError, EXAMPLE_ROBOTS[name], "mass")
+    assert error.joint is not None and error.joint in str(error)
+
+
+def test_zero_axis_is_refused():
+    _refused(ModelError, urdf(link("a"), link("b"), joint("dead", "a", "b", axis="0 0 0")), "dead", element="dead")
+
+
+def test_negative_mass_is_refused():
+    _refused(ModelError, urdf(link("a"), link("b", -1.0), joint("j", "a", "b")), "b")
+
+
+def test_inverted_limits_are_refused():
+    xml = urdf(link("a"), link("b"), joint("j", "a", "b", kind="continuous",
+                                             extra='<limit lower="1" upper="-1" effort="1" velocity="1"/>'))
+    xml = xml.replace('type="continuous"', 'type="revolute"')
+    _refused(ModelError, xml, "j", element="j")
+
+
+def test_robot_without_moving_joint_is_refused():
+    _refused(ModelError, urdf(link("a"), link("b"), joint("weld", "a", "b", kind="fixed")), "movable")
+
+
+def test_random_trees_load_with_every_joint_kind():
+    kinds_seen = set()
+    for seed in range(10):
+        xml = random_urdf(np.random.default_rng(seed), 10)
+        model = rd.load_urdf(xml)
+        kinds_seen.update(int(k) for k in model.joint_types[1:])
+    assert kinds_seen == {rd.JOINT_REVOLUTE, rd.JOINT_PRISMATIC}
+
+
+def test_loop_away_from_the_root_is_refused():
+    # c and d form a cycle that no joint from the root reaches: each has a parent, so the root check passes.
+    xml = urdf(link("a"), link("b"), link("c"), link("d"), joint("ab", "a", "b"), joint("cd", "c", "d"),
+               joint("dc", "d", "c"))
+    error = _refused(URDFError, xml, "not connected")
+    assert "c" in str(error) and "d" in str(error)
+
+
+@pytest.mark.parametrize("kind", ["link", "joint"])
+def test_duplicate_names_are_refused(kind):
+    if kind == "link":
+        xml = urdf(link("a"), link("b"), link("b"), joint("ab", "a", "b"))
+    else:
+        xml = urdf(link("a"), link("b"), link("c"), joint("j", "a", "b"), joint("j", "b", "c"))
+    _refused(URDFError, xml, f"two {kind}s are named")
+
+
+def test_non_finite_origin_is_refused():
+    xml = TWO_LINK.replace('<origin xyz="0.1 0 0.2"', '<origin xyz="nan 0 0.2"', 1)
+    _refused(ModelError, xml, "non-finite origin", element="shoulder")
+
+
+@pytest.mark.parametrize("limit, message", [('effort="-5"', "effort"), ('velocity="nan"', "velocity"),
+                                            ('lower="nan"', "lower")])
+def test_invalid_limits_are_refused(limit, message):
+    key = limit.split("=")[0]
+    original = {"effort": 'effort="10"', "velocity": 'velocity="2"', "lower": 'lower="-1"'}[key]
+    xml = TWO_LINK.replace(original, limit, 1)
+    _refused(ModelError, xml, message, element="shoulder")

@@ -1,0 +1,474 @@
+"""Tests of rbd_deriv.control: problem, Riccati kernels, workspace, facade, reference, safety.
+
+Oracles:
+- the dense KKT system of the equality-constrained LQ problem (numpy solve, obviously correct);
+- enumeration of every active set of a small box QP (exact global optimum of a strictly convex QP);
+- the KKT conditions of the full box-constrained problem, with the gradient computed densely;
+- a test-side numpy transcription of the cost and its derivatives;
+- complex-step derivatives for the sinusoid reference.
+Tolerances follow :func:`rbd_deriv.testing.assert_close` (1e-9 relative to the largest entry).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import rbd_deriv as rd
+from rbd_deriv.control import (CommandSource, HeldLinearization, Mode, ModelPredictiveController,
+                               MPCProblem, SinusoidReference, SolveStatus, TrajectoryReference,
+                               clamp_torque, hold_command, horizon_reference, is_stale,
+                               select_command)
+from rbd_deriv.control import riccati
+from rbd_deriv.control.observer import DisturbanceObserver
+from rbd_deriv.control.workspace import RiccatiWorkspace
+from rbd_deriv.exceptions import InputError, ModelError
+from rbd_deriv.testing import assert_close
+from rbd_deriv.testing.robots import bundled_urdf
+
+
+@pytest.fixture(scope="module")
+def arm():
+    model = rd.load_urdf(str(bundled_urdf("rbd_arm7")))
+    return model, model.create_data()
+
+
+def random_problem(rng, nv=2, horizon=6, box=1e6, state_box=np.inf, limit_weight=0.0,
+                   max_iterations=1):
+    names = tuple(f"j{i}" for i in range(nv))
+    return MPCProblem(
+        joint_names=names, horizon=horizon, dt=0.05,
+        torque_lower=-box * rng.uniform(0.5, 1.0, nv), torque_upper=box * rng.uniform(0.5, 1.0, nv),
+        state_lower=np.full(2 * nv, -state_box), state_upper=np.full(2 * nv, state_box),
+        position_weight=rng.uniform(1.0, 10.0, nv), velocity_weight=rng.uniform(0.1, 1.0, nv),
+        torque_weight=rng.uniform(0.05, 0.5, nv), terminal_scale=3.0, limit_weight=limit_weight,
+        mode=Mode.HELD, max_iterations=max_iterations)
+
+
+def random_linearization(rng, nv, dt=0.05):
+    nx = 2 * nv
+    A = np.eye(nx) + 0.1 * rng.standard_normal((nx, nx))
+    B = 0.3 * rng.standard_normal((nx, nv))
+    return HeldLinearization(A=A, B=B, x=rng.standard_normal(nx), u=rng.standard_normal(nv),
+                             x_next=rng.standard_normal(nx), dt=dt)
+
+
+def dense_problem(problem, lin, x0, X_ref, U_ref):
+    """Condensed form: X = S x0 + c + G U (all knots 1..N), cost 0.5 U^T H U + g^T U + const."""
+    N, nx, nu = problem.horizon, problem.nx, problem.nv
+    A, B = lin.A, lin.B
+    offset = lin.x_next - A @ lin.x - B @ lin.u
+    G = np.zeros((N * nx, N * nu))
+    free = np.zeros(N * nx)
+    x = x0.copy()
+    for k in range(N):
+        x = A @ x + offset
+        free[k * nx:(k + 1) * nx] = x
+        for j in range(k + 1):
+            block = np.linalg.matrix_power(A, k - j) @ B
+            G[k * nx:(k + 1) * nx, j * nu:(j + 1) * nu] = block
+    w = np.concatenate([problem.position_weight, problem.velocity_weight])
+    W = np.diag(np.concatenate([np.tile(w, N - 1), problem.terminal_scale * w]))
+    R = np.diag(np.tile(problem.torque_weight, N))
+    x_target = X_ref[1:].reshape(-1)
+    H = G.T @ W @ G + R
+    g = G.T @ W @ (free - x_target) - R @ U_ref.reshape(-1)
+    return H, g, G, free
+
+
+def test_unconstrained_plan_matches_dense_kkt_solution():
+    rng = np.random.default_rng(0)
+    problem = random_problem(rng, nv=3, horizon=7)
+    lin = random_linearization(rng, 3)
+    x0 = rng.standard_normal(6)
+    X_ref, U_ref = rng.standard_normal((8, 6)), rng.standard_normal((7, 3))
+    controller = ModelPredictiveController(problem)
+    controller.set_reference(X_ref, U_ref)
+    plan = controller.solve(x0, 0.0, lin)
+    assert plan.ok and plan.clamped == 0
+    H, g, G, free = dense_problem(problem, lin, x0, X_ref, U_ref)
+    U_star = np.linalg.solve(H, -g)
+    assert_close(plan.torques.reshape(-1), U_star, what="torques")
+    assert_close(plan.states[1:].reshape(-1), free + G @ U_star, what="states")
+    assert_close(plan.states[0], x0, what="first knot")
+
+
+def enumerate_box_qp(H, q, lower, upper):
+    """Global minimiser of a strictly convex box QP by trying every active set."""
+    n = q.size
+    best, best_value = None, np.inf
+    for assignment in itertools.product((0, 1, 2), repeat=n):
+        x = np.zeros(n)
+        fixed = np.array([a != 0 for a in assignment])
+        for i, a in enumerate(assignment):
+            x[i] = lower[i] if a == 1 else upper[i] if a == 2 else 0.0
+        f = ~fixed
+        if f.any():
+            x[f] = np.linalg.solve(H[np.ix_(f, f)], -(q[f] + H[np.ix_(f, fixed)] @ x[fixed]))
+        if (x < lower - 1e-12).any() or (x > upper + 1e-12).any():
+            continue
+        value = 0.5 * x @ H @ x + q @ x
+        if value < best_value:
+            best, best_value = x, value
+    return best
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_box_qp_finds_the_global_minimiser(seed):
+    rng = np.random.default_rng(seed)
+    n = 4
+    M = rng.standard_normal((n, n))
+    H = M @ M.T + 0.1 * np.eye(n)
+    q = 3.0 * rng.standard_normal(n)
+    lower, upper = -rng.uniform(0.1, 1.0, n), rng.uniform(0.1, 1.0, n)
+    x = rng.uniform(lower, upper)
+    free = np.zeros(n, dtype=np.bool_)
+    index = np.zeros(n, dtype=np.int64)
+    L = np.zeros((n, n))
+    iterations, m, status = riccati.box_qp(H, q, lower, upper, x, free, index, L, np.zeros((4, n)))
+    assert status == riccati.STATUS_OK
+    expected = enumerate_box_qp(H, q, lower, upper)
+    assert_close(x, expected, what="box QP solution")
+    # The returned factor is the Cholesky factor of H on the free set.
+    chosen = index[:m]
+    assert_close(L[:m, :m] @ L[:m, :m].T, H[np.ix_(chosen, chosen)], what="free-set factor")
+    assert m == int(free.sum())
+
+
+def test_box_qp_reports_an_indefinite_hessian():
+    H = np.array([[1.0, 0.0], [0.0, -1.0]])
+    x = np.zeros(2)
+    _, _, status = riccati.box_qp(H, np.array([1.0, 1.0]), -np.ones(2), np.ones(2), x,
+                                  np.zeros(2, dtype=np.bool_), np.zeros(2, dtype=np.int64),
+                                  np.zeros((2, 2)), np.zeros((4, 2)))
+    assert status == riccati.STATUS_NOT_CONVEX
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_held_mode_converges_to_the_box_constrained_optimum(seed):
+    rng = np.random.default_rng(100 + seed)
+    problem = random_problem(rng, nv=2, horizon=3, box=0.4, max_iterations=60)
+    lin = random_linearization(rng, 2)
+    x0 = 2.0 * rng.standard_normal(4)
+    X_ref, U_ref = 2.0 * rng.standard_normal((4, 4)), rng.standard_normal((3, 2))
+    controller = ModelPredictiveController(problem)
+    controller.set_reference(X_ref, U_ref)
+    plan = controller.solve(x0, 0.0, lin)
+    assert plan.ok
+    H, g, _, _ = dense_problem(problem, lin, x0, X_ref, U_ref)
+    lower = np.tile(problem.torque_lower, problem.horizon)
+    upper = np.tile(problem.torque_upper, problem.horizon)
+    expected = enumerate_box_qp(H, g, lower, upper)
+    assert plan.clamped > 0, "the test is meant to exercise active torque bounds"
+    assert_close(plan.torques.reshape(-1), expected, what="box-constrained torques")
+
+
+def reference_cost(problem, X, U, X_ref, U_ref):
+    w = np.concatenate([problem.position_weight, problem.velocity_weight])
+    scale = np.ones(problem.horizon + 1)
+    scale[-1] = problem.terminal_scale
+    excess = np.maximum(0, X - problem.state_upper) + np.maximum(0, problem.state_lower - X)
+    return (0.5 * np.sum(scale[:, None] * w * (X - X_ref) ** 2)
+            + 0.5 * problem.limit_weight * np.sum(excess ** 2)
+            + 0.5 * np.sum(problem.torque_weight * (U - U_ref) ** 2))
+
+
+def test_cost_and_derivatives_with_soft_state_limits():
+    rng = np.random.default_rng(7)
+    problem = random_problem(rng, nv=3, horizon=5, state_box=0.8, limit_weight=50.0)
+    w = RiccatiWorkspace(problem)
+    X, U = rng.standard_normal((6, 6)), rng.standard_normal((5, 3))
+    w.X_ref[:], w.U_ref[:] = rng.standard_normal((6, 6)), rng.standard_normal((5, 3))
+    assert_close(w.cost(X, U), reference_cost(problem, X, U, w.X_ref, w.U_ref), what="cost")
+    riccati.stage_cost_derivatives(X, U, w.X_ref, w.U_ref, w.state_weight, w.torque_weight,
+                                   problem.terminal_scale, w.state_lower, w.state_upper,
+                                   problem.limit_weight, w.Wx, w.gx, w.gu)
+    weights = np.concatenate([problem.position_weight, problem.velocity_weight])
+    scale = np.r_[np.ones(5), problem.terminal_scale][:, None]
+    outside = (X > 0.8) | (X < -0.8)
+    assert outside.any() and (~outside).any()
+    assert_close(w.Wx, scale * weights + problem.limit_weight * outside, what="Hessian diagonal")
+    gradient = scale * weights * (X - w.X_ref) + problem.limit_weight * (
+        np.maximum(0, X - 0.8) - np.maximum(0, -0.8 - X))
+    assert_close(w.gx, gradient, what="state gradient")
+    assert_close(w.gu, problem.torque_weight * (U - w.U_ref), what="torque gradient")
+
+
+def test_shift_by_one_step_moves_the_plan_one_knot():
+    rng = np.random.default_rng(3)
+    problem = random_problem(rng, nv=2, horizon=5)
+    w = RiccatiWorkspace(problem)
+    X_prev, U_prev = rng.standard_normal((6, 4)), rng.uniform(-0.1, 0.1, (5, 2))
+    x0 = rng.standard_normal(4)
+    w.warm_start(X_prev.copy(), U_prev.copy(), problem.dt, x0)
+    assert_close(w.X[0], x0)
+    assert_close(w.X[1:5], X_prev[2:6])
+    assert_close(w.X[5], X_prev[5])
+    assert_close(w.U[:4], U_prev[1:])
+    assert_close(w.U[4], U_prev[4])
+    # Half a step later every knot is the mean of its two neighbours.
+    w.warm_start(X_prev.copy(), U_prev.copy(), 0.5 * problem.dt, x0)
+    assert_close(w.X[1:5], 0.5 * (X_prev[1:5] + X_prev[2:6]))
+
+
+def rollout(model, q, v, U, dt):
+    """Semi-implicit Euler of the model under torques U (N, nv): states (N+1, 2 nv)."""
+    data = model.create_data()
+    X = [np.r_[q, v]]
+    for u in U:
+        v = v + dt * rd.aba(model, data, q, v, u)
+        q = q + dt * v
+        X.append(np.r_[q, v])
+    return np.array(X)
+
+
+def test_relinearization_of_a_consistent_rollout_has_no_gaps(arm):
+    model, data = arm
+    problem = MPCProblem.from_model(model, horizon=8, dt=0.01, mode=Mode.RELINEARIZE)
+    controller = ModelPredictiveController(problem, model)
+    rng = np.random.default_rng(11)
+    q, v = rng.uniform(-1, 1, 7), rng.uniform(-1, 1, 7)
+    U = np.array([rd.gravity_torques(model, data, q) for _ in range(8)]) + rng.uniform(-2, 2, (8, 7))
+    w = controller.workspace
+    w.X[:] = rollout(model, q, v, U, 0.01)
+    w.U[:] = U
+    controller._relinearize(np.zeros(7))
+    assert_close(w.d, np.zeros_like(w.d), what="gaps of a consistent rollout")
+    for k in (0, 7):
+        A, B = rd.linearize(model, data, w.X[k, :7], w.X[k, 7:], U[k], 0.01)
+        assert_close(w.A[k], A, what=f"A at knot {k}")
+        assert_close(w.B[k], B, what=f"B at knot {k}")
+
+
+def test_both_modes_agree_on_a_one_step_horizon(arm):
+    model, data = arm
+    rng = np.random.default_rng(12)
+    q, v = rng.uniform(-1, 1, 7), rng.uniform(-1, 1, 7)
+    x0 = np.r_[q, v]
+    plans = {}
+    for mode in Mode:
+        problem = MPCProblem.from_model(model, horizon=1, dt=0.01, mode=mode)
+        controller = ModelPredictiveController(problem, model)
+        U_ref = rd.gravity_torques(model, data, q)[None, :]
+        controller.set_reference(np.tile(x0 + 0.05, (2, 1)), U_ref)
+        # Cold start: the nominal torque is U_ref, so linearize there.
+        A, B = rd.linearize(model, data, q, v, U_ref[0], 0.01)
+        lin = HeldLinearization(A.copy(), B.copy(), x0, U_ref[0], data.x_next.copy(), 0.01)
+        plans[mode] = controller.solve(x0, 0.0, lin)
+    assert_close(plans[Mode.HELD].torques, plans[Mode.RELINEARIZE].torques, what="one-step plans")
+    assert_close(plans[Mode.HELD].states, plans[Mode.RELINEARIZE].states, what="one-step states")
+
+
+def test_plan_respects_torque_limits_and_tracks_in_closed_loop(arm):
+    """Mode 2 on the model itself (no plant mismatch) tracks a demanding sinusoid."""
+    model, data = arm
+    problem = MPCProblem.from_model(model, horizon=20, dt=0.01, mode=Mode.RELINEARIZE)
+    controller = ModelPredictiveController(problem, model)
+    reference = SinusoidReference(np.zeros(7), 0.4, np.linspace(0.3, 0.6, 7), ramp=0.5)
+    X_ref, U_ref = np.zeros((21, 14)), np.zeros((20, 7))
+    q, v, t = np.zeros(7), np.zeros(7), 0.0
+    errors = []
+    for _ in range(200):
+        horizon_reference(reference, t, 20, 0.01, model, problem.torque_lower,
+                          problem.torque_upper, X_ref, U_ref)
+        controller.set_reference(X_ref, U_ref)
+        plan = controller.solve(np.r_[q, v], t, None)
+        assert plan.ok
+        assert (plan.torques >= problem.torque_lower).all()
+        assert (plan.torques <= problem.torque_upper).all()
+        for _ in range(5):
+            v = v + 1e-3 * rd.aba(model, data, q, v, plan.torque)
+            q = q + 1e-3 * v
+        t += 0.005
+        errors.append(q - reference.sample(np.array([t]))[0][0])
+    # Without model mismatch, the remaining error comes from the 10 ms prediction step against
+    # the 1 ms plant and from the torque cost; 0.01 rad is 2.5 % of the 0.4 rad amplitude.
+    assert np.abs(errors).max() < 0.01
+
+
+def test_a_diverging_linearization_is_reported_and_survived():
+    rng = np.random.default_rng(5)
+    problem = random_problem(rng, nv=2, horizon=5)
+    controller = ModelPredictiveController(problem)
+    controller.set_reference(np.zeros((6, 4)), np.zeros((5, 2)))
+    lin = random_linearization(rng, 2)
+    huge = HeldLinearization(A=lin.A * 1e150, B=lin.B * 1e150, x=lin.x, u=lin.u,
+                             x_next=lin.x_next, dt=lin.dt)
+    bad = controller.solve(np.ones(4), 0.0, huge)
+    assert not bad.ok and bad.status is SolveStatus.NOT_FINITE
+    good = controller.solve(np.ones(4), 0.01, lin)
+    assert good.ok and np.isfinite(good.torques).all()
+
+
+def test_bad_inputs_are_refused(arm):
+    rng = np.random.default_rng(6)
+    problem = random_problem(rng, nv=2, horizon=4)
+    controller = ModelPredictiveController(problem)
+    lin = random_linearization(rng, 2)
+    with pytest.raises(InputError, match="x0"):
+        controller.solve(np.array([0.0, np.nan, 0.0, 0.0]), 0.0, lin)
+    with pytest.raises(InputError, match="x0"):
+        controller.solve(np.zeros(3), 0.0, lin)
+    with pytest.raises(InputError, match="needs a linearization"):
+        controller.solve(np.zeros(4), 0.0, None)
+    with pytest.raises(InputError, match="dt"):
+        controller.solve(np.zeros(4), 0.0, HeldLinearization(lin.A, lin.B, lin.x, lin.u,
+                                                             lin.x_next, 0.02))
+    with pytest.raises(InputError, match="A"):
+        controller.solve(np.zeros(4), 0.0, HeldLinearization(lin.A[:3], lin.B, lin.x, lin.u,
+                                                             lin.x_next, lin.dt))
+    with pytest.raises(InputError, match="U_ref"):
+        controller.set_reference(np.zeros((5, 4)), np.full((4, 2), np.inf))
+    with pytest.raises(InputError, match="horizon"):
+        random_problem(rng, horizon=0)
+    with pytest.raises(InputError, match="torque_weight"):
+        MPCProblem(joint_names=("a",), horizon=3, dt=0.01, torque_lower=-1, torque_upper=1,
+                   state_lower=-np.inf, state_upper=np.inf, position_weight=1,
+                   velocity_weight=1, torque_weight=0)
+    with pytest.raises(InputError, match="exceeds"):
+        MPCProblem(joint_names=("a",), horizon=3, dt=0.01, torque_lower=1, torque_upper=-1,
+                   state_lower=-np.inf, state_upper=np.inf, position_weight=1,
+                   velocity_weight=1, torque_weight=1)
+    model, _ = arm
+    with pytest.raises(ModelError, match="needs the robot model"):
+        ModelPredictiveController(MPCProblem.from_model(model, mode="relinearize"))
+
+
+def test_problem_from_model_takes_the_urdf_limits(arm):
+    model, _ = arm
+    problem = MPCProblem.from_model(model, horizon=20, torque_margin=0.9)
+    assert problem.horizon == 20 and problem.nx == 14
+    assert_close(problem.torque_upper, 0.9 * np.asarray(model.effort_limit))
+    assert_close(problem.torque_lower, -0.9 * np.asarray(model.effort_limit))
+    assert_close(problem.state_upper[:7], model.upper_position_limit)
+    assert_close(problem.state_upper[7:], model.velocity_limit)
+
+
+def test_floating_base_is_refused():
+    model = rd.load_urdf(str(bundled_urdf("rbd_arm7")), floating_base=True)
+    with pytest.raises(ModelError, match="fixed base"):
+        MPCProblem.from_model(model)
+
+
+def test_sinusoid_derivatives_match_complex_step():
+    center, amplitude = np.array([0.1, -0.2]), np.array([0.5, 0.3])
+    frequency, phase, ramp = np.array([0.4, 0.7]), np.array([0.3, -1.0]), 0.8
+    reference = SinusoidReference(center, amplitude, frequency, phase, ramp)
+
+    def position(t):
+        s = t / ramp if t.real < ramp else 1.0 + 0j * t
+        r = s ** 3 * (10 - 15 * s + 6 * s * s)
+        return center + amplitude * r * np.sin(2 * np.pi * frequency * t + phase)
+
+    times = np.array([0.05, 0.3, 0.79, 1.2, 2.5])
+    q, v, a = reference.sample(times)
+    h = 1e-30
+    for i, t in enumerate(times):
+        assert_close(q[i], position(complex(t)).real, what="position")
+        assert_close(v[i], position(complex(t, h)).imag / h, what="velocity")
+        # Fourth-order central difference of the velocity: truncation ~ step^4 |v^(5)| < 1e-9.
+        step = 1e-3
+        samples = reference.sample(t + step * np.array([-2.0, -1.0, 1.0, 2.0]))[1]
+        derivative = (samples[0] - 8 * samples[1] + 8 * samples[2] - samples[3]) / (12 * step)
+        np.testing.assert_allclose(a[i], derivative, atol=1e-8)
+    q0, v0, _ = reference.sample(np.array([0.0]))
+    assert_close(q0[0], center) and assert_close(v0[0], np.zeros(2))
+
+
+def test_trajectory_reference_interpolates_and_holds():
+    times = np.array([1.0, 2.0, 4.0])
+    positions = np.array([[0.0, 1.0], [1.0, 1.0], [3.0, -1.0]])
+    reference = TrajectoryReference(times, positions)
+    q, v, a = reference.sample(np.array([0.0, 1.5, 3.0, 5.0]))
+    assert_close(q, [[0.0, 1.0], [0.5, 1.0], [2.0, 0.0], [3.0, -1.0]])
+    assert_close(v, [[0.0, 0.0], [1.0, 0.0], [1.0, -1.0], [0.0, 0.0]])
+    assert_close(a, np.zeros((4, 2)))
+    with_velocity = TrajectoryReference(times, positions, velocities=[[0, 0], [2, 0], [0, 0]])
+    _, v, a = with_velocity.sample(np.array([1.5, 3.0]))
+    assert_close(v, [[1.0, 0.0], [1.0, 0.0]])
+    assert_close(a, [[2.0, 0.0], [-1.0, 0.0]])
+    single = TrajectoryReference([0.0], [[0.3, 0.4]])
+    assert_close(single.sample(np.array([7.0]))[0], [[0.3, 0.4]])
+    with pytest.raises(InputError, match="increasing"):
+        TrajectoryReference([1.0, 1.0], [[0.0], [1.0]])
+
+
+def test_horizon_reference_feedforward_is_inverse_dynamics(arm):
+    model, data = arm
+    reference = SinusoidReference(np.full(7, 0.2), 0.3, 0.5, ramp=0.2)
+    lower, upper = -np.asarray(model.effort_limit), np.asarray(model.effort_limit)
+    X_ref, U_ref = np.zeros((11, 14)), np.zeros((10, 7))
+    horizon_reference(reference, 0.5, 10, 0.02, model, lower, upper, X_ref, U_ref)
+    q, v, a = reference.sample(np.array([0.5 + 0.02 * 3]))
+    assert_close(X_ref[3], np.r_[q[0], v[0]])
+    assert_close(U_ref[3], rd.rnea(model, data, q[0], v[0], a[0]))
+
+
+def test_safety_rules():
+    lower, upper = np.array([-1.0, -2.0, 0.5]), np.array([1.0, 2.0, 3.0])
+    assert_close(clamp_torque(np.array([np.nan, 5.0, np.inf]), lower, upper), [0.0, 2.0, 0.5])
+    assert_close(hold_command(np.array([0.5, -9.0, 1.0]), lower, upper), [0.5, -2.0, 1.0])
+    assert_close(hold_command(None, lower, upper), [0.0, 0.0, 0.5])
+    gravity = np.array([0.2, 0.3, 1.0])
+    plan = np.array([0.9, 3.0, 2.0])
+    cases = [
+        ((plan, True, None, True), CommandSource.NO_STATE),
+        ((plan, True, False, True), CommandSource.STALE_STATE),
+        ((plan, True, True, False), CommandSource.STALE_LINEARIZATION),
+        ((plan, False, True, True), CommandSource.SOLVER_FAILURE),
+        ((None, True, True, True), CommandSource.SOLVER_FAILURE),
+        ((np.array([np.nan, 0, 1]), True, True, True), CommandSource.NOT_FINITE),
+    ]
+    for arguments, source in cases:
+        command, chosen = select_command(*arguments, gravity, lower, upper)
+        assert chosen is source
+        assert_close(command, gravity)
+    command, chosen = select_command(plan, True, True, True, gravity, lower, upper)
+    assert chosen is CommandSource.PLAN
+    assert_close(command, [0.9, 2.0, 2.0])
+    assert is_stale(None, 10.0, 0.1) and is_stale(9.8, 10.0, 0.1) and is_stale(10.5, 10.0, 0.1)
+    assert not is_stale(9.95, 10.0, 0.1) and not is_stale(10.05, 10.0, 0.1)
+
+
+def test_disturbance_observer_recovers_a_constant_unknown_torque(arm):
+    """The plant gets command + d; the observer, told only the command, must find d."""
+    model, data = arm
+    d_true = np.array([3.0, -2.0, 1.0, 0.5, -0.2, 0.1, 0.05])
+    observer = DisturbanceObserver(model, time_constant=0.01, bound=np.full(7, 100.0))
+    q, v, dt = np.full(7, 0.2), np.zeros(7), 1e-3
+    command = rd.gravity_torques(model, data, q).copy()
+    observer.update(q, v, 0.0, None)
+    gain = dt / (0.01 + dt)
+    for step in range(1, 400):
+        # Semi-implicit Euler, as the inverse-dynamics residual assumes: exact up to round-off.
+        v = v + dt * rd.aba(model, data, q, v, command + d_true)
+        q = q + dt * v
+        estimate = observer.update(q, v, step * dt, command).copy()
+        if step == 1:
+            assert_close(estimate, gain * d_true, what="first filtered residual")
+    assert_close(estimate, d_true * (1.0 - (1.0 - gain) ** 399), what="converged estimate")
+    # A bound caps what a fault could make the MPC add.
+    capped = DisturbanceObserver(model, time_constant=1e-6, bound=np.full(7, 0.1))
+    capped.update(np.zeros(7), np.zeros(7), 0.0, None)
+    assert np.abs(capped.update(np.zeros(7), np.ones(7), 1e-3, np.zeros(7))).max() <= 0.1
+
+
+def test_the_plan_compensates_a_known_disturbance(arm):
+    """Planning with disturbance d gives torques d lower than without, in the unconstrained case."""
+    model, data = arm
+    problem = MPCProblem.from_model(model, horizon=10, dt=0.01, mode=Mode.RELINEARIZE)
+    rng = np.random.default_rng(21)
+    q, v = rng.uniform(-0.5, 0.5, 7), rng.uniform(-0.5, 0.5, 7)
+    X_ref = np.tile(np.r_[q + 0.02, np.zeros(7)], (11, 1))
+    U_ref = np.tile(rd.gravity_torques(model, data, q), (10, 1))
+    d = rng.uniform(-1.0, 1.0, 7)
+    plans = []
+    for disturbance in (None, d):
+        controller = ModelPredictiveController(problem, model)
+        controller.set_reference(X_ref, U_ref)
+        plans.append(controller.solve(np.r_[q, v], 0.0, None, disturbance))
+    assert plans[0].clamped == 0 and plans[1].clamped == 0
+    assert_close(plans[1].torques, plans[0].torques - d, what="compensated torques")
+    assert_close(plans[1].states, plans[0].states, what="same predicted motion")
