@@ -1,8 +1,8 @@
 """Batched evaluation: the dynamics, their derivatives or the linearization at K states in one call.
 
-For MPC horizons and bag replay. The K states are shared among numba threads (``prange``); each thread owns
-one workspace, so the per-state work is exactly that of the single-state functions and the results are
-identical to them. Outputs are new arrays.
+For MPC horizons and bag replay. Large batches are shared among numba threads (``prange``), small ones run
+on the calling thread (constants.PARALLEL_MIN_WORK); each thread owns one workspace, so the per-state work is
+exactly that of the single-state functions and the results are identical to them. Outputs are new arrays.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import numba
 import numpy as np
 from numba import njit, prange, types
 
+from rbd_deriv import constants
 from rbd_deriv.aba import STATUS_SINGULAR, aba_into, raise_for_dynamics_status
 from rbd_deriv.aba_derivatives import aba_derivatives_into
 from rbd_deriv.exceptions import InputError
@@ -126,13 +127,19 @@ def _states(model: Model, Q, V, X, x_name: str):
 def _run(model: Model, op: int, Q, V, X, x_name: str, dt: float, sizes):
     Q, V, X = _states(model, Q, V, X, x_name)
     K = Q.shape[0]
-    threads = max(1, min(numba.get_num_threads(), K))
+    # Waking the worker threads costs hundreds of microseconds on a busy machine: small batches run on
+    # the calling thread, where they still save the Python call of every state.
+    parallel = K * model.nv >= constants.PARALLEL_MIN_WORK
+    threads = max(1, min(numba.get_num_threads(), K)) if parallel else 1
     workspaces = np.zeros((threads, model.workspace_size))
     for ws in workspaces:
         Data.initialize(model, ws)
     outs = [np.empty((K, size)) for size in sizes]
     status = np.zeros(K, dtype=np.int64)
-    _batch_kernel(model.mi, model.mf, workspaces, Q, V, X, dt, op, *outs, status)
+    if parallel:
+        _batch_kernel(model.mi, model.mf, workspaces, Q, V, X, dt, op, *outs, status)
+    else:
+        _states_of_thread(model.mi, model.mf, workspaces[0], Q, V, X, dt, op, *outs, status, 0, 1)
     bad = np.flatnonzero(status)
     if bad.size:
         k = int(bad[0])

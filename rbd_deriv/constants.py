@@ -18,6 +18,9 @@ SMALL_ANGLE = 1e-2
 #: The coefficients of the SE(3) Jacobian (Q block) cancel more: Taylor series up to this angle [rad].
 SMALL_ANGLE_JACOBIAN = 0.3
 
+#: Batched calls with fewer (states x dofs) than this run on the calling thread instead of numba's workers.
+PARALLEL_MIN_WORK = 1024
+
 #: Finite bound used by random_configuration where the URDF gives no position limit: free-flyer
 #: translation in [-bound, bound] [m]; continuous joints use [-pi, pi].
 RANDOM_TRANSLATION_BOUND = 1.0

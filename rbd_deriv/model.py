@@ -283,9 +283,9 @@ class Data:
 
     @staticmethod
     def initialize(model: Model, ws: np.ndarray) -> None:
-        """Put a zeroed workspace in its initial state: the universe placements are the identity."""
-        for offset in _identity_rows(model):
-            ws[offset : offset + 16] = np.eye(4).ravel()
+        """Put a zeroed workspace in its initial state: the universe placement oMi[0] is the identity."""
+        offset = model.mi[0, MI_OFFSETS + REGION_INDEX["oMi"]]
+        ws[offset : offset + 16 : 5] = 1.0
 
     def __init__(self, model: Model) -> None:
         self.ws = np.zeros(model.workspace_size)
@@ -302,17 +302,6 @@ class Data:
         for name in ("oMi", "tau", "ddq", "nle", "g", "M", "Minv", "dtau_dq", "dtau_dv", "dddq_dq",
                      "dddq_dv", "A", "B", "x_next"):
             getattr(self, name).setflags(write=False)
-
-
-def _identity_rows(model: Model):
-    """Offset in ws of the universe placement oMi[0], which the kernels read as the identity."""
-    nj, nv, nq = model.njoints, model.nv, model.nq
-    offset, rows = 0, []
-    for name, dims, size in _region_sizes(nj, nv, nq):
-        if name == "oMi":
-            rows.append(offset)
-        offset += size
-    return rows
 
 
 def load_urdf(path_or_xml: str, floating_base: bool = False, gravity=None) -> Model:
