@@ -292,13 +292,13 @@ def _dintegrate_kernel(mi, q, v, Jq, Jv):
     return 0
 
 
-def _call(kernel, model: Model, arrays, names, *outputs):
-    """kernel(mi, [continuous,] *arrays, *outputs), converting the arrays only when numba refuses them."""
+def _call(kernel, leading, arrays, names, *outputs):
+    """kernel(*leading, *arrays, *outputs), converting the arrays only when numba refuses them."""
     try:
-        return kernel(model.mi, *arrays, *outputs)
+        return kernel(*leading, *arrays, *outputs)
     except TypeError:
         converted = [as_input_array(x, name, 1) for x, name in zip(arrays, names)]
-        return kernel(model.mi, *converted, *outputs)
+        return kernel(*leading, *converted, *outputs)
 
 
 def neutral(model: Model) -> np.ndarray:
@@ -317,7 +317,7 @@ def integrate(model: Model, q, v) -> np.ndarray:
         (nq,) new array.
     """
     out = np.empty(model.nq)
-    status = _call(_integrate_kernel, model, (q, v), ("q", "v"), out)
+    status = _call(_integrate_kernel, (model.mi,), (q, v), ("q", "v"), out)
     if status:
         raise_for_status(model, status)
     return out
@@ -326,11 +326,7 @@ def integrate(model: Model, q, v) -> np.ndarray:
 def difference(model: Model, q0, q1) -> np.ndarray:
     """q1 (-) q0: the tangent vector v (nv,) such that integrate(q0, v) == q1 (continuous joints wrap)."""
     out = np.zeros(model.nv)
-    try:
-        status = _difference_kernel(model.mi, model.continuous, q0, q1, out)
-    except TypeError:
-        status = _difference_kernel(model.mi, model.continuous, as_input_array(q0, "q0", 1),
-                                    as_input_array(q1, "q1", 1), out)
+    status = _call(_difference_kernel, (model.mi, model.continuous), (q0, q1), ("q0", "q1"), out)
     if status:
         raise_for_status(model, status, names=("q0", "q1"))
     return out
@@ -349,7 +345,7 @@ def dintegrate_dv(model: Model, q, v) -> np.ndarray:
 def _dintegrate(model: Model, q, v):
     Jq = np.empty((model.nv, model.nv))
     Jv = np.empty((model.nv, model.nv))
-    status = _call(_dintegrate_kernel, model, (q, v), ("q", "v"), Jq, Jv)
+    status = _call(_dintegrate_kernel, (model.mi,), (q, v), ("q", "v"), Jq, Jv)
     if status:
         raise_for_status(model, status)
     return Jq, Jv

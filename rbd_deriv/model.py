@@ -137,7 +137,6 @@ class Model:
 
         mi = np.zeros((nj, MI_COLS), dtype=np.int64)
         mf = np.zeros((nj, MF_COLS))
-        mi[0, MI_TYPE] = -1
         iq = iv = 0
         for k, joint in enumerate(joints, start=1):
             mi[k, MI_TYPE] = joint.jtype
@@ -178,6 +177,7 @@ class Model:
         self.nv_joint = {j.name: int(mi[k, MI_NV]) for k, j in enumerate(joints, start=1)}
         self.joint_index = {j.name: k for k, j in enumerate(joints, start=1)}
         self.continuous = np.array([False] + [j.jtype == JOINT_REVOLUTE and j.continuous for j in joints])
+        self.continuous.setflags(write=False)
         self._set_limits(joints)
         self._set_public_arrays(joints)
         self.neutral_configuration = np.zeros(self.nq)
