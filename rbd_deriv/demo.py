@@ -100,17 +100,23 @@ class Recorder:
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.reference_publisher = self.node.create_publisher(JointTrajectory,
                                                               "/mpc_node/reference", latched)
-        self.node.create_subscription(JointState, "joint_states", self._on_state, 100)
+        from rbd_deriv.nodes.spin import PolledSubscription
+
+        # 1 kHz: read in batches by poll(), not one executor callback per message.
+        self.states_input = PolledSubscription(self.node, JointState, "joint_states",
+                                               QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
         self.node.create_subscription(Float64MultiArray, command_topic, self._on_command, 100)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
 
     def now(self) -> float:
         return self.node.get_clock().now().nanoseconds * 1e-9
 
-    def _on_state(self, message: Any) -> None:
-        if self.recording and list(message.name) == self.joint_names:
-            stamp = message.header.stamp.sec + message.header.stamp.nanosec * 1e-9
-            self.states.append((stamp, np.array(message.position), np.array(message.velocity)))
+    def poll(self) -> None:
+        """Record the joint_states received since the previous call."""
+        for message in self.states_input.take():
+            if self.recording and list(message.name) == self.joint_names:
+                stamp = message.header.stamp.sec + message.header.stamp.nanosec * 1e-9
+                self.states.append((stamp, np.array(message.position), np.array(message.velocity)))
 
     def _on_command(self, message: Any) -> None:
         if self.recording:
@@ -151,6 +157,7 @@ def _spin_until(recorder: Recorder, condition, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         rclpy.spin_once(recorder.node, timeout_sec=0.01)
+        recorder.poll()
         if condition():
             return True
     return False
@@ -228,6 +235,7 @@ def publish_reference_only(duration: float) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        recorder.states_input.destroy()
         recorder.node.destroy_node()
         rclpy.try_shutdown()
     return 0
@@ -304,10 +312,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tracking for {arguments.duration:g} s ...", flush=True)
         _spin_until(recorder, lambda: recorder.now() > start + arguments.duration + 0.2,
                     arguments.duration + 30.0)
+        recorder.poll()
         recorder.recording = False
         diagnostics = recorder.mpc_diagnostics()
     finally:
         _stop(processes)
+        recorder.states_input.destroy()
         recorder.node.destroy_node()
         rclpy.try_shutdown()
 

@@ -261,6 +261,11 @@ class JointStateMap:
         """Every joint (and the base) has been received at least once."""
         return bool((self._joint_stamp >= 0).all()) and (not self.floating_base or self._base_stamp >= 0)
 
+    @property
+    def has_effort(self) -> bool:
+        """Every joint has reported a measured effort at least once."""
+        return bool(self._has_effort.all())
+
     def check_ready(self, need_effort: bool = False) -> None:
         """Raise unless the stored state can be used as a whole.
 

@@ -23,6 +23,7 @@ from rbd_deriv.control import (CommandSource, HeldLinearization, Mode, ModelPred
                                select_command)
 from rbd_deriv.control import riccati
 from rbd_deriv.control.observer import DisturbanceObserver
+from rbd_deriv.control.prediction import CommandHistory, predict_state
 from rbd_deriv.control.workspace import RiccatiWorkspace
 from rbd_deriv.exceptions import InputError, ModelError
 from rbd_deriv.testing import assert_close
@@ -472,3 +473,50 @@ def test_the_plan_compensates_a_known_disturbance(arm):
     assert plans[0].clamped == 0 and plans[1].clamped == 0
     assert_close(plans[1].torques, plans[0].torques - d, what="compensated torques")
     assert_close(plans[1].states, plans[0].states, what="same predicted motion")
+
+
+def test_prediction_matches_an_independent_engine_under_delayed_commands(arm):
+    """predict_state against MuJoCo (its own model and integrator) fed the same delayed commands."""
+    pytest.importorskip("mujoco")
+    from rbd_deriv.sim import make_plant
+
+    model, data = arm
+    rng = np.random.default_rng(31)
+    q0 = np.array([0.2, -0.4, 0.3, -1.0, 0.5, 0.6, -0.2])
+    v0 = rng.uniform(-0.5, 0.5, 7)
+    history = CommandHistory()
+    gravity = rd.gravity_torques(model, data, q0).copy()
+    for sent in (-0.02, -0.01, -0.005, 0.0, 0.005, 0.01):
+        history.record(sent, gravity + rng.uniform(-2.0, 2.0, 7))
+    delay, span = 0.003, 0.015
+    plant = make_plant("mujoco", str(bundled_urdf("rbd_arm7")), model=model)
+    plant.reset(q0, v0)
+    for k in range(15):
+        plant.step(history.torque_at(k * 1e-3 - delay))
+    q, v = predict_state(model, data, q0, v0, 0.0, span, history, delay)
+    assert_close(q, plant.q, what="predicted positions")
+    assert_close(v, plant.v, what="predicted velocities")
+    # A disturbance acts like extra torque; nothing known to predict with leaves the state as is.
+    d = rng.uniform(-1.0, 1.0, 7)
+    shifted = CommandHistory()
+    for sent in (-0.02, -0.01, -0.005, 0.0, 0.005, 0.01):
+        shifted.record(sent, history.torque_at(sent) + d)
+    assert_close(predict_state(model, data, q0, v0, 0.0, span, history, delay, d)[1],
+                 predict_state(model, data, q0, v0, 0.0, span, shifted, delay)[1], what="with d")
+    for empty in (CommandHistory(), history):
+        start = 0.0 if empty is not history else -1.0  # before the first command
+        q_same, v_same = predict_state(model, data, q0, v0, start, span, empty, delay)
+        np.testing.assert_array_equal(q_same, q0)
+        np.testing.assert_array_equal(v_same, v0)
+    np.testing.assert_array_equal(predict_state(model, data, q0, v0, 0.0, 0.0, history)[0], q0)
+
+
+def test_observer_does_not_learn_across_a_gap(arm):
+    """A stalled loop sees two states far apart: their difference says nothing about the torque."""
+    model, _ = arm
+    observer = DisturbanceObserver(model, time_constant=0.01, bound=np.full(7, 100.0), max_gap=0.02)
+    observer.update(np.zeros(7), np.zeros(7), 0.0, None)
+    assert np.abs(observer.update(np.zeros(7), np.ones(7), 0.05, np.zeros(7))).max() == 0.0
+    assert np.abs(observer.update(np.zeros(7), np.full(7, 1.01), 0.051, np.zeros(7))).max() > 0.0
+    with pytest.raises(InputError, match="max_gap"):
+        DisturbanceObserver(model, time_constant=0.01, bound=np.full(7, 1.0), max_gap=0.0)

@@ -224,11 +224,6 @@ def test_safety_rules_of_the_running_node(ros, arm):
     check_commands(listener.commands, model)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known failure, issue open: through DDS the loop diverges (max error ~7 rad after 20 s); the same"
-    " controller tracks in-process with one tick of delay, and turns unstable at ~10 ms of delay",
-)
 def test_closed_loop_tracking_on_the_simulator(ros, arm):
     from builtin_interfaces.msg import Duration
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy

@@ -5,18 +5,20 @@
 - :mod:`~rbd_deriv.control.riccati`: the numba box-constrained Riccati kernels.
 - :mod:`~rbd_deriv.control.mpc`: the facade, one ``solve`` per tick returning a plan.
 - :mod:`~rbd_deriv.control.observer`: estimate of the joint torques the model misses.
+- :mod:`~rbd_deriv.control.prediction`: the measured state carried over the loop's delay.
 - :mod:`~rbd_deriv.control.reference`: reference trajectories and their feedforward torques.
 - :mod:`~rbd_deriv.control.safety`: what is published when the plan cannot be trusted.
 """
 
 from rbd_deriv.control.mpc import HeldLinearization, ModelPredictiveController, Plan, SolveStatus
 from rbd_deriv.control.observer import DisturbanceObserver
+from rbd_deriv.control.prediction import CommandHistory, predict_state
 from rbd_deriv.control.problem import Mode, MPCProblem
 from rbd_deriv.control.reference import (SinusoidReference, TrajectoryReference,
                                          horizon_reference)
 from rbd_deriv.control.safety import (CommandSource, clamp_torque, hold_command, is_stale,
                                       select_command)
 
-__all__ = ["DisturbanceObserver", "HeldLinearization", "ModelPredictiveController", "Plan", "SolveStatus", "Mode",
+__all__ = ["CommandHistory", "predict_state", "DisturbanceObserver", "HeldLinearization", "ModelPredictiveController", "Plan", "SolveStatus", "Mode",
            "MPCProblem", "SinusoidReference", "TrajectoryReference", "horizon_reference",
            "CommandSource", "clamp_torque", "hold_command", "is_stale", "select_command"]

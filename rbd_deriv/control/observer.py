@@ -26,11 +26,18 @@ class DisturbanceObserver:
         model: Fixed-base model from :func:`rbd_deriv.load_urdf`.
         time_constant: Filter time constant [s], > 0; longer is smoother and slower.
         bound: (nv,) largest magnitude of the estimate [N m]; a fault cannot ask for more.
+        max_gap: Longest time [s] between two states that still teaches the estimate. Over a longer
+            gap (a stalled process, lost messages) the finite-difference acceleration and the
+            applied torque no longer describe the same motion: the estimate is kept as it is.
     """
 
-    def __init__(self, model: Any, time_constant: float, bound: np.ndarray) -> None:
+    def __init__(self, model: Any, time_constant: float, bound: np.ndarray,
+                 max_gap: float = 0.02) -> None:
         if not (np.isfinite(time_constant) and time_constant > 0.0):
             raise InputError(f"time_constant must be > 0 s, got {time_constant!r}")
+        if not (np.isfinite(max_gap) and max_gap > 0.0):
+            raise InputError(f"max_gap must be > 0 s, got {max_gap!r}")
+        self.max_gap = float(max_gap)
         self.model = model
         self.data = model.create_data()
         self.time_constant = float(time_constant)
@@ -58,8 +65,8 @@ class DisturbanceObserver:
             return self.estimate
         q0, v0, t0 = previous
         elapsed = time - t0
-        if not elapsed > 0.0:
-            return self.estimate  # same state again: nothing new to learn
+        if not 0.0 < elapsed <= self.max_gap:
+            return self.estimate  # same state again, or too far apart to learn from
         acceleration = (self._previous[1] - v0) / elapsed
         residual = rd.rnea(self.model, self.data, q0, v0, acceleration) - applied_torque
         if np.isfinite(residual).all():

@@ -32,6 +32,7 @@ from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.serialization import deserialize_message
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Header, String
@@ -40,7 +41,7 @@ import rbd_deriv as rd
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.joint_state_map import JointStateError, JointStateMap, velocity_names
 from rbd_deriv.msg import Linearization, Matrix
-from rbd_deriv.nodes.spin import run_node
+from rbd_deriv.nodes.spin import PolledSubscription, newest_covering, run_node
 from rbd_deriv.srv import ComputeDerivatives
 
 NODE_NAME = "dynamics_node"
@@ -127,6 +128,7 @@ class Robot:
         self.velocity_names = velocity_names(self.model)
         # bias_torques lists the actuated joints, without the free-flyer coordinates
         self.actuated_names = list(self.state.joint_names)
+        self.actuated_set = frozenset(self.actuated_names)
         self.actuated_v = np.array([self.model.idx_v[n] for n in self.actuated_names], dtype=np.int64)
         self.zero_v = np.zeros(self.model.nv)
         header = Header()
@@ -182,6 +184,8 @@ class DynamicsNode(Node):
         self._outputs = 0
         self._last_diagnostics = time.monotonic()
         self._timer = None
+        self._state_subscriptions: list = []
+        self._polled: list = []
         self._latest_frame = ""
 
         self._pub_linearization = self.create_publisher(Linearization, "linearization", OUTPUT_QOS)
@@ -197,8 +201,6 @@ class DynamicsNode(Node):
 
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.create_subscription(String, "robot_description", self._guard(self._on_description), DESCRIPTION_QOS)
-        self.create_subscription(JointState, "joint_states", self._guard(self._on_joint_states), STATE_QOS)
-        self.create_subscription(Odometry, "odom", self._guard(self._on_odometry), STATE_QOS)
         self.create_service(ComputeDerivatives, "compute_derivatives", self._on_compute_derivatives)
         self._diagnostics_timer = self.create_timer(self._p["diagnostics_period"], self._guard(self._on_diagnostics))
         self._configure_timer()
@@ -326,11 +328,34 @@ class DynamicsNode(Node):
         return SetParametersResult(successful=True)
 
     def _configure_timer(self) -> None:
+        """Set up the timer and the state inputs for the publish mode.
+
+        on_message: joint_states and odom call back on every message. timer: the timer takes what
+        arrived since its previous tick (PolledSubscription), which saves the executor's cost of a
+        callback for every message of a 1 kHz topic.
+        """
         if self._timer is not None:
             self.destroy_timer(self._timer)
             self._timer = None
-        if self._p["publish_mode"] == "timer":
+        timer_mode = self._p["publish_mode"] == "timer"
+        if timer_mode and not self._polled:
+            self._remove_state_inputs()
+            self._polled = [PolledSubscription(self, JointState, "joint_states", STATE_QOS),
+                            PolledSubscription(self, Odometry, "odom", STATE_QOS)]
+        elif not timer_mode and not self._state_subscriptions:
+            self._remove_state_inputs()
+            self._state_subscriptions = [
+                self.create_subscription(JointState, "joint_states", self._guard(self._on_joint_states), STATE_QOS),
+                self.create_subscription(Odometry, "odom", self._guard(self._on_odometry), STATE_QOS)]
+        if timer_mode:
             self._timer = self.create_timer(1.0 / self._p["rate"], self._guard(self._on_timer))
+
+    def _remove_state_inputs(self) -> None:
+        for subscription in self._state_subscriptions:
+            self.destroy_subscription(subscription)
+        for subscription in self._polled:
+            subscription.destroy()
+        self._state_subscriptions, self._polled = [], []
 
     # ---------------------------------------------------------------------------------- robot state
     def _on_joint_states(self, message: JointState) -> None:
@@ -365,7 +390,22 @@ class DynamicsNode(Node):
         except JointStateError as error:
             self._refuse(error.reason, f"odom: {error}")
 
+    def _read_polled(self) -> None:
+        """Timer mode: apply what arrived since the previous tick, deserializing only the newest
+        message of each joint (and of the odometry)."""
+        joint_states, odometry = (subscription.take(serialized=True) for subscription in self._polled)
+        robot = self._robot
+        if joint_states:
+            messages = newest_covering(joint_states, JointState, robot.actuated_set) if robot is not None \
+                else [deserialize_message(joint_states[-1], JointState)]
+            self._inputs += len(joint_states) - len(messages)  # the rest counted as they are applied
+            for message in messages:
+                self._guard(self._on_joint_states)(message)
+        if odometry:
+            self._guard(self._on_odometry)(deserialize_message(odometry[-1], Odometry))
+
     def _on_timer(self) -> None:
+        self._read_polled()
         robot = self._robot
         if robot is None or robot.state.stamp_ns < 0:
             return
@@ -534,7 +574,7 @@ def main(args: Optional[Sequence[str]] = None) -> int:
     """Console entry point ``dynamics_node``: spin until interrupted (SIGINT or SIGTERM)."""
     # rclpy.experimental.EventsExecutor would cut the per-message overhead, but in the Kilted wheels
     # it delivers no subscription messages: run_node keeps the default executor.
-    return run_node(DynamicsNode, args)
+    return run_node(DynamicsNode, args, cleanup=DynamicsNode._remove_state_inputs)
 
 
 if __name__ == "__main__":

@@ -17,17 +17,17 @@ command is finite and inside the URDF effort limits (:func:`rbd_deriv.control.se
 from __future__ import annotations
 
 import collections
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import rclpy
 from builtin_interfaces.msg import Duration
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
+from rclpy.serialization import deserialize_message
 from rclpy.time import Time
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -35,13 +35,13 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 import rbd_deriv as rd
-from rbd_deriv.control import (CommandSource, HeldLinearization, Mode, ModelPredictiveController,
-                               MPCProblem, TrajectoryReference, horizon_reference, is_stale,
-                               select_command)
-from rbd_deriv.control.observer import DisturbanceObserver
+from rbd_deriv.control import (CommandHistory, CommandSource, DisturbanceObserver, HeldLinearization, Mode,
+                               ModelPredictiveController, MPCProblem, TrajectoryReference,
+                               horizon_reference, is_stale, predict_state, select_command)
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.joint_state_map import JointStateError, JointStateMap
 from rbd_deriv.msg import Linearization
+from rbd_deriv.nodes.spin import PolledSubscription, newest_covering, run_node
 from rbd_deriv.testing.robots import bundled_urdf
 
 #: Solve times kept for the percentiles of the diagnostics.
@@ -92,6 +92,16 @@ class MpcNode(Node):
         declare("disturbance_time_constant", 0.01, ParameterDescriptor(description=(
             "filter time constant [s] of the estimate of the torques the model misses "
             "(friction, damping), added to the model; 0 disables"), **fixed))
+        declare("disturbance_bound", 0.2, ParameterDescriptor(description=(
+            "largest disturbance estimate, as a fraction of each joint's effort limit, in (0, 1]"),
+            **fixed))
+        declare("predict_delay", True, ParameterDescriptor(description=(
+            "solve from the measured state carried forward by the model to the time the command "
+            "acts (the state's age plus command_delay), with the torques sent meanwhile"),
+            **fixed))
+        declare("command_delay", 0.0, ParameterDescriptor(description=(
+            "expected time [s] from publishing a command to its effect at the actuators, >= 0"),
+            **fixed))
         declare("state_timeout", 0.05, ParameterDescriptor(
             description="joint_states older than this [s] trigger the safe command", **fixed))
         declare("linearization_timeout", 0.05, ParameterDescriptor(
@@ -137,13 +147,25 @@ class MpcNode(Node):
         self._warm_up()
         self.held = self.problem.mode is Mode.HELD
         time_constant = float(value("disturbance_time_constant"))
-        self.observer = (DisturbanceObserver(self.model, time_constant, self.problem.torque_upper)
+        bound = float(value("disturbance_bound"))
+        if not 0.0 < bound <= 1.0:
+            raise RbdDerivError(f"disturbance_bound must be in (0, 1], got {bound}")
+        # It learns from states up to four ticks apart; a longer gap means a stall.
+        self.observer = (DisturbanceObserver(self.model, time_constant,
+                                             bound * self.problem.torque_upper,
+                                             max_gap=4.0 / float(value("rate_hz")))
                          if time_constant > 0.0 else None)
         self.last_command: np.ndarray | None = None
         self.lower, self.upper = self.problem.torque_lower, self.problem.torque_upper
         self.joint_names = list(self.model.joint_names)
+        self.joint_set = frozenset(self.joint_names)
         self.states = JointStateMap(self.model)
         self.state_timeout = float(value("state_timeout"))
+        self.predict = bool(value("predict_delay"))
+        self.command_delay = float(value("command_delay"))
+        if not (np.isfinite(self.command_delay) and 0.0 <= self.command_delay < self.state_timeout):
+            raise RbdDerivError(f"command_delay must be in [0, state_timeout), got {self.command_delay}")
+        self.history = CommandHistory()
         self.linearization_timeout = float(value("linearization_timeout"))
         self.plan_decimation = max(1, int(value("plan_decimation")))
         # Reference times are kept relative to the node's start: float seconds since the epoch
@@ -172,16 +194,19 @@ class MpcNode(Node):
         self.command_publisher = self.create_publisher(Float64MultiArray, value("command_topic"), 10)
         self.plan_publisher = self.create_publisher(JointTrajectory, value("plan_topic"), 10)
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        # Only the newest state and linearization matter: a queue would make the tick work on
-        # old data whenever the executor falls behind.
+        # The tick reads what arrived since the previous tick (PolledSubscription): no executor
+        # callback per 1 kHz joint_states message. The depth covers 100 ms of a 1 kHz topic split
+        # across several publishers; only the newest compensation and linearization matter.
+        inputs = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
-        self.create_subscription(JointState, value("joint_states_topic"), self._on_joint_states,
-                                 newest)
-        self.create_subscription(JointState, value("compensation_topic"), self._on_compensation,
-                                 newest)
+        self.inputs = [
+            (PolledSubscription(self, JointState, value("joint_states_topic"), inputs),
+             self._on_joint_states),
+            (PolledSubscription(self, JointState, value("compensation_topic"), newest),
+             self._on_compensation)]
         if self.held:
-            self.create_subscription(Linearization, value("linearization_topic"),
-                                     self._on_linearization, newest)
+            self.inputs.append((PolledSubscription(self, Linearization, value("linearization_topic"),
+                                                   newest), self._on_linearization))
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.create_subscription(JointTrajectory, value("reference_topic"), self._on_reference,
@@ -244,7 +269,7 @@ class MpcNode(Node):
 
     def _on_joint_states(self, message: JointState) -> None:
         try:
-            self.states.update(message.name, message.position, message.velocity, [],
+            self.states.update(message.name, message.position, message.velocity, message.effort,
                                _stamp_ns(message.header.stamp))
         except JointStateError as error:
             self._refuse(f"joint_states/{error.reason}", str(error))
@@ -315,8 +340,23 @@ class MpcNode(Node):
                                f"{times[-1] - times[0]:.2f} s")
 
     # --------------------------------------------------------------------------------- tick
+    def _read_inputs(self) -> None:
+        """Hand what arrived since the previous tick to the handlers: the newest message of each
+        joint, compensation and linearization (only those are deserialized)."""
+        for subscription, handler in self.inputs:
+            serialized = subscription.take(serialized=True)
+            if not serialized:
+                continue
+            if handler == self._on_joint_states:
+                messages = newest_covering(serialized, JointState, self.joint_set)
+            else:
+                messages = [deserialize_message(serialized[-1], subscription.message_type)]
+            for message in messages:
+                handler(message)
+
     def _tick(self) -> None:
         start = time.perf_counter()
+        self._read_inputs()
         if not self.states.complete:
             self.sources[CommandSource.NO_STATE] += 1
             self.last_source = CommandSource.NO_STATE
@@ -334,16 +374,20 @@ class MpcNode(Node):
         disturbance = None
         if self.observer is not None:
             if state_fresh:
-                disturbance = self.observer.update(q, v, state_time, self.last_command)
+                # The measured joint torques when the robot reports them (they include the delay
+                # between this node and the actuators), else the last command.
+                applied = self.states.effort if self.states.has_effort else self.last_command
+                disturbance = self.observer.update(q, v, state_time, applied)
             else:
                 self.observer.reset()
         if state_fresh and linearization_fresh:
             try:
-                horizon_reference(self.reference, state_time, self.problem.horizon,
+                x0, solve_time = self._initial_state(q, v, state_time, now_ns, disturbance)
+                horizon_reference(self.reference, solve_time, self.problem.horizon,
                                   self.problem.dt, self.model, self.lower, self.upper,
                                   self.X_ref, self.U_ref, self.data)
                 self.controller.set_reference(self.X_ref, self.U_ref)
-                plan = self.controller.solve(np.concatenate([q, v]), state_time,
+                plan = self.controller.solve(x0, solve_time,
                                              self.linearization if self.held else None,
                                              disturbance)
             except RbdDerivError as error:
@@ -359,6 +403,7 @@ class MpcNode(Node):
         if source is not CommandSource.PLAN and source is not self.last_source:
             self.get_logger().warning(f"safe command (hold with gravity compensation): {source.value}")
         self.command_publisher.publish(Float64MultiArray(data=command.tolist()))
+        self.history.record((now_ns - self.epoch_ns) * 1e-9, command)
         self.last_command = command
         self.sources[source] += 1
         self.last_source = source
@@ -367,6 +412,23 @@ class MpcNode(Node):
         if plan is not None and plan.ok and self.ticks % self.plan_decimation == 0:
             self._publish_plan(plan)
         self.tick_times.append(time.perf_counter() - start)
+
+    def _initial_state(self, q: np.ndarray, v: np.ndarray, state_time: float, now_ns: int,
+                       disturbance: np.ndarray | None) -> tuple[np.ndarray, float]:
+        """The state the tick solves from and its time [s]: the measurement, or (predict_delay)
+        the measurement carried forward to when this tick's command acts."""
+        if not self.predict:
+            return np.concatenate([q, v]), state_time
+        target = (now_ns - self.epoch_ns) * 1e-9 + self.command_delay
+        q_next, v_next = predict_state(self.model, self.data, q, v, state_time, target, self.history,
+                                       self.command_delay, disturbance)
+        return np.concatenate([q_next, v_next]), target
+
+    def destroy_inputs(self) -> None:
+        """Remove the polled subscriptions and their helper nodes."""
+        for subscription, _ in self.inputs:
+            subscription.destroy()
+        self.inputs = []
 
     def _gravity(self, q: np.ndarray, now_ns: int) -> np.ndarray:
         """Compensation torque of the dynamics node if fresh, else gravity computed here."""
@@ -427,21 +489,10 @@ class MpcNode(Node):
         self.diagnostics_publisher.publish(array)
 
 
-def main(args: list[str] | None = None) -> None:
-    """Console entry point ``mpc_node``."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = MpcNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+def main(args: list[str] | None = None) -> int:
+    """Console entry point ``mpc_node``: spin until interrupted (SIGINT or SIGTERM)."""
+    return run_node(MpcNode, args, cleanup=MpcNode.destroy_inputs)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
