@@ -220,7 +220,7 @@ def publish_reference_only(duration: float) -> int:
 
     import rbd_deriv as rd
     from rbd_deriv.control import SinusoidReference
-    from rbd_deriv.testing.robots import bundled_urdf
+    from rbd_deriv.urdf import bundled_urdf
 
     joint_names = list(rd.load_urdf(str(bundled_urdf("rbd_arm7"))).joint_names)
     rclpy.init()
@@ -265,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import rbd_deriv as rd
     from rbd_deriv.control import SinusoidReference
-    from rbd_deriv.testing.robots import bundled_urdf
+    from rbd_deriv.urdf import bundled_urdf
 
     urdf = str(bundled_urdf("rbd_arm7"))
     model = rd.load_urdf(urdf)

@@ -273,14 +273,16 @@ class JointStateMap:
             JointStateError: ``incomplete`` (joints never received), ``stale`` (a joint last updated
                 more than max_age before the newest stamp: a publisher stopped) or ``missing_effort``.
         """
-        missing = self.missing()
-        if missing:
+        # Names are listed only on the way to an error: this runs at every message.
+        if not self.complete:
+            missing = self.missing()
             raise JointStateError(f"waiting for joints {_describe(missing)}", "incomplete", missing)
         if self.max_age_ns:
             stamps = self._joint_stamp if not self.floating_base else np.append(self._joint_stamp, self._base_stamp)
-            names = self.joint_names + ([FREE_FLYER_JOINT] if self.floating_base else [])
-            old = [names[k] for k in np.flatnonzero(self.stamp_ns - stamps > self.max_age_ns)]
-            if old:
+            late = self.stamp_ns - stamps > self.max_age_ns
+            if late.any():
+                names = self.joint_names + ([FREE_FLYER_JOINT] if self.floating_base else [])
+                old = [names[k] for k in np.flatnonzero(late)]
                 raise JointStateError(f"joints {_describe(old)} not updated for more than "
                                       f"{self.max_age_ns * 1e-9:g} s", "stale", old)
         if need_effort and not self._has_effort.all():

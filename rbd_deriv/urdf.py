@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -312,3 +314,23 @@ def _movable_joint(joint, parent: int, placement: np.ndarray, inertia: np.ndarra
             joint.name,
         )
     return description
+
+
+def bundled_urdf(name: str) -> Path:
+    """Path of a robot description shipped in the package's ``urdf/`` folder.
+
+    Looked for next to the package (a source checkout or an editable install), then where an ament
+    or pip install puts it (``<prefix>/share/rbd_deriv/urdf``).
+
+    Args:
+        name: File name with or without ``.urdf``, e.g. ``"rbd_arm7"``.
+
+    Raises:
+        URDFError: No such file; the message lists where it was looked for.
+    """
+    file_name = name if name.endswith(".urdf") else name + ".urdf"
+    folders = (Path(__file__).resolve().parents[1] / "urdf", Path(sys.prefix, "share", "rbd_deriv", "urdf"))
+    for folder in folders:
+        if (folder / file_name).is_file():
+            return folder / file_name
+    raise URDFError(f"no bundled URDF {file_name!r}; looked in {', '.join(str(f) for f in folders)}")

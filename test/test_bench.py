@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import types
 
 import numpy as np
@@ -323,3 +324,18 @@ def test_jit_measurement_reports_a_failing_child():
     assert "broken child" in result["first_import"]["error"]
     assert result["cached_import"] == {"error": "not measured: the first import failed"}
     assert "FAILED" in core.render_jit(result)
+
+
+def test_latency_benchmark_measures_the_node_and_its_echo_reference():
+    """Short runs of `bench latency` on both nodes: every state comes back, latencies are sane."""
+    pytest.importorskip("rclpy")
+    from rbd_deriv.bench import latency
+
+    for name in ("echo", "arm"):
+        scenario = latency.SCENARIOS[name]
+        slow = latency.Scenario(scenario.name, scenario.urdf, scenario.floating_base, 100.0,
+                                scenario.target_p99_ms, scenario.echo)
+        result = latency.run_scenario(slow, duration=1.0, outputs="linearization",
+                                      domain=150 + (os.getpid() + len(name)) % 50)
+        assert result.sent >= 90 and result.received >= 0.9 * result.sent, result
+        assert 0.0 < result.p50_ms <= result.p99_ms <= result.max_ms < 1000.0, result

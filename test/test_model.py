@@ -309,3 +309,12 @@ def test_invalid_limits_are_refused(limit, message):
     original = {"effort": 'effort="10"', "velocity": 'velocity="2"', "lower": 'lower="-1"'}[key]
     xml = TWO_LINK.replace(original, limit, 1)
     _refused(ModelError, xml, message, element="shoulder")
+
+
+def test_bundled_urdf_is_found_with_or_without_suffix_and_refused_clearly():
+    path = rd.bundled_urdf("rbd_arm7")
+    assert path == rd.bundled_urdf("rbd_arm7.urdf") and path.name == "rbd_arm7.urdf"
+    assert rd.load_urdf(str(path)).nv == 7
+    with pytest.raises(rd.URDFError, match="not_a_robot.urdf"):
+        rd.bundled_urdf("not_a_robot")
+

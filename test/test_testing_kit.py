@@ -20,8 +20,6 @@ from rbd_deriv.testing.random_urdf import random_inertia
 from rbd_deriv.testing.robots import (
     EXAMPLE_ROBOTS,
     ROBOT_NAMES,
-    RobotDataNotFoundError,
-    bundled_urdf,
     example_robot_urdf,
     with_minimum_mass,
 )
@@ -40,13 +38,7 @@ def test_example_robots_are_found_with_expected_sizes():
 def test_unknown_robot_names_are_refused_clearly():
     with pytest.raises(KeyError, match="known robots"):
         example_robot_urdf("atlas")
-    with pytest.raises(RobotDataNotFoundError, match="not_a_robot.urdf"):
-        bundled_urdf("not_a_robot")
 
-
-def test_bundled_arm_is_found_with_or_without_suffix():
-    assert bundled_urdf("rbd_arm7") == bundled_urdf("rbd_arm7.urdf")
-    assert PinocchioBridge(bundled_urdf("rbd_arm7")).nv == 7
 
 
 def test_with_minimum_mass_only_fills_massless_links():

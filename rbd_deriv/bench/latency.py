@@ -13,6 +13,10 @@ grace period after the run).
 
 Targets from the issue: the arm at 1 kHz with p99 <= 1 ms and no drops; talos at 200 Hz with p99 <= 5 ms.
 They are printed next to the result; nothing here fails on them.
+
+The reference row ``echo`` measures the floor of the machine in the same run: a node that only
+copies each joint_states header into an empty Linearization, spun by the same rclpy executor, driven
+by the same client at the arm's rate. What the dynamics node adds is its row minus this one.
 """
 
 from __future__ import annotations
@@ -43,9 +47,11 @@ class Scenario:
     floating_base: bool
     rate_hz: float
     target_p99_ms: float
+    echo: bool = False  # the reference node instead of the dynamics node
 
 
 SCENARIOS: Dict[str, Scenario] = {
+    "echo": Scenario("echo", "bundled:rbd_arm7", False, 1000.0, float("nan"), echo=True),
     "arm": Scenario("arm", "bundled:rbd_arm7", False, 1000.0, 1.0),
     "talos": Scenario("talos", "example:talos", True, 200.0, 5.0),
 }
@@ -80,9 +86,36 @@ def _urdf_path(spec: str) -> str:
     return str(bundled_urdf(name) if kind == "bundled" else example_robot_urdf(name))
 
 
-def _node_command() -> List[str]:
+def _node_command(echo: bool = False) -> List[str]:
+    if echo:
+        return [sys.executable, "-m", "rbd_deriv.bench.latency", "--serve-echo"]
     script = shutil.which("dynamics_node", path=os.path.dirname(sys.executable))
     return [script] if script else [sys.executable, "-m", "rbd_deriv.nodes.dynamics_node"]
+
+
+def serve_echo(args: Optional[Sequence[str]] = None) -> int:
+    """The reference node: each joint_states header goes out at once in an empty Linearization."""
+    from sensor_msgs.msg import JointState
+
+    from rbd_deriv.msg import Linearization
+    from rbd_deriv.nodes.dynamics_node import OUTPUT_QOS, STATE_QOS
+    from rbd_deriv.nodes.spin import run_node
+
+    def make_node():
+        from rclpy.node import Node
+
+        node = Node("latency_echo")
+        publisher = node.create_publisher(Linearization, "linearization", OUTPUT_QOS)
+        output = Linearization()
+
+        def echo(message: JointState) -> None:
+            output.header = message.header
+            publisher.publish(output)
+
+        node.create_subscription(JointState, "joint_states", echo, STATE_QOS)
+        return node
+
+    return run_node(make_node, args)
 
 
 def run_scenario(scenario: Scenario, duration: float, outputs: str, domain: int,
@@ -114,7 +147,8 @@ def run_scenario(scenario: Scenario, duration: float, outputs: str, domain: int,
     if outputs == "linearization":
         arguments += ["-p", "publish_mass_matrix_inverse:=false", "-p", "publish_torques:=false"]
     log = tempfile.TemporaryFile("w+")
-    process = subprocess.Popen(_node_command() + arguments, env=env, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(_node_command(scenario.echo) + arguments, env=env, stdout=log,
+                               stderr=subprocess.STDOUT)
 
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
@@ -196,6 +230,12 @@ def run_scenario(scenario: Scenario, duration: float, outputs: str, domain: int,
         target_p99_ms=scenario.target_p99_ms)
 
 
+def _target_text(result: LatencyResult) -> str:
+    if SCENARIOS.get(result.scenario, SCENARIOS["arm"]).echo:
+        return "reference: rclpy echo, no computation"
+    return f"p99 <= {result.target_p99_ms:g} ms, 0 drops: {'met' if result.meets_target else 'NOT met'}"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line: run the chosen scenarios, print a table, optionally write JSON."""
     parser = argparse.ArgumentParser(prog="python -m rbd_deriv.bench latency", description=__doc__.split("\n")[0])
@@ -206,7 +246,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="node outputs: its defaults (linearization, M^-1, torques) or the linearization only")
     parser.add_argument("--domain", type=int, default=100 + os.getpid() % 100, help="ROS_DOMAIN_ID to use")
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
-    options = parser.parse_args(argv)
+    parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
+    options, ros_arguments = parser.parse_known_args(argv)
+    if options.serve_echo:
+        return serve_echo(ros_arguments)
+    if ros_arguments:
+        parser.error(f"unrecognized arguments: {' '.join(ros_arguments)}")
 
     names = list(SCENARIOS) if options.robot == "all" else [options.robot]
     results = []
@@ -214,13 +259,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         scenario = SCENARIOS[name]
         if options.rate:
             scenario = Scenario(scenario.name, scenario.urdf, scenario.floating_base, options.rate,
-                                scenario.target_p99_ms)
+                                scenario.target_p99_ms, scenario.echo)
         print(f"{name}: {scenario.rate_hz:g} Hz for {options.duration:g} s ...", flush=True)
         results.append(run_scenario(scenario, options.duration, options.outputs, options.domain))
 
     rows = [[r.scenario, r.nv, r.rate_hz, r.sent, r.received, r.drops, r.throughput_hz, r.p50_ms, r.p99_ms,
-             r.max_ms, f"p99 <= {r.target_p99_ms:g} ms, 0 drops: {'met' if r.meets_target else 'NOT met'}"]
-            for r in results]
+             r.max_ms, _target_text(r)] for r in results]
     print(format_table(["robot", "nv", "rate [Hz]", "sent", "received", "drops", "throughput [Hz]",
                         "p50 [ms]", "p99 [ms]", "max [ms]", "target"], rows,
                        title=f"dynamics node end-to-end latency (outputs: {options.outputs})"))

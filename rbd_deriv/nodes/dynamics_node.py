@@ -22,6 +22,7 @@ from __future__ import annotations
 import array
 import math
 import sys
+import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -41,7 +42,7 @@ import rbd_deriv as rd
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.joint_state_map import JointStateError, JointStateMap, velocity_names
 from rbd_deriv.msg import Linearization, Matrix
-from rbd_deriv.nodes.spin import PolledSubscription, newest_covering, run_node
+from rbd_deriv.nodes.spin import ListenerThread, PolledSubscription, newest_covering, run_node
 from rbd_deriv.srv import ComputeDerivatives
 
 NODE_NAME = "dynamics_node"
@@ -136,6 +137,8 @@ class Robot:
         self.minv_message = Matrix(header=header, name="M_inverse", names=self.velocity_names,
                                    rows=self.model.nv, cols=self.model.nv)
         self.linearization_message = self.new_linearization_message(header)
+        # The listener thread and the executor (service) both compute in data: one at a time.
+        self.lock = threading.Lock()
         self.warm_up()
 
     def new_linearization_message(self, header: Header) -> Linearization:
@@ -184,8 +187,8 @@ class DynamicsNode(Node):
         self._outputs = 0
         self._last_diagnostics = time.monotonic()
         self._timer = None
-        self._state_subscriptions: list = []
         self._polled: list = []
+        self._listener: Optional[ListenerThread] = None
         self._latest_frame = ""
 
         self._pub_linearization = self.create_publisher(Linearization, "linearization", OUTPUT_QOS)
@@ -203,7 +206,7 @@ class DynamicsNode(Node):
         self.create_subscription(String, "robot_description", self._guard(self._on_description), DESCRIPTION_QOS)
         self.create_service(ComputeDerivatives, "compute_derivatives", self._on_compute_derivatives)
         self._diagnostics_timer = self.create_timer(self._p["diagnostics_period"], self._guard(self._on_diagnostics))
-        self._configure_timer()
+        self._configure_inputs()
         if self._robot is None:
             self.get_logger().info("no robot description yet: waiting on the robot_description topic")
 
@@ -323,39 +326,41 @@ class DynamicsNode(Node):
         if self._robot is not None:
             self._robot.state.strict = self._p["strict_joint_names"]
             self._robot.state.max_age_ns = int(round(self._p["max_state_age"] * 1e9))
-        self._configure_timer()
+        self._configure_inputs()
         self._diagnostics_timer.timer_period_ns = int(self._p["diagnostics_period"] * 1e9)
         return SetParametersResult(successful=True)
 
-    def _configure_timer(self) -> None:
+    def _configure_inputs(self) -> None:
         """Set up the timer and the state inputs for the publish mode.
 
-        on_message: joint_states and odom call back on every message. timer: the timer takes what
-        arrived since its previous tick (PolledSubscription), which saves the executor's cost of a
-        callback for every message of a 1 kHz topic.
+        Either way joint_states and odom are read without an executor callback per message, which
+        costs a few hundred microseconds each at 1 kHz. on_message: a thread of their own answers
+        every message (ListenerThread). timer: the timer takes what arrived since its previous tick
+        (PolledSubscription).
         """
         if self._timer is not None:
             self.destroy_timer(self._timer)
             self._timer = None
         timer_mode = self._p["publish_mode"] == "timer"
-        if timer_mode and not self._polled:
-            self._remove_state_inputs()
+        if not self._polled:
             self._polled = [PolledSubscription(self, JointState, "joint_states", STATE_QOS),
                             PolledSubscription(self, Odometry, "odom", STATE_QOS)]
-        elif not timer_mode and not self._state_subscriptions:
-            self._remove_state_inputs()
-            self._state_subscriptions = [
-                self.create_subscription(JointState, "joint_states", self._guard(self._on_joint_states), STATE_QOS),
-                self.create_subscription(Odometry, "odom", self._guard(self._on_odometry), STATE_QOS)]
+        if timer_mode and self._listener is not None:
+            self._listener.stop()
+            self._listener = None
+        elif not timer_mode and self._listener is None:
+            self._listener = ListenerThread(self._polled, self._on_state_messages, f"{NODE_NAME}_states")
         if timer_mode:
             self._timer = self.create_timer(1.0 / self._p["rate"], self._guard(self._on_timer))
 
     def _remove_state_inputs(self) -> None:
-        for subscription in self._state_subscriptions:
-            self.destroy_subscription(subscription)
+        """Stop the listener thread and remove the state subscriptions (at shutdown)."""
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
         for subscription in self._polled:
             subscription.destroy()
-        self._state_subscriptions, self._polled = [], []
+        self._polled = []
 
     # ---------------------------------------------------------------------------------- robot state
     def _on_joint_states(self, message: JointState) -> None:
@@ -389,6 +394,15 @@ class DynamicsNode(Node):
                 _stamp_ns(message.header.stamp), self.get_clock().now().nanoseconds)
         except JointStateError as error:
             self._refuse(error.reason, f"odom: {error}")
+
+    def _on_state_messages(self) -> None:
+        """on_message mode, in the listener thread: every message in arrival order, odometry first
+        so that a joint_states message computes with the newest base."""
+        joint_states, odometry = (subscription.take() for subscription in self._polled)
+        for message in odometry:
+            self._guard(self._on_odometry)(message)
+        for message in joint_states:
+            self._guard(self._on_joint_states)(message)
 
     def _read_polled(self) -> None:
         """Timer mode: apply what arrived since the previous tick, deserializing only the newest
@@ -426,6 +440,10 @@ class DynamicsNode(Node):
         except JointStateError as error:
             self._refuse(error.reason, str(error))
             return
+        with robot.lock:
+            self._compute_locked(robot, header, linearize, use_effort)
+
+    def _compute_locked(self, robot: Robot, header: Header, linearize: bool, use_effort: bool) -> None:
         started = time.perf_counter()
         model, data, q, v = robot.model, robot.data, robot.state.q, robot.state.v
         outputs = []
@@ -470,7 +488,11 @@ class DynamicsNode(Node):
     # -------------------------------------------------------------------------------------- service
     def _on_compute_derivatives(self, request, response):
         try:
-            self._answer(request, response)
+            robot = self._robot
+            if robot is None:
+                raise ValueError("no robot model loaded yet")
+            with robot.lock:
+                self._answer(robot, request, response)
             response.success, response.message = True, "ok"
         except (RbdDerivError, ValueError) as error:
             self._refuse("bad_request", f"compute_derivatives: {error}")
@@ -480,10 +502,7 @@ class DynamicsNode(Node):
             response = ComputeDerivatives.Response(success=False, message=f"internal error: {error}")
         return response
 
-    def _answer(self, request, response) -> None:
-        robot = self._robot
-        if robot is None:
-            raise ValueError("no robot model loaded yet")
+    def _answer(self, robot: Robot, request, response) -> None:
         model, data = robot.model, robot.data
         wanted = {
             "inverse_dynamics_derivatives": request.inverse_dynamics_derivatives,

@@ -28,7 +28,7 @@ from std_msgs.msg import Float64MultiArray
 import rbd_deriv as rd
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.sim import BACKENDS, make_plant
-from rbd_deriv.testing.robots import bundled_urdf
+from rbd_deriv.urdf import bundled_urdf
 
 #: Largest number of physics steps taken at once to catch up with the wall clock; beyond it the
 #: simulation slows down instead of jumping.

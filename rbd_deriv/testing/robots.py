@@ -2,7 +2,7 @@
 
 ``EXAMPLE_ROBOTS`` maps a short robot name to the URDF shipped by the
 ``example-robot-data`` package (installed by pip under ``cmeel.prefix``);
-:func:`bundled_urdf` finds the URDF files that ship with this package.
+:func:`bundled_urdf` (from :mod:`rbd_deriv.urdf`) finds the URDF files that ship with this package.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Dict, List, Optional, Union
+
+from rbd_deriv.urdf import bundled_urdf  # re-exported: tests and benchmarks take robots from here
 
 __all__ = [
     "EXAMPLE_ROBOTS",
@@ -133,34 +135,6 @@ class _ExampleRobots(Dict[str, Path]):
 EXAMPLE_ROBOTS: Dict[str, Path] = _ExampleRobots()
 """Robot name (``ur5``, ``panda``, ``solo12``, ``hyq``, ``anymal``, ``talos``,
 ``romeo``) -> absolute URDF path inside example-robot-data."""
-
-
-def _bundled_dirs() -> List[Path]:
-    # Source checkout first (urdf/ next to the package), then an ament install
-    # (share/rbd_deriv/urdf under the environment prefix).
-    package_root = Path(__file__).resolve().parents[2]
-    return [
-        package_root / "urdf",
-        Path(sys.prefix, "share", "rbd_deriv", "urdf"),
-    ]
-
-
-def bundled_urdf(name: str) -> Path:
-    """Return the path of a URDF shipped in this package's ``urdf/`` folder.
-
-    Args:
-        name: file name with or without the ``.urdf`` suffix, e.g. ``"rbd_arm7"``.
-
-    Raises:
-        RobotDataNotFoundError: no such file in any known ``urdf/`` folder.
-    """
-    file_name = name if name.endswith(".urdf") else name + ".urdf"
-    candidates = [folder / file_name for folder in _bundled_dirs()]
-    found = _first_existing(candidates, Path.is_file)
-    if found is None:
-        looked = ", ".join(str(path) for path in candidates)
-        raise RobotDataNotFoundError(f"bundled URDF {file_name!r} not found; looked at: {looked}")
-    return found
 
 
 MASSLESS_MOVING_ROBOTS: Dict[str, List[str]] = {"romeo": ["LHand", "RHand"]}
