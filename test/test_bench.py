@@ -339,3 +339,27 @@ def test_latency_benchmark_measures_the_node_and_its_echo_reference():
                                       domain=150 + (os.getpid() + len(name)) % 50)
         assert result.sent >= 90 and result.received >= 0.9 * result.sent, result
         assert 0.0 < result.p50_ms <= result.p99_ms <= result.max_ms < 1000.0, result
+
+
+def test_mpc_benchmark_centres_its_reference_where_gravity_can_be_held():
+    import rbd_deriv as rd
+    from rbd_deriv.bench import mpc as mpc_bench
+    from rbd_deriv.control import MPCProblem
+
+    for name in ("arm", "romeo"):
+        model = mpc_bench.load_robot(name)
+        data = model.create_data()
+        effort = MPCProblem.from_model(model, default_effort=mpc_bench.DEFAULT_EFFORT).torque_upper
+        lower = np.maximum(model.lower_position_limit, -np.pi)
+        upper = np.minimum(model.upper_position_limit, np.pi)
+        center = mpc_bench.holdable_center(model, data, lower, upper, effort, np.random.default_rng(0))
+
+        def load(q):
+            return np.max(np.abs(rd.gravity_torques(model, data, q)) / effort)
+
+        middle = 0.5 * (lower + upper)
+        assert ((lower <= center) & (center <= upper)).all()
+        if name == "arm":  # holds its mid-range posture with a fraction of its limits
+            np.testing.assert_array_equal(center, middle)
+        else:  # Romeo's wrists cannot hold mid-range against gravity; the centre chosen can
+            assert load(middle) > 1.0 and load(center) < 1.0
