@@ -319,8 +319,9 @@ def _movable_joint(joint, parent: int, placement: np.ndarray, inertia: np.ndarra
 def bundled_urdf(name: str) -> Path:
     """Path of a robot description shipped in the package's ``urdf/`` folder.
 
-    Looked for next to the package (a source checkout or an editable install), then where an ament
-    or pip install puts it (``<prefix>/share/rbd_deriv/urdf``).
+    Looked for next to the package (a source checkout or an editable install), in the package's
+    share folder of a colcon/ament install (through ament_index_python, when it is there), then
+    where a pip install puts it (``<prefix>/share/rbd_deriv/urdf``).
 
     Args:
         name: File name with or without ``.urdf``, e.g. ``"rbd_arm7"``.
@@ -329,7 +330,14 @@ def bundled_urdf(name: str) -> Path:
         URDFError: No such file; the message lists where it was looked for.
     """
     file_name = name if name.endswith(".urdf") else name + ".urdf"
-    folders = (Path(__file__).resolve().parents[1] / "urdf", Path(sys.prefix, "share", "rbd_deriv", "urdf"))
+    folders = [Path(__file__).resolve().parents[1] / "urdf"]
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        folders.append(Path(get_package_share_directory("rbd_deriv")) / "urdf")
+    except Exception:  # noqa: BLE001 - not installed, or no ament index for this package
+        pass
+    folders.append(Path(sys.prefix, "share", "rbd_deriv", "urdf"))
     for folder in folders:
         if (folder / file_name).is_file():
             return folder / file_name

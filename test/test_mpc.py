@@ -493,7 +493,8 @@ def test_prediction_matches_an_independent_engine_under_delayed_commands(arm):
     plant.reset(q0, v0)
     for k in range(15):
         plant.step(history.torque_at(k * 1e-3 - delay))
-    q, v = predict_state(model, data, q0, v0, 0.0, span, history, delay)
+    q, v, reached = predict_state(model, data, q0, v0, 0.0, span, history, delay)
+    assert reached == span
     assert_close(q, plant.q, what="predicted positions")
     assert_close(v, plant.v, what="predicted velocities")
     # A disturbance acts like extra torque; nothing known to predict with leaves the state as is.
@@ -505,10 +506,20 @@ def test_prediction_matches_an_independent_engine_under_delayed_commands(arm):
                  predict_state(model, data, q0, v0, 0.0, span, shifted, delay)[1], what="with d")
     for empty in (CommandHistory(), history):
         start = 0.0 if empty is not history else -1.0  # before the first command
-        q_same, v_same = predict_state(model, data, q0, v0, start, span, empty, delay)
+        q_same, v_same, reached = predict_state(model, data, q0, v0, start, span, empty, delay)
+        assert reached == start
         np.testing.assert_array_equal(q_same, q0)
         np.testing.assert_array_equal(v_same, v0)
     np.testing.assert_array_equal(predict_state(model, data, q0, v0, 0.0, 0.0, history)[0], q0)
+    # The torque acting at a time is the last one sent at or before it.
+    first, last = history.torque_at(-0.02), history.torque_at(0.01)
+    np.testing.assert_array_equal(history.torque_at(-0.015), first)
+    np.testing.assert_array_equal(history.torque_at(1.0), last)
+    assert history.torque_at(-0.0201) is None
+    short = CommandHistory(capacity=2)
+    for sent in (0.0, 1.0, 2.0):
+        short.record(sent, np.full(7, sent))
+    assert short.torque_at(0.5) is None and short.torque_at(1.5)[0] == 1.0
 
 
 def test_observer_does_not_learn_across_a_gap(arm):

@@ -51,7 +51,8 @@ def test_newest_covering_hands_over_unknown_joints_and_partial_bursts():
 
 def test_polled_subscription_takes_every_message_once_with_remapping():
     context = rclpy.Context()
-    rclpy.init(context=context, args=["--ros-args", "-r", "joint_states:=/polled_test/remapped"])
+    # A rule for the owner only: the owner resolves the name, the helper node must not need it.
+    rclpy.init(context=context, args=["--ros-args", "-r", "polled_owner:joint_states:=/polled_test/remapped"])
     try:
         owner = rclpy.create_node("polled_owner", context=context)
         sender = rclpy.create_node("polled_sender", context=context)

@@ -15,8 +15,8 @@ Targets from the issue: the arm at 1 kHz with p99 <= 1 ms and no drops; talos at
 They are printed next to the result; nothing here fails on them.
 
 The reference row ``echo`` measures the floor of the machine in the same run: a node that only
-copies each joint_states header into an empty Linearization, spun by the same rclpy executor, driven
-by the same client at the arm's rate. What the dynamics node adds is its row minus this one.
+copies each joint_states header into an empty Linearization, reading its input the same way as the
+dynamics node (a listener thread), driven by the same client at the arm's rate. What the dynamics node adds is its row minus this one.
 """
 
 from __future__ import annotations
@@ -94,28 +94,31 @@ def _node_command(echo: bool = False) -> List[str]:
 
 
 def serve_echo(args: Optional[Sequence[str]] = None) -> int:
-    """The reference node: each joint_states header goes out at once in an empty Linearization."""
+    """The reference node: each joint_states header goes out at once in an empty Linearization,
+    read the way the dynamics node reads its input (a listener thread, no executor callback)."""
     from sensor_msgs.msg import JointState
 
     from rbd_deriv.msg import Linearization
     from rbd_deriv.nodes.dynamics_node import OUTPUT_QOS, STATE_QOS
-    from rbd_deriv.nodes.spin import run_node
+    from rbd_deriv.nodes.spin import ListenerThread, PolledSubscription, run_node
 
     def make_node():
         from rclpy.node import Node
 
         node = Node("latency_echo")
         publisher = node.create_publisher(Linearization, "linearization", OUTPUT_QOS)
+        states = PolledSubscription(node, JointState, "joint_states", STATE_QOS)
         output = Linearization()
 
-        def echo(message: JointState) -> None:
-            output.header = message.header
-            publisher.publish(output)
+        def echo() -> None:
+            for message in states.take():
+                output.header = message.header
+                publisher.publish(output)
 
-        node.create_subscription(JointState, "joint_states", echo, STATE_QOS)
+        node.echo_listener = ListenerThread([states], echo, "latency_echo_states")
         return node
 
-    return run_node(make_node, args)
+    return run_node(make_node, args, cleanup=lambda node: node.echo_listener.stop())
 
 
 def run_scenario(scenario: Scenario, duration: float, outputs: str, domain: int,

@@ -51,7 +51,7 @@ class CommandHistory:
 
 def predict_state(model: Any, data: Any, q: np.ndarray, v: np.ndarray, start: float, end: float,
                   history: CommandHistory, delay: float = 0.0,
-                  disturbance: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  disturbance: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """State (q, v) at ``end`` [s] from the one measured at ``start`` [s], by forward dynamics.
 
     Semi-implicit Euler in steps of at most :data:`PREDICTION_STEP`, each with the torque that
@@ -60,13 +60,14 @@ def predict_state(model: Any, data: Any, q: np.ndarray, v: np.ndarray, start: fl
     The model must have nq == nv (as the MPC requires).
 
     Returns:
-        New arrays q (nq,) [rad], v (nv,) [rad/s].
+        New arrays q (nq,) [rad], v (nv,) [rad/s], and the time [s] they hold at: ``end``, or
+        ``start`` when nothing was predicted.
     """
     q = np.array(q, dtype=float)
     v = np.array(v, dtype=float)
     span = end - start
     if not span > 0.0 or history.torque_at(start - delay) is None:
-        return q, v  # nothing to predict, or no command known over the whole span
+        return q, v, start  # nothing to predict, or no command known over the whole span
     steps = int(np.ceil(span / PREDICTION_STEP))
     step = span / steps
     for k in range(steps):
@@ -75,4 +76,4 @@ def predict_state(model: Any, data: Any, q: np.ndarray, v: np.ndarray, start: fl
             torque = torque + disturbance
         v += step * rd.aba(model, data, q, v, torque)
         q += step * v
-    return q, v
+    return q, v, end

@@ -55,6 +55,9 @@ DESCRIPTION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL, history=HistoryPolicy.KEEP_LAST)
 # Reliable, so a reliable or best-effort publisher both match; the queue absorbs bursts at 1 kHz.
 STATE_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+# Timer mode takes what arrived since its last tick: the history (one for all publishers of the
+# topic) must hold a slow publisher's last message over a tick, 1 s of a 1 kHz robot.
+POLLED_STATE_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 OUTPUT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 
 
@@ -188,6 +191,7 @@ class DynamicsNode(Node):
         self._last_diagnostics = time.monotonic()
         self._timer = None
         self._polled: list = []
+        self._polled_mode = ""
         self._listener: Optional[ListenerThread] = None
         self._latest_frame = ""
 
@@ -342,25 +346,33 @@ class DynamicsNode(Node):
             self.destroy_timer(self._timer)
             self._timer = None
         timer_mode = self._p["publish_mode"] == "timer"
-        if not self._polled:
-            self._polled = [PolledSubscription(self, JointState, "joint_states", STATE_QOS),
-                            PolledSubscription(self, Odometry, "odom", STATE_QOS)]
-        if timer_mode and self._listener is not None:
-            self._listener.stop()
-            self._listener = None
-        elif not timer_mode and self._listener is None:
-            self._listener = ListenerThread(self._polled, self._on_state_messages, f"{NODE_NAME}_states")
+        if self._polled_mode != self._p["publish_mode"]:
+            self._remove_state_inputs()
+            # Timer mode keeps a deep history for a slow publisher among fast ones; on_message takes
+            # each message as it comes.
+            self._polled = [
+                PolledSubscription(self, JointState, "joint_states", POLLED_STATE_QOS if timer_mode else STATE_QOS),
+                PolledSubscription(self, Odometry, "odom", STATE_QOS)]
+            self._polled_mode = self._p["publish_mode"]
+            if not timer_mode:
+                self._listener = ListenerThread(self._polled, self._guard(self._on_state_messages),
+                                                f"{NODE_NAME}_states")
         if timer_mode:
             self._timer = self.create_timer(1.0 / self._p["rate"], self._guard(self._on_timer))
 
     def _remove_state_inputs(self) -> None:
-        """Stop the listener thread and remove the state subscriptions (at shutdown)."""
+        """Stop the listener thread and remove the state subscriptions (shutdown, mode change)."""
         if self._listener is not None:
             self._listener.stop()
             self._listener = None
         for subscription in self._polled:
             subscription.destroy()
-        self._polled = []
+        self._polled, self._polled_mode = [], ""
+
+    def destroy_node(self) -> None:
+        """Stop the listener thread and remove the state inputs, then the node."""
+        self._remove_state_inputs()
+        super().destroy_node()
 
     # ---------------------------------------------------------------------------------- robot state
     def _on_joint_states(self, message: JointState) -> None:
@@ -433,38 +445,40 @@ class DynamicsNode(Node):
 
     # ------------------------------------------------------------------------------------- outputs
     def _compute_and_publish(self, robot: Robot, header: Header) -> None:
-        linearize = self._p["publish_linearization"]
-        use_effort = self._p["linearization_input"] == "effort"
+        # One snapshot of the parameters per message: the executor thread may replace them meanwhile.
+        p = self._p
+        linearize = p["publish_linearization"]
+        use_effort = p["linearization_input"] == "effort"
         try:
             robot.state.check_ready(need_effort=linearize and use_effort)
         except JointStateError as error:
             self._refuse(error.reason, str(error))
             return
         with robot.lock:
-            self._compute_locked(robot, header, linearize, use_effort)
+            self._compute_locked(robot, header, p, linearize, use_effort)
 
-    def _compute_locked(self, robot: Robot, header: Header, linearize: bool, use_effort: bool) -> None:
+    def _compute_locked(self, robot: Robot, header: Header, p: dict, linearize: bool, use_effort: bool) -> None:
         started = time.perf_counter()
         model, data, q, v = robot.model, robot.data, robot.state.q, robot.state.v
         outputs = []
         bias = None
-        if self._p["publish_torques"] or (linearize and not use_effort):
+        if p["publish_torques"] or (linearize and not use_effort):
             bias = rd.rnea(model, data, q, v, robot.zero_v).copy()
         # The outgoing messages are kept per robot: filling names (checked string by string by the
         # generated setters) once instead of at every tick saves most of the packing time.
-        if self._p["publish_torques"]:
+        if p["publish_torques"]:
             message = robot.torques_message
             message.header = header
             message.effort = _floats(bias[robot.actuated_v])
             outputs.append((self._pub_torques, message))
-        if self._p["publish_mass_matrix_inverse"]:
+        if p["publish_mass_matrix_inverse"]:
             message = robot.minv_message
             message.header = header
             message.data = _floats(rd.minverse(model, data, q))
             outputs.append((self._pub_minv, message))
         if linearize:
             u = robot.state.effort.copy() if use_effort else bias
-            message = self._fill_linearization(robot.linearization_message, robot, q, v, u, self._p["dt"])
+            message = self._fill_linearization(robot.linearization_message, robot, q, v, u, p["dt"])
             message.header = header
             outputs.append((self._pub_linearization, message))
         for publisher, message in outputs:
@@ -593,7 +607,7 @@ def main(args: Optional[Sequence[str]] = None) -> int:
     """Console entry point ``dynamics_node``: spin until interrupted (SIGINT or SIGTERM)."""
     # rclpy.experimental.EventsExecutor would cut the per-message overhead, but in the Kilted wheels
     # it delivers no subscription messages: run_node keeps the default executor.
-    return run_node(DynamicsNode, args, cleanup=DynamicsNode._remove_state_inputs)
+    return run_node(DynamicsNode, args)
 
 
 if __name__ == "__main__":

@@ -147,13 +147,16 @@ class MpcNode(Node):
         self._warm_up()
         self.held = self.problem.mode is Mode.HELD
         time_constant = float(value("disturbance_time_constant"))
+        rate = float(value("rate_hz"))
+        if not rate > 0.0:
+            raise RbdDerivError(f"rate_hz must be > 0, got {rate}")
         bound = float(value("disturbance_bound"))
         if not 0.0 < bound <= 1.0:
             raise RbdDerivError(f"disturbance_bound must be in (0, 1], got {bound}")
-        # It learns from states up to four ticks apart; a longer gap means a stall.
+        # It learns from states up to four ticks (at least 20 ms) apart; a longer gap means a stall.
         self.observer = (DisturbanceObserver(self.model, time_constant,
                                              bound * self.problem.torque_upper,
-                                             max_gap=4.0 / float(value("rate_hz")))
+                                             max_gap=max(4.0 / rate, 0.02))
                          if time_constant > 0.0 else None)
         self.last_command: np.ndarray | None = None
         self.lower, self.upper = self.problem.torque_lower, self.problem.torque_upper
@@ -165,7 +168,10 @@ class MpcNode(Node):
         self.command_delay = float(value("command_delay"))
         if not (np.isfinite(self.command_delay) and 0.0 <= self.command_delay < self.state_timeout):
             raise RbdDerivError(f"command_delay must be in [0, state_timeout), got {self.command_delay}")
-        self.history = CommandHistory()
+        # Enough commands to cover the longest prediction (a state as old as state_timeout).
+        self.solve_from = 0.0  # time [s] since epoch of the state the last plan starts from
+        self.history = CommandHistory(
+            int(np.ceil((self.state_timeout + self.command_delay) * rate)) + 4)
         self.linearization_timeout = float(value("linearization_timeout"))
         self.plan_decimation = max(1, int(value("plan_decimation")))
         # Reference times are kept relative to the node's start: float seconds since the epoch
@@ -215,9 +221,6 @@ class MpcNode(Node):
         if goal.size == nv:
             self.reference = TrajectoryReference([0.0], goal[None, :])
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        rate = float(value("rate_hz"))
-        if not rate > 0.0:
-            raise RbdDerivError(f"rate_hz must be > 0, got {rate}")
         self.create_timer(1.0 / rate, self._tick)
         self.create_timer(float(value("diagnostics_period")), self._publish_diagnostics)
         self.get_logger().info(
@@ -269,7 +272,10 @@ class MpcNode(Node):
 
     def _on_joint_states(self, message: JointState) -> None:
         try:
-            self.states.update(message.name, message.position, message.velocity, message.effort,
+            # Efforts only feed the observer: a message whose efforts are not all finite (ros2_control
+            # fills NaN for joints without an effort interface) still gives positions and velocities.
+            effort = message.effort if np.isfinite(message.effort).all() else []
+            self.states.update(message.name, message.position, message.velocity, effort,
                                _stamp_ns(message.header.stamp))
         except JointStateError as error:
             self._refuse(f"joint_states/{error.reason}", str(error))
@@ -383,6 +389,7 @@ class MpcNode(Node):
         if state_fresh and linearization_fresh:
             try:
                 x0, solve_time = self._initial_state(q, v, state_time, now_ns, disturbance)
+                self.solve_from = solve_time
                 horizon_reference(self.reference, solve_time, self.problem.horizon,
                                   self.problem.dt, self.model, self.lower, self.upper,
                                   self.X_ref, self.U_ref, self.data)
@@ -420,15 +427,16 @@ class MpcNode(Node):
         if not self.predict:
             return np.concatenate([q, v]), state_time
         target = (now_ns - self.epoch_ns) * 1e-9 + self.command_delay
-        q_next, v_next = predict_state(self.model, self.data, q, v, state_time, target, self.history,
-                                       self.command_delay, disturbance)
-        return np.concatenate([q_next, v_next]), target
+        q_next, v_next, reached = predict_state(self.model, self.data, q, v, state_time, target,
+                                                self.history, self.command_delay, disturbance)
+        return np.concatenate([q_next, v_next]), reached
 
-    def destroy_inputs(self) -> None:
-        """Remove the polled subscriptions and their helper nodes."""
+    def destroy_node(self) -> None:
+        """Remove the polled subscriptions and their helper nodes, then the node."""
         for subscription, _ in self.inputs:
             subscription.destroy()
         self.inputs = []
+        super().destroy_node()
 
     def _gravity(self, q: np.ndarray, now_ns: int) -> np.ndarray:
         """Compensation torque of the dynamics node if fresh, else gravity computed here."""
@@ -440,7 +448,8 @@ class MpcNode(Node):
     def _publish_plan(self, plan: Any) -> None:
         nv = self.model.nv
         message = JointTrajectory()
-        message.header.stamp = Time(nanoseconds=self.states.stamp_ns).to_msg()
+        # The plan's first knot is the state the tick solved from (predicted to when it acts).
+        message.header.stamp = Time(nanoseconds=self.epoch_ns + int(round(self.solve_from * 1e9))).to_msg()
         message.joint_names = self.joint_names
         for k, state in enumerate(plan.states):
             point = JointTrajectoryPoint()
@@ -491,7 +500,7 @@ class MpcNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     """Console entry point ``mpc_node``: spin until interrupted (SIGINT or SIGTERM)."""
-    return run_node(MpcNode, args, cleanup=MpcNode.destroy_inputs)
+    return run_node(MpcNode, args)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ cheaper ways in for fast topics than an executor callback per message: :class:`P
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
 import time
 from typing import Callable, Optional, Sequence
@@ -12,6 +14,7 @@ import rclpy
 from rclpy.executors import ExternalShutdownException
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.serialization import deserialize_message
 
 
@@ -40,6 +43,9 @@ def run_node(make_node: Callable[[], Node], args: Optional[Sequence[str]] = None
     return 0
 
 
+_READER_NUMBERS = itertools.count()
+
+
 class PolledSubscription:
     """A subscription read when the node asks (:meth:`take`), not by executor callbacks.
 
@@ -47,8 +53,8 @@ class PolledSubscription:
     works at its own rate (a timer) from the newest data of a 1 kHz topic only needs the messages
     that arrived since its last tick: taking them in the tick saves that cost for every message.
 
-    The subscription lives on a hidden helper node (``_<node>_inputs``, same namespace and context)
-    that no executor spins. The topic is resolved, remappings included, by the owning node.
+    The subscription lives on a hidden helper node (``_<node>_input_<n>``, same namespace and
+    context) that no executor spins. The topic is resolved, remappings included, by the owning node.
 
     Args:
         node: The node the subscription belongs to.
@@ -59,10 +65,15 @@ class PolledSubscription:
 
     def __init__(self, node: Node, message_type: type, topic: str, qos) -> None:
         self.message_type = message_type
-        self._reader = Node(f"_{node.get_name()}_inputs", namespace=node.get_namespace(),
-                            context=node.context, start_parameter_services=False,
-                            enable_rosout=False)
+        # The owner resolves the topic; the helper ignores the command line (a launch file's
+        # ``__node:=`` rename or a remapping must not apply to it a second time) and gets a name of
+        # its own.
         self.topic = node.resolve_topic_name(topic)
+        self._reader = Node(f"_{node.get_name()}_input_{next(_READER_NUMBERS)}",
+                            namespace=node.get_namespace(), context=node.context,
+                            use_global_arguments=False, start_parameter_services=False,
+                            enable_rosout=False,
+                            parameter_overrides=[Parameter("start_type_description_service", value=False)])
         self._subscription = self._reader.create_subscription(message_type, self.topic,
                                                               lambda _: None, qos)
 
@@ -76,11 +87,12 @@ class PolledSubscription:
         """
         messages = []
         handle = self._subscription.handle
-        while True:
-            taken = handle.take_message(self.message_type, serialized)
-            if taken is None:
-                return messages
-            messages.append(taken[0])
+        with handle:  # the handle cannot be destroyed under us meanwhile
+            while True:
+                taken = handle.take_message(self.message_type, serialized)
+                if taken is None:
+                    return messages
+                messages.append(taken[0])
 
     def destroy(self) -> None:
         """Remove the subscription and its helper node."""
@@ -100,10 +112,13 @@ def wait_for_any(subscriptions: Sequence[PolledSubscription], timeout: float, wa
     if wait_set is None:
         wait_set = make_wait_set(subscriptions)
     wait_set.clear_entities()
-    for subscription in subscriptions:
-        wait_set.add_subscription(subscription._subscription.handle)
-    wait_set.wait(int(timeout * 1e9))
-    return bool(wait_set.get_ready_entities("subscription"))
+    with contextlib.ExitStack() as handles:  # none can be destroyed while rcl waits on it
+        for subscription in subscriptions:
+            handle = subscription._subscription.handle
+            handles.enter_context(handle)
+            wait_set.add_subscription(handle)
+        wait_set.wait(int(timeout * 1e9))
+        return bool(wait_set.get_ready_entities("subscription"))
 
 
 def make_wait_set(subscriptions: Sequence[PolledSubscription]):
@@ -121,7 +136,8 @@ class ListenerThread:
 
     Args:
         subscriptions: The polled subscriptions to wait on.
-        on_messages: Called with no argument after each wake-up; takes the messages itself.
+        on_messages: Called with no argument after each wake-up; takes the messages itself. It must
+            not raise: an exception would end the thread (wrap it as the node's other callbacks).
         name: Thread name, for debuggers and logs.
     """
 
@@ -131,6 +147,7 @@ class ListenerThread:
     def __init__(self, subscriptions: Sequence[PolledSubscription], on_messages: Callable[[], None],
                  name: str) -> None:
         self._subscriptions = list(subscriptions)
+        self._context = self._subscriptions[0]._reader.context
         self._on_messages = on_messages
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -138,8 +155,14 @@ class ListenerThread:
 
     def _run(self) -> None:
         wait_set = make_wait_set(self._subscriptions)
-        while not self._stop.is_set():
-            if wait_for_any(self._subscriptions, self.POLL_PERIOD, wait_set) and not self._stop.is_set():
+        while not self._stop.is_set() and self._context.ok():
+            try:
+                ready = wait_for_any(self._subscriptions, self.POLL_PERIOD, wait_set)
+            except Exception:  # noqa: BLE001 - the context went away under us: shutting down
+                if self._context.ok() and not self._stop.is_set():
+                    raise
+                return
+            if ready and not self._stop.is_set():
                 self._on_messages()
 
     def stop(self) -> None:
