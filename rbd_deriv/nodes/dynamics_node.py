@@ -192,6 +192,9 @@ class DynamicsNode(Node):
         self._timer = None
         self._polled: list = []
         self._polled_mode = ""
+        # The state handlers as the inputs call them, wrapped once rather than at every message.
+        self._joint_states_input = self._guard(self._on_joint_states)
+        self._odometry_input = self._guard(self._on_odometry)
         self._listener: Optional[ListenerThread] = None
         self._latest_frame = ""
 
@@ -412,9 +415,9 @@ class DynamicsNode(Node):
         so that a joint_states message computes with the newest base."""
         joint_states, odometry = (subscription.take() for subscription in self._polled)
         for message in odometry:
-            self._guard(self._on_odometry)(message)
+            self._odometry_input(message)
         for message in joint_states:
-            self._guard(self._on_joint_states)(message)
+            self._joint_states_input(message)
 
     def _read_polled(self) -> None:
         """Timer mode: apply what arrived since the previous tick, deserializing only the newest
@@ -426,9 +429,9 @@ class DynamicsNode(Node):
                 else [deserialize_message(joint_states[-1], JointState)]
             self._inputs += len(joint_states) - len(messages)  # the rest counted as they are applied
             for message in messages:
-                self._guard(self._on_joint_states)(message)
+                self._joint_states_input(message)
         if odometry:
-            self._guard(self._on_odometry)(deserialize_message(odometry[-1], Odometry))
+            self._odometry_input(deserialize_message(odometry[-1], Odometry))
 
     def _on_timer(self) -> None:
         self._read_polled()

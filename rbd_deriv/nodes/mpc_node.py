@@ -205,14 +205,13 @@ class MpcNode(Node):
         # across several publishers; only the newest compensation and linearization matter.
         inputs = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
-        self.inputs = [
-            (PolledSubscription(self, JointState, value("joint_states_topic"), inputs),
-             self._on_joint_states),
-            (PolledSubscription(self, JointState, value("compensation_topic"), newest),
-             self._on_compensation)]
+        self.joint_states_input = PolledSubscription(self, JointState, value("joint_states_topic"), inputs)
+        self.newest_inputs = [
+            (PolledSubscription(self, JointState, value("compensation_topic"), newest), self._on_compensation)]
         if self.held:
-            self.inputs.append((PolledSubscription(self, Linearization, value("linearization_topic"),
-                                                   newest), self._on_linearization))
+            self.newest_inputs.append((PolledSubscription(self, Linearization, value("linearization_topic"),
+                                                          newest), self._on_linearization))
+
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.create_subscription(JointTrajectory, value("reference_topic"), self._on_reference,
@@ -349,16 +348,13 @@ class MpcNode(Node):
     def _read_inputs(self) -> None:
         """Hand what arrived since the previous tick to the handlers: the newest message of each
         joint, compensation and linearization (only those are deserialized)."""
-        for subscription, handler in self.inputs:
+        serialized = self.joint_states_input.take(serialized=True)
+        for message in newest_covering(serialized, JointState, self.joint_set):
+            self._on_joint_states(message)
+        for subscription, handler in self.newest_inputs:
             serialized = subscription.take(serialized=True)
-            if not serialized:
-                continue
-            if handler == self._on_joint_states:
-                messages = newest_covering(serialized, JointState, self.joint_set)
-            else:
-                messages = [deserialize_message(serialized[-1], subscription.message_type)]
-            for message in messages:
-                handler(message)
+            if serialized:
+                handler(deserialize_message(serialized[-1], subscription.message_type))
 
     def _tick(self) -> None:
         start = time.perf_counter()
@@ -433,9 +429,10 @@ class MpcNode(Node):
 
     def destroy_node(self) -> None:
         """Remove the polled subscriptions and their helper nodes, then the node."""
-        for subscription, _ in self.inputs:
+        self.joint_states_input.destroy()
+        for subscription, _ in self.newest_inputs:
             subscription.destroy()
-        self.inputs = []
+        self.newest_inputs = []
         super().destroy_node()
 
     def _gravity(self, q: np.ndarray, now_ns: int) -> np.ndarray:

@@ -13,6 +13,7 @@ length, NaN or inf) is refused, counted and logged; the last good one stays.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,13 +21,13 @@ from pathlib import Path
 import numpy as np
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 import rbd_deriv as rd
 from rbd_deriv.exceptions import RbdDerivError
+from rbd_deriv.nodes.spin import run_node
 from rbd_deriv.sim import BACKENDS, make_plant
 from rbd_deriv.urdf import bundled_urdf
 
@@ -141,23 +142,16 @@ class SimNode(Node):
         self._running = False
         self._thread.join(timeout=1.0)
 
+    def destroy_node(self) -> None:
+        """Stop the physics thread, then the node."""
+        self.stop()
+        super().destroy_node()
 
-def main(args: list[str] | None = None) -> None:
-    """Console entry point ``sim_node``."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = SimNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.stop()
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+
+def main(args: list[str] | None = None) -> int:
+    """Console entry point ``sim_node``: spin until interrupted (SIGINT or SIGTERM)."""
+    return run_node(SimNode, args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

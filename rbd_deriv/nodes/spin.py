@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-import time
 from typing import Callable, Optional, Sequence
 
 import rclpy
@@ -99,34 +98,6 @@ class PolledSubscription:
         self._reader.destroy_node()
 
 
-def wait_for_any(subscriptions: Sequence[PolledSubscription], timeout: float, wait_set=None) -> bool:
-    """Block until one of ``subscriptions`` has a message waiting, or ``timeout`` [s] passes.
-
-    The wait releases the GIL, so a thread can wait here while the executor serves the node's
-    other callbacks. ``wait_set``: one made by a previous call's caller for these subscriptions
-    (:func:`make_wait_set`), to save building it each time. Returns True if a message is waiting.
-    """
-    if not subscriptions:
-        time.sleep(timeout)
-        return False
-    if wait_set is None:
-        wait_set = make_wait_set(subscriptions)
-    wait_set.clear_entities()
-    with contextlib.ExitStack() as handles:  # none can be destroyed while rcl waits on it
-        for subscription in subscriptions:
-            handle = subscription._subscription.handle
-            handles.enter_context(handle)
-            wait_set.add_subscription(handle)
-        wait_set.wait(int(timeout * 1e9))
-        return bool(wait_set.get_ready_entities("subscription"))
-
-
-def make_wait_set(subscriptions: Sequence[PolledSubscription]):
-    """An rcl wait set with room for ``subscriptions`` (at least one), for :func:`wait_for_any`."""
-    context = subscriptions[0]._reader.context
-    return _rclpy.WaitSet(len(subscriptions), 0, 0, 0, 0, 0, context.handle)
-
-
 class ListenerThread:
     """Calls ``on_messages()`` from its own thread whenever one of ``subscriptions`` has messages.
 
@@ -153,11 +124,22 @@ class ListenerThread:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
+    def _wait(self, wait_set) -> bool:
+        """Block (without the GIL) until a message is waiting or POLL_PERIOD passes; True if one is."""
+        wait_set.clear_entities()
+        with contextlib.ExitStack() as handles:  # none can be destroyed while rcl waits on it
+            for subscription in self._subscriptions:
+                handle = subscription._subscription.handle
+                handles.enter_context(handle)
+                wait_set.add_subscription(handle)
+            wait_set.wait(int(self.POLL_PERIOD * 1e9))
+            return bool(wait_set.get_ready_entities("subscription"))
+
     def _run(self) -> None:
-        wait_set = make_wait_set(self._subscriptions)
+        wait_set = _rclpy.WaitSet(len(self._subscriptions), 0, 0, 0, 0, 0, self._context.handle)
         while not self._stop.is_set() and self._context.ok():
             try:
-                ready = wait_for_any(self._subscriptions, self.POLL_PERIOD, wait_set)
+                ready = self._wait(wait_set)
             except Exception:  # noqa: BLE001 - the context went away under us: shutting down
                 if self._context.ok() and not self._stop.is_set():
                     raise
