@@ -13,7 +13,7 @@ Featherstone, RBDA sec. 7.3, written on the world-frame quantities of :mod:`rbd_
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import cfunc, njit, types
 
 from rbd_deriv.kinematics import (
     STATUS_WORKSPACE,
@@ -29,6 +29,7 @@ from rbd_deriv.kinematics import (
     raise_for_status,
 )
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, dynamics_arrays, entry
 from rbd_deriv.spatial import (
     _NJIT,
     copy_6x6_set,
@@ -243,6 +244,14 @@ def _aba_kernel(mi, mf, ws, q, v, tau, fext):
     return 0
 
 
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _aba_entry(data, dims):
+    return _aba_kernel(*dynamics_arrays(data, dims))
+
+
+_aba_call = entry(_aba_kernel, _aba_entry, "i2f2f1f1f1f1f2")
+
+
 def raise_for_dynamics_status(model: Model, status: int, names) -> None:
     """raise_for_status, plus the singular articulated inertia case of the ABA family."""
     if status == STATUS_SINGULAR:
@@ -269,9 +278,9 @@ def aba(model: Model, data: Data, q, v, tau, fext=None) -> np.ndarray:
         data.ddq (nv,) acceleration [rad/s^2, m/s^2].
     """
     try:
-        status = _aba_kernel(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext)
+        status = _aba_call(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext)
     except (TypeError, AttributeError):
-        status = call_kernel(_aba_kernel, model, data, (q, v, tau, fext), _ABA_NAMES, (1, 1, 1, 2))
+        status = call_kernel(_aba_call, model, data, (q, v, tau, fext), _ABA_NAMES, (1, 1, 1, 2))
     if status:
         raise_for_dynamics_status(model, status, _ABA_NAMES)
     return data.ddq

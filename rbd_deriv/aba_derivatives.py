@@ -14,7 +14,7 @@ would dominate. Their ABA-zero alternative (AZA, a tree sweep per column) is not
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import cfunc, njit, types
 
 from rbd_deriv.aba import STATUS_SINGULAR, aba_into, raise_for_dynamics_status
 from rbd_deriv.kinematics import (
@@ -32,6 +32,7 @@ from rbd_deriv.kinematics import (
 from rbd_deriv.minverse import minverse_from_articulated
 from rbd_deriv.model import MI_NVTOT, Data, Model
 from rbd_deriv.rnea_derivatives import rnea_derivatives_into
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, dynamics_arrays, entry
 from rbd_deriv.spatial import _NJIT, R_DDDQ, R_DDQ, R_DTAU, R_M, R_MINV, R_TAU, region1, region2
 
 #: Below this size the product runs in plain loops; above, BLAS (its call overhead no longer dominates).
@@ -89,6 +90,14 @@ def _aba_derivatives_kernel(mi, mf, ws, q, v, tau, fext):
     return 0
 
 
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _aba_derivatives_entry(data, dims):
+    return _aba_derivatives_kernel(*dynamics_arrays(data, dims))
+
+
+_aba_derivatives_call = entry(_aba_derivatives_kernel, _aba_derivatives_entry, "i2f2f1f1f1f1f2")
+
+
 _NAMES = ("q", "v", "tau", "fext")
 
 
@@ -106,9 +115,9 @@ def aba_derivatives(model: Model, data: Data, q, v, tau, fext=None):
         taken in the tangent space of q. data.ddq holds aba(q, v, tau, fext) as a by-product.
     """
     try:
-        status = _aba_derivatives_kernel(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext)
+        status = _aba_derivatives_call(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext)
     except (TypeError, AttributeError):
-        status = call_kernel(_aba_derivatives_kernel, model, data, (q, v, tau, fext), _NAMES, (1, 1, 1, 2))
+        status = call_kernel(_aba_derivatives_call, model, data, (q, v, tau, fext), _NAMES, (1, 1, 1, 2))
     if status:
         raise_for_dynamics_status(model, status, _NAMES)
     return data.dddq_dq, data.dddq_dv, data.Minv

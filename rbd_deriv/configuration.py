@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, types
+from numba import cfunc, njit, types
 
 from rbd_deriv import constants
 from rbd_deriv.exceptions import InputError
@@ -33,6 +33,7 @@ from rbd_deriv.kinematics import (
     raise_for_status,
 )
 from rbd_deriv.model import MI_IDX_Q, MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, Model
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, arg_bool1, arg_float1, arg_float2, arg_int2, entry
 from rbd_deriv.spatial import _NJIT
 from rbd_deriv.urdf import JOINT_FREEFLYER
 
@@ -262,6 +263,15 @@ def _integrate_kernel(mi, q, v, out):
     return 0
 
 
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _integrate_entry(data, dims):
+    return _integrate_kernel(arg_int2(data, dims, 0), arg_float1(data, dims, 1), arg_float1(data, dims, 2),
+                             arg_float1(data, dims, 3))
+
+
+_integrate_call = entry(_integrate_kernel, _integrate_entry, "i2f1f1f1")
+
+
 _DIFF_SIG = types.int64(MI_T, types.Array(types.boolean, 1, "C", readonly=True), VEC_T, VEC_T, VEC_T)
 
 
@@ -280,6 +290,15 @@ def _difference_kernel(mi, continuous, q0, q1, out):
     return 0
 
 
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _difference_entry(data, dims):
+    return _difference_kernel(arg_int2(data, dims, 0), arg_bool1(data, dims, 1), arg_float1(data, dims, 2),
+                              arg_float1(data, dims, 3), arg_float1(data, dims, 4))
+
+
+_difference_call = entry(_difference_kernel, _difference_entry, "i2b1f1f1f1")
+
+
 _DINT_SIG = types.int64(MI_T, VEC_T, VEC_T, types.Array(types.float64, 2, "C"), types.Array(types.float64, 2, "C"))
 
 
@@ -292,13 +311,18 @@ def _dintegrate_kernel(mi, q, v, Jq, Jv):
     return 0
 
 
-def _call(kernel, leading, arrays, names, *outputs):
-    """kernel(*leading, *arrays, *outputs), converting the arrays only when numba refuses them."""
-    try:
-        return kernel(*leading, *arrays, *outputs)
-    except TypeError:
-        converted = [as_input_array(x, name, 1) for x, name in zip(arrays, names)]
-        return kernel(*leading, *converted, *outputs)
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _dintegrate_entry(data, dims):
+    return _dintegrate_kernel(arg_int2(data, dims, 0), arg_float1(data, dims, 1), arg_float1(data, dims, 2),
+                              arg_float2(data, dims, 3), arg_float2(data, dims, 4))
+
+
+_dintegrate_call = entry(_dintegrate_kernel, _dintegrate_entry, "i2f1f1f2f2")
+
+
+def _converted(arrays, names):
+    """The arguments of a call the kernel refused, converted (or InputError naming the bad one)."""
+    return [as_input_array(x, name, 1) for x, name in zip(arrays, names)]
 
 
 def neutral(model: Model) -> np.ndarray:
@@ -317,7 +341,10 @@ def integrate(model: Model, q, v) -> np.ndarray:
         (nq,) new array.
     """
     out = np.empty(model.nq)
-    status = _call(_integrate_kernel, (model.mi,), (q, v), ("q", "v"), out)
+    try:
+        status = _integrate_call(model.mi, q, v, out)
+    except TypeError:
+        status = _integrate_call(model.mi, *_converted((q, v), ("q", "v")), out)
     if status:
         raise_for_status(model, status)
     return out
@@ -326,7 +353,10 @@ def integrate(model: Model, q, v) -> np.ndarray:
 def difference(model: Model, q0, q1) -> np.ndarray:
     """q1 (-) q0: the tangent vector v (nv,) such that integrate(q0, v) == q1 (continuous joints wrap)."""
     out = np.zeros(model.nv)
-    status = _call(_difference_kernel, (model.mi, model.continuous), (q0, q1), ("q0", "q1"), out)
+    try:
+        status = _difference_call(model.mi, model.continuous, q0, q1, out)
+    except TypeError:
+        status = _difference_call(model.mi, model.continuous, *_converted((q0, q1), ("q0", "q1")), out)
     if status:
         raise_for_status(model, status, names=("q0", "q1"))
     return out
@@ -345,7 +375,10 @@ def dintegrate_dv(model: Model, q, v) -> np.ndarray:
 def _dintegrate(model: Model, q, v):
     Jq = np.empty((model.nv, model.nv))
     Jv = np.empty((model.nv, model.nv))
-    status = _call(_dintegrate_kernel, (model.mi,), (q, v), ("q", "v"), Jq, Jv)
+    try:
+        status = _dintegrate_call(model.mi, q, v, Jq, Jv)
+    except TypeError:
+        status = _dintegrate_call(model.mi, *_converted((q, v), ("q", "v")), Jq, Jv)
     if status:
         raise_for_status(model, status)
     return Jq, Jv

@@ -11,7 +11,7 @@ which fills the upper triangle (ancestors have smaller indices); the lower one i
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import cfunc, njit, types
 
 from rbd_deriv.kinematics import (
     FK_POSITION,
@@ -24,6 +24,7 @@ from rbd_deriv.kinematics import (
     raise_for_status,
 )
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, entry, position_arrays
 from rbd_deriv.spatial import (
     _NJIT,
     copy_6x6_set,
@@ -94,6 +95,14 @@ def _crba_kernel(mi, mf, ws, q):
     return 0
 
 
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _crba_entry(data, dims):
+    return _crba_kernel(*position_arrays(data, dims))
+
+
+_crba_call = entry(_crba_kernel, _crba_entry, "i2f2f1f1")
+
+
 def crba(model: Model, data: Data, q) -> np.ndarray:
     """Joint-space inertia matrix M(q), full and symmetric.
 
@@ -104,9 +113,9 @@ def crba(model: Model, data: Data, q) -> np.ndarray:
         data.M (nv, nv) [kg m^2, kg m, kg].
     """
     try:
-        status = _crba_kernel(model.mi, model.mf, data.ws, q)
+        status = _crba_call(model.mi, model.mf, data.ws, q)
     except (TypeError, AttributeError):
-        status = call_kernel(_crba_kernel, model, data, (q,), ("q",), (1,))
+        status = call_kernel(_crba_call, model, data, (q,), ("q",), (1,))
     if status:
         raise_for_status(model, status)
     return data.M

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, types
+from numba import cfunc, njit, types
 
 from rbd_deriv import constants
 from rbd_deriv.exceptions import InputError
@@ -39,6 +39,7 @@ from rbd_deriv.model import (
     Data,
     Model,
 )
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, entry, position_arrays
 from rbd_deriv.spatial import (
     _NJIT,
     R_C,
@@ -334,6 +335,14 @@ def _forward_kinematics_kernel(mi, mf, ws, q):
     return 0
 
 
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _forward_kinematics_entry(data, dims):
+    return _forward_kinematics_kernel(*position_arrays(data, dims))
+
+
+_forward_kinematics_call = entry(_forward_kinematics_kernel, _forward_kinematics_entry, "i2f2f1f1")
+
+
 ARGUMENT_NAMES = ("q", "v", "a", "fext")
 
 
@@ -402,9 +411,9 @@ def forward_kinematics(model: Model, data: Data, q) -> np.ndarray:
         data.oMi (njoints, 4, 4): homogeneous placements, row 0 the universe (identity).
     """
     try:
-        status = _forward_kinematics_kernel(model.mi, model.mf, data.ws, q)
+        status = _forward_kinematics_call(model.mi, model.mf, data.ws, q)
     except (TypeError, AttributeError):
-        status = call_kernel(_forward_kinematics_kernel, model, data, (q,), ("q",), (1,))
+        status = call_kernel(_forward_kinematics_call, model, data, (q,), ("q",), (1,))
     if status:
         raise_for_status(model, status)
     return data.oMi

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from numba import njit, types
+from numba import cfunc, njit, types
 
 from rbd_deriv.aba import STATUS_SINGULAR, raise_for_dynamics_status
 from rbd_deriv.aba_derivatives import aba_derivatives_into
@@ -33,6 +33,7 @@ from rbd_deriv.kinematics import (
     foreign_workspace,
 )
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, Data, Model
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, arg_double, dynamics_arrays, entry
 from rbd_deriv.spatial import (
     _NJIT,
     R_A,
@@ -123,6 +124,14 @@ def _linearize_kernel(mi, mf, ws, q, v, tau, fext, dt):
     return 0
 
 
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _linearize_entry(data, dims):
+    return _linearize_kernel(*dynamics_arrays(data, dims), arg_double(data, dims, 7))
+
+
+_linearize_call = entry(_linearize_kernel, _linearize_entry, "i2f2f1f1f1f1f2d")
+
+
 _NAMES = ("q", "v", "tau", "fext")
 
 
@@ -153,9 +162,9 @@ def linearize(model: Model, data: Data, q, v, tau, dt, fext=None):
     """
     dt = check_time_step(dt)
     try:
-        status = _linearize_kernel(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, dt)
+        status = _linearize_call(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, dt)
     except (TypeError, AttributeError):
-        status = call_kernel(lambda mi, mf, ws, *arrays: _linearize_kernel(mi, mf, ws, *arrays, dt), model, data,
+        status = call_kernel(lambda mi, mf, ws, *arrays: _linearize_call(mi, mf, ws, *arrays, dt), model, data,
                              (q, v, tau, fext), _NAMES, (1, 1, 1, 2))
     if status:
         raise_for_dynamics_status(model, status, _NAMES)

@@ -19,7 +19,7 @@ acceleration set; both share the (njoints, nv, 6) region ``F``. The lower triang
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import cfunc, njit, types
 
 from rbd_deriv.aba import STATUS_SINGULAR, articulated_inertias, raise_for_dynamics_status
 from rbd_deriv.crba import symmetrize_upper
@@ -33,6 +33,7 @@ from rbd_deriv.kinematics import (
     forward_pass,
 )
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, entry, position_arrays
 from rbd_deriv.spatial import (
     _NJIT,
     copy_6x6_set,
@@ -68,7 +69,10 @@ def minverse_into(mi, ws, Minv):
 @njit(**_NJIT)
 def minverse_from_articulated(mi, ws, Minv):
     """The force/acceleration-set sweeps of M^-1, once U and D^-1 are known (they do not depend on v or
-    tau, so an ABA run at the same q provides them)."""
+    tau, so an ABA run at the same q provides them).
+
+    One-dof joints (all but a free flyer) take a path of their own: their 6-vectors S, U and D^-1 S are held
+    in scalars, so each column costs one pass over F's row instead of reloading them."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     Dinv = region3(mi, ws, R_DINV, nj, 6, 6)
     S = region2(mi, ws, R_S, nv, 6)
@@ -79,12 +83,16 @@ def minverse_from_articulated(mi, ws, Minv):
         iv, nvj, end, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_SUBTREE_END], mi[i, MI_PARENT]
         Fi = F[i]
         for d in range(nvj):
+            for j in range(end, nv):
+                Minv[iv + d, j] = 0.0
+        if nvj == 1:
+            _backward_one_dof(Minv, Dinv[i, 0, 0], S[iv], U[iv], Fi, F[parent], iv, end, parent > 0)
+            continue
+        for d in range(nvj):
             for k in range(6):
                 Fi[iv + d, k] = 0.0
             for e in range(nvj):
                 Minv[iv + d, iv + e] = Dinv[i, d, e]
-            for j in range(end, nv):
-                Minv[iv + d, j] = 0.0
         # W = D^-1 S^T (nv_j x 6), so that each column costs one 6-vector product per dof.
         for d in range(nvj):
             for k in range(6):
@@ -107,16 +115,11 @@ def minverse_from_articulated(mi, ws, Minv):
     for i in range(1, nj):
         iv, nvj, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_PARENT]
         Fi = F[i]
+        if nvj == 1:
+            _forward_one_dof(Minv, Dinv[i, 0, 0], S[iv], U[iv], Fi, F[parent], iv, nv, parent > 0)
+            continue
         if parent > 0:
             Fp = F[parent]
-            if nvj == 1:
-                dinv = Dinv[i, 0, 0]
-                for j in range(iv, nv):
-                    Minv[iv, j] -= dinv * dot_rows(U, iv, Fp, j)
-                    m = Minv[iv, j]
-                    for k in range(6):
-                        Fi[j, k] = Fp[j, k] + S[iv, k] * m
-                continue
             for d in range(nvj):
                 for k in range(6):
                     s = 0.0
@@ -141,6 +144,53 @@ def minverse_from_articulated(mi, ws, Minv):
     symmetrize_upper(Minv)
 
 
+@njit(**_NJIT)
+def _backward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, end, has_parent):
+    """Backward step of a one-dof joint: row iv of M^-1 on its subtree, and the parent's force set.
+
+        M^-1[iv, iv] = D^-1,   M^-1[iv, j] = -D^-1 S^T F_i[j]   (j in the strict subtree)
+        F_lambda[j] = F_i[j] + U M^-1[iv, j]                    (F_i[iv] = 0)
+    """
+    Minv[iv, iv] = dinv
+    w0, w1, w2, w3, w4, w5 = dinv * s[0], dinv * s[1], dinv * s[2], dinv * s[3], dinv * s[4], dinv * s[5]
+    u0, u1, u2, u3, u4, u5 = u[0], u[1], u[2], u[3], u[4], u[5]
+    if not has_parent:
+        for j in range(iv + 1, end):
+            Minv[iv, j] = -(w0 * Fi[j, 0] + w1 * Fi[j, 1] + w2 * Fi[j, 2]
+                            + w3 * Fi[j, 3] + w4 * Fi[j, 4] + w5 * Fi[j, 5])
+        return
+    Fp[iv, 0], Fp[iv, 1], Fp[iv, 2] = u0 * dinv, u1 * dinv, u2 * dinv
+    Fp[iv, 3], Fp[iv, 4], Fp[iv, 5] = u3 * dinv, u4 * dinv, u5 * dinv
+    for j in range(iv + 1, end):
+        f0, f1, f2, f3, f4, f5 = Fi[j, 0], Fi[j, 1], Fi[j, 2], Fi[j, 3], Fi[j, 4], Fi[j, 5]
+        m = -(w0 * f0 + w1 * f1 + w2 * f2 + w3 * f3 + w4 * f4 + w5 * f5)
+        Minv[iv, j] = m
+        Fp[j, 0], Fp[j, 1], Fp[j, 2] = f0 + u0 * m, f1 + u1 * m, f2 + u2 * m
+        Fp[j, 3], Fp[j, 4], Fp[j, 5] = f3 + u3 * m, f4 + u4 * m, f5 + u5 * m
+
+
+@njit(**_NJIT)
+def _forward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, nv, has_parent):
+    """Forward step of a one-dof joint on the columns j >= iv:
+
+        M^-1[iv, j] -= D^-1 U^T A_lambda[j],   A_i[j] = A_lambda[j] + S M^-1[iv, j]   (A_lambda = 0 at the root)
+    """
+    s0, s1, s2, s3, s4, s5 = s[0], s[1], s[2], s[3], s[4], s[5]
+    if not has_parent:
+        for j in range(iv, nv):
+            m = Minv[iv, j]
+            Fi[j, 0], Fi[j, 1], Fi[j, 2] = s0 * m, s1 * m, s2 * m
+            Fi[j, 3], Fi[j, 4], Fi[j, 5] = s3 * m, s4 * m, s5 * m
+        return
+    w0, w1, w2, w3, w4, w5 = dinv * u[0], dinv * u[1], dinv * u[2], dinv * u[3], dinv * u[4], dinv * u[5]
+    for j in range(iv, nv):
+        f0, f1, f2, f3, f4, f5 = Fp[j, 0], Fp[j, 1], Fp[j, 2], Fp[j, 3], Fp[j, 4], Fp[j, 5]
+        m = Minv[iv, j] - (w0 * f0 + w1 * f1 + w2 * f2 + w3 * f3 + w4 * f4 + w5 * f5)
+        Minv[iv, j] = m
+        Fi[j, 0], Fi[j, 1], Fi[j, 2] = f0 + s0 * m, f1 + s1 * m, f2 + s2 * m
+        Fi[j, 3], Fi[j, 4], Fi[j, 5] = f3 + s3 * m, f4 + s4 * m, f5 + s5 * m
+
+
 _MINV_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T)
 
 
@@ -158,6 +208,14 @@ def _minverse_kernel(mi, mf, ws, q):
     return 0
 
 
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _minverse_entry(data, dims):
+    return _minverse_kernel(*position_arrays(data, dims))
+
+
+_minverse_call = entry(_minverse_kernel, _minverse_entry, "i2f2f1f1")
+
+
 def minverse(model: Model, data: Data, q) -> np.ndarray:
     """Inverse of the joint-space inertia matrix M(q)^-1, full and symmetric, by the dedicated algorithm.
 
@@ -168,9 +226,9 @@ def minverse(model: Model, data: Data, q) -> np.ndarray:
         data.Minv (nv, nv).
     """
     try:
-        status = _minverse_kernel(model.mi, model.mf, data.ws, q)
+        status = _minverse_call(model.mi, model.mf, data.ws, q)
     except (TypeError, AttributeError):
-        status = call_kernel(_minverse_kernel, model, data, (q,), ("q",), (1,))
+        status = call_kernel(_minverse_call, model, data, (q,), ("q",), (1,))
     if status:
         raise_for_dynamics_status(model, status, ("q",))
     return data.Minv

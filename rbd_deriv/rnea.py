@@ -16,7 +16,7 @@ universe (ignored), as Pinocchio's ``fext``; they act on the body carried by the
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import cfunc, njit, types
 
 from rbd_deriv.kinematics import (
     MAT_T,
@@ -32,6 +32,7 @@ from rbd_deriv.kinematics import (
     raise_for_status,
 )
 from rbd_deriv.model import MF_AXIS, MF_INERTIA, MI_IDX_V, MI_NJ, MI_NVTOT, MI_PARENT, MI_TYPE, Data, Model
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, arg_float1, dynamics_arrays, entry, position_arrays
 from rbd_deriv.spatial import (
     _NJIT,
     R_FEXTW,
@@ -232,6 +233,14 @@ def _rnea_kernel(mi, mf, ws, q, v, a, fext):
     return 0
 
 
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _rnea_entry(data, dims):
+    return _rnea_kernel(*dynamics_arrays(data, dims))
+
+
+_rnea_call = entry(_rnea_kernel, _rnea_entry, "i2f2f1f1f1f1f2")
+
+
 def rnea(model: Model, data: Data, q, v, a, fext=None) -> np.ndarray:
     """Inverse dynamics tau = M(q) a + C(q, v) v + g(q) - sum_i J_i^T fext_i.
 
@@ -245,9 +254,9 @@ def rnea(model: Model, data: Data, q, v, a, fext=None) -> np.ndarray:
         data.tau (nv,) joint torques/forces [N m, N].
     """
     try:
-        status = _rnea_kernel(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext)
+        status = _rnea_call(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext)
     except (TypeError, AttributeError):
-        status = call_kernel(_rnea_kernel, model, data, (q, v, a, fext), ("q", "v", "a", "fext"), (1, 1, 1, 2))
+        status = call_kernel(_rnea_call, model, data, (q, v, a, fext), ("q", "v", "a", "fext"), (1, 1, 1, 2))
     if status:
         raise_for_status(model, status)
     return data.tau
@@ -270,6 +279,14 @@ def _nle_kernel(mi, mf, ws, q, v):
     return 0
 
 
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _nle_entry(data, dims):
+    return _nle_kernel(*position_arrays(data, dims), arg_float1(data, dims, 4))
+
+
+_nle_call = entry(_nle_kernel, _nle_entry, "i2f2f1f1f1")
+
+
 def nonlinear_effects(model: Model, data: Data, q, v) -> np.ndarray:
     """Coriolis, centrifugal and gravity torques h = C(q, v) v + g(q) = rnea(q, v, 0).
 
@@ -277,9 +294,9 @@ def nonlinear_effects(model: Model, data: Data, q, v) -> np.ndarray:
         data.nle (nv,) [N m, N].
     """
     try:
-        status = _nle_kernel(model.mi, model.mf, data.ws, q, v)
+        status = _nle_call(model.mi, model.mf, data.ws, q, v)
     except (TypeError, AttributeError):
-        status = call_kernel(_nle_kernel, model, data, (q, v), ("q", "v"), (1, 1))
+        status = call_kernel(_nle_call, model, data, (q, v), ("q", "v"), (1, 1))
     if status:
         raise_for_status(model, status)
     return data.nle
@@ -300,6 +317,14 @@ def _gravity_kernel(mi, mf, ws, q):
     return 0
 
 
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _gravity_entry(data, dims):
+    return _gravity_kernel(*position_arrays(data, dims))
+
+
+_gravity_call = entry(_gravity_kernel, _gravity_entry, "i2f2f1f1")
+
+
 def gravity_torques(model: Model, data: Data, q) -> np.ndarray:
     """Generalized gravity g(q) = rnea(q, 0, 0).
 
@@ -307,9 +332,9 @@ def gravity_torques(model: Model, data: Data, q) -> np.ndarray:
         data.g (nv,) [N m, N].
     """
     try:
-        status = _gravity_kernel(model.mi, model.mf, data.ws, q)
+        status = _gravity_call(model.mi, model.mf, data.ws, q)
     except (TypeError, AttributeError):
-        status = call_kernel(_gravity_kernel, model, data, (q,), ("q",), (1,))
+        status = call_kernel(_gravity_call, model, data, (q,), ("q",), (1,))
     if status:
         raise_for_status(model, status)
     return data.g

@@ -24,7 +24,7 @@ along integrate(q, eps e_j). External forces are fixed in their joint frames, so
 
 from __future__ import annotations
 
-from numba import njit, types
+from numba import cfunc, njit, types
 
 from rbd_deriv.crba import symmetrize_upper
 from rbd_deriv.kinematics import (
@@ -42,6 +42,7 @@ from rbd_deriv.kinematics import (
 )
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
 from rbd_deriv.rnea import body_forces
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, dynamics_arrays, entry
 from rbd_deriv.spatial import (
     _NJIT,
     copy_6x6_set,
@@ -196,6 +197,14 @@ def _rnea_derivatives_kernel(mi, mf, ws, q, v, a, fext):
     return 0
 
 
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _rnea_derivatives_entry(data, dims):
+    return _rnea_derivatives_kernel(*dynamics_arrays(data, dims))
+
+
+_rnea_derivatives_call = entry(_rnea_derivatives_kernel, _rnea_derivatives_entry, "i2f2f1f1f1f1f2")
+
+
 def rnea_derivatives(model: Model, data: Data, q, v, a, fext=None):
     """Partial derivatives of rnea(q, v, a, fext).
 
@@ -210,9 +219,9 @@ def rnea_derivatives(model: Model, data: Data, q, v, a, fext=None):
         the tangent space of q. data.tau holds rnea(q, v, a, fext) as a by-product.
     """
     try:
-        status = _rnea_derivatives_kernel(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext)
+        status = _rnea_derivatives_call(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext)
     except (TypeError, AttributeError):
-        status = call_kernel(_rnea_derivatives_kernel, model, data, (q, v, a, fext), ("q", "v", "a", "fext"),
+        status = call_kernel(_rnea_derivatives_call, model, data, (q, v, a, fext), ("q", "v", "a", "fext"),
                              (1, 1, 1, 2))
     if status:
         raise_for_status(model, status)

@@ -1,0 +1,96 @@
+"""Direct calls of the compiled kernels, past numba's dispatcher.
+
+Each public function runs one kernel. Through numba's dispatcher a call costs about 0.1-0.2 us per array
+argument to type and unbox, close to 1 us for a kernel of four arrays: more than the whole forward
+kinematics of a six-joint arm, and what made the small robots' calls slower than Pinocchio's. So each
+kernel also has a C entry (a numba ``cfunc`` of the one signature ``int64(void **data, int64 *dims)``),
+and the small C extension ``rbd_deriv._kernelcall`` calls it: it checks each argument's dtype, number of
+dimensions and layout against a spec, passes its data pointer and shape, and releases the GIL for the call.
+
+A spec has one letter per argument: ``i``, ``f``, ``b`` for int64, float64 and bool arrays, followed by the
+number of dimensions, and ``d`` for a float, e.g. ``"i2f2f1f1"`` for ``(mi, mf, ws, q)``. In the cfunc,
+:func:`arg_int2`, :func:`arg_float1`... rebuild argument k as an array and :func:`arg_double` a float.
+
+Where the extension is not built (a source tree used without ``pip install``), or with the environment
+variable ``RBD_DERIV_DISPATCHER=1``, :func:`entry` returns the numba kernel itself: same results, slower
+calls. Both raise TypeError for arguments of the wrong type, which the wrappers catch to convert them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from numba import carray, njit, types
+
+try:
+    from rbd_deriv._kernelcall import Kernel
+except ImportError:  # not built: the numba dispatcher serves
+    Kernel = None
+
+__all__ = [
+    "ENTRY_OPTIONS", "ENTRY_SIG", "arg_bool1", "arg_double", "arg_float1", "arg_float2", "arg_int2", "direct_calls",
+    "dynamics_arrays", "entry", "position_arrays",
+]
+
+ENTRY_SIG = types.int64(types.CPointer(types.voidptr), types.CPointer(types.int64))
+"""The C signature of every kernel entry: int64 kernel(void **data, int64 *dims)."""
+
+ENTRY_OPTIONS = dict(cache=True, nogil=True)
+
+
+def direct_calls() -> bool:
+    """True when kernels are called through the C extension (built, and not disabled)."""
+    return Kernel is not None and os.environ.get("RBD_DERIV_DISPATCHER", "") in ("", "0")
+
+
+def entry(kernel, c_entry, spec: str):
+    """The callable a public function runs: ``Kernel(c_entry.address, spec)``, or ``kernel`` (the numba
+    dispatcher) when direct calls are off. Both take the same arguments and return the kernel's status."""
+    if not direct_calls():
+        return kernel
+    return Kernel(c_entry.address, spec)
+
+
+@njit(inline="always")
+def arg_int2(data, dims, k):
+    """Argument k as an int64 (d0, d1) array."""
+    return carray(data[k], (dims[3 * k], dims[3 * k + 1]), np.int64)
+
+
+@njit(inline="always")
+def arg_float1(data, dims, k):
+    """Argument k as a float64 (d0,) array."""
+    return carray(data[k], (dims[3 * k],), np.float64)
+
+
+@njit(inline="always")
+def arg_float2(data, dims, k):
+    """Argument k as a float64 (d0, d1) array."""
+    return carray(data[k], (dims[3 * k], dims[3 * k + 1]), np.float64)
+
+
+@njit(inline="always")
+def arg_bool1(data, dims, k):
+    """Argument k as a bool (d0,) array."""
+    return carray(data[k], (dims[3 * k],), np.bool_)
+
+
+@njit(inline="always")
+def arg_double(data, dims, k):
+    """Argument k, a float."""
+    return carray(data[k], (1,), np.float64)[0]
+
+
+
+@njit(inline="always")
+def position_arrays(data, dims):
+    """The arguments (mi, mf, ws, q) of the kernels that take a configuration only."""
+    return arg_int2(data, dims, 0), arg_float2(data, dims, 1), arg_float1(data, dims, 2), arg_float1(data, dims, 3)
+
+
+@njit(inline="always")
+def dynamics_arrays(data, dims):
+    """The arguments (mi, mf, ws, q, v, a or tau, fext) of the dynamics kernels."""
+    return (arg_int2(data, dims, 0), arg_float2(data, dims, 1), arg_float1(data, dims, 2), arg_float1(data, dims, 3),
+            arg_float1(data, dims, 4), arg_float1(data, dims, 5), arg_float2(data, dims, 6))
