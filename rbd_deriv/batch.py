@@ -7,6 +7,9 @@ exactly that of the single-state functions and the results are identical to them
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 import numba
 import numpy as np
 from numba import njit, prange, types
@@ -113,6 +116,31 @@ def _batch_kernel(mi, mf, workspaces, Q, V, X, dt, op, out1, out2, out3, status)
         _states_of_thread(mi, mf, workspaces[t], Q, V, X, dt, op, out1, out2, out3, status, t, threads)
 
 
+# Workspaces of finished batch calls, per model, for the next call: allocating (threads, workspace_size) zeros
+# at every call cost page faults and zeroing out of proportion to a small robot's work (a quarter of the
+# time per state on ur5). A call takes a set from the pool, or makes one, and gives it back when done, so
+# concurrent calls never share one.
+_POOLS: "weakref.WeakKeyDictionary[Model, list]" = weakref.WeakKeyDictionary()
+_POOLS_LOCK = threading.Lock()
+
+
+def _take_workspaces(model: Model, threads: int) -> np.ndarray:
+    with _POOLS_LOCK:
+        free = _POOLS.setdefault(model, [])
+        for k, workspaces in enumerate(free):
+            if workspaces.shape[0] >= threads:
+                return free.pop(k)
+    workspaces = np.zeros((threads, model.workspace_size))
+    for ws in workspaces:
+        Data.initialize(model, ws)
+    return workspaces
+
+
+def _give_back_workspaces(model: Model, workspaces: np.ndarray) -> None:
+    with _POOLS_LOCK:
+        _POOLS.setdefault(model, []).append(workspaces)
+
+
 def _states(model: Model, Q, V, X, x_name: str):
     Q = as_input_array(Q, "Q", 2)
     V = as_input_array(V, "V", 2)
@@ -131,15 +159,16 @@ def _run(model: Model, op: int, Q, V, X, x_name: str, dt: float, sizes):
     # the calling thread, where they still save the Python call of every state.
     parallel = K * model.nv >= constants.PARALLEL_MIN_WORK
     threads = max(1, min(numba.get_num_threads(), K)) if parallel else 1
-    workspaces = np.zeros((threads, model.workspace_size))
-    for ws in workspaces:
-        Data.initialize(model, ws)
     outs = [np.empty((K, size)) for size in sizes]
     status = np.zeros(K, dtype=np.int64)
-    if parallel:
-        _batch_kernel(model.mi, model.mf, workspaces, Q, V, X, dt, op, *outs, status)
-    else:
-        _states_of_thread(model.mi, model.mf, workspaces[0], Q, V, X, dt, op, *outs, status, 0, 1)
+    workspaces = _take_workspaces(model, threads)
+    try:
+        if parallel:
+            _batch_kernel(model.mi, model.mf, workspaces[:threads], Q, V, X, dt, op, *outs, status)
+        else:
+            _states_of_thread(model.mi, model.mf, workspaces[0], Q, V, X, dt, op, *outs, status, 0, 1)
+    finally:
+        _give_back_workspaces(model, workspaces)
     bad = np.flatnonzero(status)
     if bad.size:
         k = int(bad[0])

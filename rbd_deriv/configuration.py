@@ -23,7 +23,6 @@ from rbd_deriv import constants
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.kinematics import (
     MI_T,
-    STATUS_QUATERNION,
     STATUS_QUATERNION_SECOND,
     STATUS_SCALE,
     VEC_T,
@@ -277,15 +276,19 @@ _DIFF_SIG = types.int64(MI_T, types.Array(types.boolean, 1, "C", readonly=True),
 
 @njit(_DIFF_SIG, **_NJIT)
 def _difference_kernel(mi, continuous, q0, q1, out):
-    # out (zeros, nv) stands in for the tangent vector that check_configuration expects.
-    status = check_configuration(mi, q0, out)
+    nq = mi[0, MI_NQTOT]
+    status = check_vector(q0, nq, 0)
+    if status == 0:
+        status = check_vector(q1, nq, 1)
     if status != 0:
         return status
-    status = check_configuration(mi, q1, out)
-    if status // STATUS_SCALE == STATUS_QUATERNION:
-        return STATUS_QUATERNION_SECOND * STATUS_SCALE + status % STATUS_SCALE
+    status = check_quaternions(mi, q0)
+    if status == 0:
+        status = check_quaternions(mi, q1)
+        if status != 0:  # a quaternion of q1: its own code, so that the message names q1
+            return STATUS_QUATERNION_SECOND * STATUS_SCALE + status % STATUS_SCALE
     if status != 0:
-        return status + 1  # the argument detail 0 becomes 1: q1
+        return status
     difference_into(mi, continuous, q0, q1, out)
     return 0
 
@@ -352,7 +355,7 @@ def integrate(model: Model, q, v) -> np.ndarray:
 
 def difference(model: Model, q0, q1) -> np.ndarray:
     """q1 (-) q0: the tangent vector v (nv,) such that integrate(q0, v) == q1 (continuous joints wrap)."""
-    out = np.zeros(model.nv)
+    out = np.empty(model.nv)
     try:
         status = _difference_call(model.mi, model.continuous, q0, q1, out)
     except TypeError:

@@ -47,7 +47,6 @@ from rbd_deriv.spatial import (
     R_U,
     R_ZERO_FEXT,
     R_ZERO_NV,
-    dot_rows,
     region1,
     region2,
     region3,
@@ -71,8 +70,9 @@ def minverse_from_articulated(mi, ws, Minv):
     """The force/acceleration-set sweeps of M^-1, once U and D^-1 are known (they do not depend on v or
     tau, so an ABA run at the same q provides them).
 
-    One-dof joints (all but a free flyer) take a path of their own: their 6-vectors S, U and D^-1 S are held
-    in scalars, so each column costs one pass over F's row instead of reloading them."""
+    Each step keeps the 6-vector of the column at hand in scalars (and, for a one-dof joint, S, U and D^-1 S
+    too), so that a column costs one read of F's row and one write, whatever the stores into M^-1 and F might
+    alias for the compiler."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     Dinv = region3(mi, ws, R_DINV, nj, 6, 6)
     S = region2(mi, ws, R_S, nv, 6)
@@ -87,61 +87,83 @@ def minverse_from_articulated(mi, ws, Minv):
                 Minv[iv + d, j] = 0.0
         if nvj == 1:
             _backward_one_dof(Minv, Dinv[i, 0, 0], S[iv], U[iv], Fi, F[parent], iv, end, parent > 0)
-            continue
-        for d in range(nvj):
-            for k in range(6):
-                Fi[iv + d, k] = 0.0
-            for e in range(nvj):
-                Minv[iv + d, iv + e] = Dinv[i, d, e]
-        # W = D^-1 S^T (nv_j x 6), so that each column costs one 6-vector product per dof.
-        for d in range(nvj):
-            for k in range(6):
-                s = 0.0
-                for e in range(nvj):
-                    s += Dinv[i, d, e] * S[iv + e, k]
-                W[d, k] = s
-        for j in range(iv + nvj, end):
-            for d in range(nvj):
-                Minv[iv + d, j] = -dot_rows(W, d, Fi, j)
-        if parent > 0:
-            Fp = F[parent]
-            for j in range(iv, end):
-                for k in range(6):
-                    s = Fi[j, k]
-                    for d in range(nvj):
-                        s += U[iv + d, k] * Minv[iv + d, j]
-                    Fp[j, k] = s
+        else:
+            _backward_multi_dof(Minv, Dinv[i], S, U, Fi, F[parent], W, iv, nvj, end, parent > 0)
     # Forward sweep: the acceleration sets A overwrite F.
     for i in range(1, nj):
         iv, nvj, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_PARENT]
         Fi = F[i]
         if nvj == 1:
             _forward_one_dof(Minv, Dinv[i, 0, 0], S[iv], U[iv], Fi, F[parent], iv, nv, parent > 0)
-            continue
-        if parent > 0:
-            Fp = F[parent]
-            for d in range(nvj):
-                for k in range(6):
-                    s = 0.0
-                    for e in range(nvj):
-                        s += Dinv[i, d, e] * U[iv + e, k]
-                    W[d, k] = s
-            for j in range(iv, nv):
-                for d in range(nvj):
-                    Minv[iv + d, j] -= dot_rows(W, d, Fp, j)
-                for k in range(6):
-                    s = Fp[j, k]
-                    for d in range(nvj):
-                        s += S[iv + d, k] * Minv[iv + d, j]
-                    Fi[j, k] = s
         else:
-            for j in range(iv, nv):
-                for k in range(6):
-                    s = 0.0
-                    for d in range(nvj):
-                        s += S[iv + d, k] * Minv[iv + d, j]
-                    Fi[j, k] = s
+            _forward_multi_dof(Minv, Dinv[i], S, U, Fi, F[parent], W, iv, nvj, nv, parent > 0)
     symmetrize_upper(Minv)
+
+
+@njit(**_NJIT)
+def _backward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, end, has_parent):
+    """Backward step of a joint of nvj > 1 dofs (a free flyer): rows iv..iv+nvj of M^-1 on its subtree,
+    and the parent's force set F_lambda[j] = F_i[j] + U M^-1[rows, j]. Each column's 6-vector is held in
+    scalars while the rows are formed (W = D^-1 S^T, nvj x 6, is scratch)."""
+    for d in range(nvj):
+        for k in range(6):
+            Fi[iv + d, k] = 0.0
+        for e in range(nvj):
+            Minv[iv + d, iv + e] = Dinv[d, e]
+        for k in range(6):
+            s = 0.0
+            for e in range(nvj):
+                s += Dinv[d, e] * S[iv + e, k]
+            W[d, k] = s
+    for j in range(iv + nvj, end):
+        f0, f1, f2, f3, f4, f5 = Fi[j, 0], Fi[j, 1], Fi[j, 2], Fi[j, 3], Fi[j, 4], Fi[j, 5]
+        for d in range(nvj):
+            Minv[iv + d, j] = -(W[d, 0] * f0 + W[d, 1] * f1 + W[d, 2] * f2
+                                + W[d, 3] * f3 + W[d, 4] * f4 + W[d, 5] * f5)
+    if not has_parent:
+        return
+    for j in range(iv, end):
+        f0, f1, f2, f3, f4, f5 = Fi[j, 0], Fi[j, 1], Fi[j, 2], Fi[j, 3], Fi[j, 4], Fi[j, 5]
+        for d in range(nvj):
+            m = Minv[iv + d, j]
+            f0 += U[iv + d, 0] * m
+            f1 += U[iv + d, 1] * m
+            f2 += U[iv + d, 2] * m
+            f3 += U[iv + d, 3] * m
+            f4 += U[iv + d, 4] * m
+            f5 += U[iv + d, 5] * m
+        Fp[j, 0], Fp[j, 1], Fp[j, 2], Fp[j, 3], Fp[j, 4], Fp[j, 5] = f0, f1, f2, f3, f4, f5
+
+
+@njit(**_NJIT)
+def _forward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, nv, has_parent):
+    """Forward step of a joint of nvj > 1 dofs on the columns j >= iv (W = D^-1 U^T is scratch):
+
+        M^-1[rows, j] -= D^-1 U^T A_lambda[j],   A_i[j] = A_lambda[j] + S M^-1[rows, j]   (A_lambda = 0 at the root)
+    """
+    if has_parent:
+        for d in range(nvj):
+            for k in range(6):
+                s = 0.0
+                for e in range(nvj):
+                    s += Dinv[d, e] * U[iv + e, k]
+                W[d, k] = s
+    for j in range(iv, nv):
+        f0 = f1 = f2 = f3 = f4 = f5 = 0.0
+        if has_parent:
+            f0, f1, f2, f3, f4, f5 = Fp[j, 0], Fp[j, 1], Fp[j, 2], Fp[j, 3], Fp[j, 4], Fp[j, 5]
+            for d in range(nvj):
+                Minv[iv + d, j] -= (W[d, 0] * f0 + W[d, 1] * f1 + W[d, 2] * f2
+                                    + W[d, 3] * f3 + W[d, 4] * f4 + W[d, 5] * f5)
+        for d in range(nvj):
+            m = Minv[iv + d, j]
+            f0 += S[iv + d, 0] * m
+            f1 += S[iv + d, 1] * m
+            f2 += S[iv + d, 2] * m
+            f3 += S[iv + d, 3] * m
+            f4 += S[iv + d, 4] * m
+            f5 += S[iv + d, 5] * m
+        Fi[j, 0], Fi[j, 1], Fi[j, 2], Fi[j, 3], Fi[j, 4], Fi[j, 5] = f0, f1, f2, f3, f4, f5
 
 
 @njit(**_NJIT)

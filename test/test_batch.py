@@ -77,3 +77,40 @@ def test_batch_of_one_and_non_contiguous_inputs(small_robot):
     strided = rd.aba_batch(model, Q[::2], V[::2], U[::2])
     contiguous = rd.aba_batch(model, Q[::2].copy(), V[::2].copy(), U[::2].copy())
     np.testing.assert_array_equal(strided, contiguous)
+
+
+def test_workspaces_are_reused_and_never_shared(small_robot):
+    """A batch call takes its workspaces from the model's pool and gives them back: later calls reuse them
+    (no new allocation), and calls running at once from several threads each get their own set (their
+    results equal the same calls made one after another)."""
+    import importlib
+    import threading
+
+    batch = importlib.import_module("rbd_deriv.batch")
+    model = small_robot.model
+    Q, V, U = _batch(small_robot, 8)
+    expected = [rd.aba_derivatives_batch(model, Q, V, U)]
+    pool = batch._POOLS[model]
+    sets = [id(w) for w in pool]
+    for _ in range(3):
+        rd.rnea_batch(model, Q, V, U)
+    assert [id(w) for w in batch._POOLS[model]] == sets
+
+    results, errors = {}, []
+
+    def run(key):
+        try:
+            for _ in range(20):
+                results[key] = rd.aba_derivatives_batch(model, Q, V, U)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    for result in results.values():
+        for got, want in zip(result, expected[0]):
+            np.testing.assert_array_equal(got, want)

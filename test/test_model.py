@@ -16,7 +16,7 @@ import rbd_deriv as rd
 from rbd_deriv.exceptions import ModelError, URDFError
 from rbd_deriv.testing import assert_close, random_urdf
 from rbd_deriv.testing.pinocchio_bridge import PinocchioBridge
-from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, MASSLESS_MOVING_ROBOTS, bundled_urdf
+from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, MASSLESS_MOVING_ROBOTS
 
 INERTIAL = '<inertial><mass value="{m}"/><inertia ixx="0.1" ixy="0" ixz="0" iyy="0.1" iyz="0" izz="0.1"/></inertial>'
 
