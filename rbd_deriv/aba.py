@@ -106,18 +106,24 @@ def _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
     Dinv[i, 0, 0] = dinv
     if parent == 0:
         return True
+    # U and c in scalars: IA, U and c share the workspace, so stores would otherwise force reloads.
+    u0, u1, u2, u3, u4, u5 = U[iv, 0], U[iv, 1], U[iv, 2], U[iv, 3], U[iv, 4], U[iv, 5]
+    Ii, Ip = IA[i], IA[parent]
     for r in range(6):
         ur = U[iv, r] * dinv
-        for k in range(6):
-            IA[parent, r, k] += IA[i, r, k] - ur * U[iv, k]
+        Ip[r, 0] += Ii[r, 0] - ur * u0
+        Ip[r, 1] += Ii[r, 1] - ur * u1
+        Ip[r, 2] += Ii[r, 2] - ur * u2
+        Ip[r, 3] += Ii[r, 3] - ur * u3
+        Ip[r, 4] += Ii[r, 4] - ur * u4
+        Ip[r, 5] += Ii[r, 5] - ur * u5
     if with_bias:
         # pa = pA + Ia c + U D^-1 u, with Ia c = IA c - U D^-1 (U^T c).
-        w = (u[iv] - dot_rows(U, iv, c, i)) * dinv
+        c0, c1, c2, c3, c4, c5 = c[i, 0], c[i, 1], c[i, 2], c[i, 3], c[i, 4], c[i, 5]
+        w = (u[iv] - (u0 * c0 + u1 * c1 + u2 * c2 + u3 * c3 + u4 * c4 + u5 * c5)) * dinv
         for r in range(6):
-            s = pA[i, r] + U[iv, r] * w
-            for k in range(6):
-                s += IA[i, r, k] * c[i, k]
-            pA[parent, r] += s
+            pA[parent, r] += (pA[i, r] + U[iv, r] * w + Ii[r, 0] * c0 + Ii[r, 1] * c1 + Ii[r, 2] * c2
+                              + Ii[r, 3] * c3 + Ii[r, 4] * c4 + Ii[r, 5] * c5)
     return True
 
 

@@ -62,7 +62,6 @@ from rbd_deriv.spatial import (
     R_T3,
     R_T4,
     R_TAU,
-    dot_rows,
     force_cross_add,
     region1,
     region2,
@@ -137,40 +136,60 @@ def rnea_derivatives_into(mi, ws, tau, dtau, M):
     for i in range(nj - 1, 0, -1):
         iv, nvj, end, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_SUBTREE_END], mi[i, MI_PARENT]
         ICi, BCi = IC[i], BC[i]
+        # The 6-vectors at hand are held in scalars throughout: every array here is a view of the one
+        # workspace, so a store would otherwise force the compiler to reload them.
         for d in range(iv, iv + nvj):
             for k in range(6):
                 Sdot[d, k] += Psid[d, k]  # Sdot + Psid is all that is used from here on
-                t4[d, k] = 0.0
-            # One sweep over I^C and B^C computes the four products of the dof.
+            s0, s1, s2, s3, s4, s5 = S[d, 0], S[d, 1], S[d, 2], S[d, 3], S[d, 4], S[d, 5]
+            e0, e1, e2, e3, e4, e5 = Sdot[d, 0], Sdot[d, 1], Sdot[d, 2], Sdot[d, 3], Sdot[d, 4], Sdot[d, 5]
+            p0, p1, p2, p3, p4, p5 = Psidd[d, 0], Psidd[d, 1], Psidd[d, 2], Psidd[d, 3], Psidd[d, 4], Psidd[d, 5]
+            d0, d1, d2, d3, d4, d5 = Psid[d, 0], Psid[d, 1], Psid[d, 2], Psid[d, 3], Psid[d, 4], Psid[d, 5]
+            # One sweep over I^C and B^C computes the four products of the dof (t4 = 2 B^C^T S).
+            f0 = f1 = f2 = f3 = f4 = f5 = 0.0
             for r in range(6):
-                a1 = a2 = a3 = 0.0
-                b2 = b3 = 0.0
-                for k in range(6):
-                    ic, bc = ICi[r, k], BCi[r, k]
-                    a1 += ic * S[d, k]
-                    a2 += ic * Sdot[d, k]
-                    a3 += ic * Psidd[d, k]
-                    b2 += bc * S[d, k]
-                    b3 += bc * Psid[d, k]
-                    t4[d, k] += 2.0 * bc * S[d, r]
-                t1[d, r] = a1
-                t2[d, r] = 2.0 * b2 + a2
-                t3[d, r] = 2.0 * b3 + a3
+                i0, i1, i2, i3, i4, i5 = ICi[r, 0], ICi[r, 1], ICi[r, 2], ICi[r, 3], ICi[r, 4], ICi[r, 5]
+                b0, b1, b2, b3, b4, b5 = BCi[r, 0], BCi[r, 1], BCi[r, 2], BCi[r, 3], BCi[r, 4], BCi[r, 5]
+                sr = S[d, r]
+                f0 += b0 * sr
+                f1 += b1 * sr
+                f2 += b2 * sr
+                f3 += b3 * sr
+                f4 += b4 * sr
+                f5 += b5 * sr
+                t1[d, r] = i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4 + i5 * s5
+                t2[d, r] = (2.0 * (b0 * s0 + b1 * s1 + b2 * s2 + b3 * s3 + b4 * s4 + b5 * s5)
+                            + i0 * e0 + i1 * e1 + i2 * e2 + i3 * e3 + i4 * e4 + i5 * e5)
+                t3[d, r] = (2.0 * (b0 * d0 + b1 * d1 + b2 * d2 + b3 * d3 + b4 * d4 + b5 * d5)
+                            + i0 * p0 + i1 * p1 + i2 * p2 + i3 * p3 + i4 * p4 + i5 * p5)
+            t4[d, 0], t4[d, 1], t4[d, 2] = 2.0 * f0, 2.0 * f1, 2.0 * f2
+            t4[d, 3], t4[d, 4], t4[d, 5] = 2.0 * f3, 2.0 * f4, 2.0 * f5
             force_cross_add(S[d], fC[i], 1.0, t3[d])
         for r in range(iv, iv + nvj):
-            tau[r] = dot_rows(S, r, fC, i)
+            s0, s1, s2, s3, s4, s5 = S[r, 0], S[r, 1], S[r, 2], S[r, 3], S[r, 4], S[r, 5]
+            tau[r] = s0 * fC[i, 0] + s1 * fC[i, 1] + s2 * fC[i, 2] + s3 * fC[i, 3] + s4 * fC[i, 4] + s5 * fC[i, 5]
             for k in range(iv, end):
-                M[r, k] = dot_rows(S, r, t1, k)
+                M[r, k] = s0 * t1[k, 0] + s1 * t1[k, 1] + s2 * t1[k, 2] + s3 * t1[k, 3] + s4 * t1[k, 4] + s5 * t1[k, 5]
             for k in range(iv + nvj, end):
-                dtau[r, k] = dot_rows(S, r, t3, k)
-                dtau[r, nv + k] = dot_rows(S, r, t2, k)
+                dtau[r, k] = (s0 * t3[k, 0] + s1 * t3[k, 1] + s2 * t3[k, 2]
+                              + s3 * t3[k, 3] + s4 * t3[k, 4] + s5 * t3[k, 5])
+                dtau[r, nv + k] = (s0 * t2[k, 0] + s1 * t2[k, 1] + s2 * t2[k, 2]
+                                   + s3 * t2[k, 3] + s4 * t2[k, 4] + s5 * t2[k, 5])
         # The joint's own block takes the second form: for a multi-dof joint the S x* f^C term of t3 is
         # cancelled by the rotation of S_i itself (the rigid motion of the subtree leaves S_i^T f^C unchanged
         # but for gravity, which Psidd carries). For one dof both forms agree.
-        for k in range(iv, end):
-            for c in range(iv, iv + nvj):
-                dtau[k, c] = dot_rows(t4, k, Psid, c) + dot_rows(t1, k, Psidd, c)
-                dtau[k, nv + c] = dot_rows(t4, k, S, c) + dot_rows(t1, k, Sdot, c)
+        for c in range(iv, iv + nvj):
+            d0, d1, d2, d3, d4, d5 = Psid[c, 0], Psid[c, 1], Psid[c, 2], Psid[c, 3], Psid[c, 4], Psid[c, 5]
+            p0, p1, p2, p3, p4, p5 = Psidd[c, 0], Psidd[c, 1], Psidd[c, 2], Psidd[c, 3], Psidd[c, 4], Psidd[c, 5]
+            s0, s1, s2, s3, s4, s5 = S[c, 0], S[c, 1], S[c, 2], S[c, 3], S[c, 4], S[c, 5]
+            e0, e1, e2, e3, e4, e5 = Sdot[c, 0], Sdot[c, 1], Sdot[c, 2], Sdot[c, 3], Sdot[c, 4], Sdot[c, 5]
+            for k in range(iv, end):
+                a0, a1, a2, a3, a4, a5 = t4[k, 0], t4[k, 1], t4[k, 2], t4[k, 3], t4[k, 4], t4[k, 5]
+                g0, g1, g2, g3, g4, g5 = t1[k, 0], t1[k, 1], t1[k, 2], t1[k, 3], t1[k, 4], t1[k, 5]
+                dtau[k, c] = (a0 * d0 + a1 * d1 + a2 * d2 + a3 * d3 + a4 * d4 + a5 * d5
+                              + g0 * p0 + g1 * p1 + g2 * p2 + g3 * p3 + g4 * p4 + g5 * p5)
+                dtau[k, nv + c] = (a0 * s0 + a1 * s1 + a2 * s2 + a3 * s3 + a4 * s4 + a5 * s5
+                                   + g0 * e0 + g1 * e1 + g2 * e2 + g3 * e3 + g4 * e4 + g5 * e5)
         if parent > 0:
             for r in range(6):
                 fC[parent, r] += fC[i, r]

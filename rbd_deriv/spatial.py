@@ -133,34 +133,61 @@ def force_cross_add(m, f, scale, out):
     out[5] += scale * (wx * ny - wy * nx + vx * fy - vy * fx)
 
 
+# The 6x6 products read m into scalars and write out only at the end: out, I and m are often views of the
+# same workspace, so the compiler must otherwise reload m after every store into out.
+
+
+@njit(**_NJIT)
+def _row_dot(I, r, m0, m1, m2, m3, m4, m5):
+    return I[r, 0] * m0 + I[r, 1] * m1 + I[r, 2] * m2 + I[r, 3] * m3 + I[r, 4] * m4 + I[r, 5] * m5
+
+
+@njit(**_NJIT)
+def _column_dot(I, c, m0, m1, m2, m3, m4, m5):
+    return I[0, c] * m0 + I[1, c] * m1 + I[2, c] * m2 + I[3, c] * m3 + I[4, c] * m4 + I[5, c] * m5
+
+
 @njit(**_NJIT)
 def mat6_vec(I, m, out):
     """out = I m for a 6x6 matrix I."""
-    for r in range(6):
-        s = 0.0
-        for k in range(6):
-            s += I[r, k] * m[k]
-        out[r] = s
+    m0, m1, m2, m3, m4, m5 = m[0], m[1], m[2], m[3], m[4], m[5]
+    o0, o1, o2 = _row_dot(I, 0, m0, m1, m2, m3, m4, m5), _row_dot(I, 1, m0, m1, m2, m3, m4, m5), _row_dot(
+        I, 2, m0, m1, m2, m3, m4, m5)
+    o3, o4, o5 = _row_dot(I, 3, m0, m1, m2, m3, m4, m5), _row_dot(I, 4, m0, m1, m2, m3, m4, m5), _row_dot(
+        I, 5, m0, m1, m2, m3, m4, m5)
+    out[0], out[1], out[2], out[3], out[4], out[5] = o0, o1, o2, o3, o4, o5
 
 
 @njit(**_NJIT)
 def mat6_vec_add(I, m, scale, out):
     """out += scale * I m for a 6x6 matrix I."""
-    for r in range(6):
-        s = 0.0
-        for k in range(6):
-            s += I[r, k] * m[k]
-        out[r] += scale * s
+    m0, m1, m2, m3, m4, m5 = m[0], m[1], m[2], m[3], m[4], m[5]
+    o0, o1, o2 = _row_dot(I, 0, m0, m1, m2, m3, m4, m5), _row_dot(I, 1, m0, m1, m2, m3, m4, m5), _row_dot(
+        I, 2, m0, m1, m2, m3, m4, m5)
+    o3, o4, o5 = _row_dot(I, 3, m0, m1, m2, m3, m4, m5), _row_dot(I, 4, m0, m1, m2, m3, m4, m5), _row_dot(
+        I, 5, m0, m1, m2, m3, m4, m5)
+    out[0] += scale * o0
+    out[1] += scale * o1
+    out[2] += scale * o2
+    out[3] += scale * o3
+    out[4] += scale * o4
+    out[5] += scale * o5
 
 
 @njit(**_NJIT)
 def mat6T_vec_add(I, m, scale, out):
     """out += scale * I^T m for a 6x6 matrix I."""
-    for r in range(6):
-        s = 0.0
-        for k in range(6):
-            s += I[k, r] * m[k]
-        out[r] += scale * s
+    m0, m1, m2, m3, m4, m5 = m[0], m[1], m[2], m[3], m[4], m[5]
+    o0, o1, o2 = _column_dot(I, 0, m0, m1, m2, m3, m4, m5), _column_dot(I, 1, m0, m1, m2, m3, m4, m5), _column_dot(
+        I, 2, m0, m1, m2, m3, m4, m5)
+    o3, o4, o5 = _column_dot(I, 3, m0, m1, m2, m3, m4, m5), _column_dot(I, 4, m0, m1, m2, m3, m4, m5), _column_dot(
+        I, 5, m0, m1, m2, m3, m4, m5)
+    out[0] += scale * o0
+    out[1] += scale * o1
+    out[2] += scale * o2
+    out[3] += scale * o3
+    out[4] += scale * o4
+    out[5] += scale * o5
 
 
 @njit(**_NJIT)
