@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
+from rbd_deriv.nodes.processes import ros_parameters, stop_processes
 
 #: Joint motion of the demo: centre [rad] (away from singularities and limits), amplitude [rad],
 #: frequency [Hz]. Peak speeds a * 2 pi f stay below each joint's URDF velocity limit.
@@ -46,36 +47,10 @@ REFERENCE_SPACING = 0.02
 STARTUP_TIMEOUT = 180.0
 
 
-def _parameters(values: dict) -> list[str]:
-    arguments = ["--ros-args"]
-    for name, value in values.items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, (list, tuple)):
-            text = "[" + ", ".join(repr(float(x)) for x in value) + "]"
-        else:
-            text = str(value)
-        arguments += ["-p", f"{name}:={text}"]
-    return arguments
-
-
 def _start(module: str, parameters: dict, log: Path) -> subprocess.Popen:
     handle = open(log, "w", encoding="utf-8")
-    return subprocess.Popen([sys.executable, "-m", module] + _parameters(parameters),
+    return subprocess.Popen([sys.executable, "-m", module] + ros_parameters(parameters),
                             stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _stop(processes: list[subprocess.Popen]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-    deadline = time.monotonic() + 5.0
-    for process in processes:
-        try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 class Recorder:
@@ -316,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         recorder.recording = False
         diagnostics = recorder.mpc_diagnostics()
     finally:
-        _stop(processes)
+        stop_processes(processes)
         recorder.states_input.destroy()
         recorder.node.destroy_node()
         rclpy.try_shutdown()

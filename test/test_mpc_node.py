@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ pytest.importorskip("rbd_deriv.msg")
 import rbd_deriv as rd  # noqa: E402
 from rbd_deriv.control import SinusoidReference  # noqa: E402
 from rbd_deriv.demo import DAMPING_PER_EFFORT, FRICTION_PER_EFFORT  # noqa: E402
+from rbd_deriv.nodes.processes import ros_parameters, stop_processes  # noqa: E402
 from rbd_deriv.testing.robots import bundled_urdf  # noqa: E402
 
 URDF = str(bundled_urdf("rbd_arm7"))
@@ -52,25 +52,14 @@ def ros():
     processes = []
 
     def start(module: str, parameters: dict) -> subprocess.Popen:
-        arguments = [sys.executable, "-m", module, "--ros-args"]
-        for name, value in parameters.items():
-            if isinstance(value, (list, tuple)):
-                value = "[" + ", ".join(repr(float(x)) for x in value) + "]"
-            arguments += ["-p", f"{name}:={value}"]
+        arguments = [sys.executable, "-m", module, *ros_parameters(parameters)]
         process = subprocess.Popen(arguments, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         processes.append(process)
         return process
 
     node = rclpy.create_node("test_mpc_node")
     yield node, start, processes
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-    for process in processes:
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+    stop_processes(processes, timeout=10.0)
     node.destroy_node()
     rclpy.try_shutdown()
 

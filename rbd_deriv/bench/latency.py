@@ -34,6 +34,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from rbd_deriv.bench.timing import format_table, machine_info, write_json
+from rbd_deriv.nodes.processes import stop_processes
 
 __all__ = ["Scenario", "LatencyResult", "SCENARIOS", "run_scenario", "main"]
 
@@ -215,12 +216,7 @@ def run_scenario(scenario: Scenario, duration: float, outputs: str, domain: int,
     finally:
         node.destroy_node()
         rclpy.shutdown(context=context)
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_processes([process], timeout=20.0)
         log.close()
 
     latencies = np.array([arrivals[s] - s for s in sent if s in arrivals], dtype=float) * 1e-6

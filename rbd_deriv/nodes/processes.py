@@ -1,0 +1,40 @@
+"""Nodes run as child processes (the demo, the latency benchmark, the node tests): their command-line
+parameters and their shutdown."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from typing import Iterable, List
+
+
+def ros_parameters(values: dict) -> List[str]:
+    """``--ros-args -p name:=value ...`` for a node's command line (bools as true/false, sequences as
+    lists of floats)."""
+    arguments = ["--ros-args"]
+    for name, value in values.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (list, tuple)):
+            text = "[" + ", ".join(repr(float(x)) for x in value) + "]"
+        else:
+            text = str(value)
+        arguments += ["-p", f"{name}:={text}"]
+    return arguments
+
+
+def stop_processes(processes: Iterable[subprocess.Popen], timeout: float = 5.0) -> None:
+    """Stop child nodes as Ctrl-C would: SIGINT to all, then wait up to ``timeout`` seconds in all [s]; any
+    still running after that is killed."""
+    processes = list(processes)
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
