@@ -101,6 +101,21 @@ def minverse_from_articulated(mi, ws, Minv):
 
 
 @njit(**_NJIT)
+def _add_rows_times_column(V, Minv, iv, nvj, j, f0, f1, f2, f3, f4, f5):
+    """(f0..f5) + sum_d V[iv + d] M^-1[iv + d, j]: a joint's 6-vectors (S or U, rows iv..iv+nvj of V) times
+    column j of its rows of M^-1, added to a 6-vector held in scalars."""
+    for d in range(nvj):
+        m = Minv[iv + d, j]
+        f0 += V[iv + d, 0] * m
+        f1 += V[iv + d, 1] * m
+        f2 += V[iv + d, 2] * m
+        f3 += V[iv + d, 3] * m
+        f4 += V[iv + d, 4] * m
+        f5 += V[iv + d, 5] * m
+    return f0, f1, f2, f3, f4, f5
+
+
+@njit(**_NJIT)
 def _backward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, end, has_parent):
     """Backward step of a joint of nvj > 1 dofs (a free flyer): rows iv..iv+nvj of M^-1 on its subtree,
     and the parent's force set F_lambda[j] = F_i[j] + U M^-1[rows, j]. Each column's 6-vector is held in
@@ -123,15 +138,8 @@ def _backward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, end, has_parent):
     if not has_parent:
         return
     for j in range(iv, end):
-        f0, f1, f2, f3, f4, f5 = Fi[j, 0], Fi[j, 1], Fi[j, 2], Fi[j, 3], Fi[j, 4], Fi[j, 5]
-        for d in range(nvj):
-            m = Minv[iv + d, j]
-            f0 += U[iv + d, 0] * m
-            f1 += U[iv + d, 1] * m
-            f2 += U[iv + d, 2] * m
-            f3 += U[iv + d, 3] * m
-            f4 += U[iv + d, 4] * m
-            f5 += U[iv + d, 5] * m
+        f0, f1, f2, f3, f4, f5 = _add_rows_times_column(U, Minv, iv, nvj, j, Fi[j, 0], Fi[j, 1], Fi[j, 2],
+                                                        Fi[j, 3], Fi[j, 4], Fi[j, 5])
         Fp[j, 0], Fp[j, 1], Fp[j, 2], Fp[j, 3], Fp[j, 4], Fp[j, 5] = f0, f1, f2, f3, f4, f5
 
 
@@ -155,14 +163,7 @@ def _forward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, nv, has_parent):
             for d in range(nvj):
                 Minv[iv + d, j] -= (W[d, 0] * f0 + W[d, 1] * f1 + W[d, 2] * f2
                                     + W[d, 3] * f3 + W[d, 4] * f4 + W[d, 5] * f5)
-        for d in range(nvj):
-            m = Minv[iv + d, j]
-            f0 += S[iv + d, 0] * m
-            f1 += S[iv + d, 1] * m
-            f2 += S[iv + d, 2] * m
-            f3 += S[iv + d, 3] * m
-            f4 += S[iv + d, 4] * m
-            f5 += S[iv + d, 5] * m
+        f0, f1, f2, f3, f4, f5 = _add_rows_times_column(S, Minv, iv, nvj, j, f0, f1, f2, f3, f4, f5)
         Fi[j, 0], Fi[j, 1], Fi[j, 2], Fi[j, 3], Fi[j, 4], Fi[j, 5] = f0, f1, f2, f3, f4, f5
 
 

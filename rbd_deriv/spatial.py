@@ -148,46 +148,46 @@ def _column_dot(I, c, m0, m1, m2, m3, m4, m5):
 
 
 @njit(**_NJIT)
+def _mat6_vec_parts(I, m):
+    """The six entries of I m."""
+    m0, m1, m2, m3, m4, m5 = m[0], m[1], m[2], m[3], m[4], m[5]
+    return (_row_dot(I, 0, m0, m1, m2, m3, m4, m5), _row_dot(I, 1, m0, m1, m2, m3, m4, m5),
+            _row_dot(I, 2, m0, m1, m2, m3, m4, m5), _row_dot(I, 3, m0, m1, m2, m3, m4, m5),
+            _row_dot(I, 4, m0, m1, m2, m3, m4, m5), _row_dot(I, 5, m0, m1, m2, m3, m4, m5))
+
+
+@njit(**_NJIT)
+def _add_scaled(out, scale, o):
+    """out += scale * o for a 6-vector given as a tuple."""
+    out[0] += scale * o[0]
+    out[1] += scale * o[1]
+    out[2] += scale * o[2]
+    out[3] += scale * o[3]
+    out[4] += scale * o[4]
+    out[5] += scale * o[5]
+
+
+@njit(**_NJIT)
 def mat6_vec(I, m, out):
     """out = I m for a 6x6 matrix I."""
-    m0, m1, m2, m3, m4, m5 = m[0], m[1], m[2], m[3], m[4], m[5]
-    o0, o1, o2 = _row_dot(I, 0, m0, m1, m2, m3, m4, m5), _row_dot(I, 1, m0, m1, m2, m3, m4, m5), _row_dot(
-        I, 2, m0, m1, m2, m3, m4, m5)
-    o3, o4, o5 = _row_dot(I, 3, m0, m1, m2, m3, m4, m5), _row_dot(I, 4, m0, m1, m2, m3, m4, m5), _row_dot(
-        I, 5, m0, m1, m2, m3, m4, m5)
-    out[0], out[1], out[2], out[3], out[4], out[5] = o0, o1, o2, o3, o4, o5
+    o = _mat6_vec_parts(I, m)
+    out[0], out[1], out[2], out[3], out[4], out[5] = o[0], o[1], o[2], o[3], o[4], o[5]
 
 
 @njit(**_NJIT)
 def mat6_vec_add(I, m, scale, out):
     """out += scale * I m for a 6x6 matrix I."""
-    m0, m1, m2, m3, m4, m5 = m[0], m[1], m[2], m[3], m[4], m[5]
-    o0, o1, o2 = _row_dot(I, 0, m0, m1, m2, m3, m4, m5), _row_dot(I, 1, m0, m1, m2, m3, m4, m5), _row_dot(
-        I, 2, m0, m1, m2, m3, m4, m5)
-    o3, o4, o5 = _row_dot(I, 3, m0, m1, m2, m3, m4, m5), _row_dot(I, 4, m0, m1, m2, m3, m4, m5), _row_dot(
-        I, 5, m0, m1, m2, m3, m4, m5)
-    out[0] += scale * o0
-    out[1] += scale * o1
-    out[2] += scale * o2
-    out[3] += scale * o3
-    out[4] += scale * o4
-    out[5] += scale * o5
+    _add_scaled(out, scale, _mat6_vec_parts(I, m))
 
 
 @njit(**_NJIT)
 def mat6T_vec_add(I, m, scale, out):
     """out += scale * I^T m for a 6x6 matrix I."""
     m0, m1, m2, m3, m4, m5 = m[0], m[1], m[2], m[3], m[4], m[5]
-    o0, o1, o2 = _column_dot(I, 0, m0, m1, m2, m3, m4, m5), _column_dot(I, 1, m0, m1, m2, m3, m4, m5), _column_dot(
-        I, 2, m0, m1, m2, m3, m4, m5)
-    o3, o4, o5 = _column_dot(I, 3, m0, m1, m2, m3, m4, m5), _column_dot(I, 4, m0, m1, m2, m3, m4, m5), _column_dot(
-        I, 5, m0, m1, m2, m3, m4, m5)
-    out[0] += scale * o0
-    out[1] += scale * o1
-    out[2] += scale * o2
-    out[3] += scale * o3
-    out[4] += scale * o4
-    out[5] += scale * o5
+    _add_scaled(out, scale, (
+        _column_dot(I, 0, m0, m1, m2, m3, m4, m5), _column_dot(I, 1, m0, m1, m2, m3, m4, m5),
+        _column_dot(I, 2, m0, m1, m2, m3, m4, m5), _column_dot(I, 3, m0, m1, m2, m3, m4, m5),
+        _column_dot(I, 4, m0, m1, m2, m3, m4, m5), _column_dot(I, 5, m0, m1, m2, m3, m4, m5)))
 
 
 @njit(**_NJIT)
