@@ -58,7 +58,9 @@ from rbd_deriv.spatial import (
 
 @njit(**_NJIT)
 def spd_inverse(D, n, out):
-    """out[:n, :n] = D[:n, :n]^-1 for a small symmetric positive-definite block (Cholesky).
+    """out[:n, :n] = D[:n, :n]^-1 for a small symmetric positive-definite block (Cholesky), without
+    allocating: D = L L^T with L in out's lower triangle, L inverted in place, then D^-1 = L^-T L^-1 formed
+    in D (overwritten) and copied to out.
 
     Returns False when D is not positive definite (a singular articulated inertia)."""
     if n == 1:
@@ -66,33 +68,37 @@ def spd_inverse(D, n, out):
             return False
         out[0, 0] = 1.0 / D[0, 0]
         return True
-    L = np.zeros((n, n))
     for r in range(n):
         for c in range(r + 1):
             s = D[r, c]
             for k in range(c):
-                s -= L[r, k] * L[c, k]
+                s -= out[r, k] * out[c, k]
             if r == c:
                 if not s > 0.0:
                     return False
-                L[r, r] = np.sqrt(s)
+                out[r, r] = np.sqrt(s)
             else:
-                L[r, c] = s / L[c, c]
-    # Linv by forward substitution, then D^-1 = Linv^T Linv.
-    Linv = np.zeros((n, n))
+                out[r, c] = s / out[c, c]
+    # L^-1 in place, column by column from the first, each from the diagonal down: X[r, c] needs L's row r
+    # right of column c (columns not yet inverted) and X's column c above row r (just computed).
     for c in range(n):
-        Linv[c, c] = 1.0 / L[c, c]
+        d = 1.0 / out[c, c]
+        out[c, c] = d
         for r in range(c + 1, n):
+            s = out[r, c] * d
+            for k in range(c + 1, r):
+                s += out[r, k] * out[k, c]
+            out[r, c] = -s / out[r, r]
+    for r in range(n):
+        for c in range(r + 1):
             s = 0.0
-            for k in range(c, r):
-                s -= L[r, k] * Linv[k, c]
-            Linv[r, c] = s / L[r, r]
+            for k in range(r, n):
+                s += out[k, r] * out[k, c]
+            D[r, c] = s
+            D[c, r] = s
     for r in range(n):
         for c in range(n):
-            s = 0.0
-            for k in range(max(r, c), n):
-                s += Linv[k, r] * Linv[k, c]
-            out[r, c] = s
+            out[r, c] = D[r, c]
     return True
 
 
