@@ -9,13 +9,16 @@
  * (see rbd_deriv/native.py) and the expected type of each argument, one letter per argument:
  *
  *     'i' int64 array, 'f' float64 array, 'b' bool array, each followed by its number of dimensions
- *     (1-3); 'd' a float (passed as a pointer to a double).
+ *     (1-3); 'F' a float64 array the kernel writes (the workspace, an output); 'd' a float (passed as a
+ *     pointer to a double).
  *
  * A call checks every argument against its letter (an ndarray of that dtype, native byte order, aligned,
- * C-contiguous, that many dimensions), writes its data pointer into data[k] and its shape into
- * dims[3k..3k+2] (missing dimensions are 1), releases the GIL and calls the kernel. Shapes are not
- * checked here: the kernels check them and return a status. Any other argument raises TypeError, which
- * the Python wrappers catch to convert the arguments, as they do for numba's dispatcher.
+ * C-contiguous, that many dimensions; writable for 'F'), writes its data pointer into data[k] and its
+ * shape into dims[3k..3k+2] (missing dimensions are 1), releases the GIL and calls the kernel. A read-only
+ * array whose memory overlaps a written one (a result view of the same Data given back as an input) is
+ * refused too: the kernel would overwrite it while reading it. Shapes are not checked here: the kernels
+ * check them and return a status. Anything refused raises TypeError, which the Python wrappers catch to
+ * convert (copy) the arguments, as they do for numba's dispatcher.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -32,14 +35,33 @@ typedef struct {
     PyObject_HEAD
     kernel_fn fn;
     Py_ssize_t nargs;
-    char kind[MAX_ARGS];  /* 'i', 'f', 'b' or 'd' */
+    char kind[MAX_ARGS];  /* 'i', 'f', 'b', 'F' or 'd' */
     int ndim[MAX_ARGS];
     vectorcallfunc vectorcall;
 } KernelObject;
 
 static int expected_type(char kind)
 {
-    return kind == 'i' ? NPY_INT64 : kind == 'f' ? NPY_FLOAT64 : NPY_BOOL;
+    return kind == 'i' ? NPY_INT64 : (kind == 'f' || kind == 'F') ? NPY_FLOAT64 : NPY_BOOL;
+}
+
+static const char *type_name(char kind)
+{
+    return kind == 'i' ? "int64" : kind == 'b' ? "bool" : kind == 'F' ? "writable float64" : "float64";
+}
+
+/* True when the memory of a (read-only, not written by the kernel) overlaps that of a written argument. */
+static int overlaps_written(KernelObject *self, PyArrayObject *const *arrays, Py_ssize_t nargs, PyArrayObject *a)
+{
+    const char *lo = PyArray_BYTES(a), *hi = lo + PyArray_NBYTES(a);
+    for (Py_ssize_t k = 0; k < nargs; ++k) {
+        if (self->kind[k] != 'F')
+            continue;
+        const char *wlo = PyArray_BYTES(arrays[k]), *whi = wlo + PyArray_NBYTES(arrays[k]);
+        if (lo < whi && wlo < hi)
+            return 1;
+    }
+    return 0;
 }
 
 static PyObject *kernel_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -57,8 +79,10 @@ static PyObject *kernel_vectorcall(PyObject *callable, PyObject *const *args, si
         PyErr_Format(PyExc_TypeError, "kernel takes %zd arguments, got %zd", self->nargs, nargs);
         return NULL;
     }
+    PyArrayObject *arrays[MAX_ARGS];
     for (Py_ssize_t k = 0; k < nargs; ++k) {
         PyObject *arg = args[k];
+        arrays[k] = NULL;
         dims[3 * k] = dims[3 * k + 1] = dims[3 * k + 2] = 1;
         if (self->kind[k] == 'd') {
             scalars[k] = PyFloat_AsDouble(arg);
@@ -71,8 +95,10 @@ static PyObject *kernel_vectorcall(PyObject *callable, PyObject *const *args, si
             goto wrong_type;
         PyArrayObject *array = (PyArrayObject *)arg;
         if (PyArray_TYPE(array) != expected_type(self->kind[k]) || PyArray_NDIM(array) != self->ndim[k]
-            || !PyArray_ISBEHAVED_RO(array) || !PyArray_IS_C_CONTIGUOUS(array))
+            || !PyArray_ISBEHAVED_RO(array) || !PyArray_IS_C_CONTIGUOUS(array)
+            || (self->kind[k] == 'F' && !PyArray_ISWRITEABLE(array)))
             goto wrong_type;
+        arrays[k] = array;
         data[k] = PyArray_DATA(array);
         const npy_intp *shape = PyArray_DIMS(array);
         for (int d = 0; d < self->ndim[k]; ++d)
@@ -80,8 +106,15 @@ static PyObject *kernel_vectorcall(PyObject *callable, PyObject *const *args, si
         continue;
     wrong_type:
         PyErr_Format(PyExc_TypeError, "kernel argument %zd: expected a C-contiguous %s array of %d dimension(s)",
-                     k, self->kind[k] == 'i' ? "int64" : self->kind[k] == 'f' ? "float64" : "bool", self->ndim[k]);
+                     k, type_name(self->kind[k]), self->ndim[k]);
         return NULL;
+    }
+    for (Py_ssize_t k = 0; k < nargs; ++k) {
+        if (arrays[k] != NULL && self->kind[k] != 'F' && !PyArray_ISWRITEABLE(arrays[k])
+            && overlaps_written(self, arrays, nargs, arrays[k])) {
+            PyErr_Format(PyExc_TypeError, "kernel argument %zd: a read-only view of memory the kernel writes", k);
+            return NULL;
+        }
     }
     int64_t status;
     Py_BEGIN_ALLOW_THREADS
@@ -121,7 +154,7 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             self->ndim[self->nargs++] = 0;
             continue;
         }
-        if ((kind != 'i' && kind != 'f' && kind != 'b') || c[1] < '1' || c[1] > '3')
+        if ((kind != 'i' && kind != 'f' && kind != 'b' && kind != 'F') || c[1] < '1' || c[1] > '3')
             goto bad_spec;
         self->kind[self->nargs] = kind;
         self->ndim[self->nargs++] = c[1] - '0';

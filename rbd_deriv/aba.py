@@ -29,7 +29,7 @@ from rbd_deriv.kinematics import (
     raise_for_status,
 )
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, dynamics_arrays, entry
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
 from rbd_deriv.spatial import (
     _NJIT,
     copy_6x6_set,
@@ -258,10 +258,13 @@ def _aba_kernel(mi, mf, ws, q, v, tau, fext):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _aba_entry(data, dims):
-    return _aba_kernel(*dynamics_arrays(data, dims))
+    try:
+        return _aba_kernel(*dynamics_arrays(data, dims))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_aba_call = entry(_aba_kernel, _aba_entry, "i2f2f1f1f1f1f2")
+_aba_call = entry(_aba_kernel, _aba_entry, "i2f2F1f1f1f1f2")
 
 
 def raise_for_dynamics_status(model: Model, status: int, names) -> None:

@@ -32,7 +32,7 @@ from rbd_deriv.kinematics import (
 from rbd_deriv.minverse import minverse_from_articulated
 from rbd_deriv.model import MI_NVTOT, Data, Model
 from rbd_deriv.rnea_derivatives import rnea_derivatives_into
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, dynamics_arrays, entry
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
 from rbd_deriv.spatial import _NJIT, R_DDDQ, R_DDQ, R_DTAU, R_M, R_MINV, R_TAU, region1, region2
 
 #: Below this size the product runs in plain loops; above, BLAS (its call overhead no longer dominates).
@@ -92,10 +92,13 @@ def _aba_derivatives_kernel(mi, mf, ws, q, v, tau, fext):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _aba_derivatives_entry(data, dims):
-    return _aba_derivatives_kernel(*dynamics_arrays(data, dims))
+    try:
+        return _aba_derivatives_kernel(*dynamics_arrays(data, dims))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_aba_derivatives_call = entry(_aba_derivatives_kernel, _aba_derivatives_entry, "i2f2f1f1f1f1f2")
+_aba_derivatives_call = entry(_aba_derivatives_kernel, _aba_derivatives_entry, "i2f2F1f1f1f1f2")
 
 
 _NAMES = ("q", "v", "tau", "fext")

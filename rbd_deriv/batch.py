@@ -124,12 +124,16 @@ _POOLS: "weakref.WeakKeyDictionary[Model, list]" = weakref.WeakKeyDictionary()
 _POOLS_LOCK = threading.Lock()
 
 
+_POOL_SIZE = 4
+"""Sets kept per model: more than this many calls at once allocate their own and drop them after."""
+
+
 def _take_workspaces(model: Model, threads: int) -> np.ndarray:
     with _POOLS_LOCK:
         free = _POOLS.setdefault(model, [])
-        for k, workspaces in enumerate(free):
-            if workspaces.shape[0] >= threads:
-                return free.pop(k)
+        fitting = [k for k, workspaces in enumerate(free) if workspaces.shape[0] >= threads]
+        if fitting:
+            return free.pop(min(fitting, key=lambda k: free[k].shape[0]))
     workspaces = np.zeros((threads, model.workspace_size))
     for ws in workspaces:
         Data.initialize(model, ws)
@@ -138,7 +142,9 @@ def _take_workspaces(model: Model, threads: int) -> np.ndarray:
 
 def _give_back_workspaces(model: Model, workspaces: np.ndarray) -> None:
     with _POOLS_LOCK:
-        _POOLS.setdefault(model, []).append(workspaces)
+        free = _POOLS.setdefault(model, [])
+        if len(free) < _POOL_SIZE:
+            free.append(workspaces)
 
 
 def _states(model: Model, Q, V, X, x_name: str):

@@ -32,7 +32,16 @@ from rbd_deriv.kinematics import (
     raise_for_status,
 )
 from rbd_deriv.model import MI_IDX_Q, MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, arg_bool1, arg_float1, arg_float2, arg_int2, entry
+from rbd_deriv.native import (
+    ENTRY_OPTIONS,
+    ENTRY_SIG,
+    STATUS_INTERNAL,
+    arg_bool1,
+    arg_float1,
+    arg_float2,
+    arg_int2,
+    entry,
+)
 from rbd_deriv.spatial import _NJIT
 from rbd_deriv.urdf import JOINT_FREEFLYER
 
@@ -264,11 +273,14 @@ def _integrate_kernel(mi, q, v, out):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _integrate_entry(data, dims):
-    return _integrate_kernel(arg_int2(data, dims, 0), arg_float1(data, dims, 1), arg_float1(data, dims, 2),
-                             arg_float1(data, dims, 3))
+    try:
+        return _integrate_kernel(arg_int2(data, dims, 0), arg_float1(data, dims, 1), arg_float1(data, dims, 2),
+                                 arg_float1(data, dims, 3))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_integrate_call = entry(_integrate_kernel, _integrate_entry, "i2f1f1f1")
+_integrate_call = entry(_integrate_kernel, _integrate_entry, "i2f1f1F1")
 
 
 _DIFF_SIG = types.int64(MI_T, types.Array(types.boolean, 1, "C", readonly=True), VEC_T, VEC_T, VEC_T)
@@ -295,11 +307,14 @@ def _difference_kernel(mi, continuous, q0, q1, out):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _difference_entry(data, dims):
-    return _difference_kernel(arg_int2(data, dims, 0), arg_bool1(data, dims, 1), arg_float1(data, dims, 2),
-                              arg_float1(data, dims, 3), arg_float1(data, dims, 4))
+    try:
+        return _difference_kernel(arg_int2(data, dims, 0), arg_bool1(data, dims, 1), arg_float1(data, dims, 2),
+                                  arg_float1(data, dims, 3), arg_float1(data, dims, 4))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_difference_call = entry(_difference_kernel, _difference_entry, "i2b1f1f1f1")
+_difference_call = entry(_difference_kernel, _difference_entry, "i2b1f1f1F1")
 
 
 _DINT_SIG = types.int64(MI_T, VEC_T, VEC_T, types.Array(types.float64, 2, "C"), types.Array(types.float64, 2, "C"))
@@ -316,11 +331,14 @@ def _dintegrate_kernel(mi, q, v, Jq, Jv):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _dintegrate_entry(data, dims):
-    return _dintegrate_kernel(arg_int2(data, dims, 0), arg_float1(data, dims, 1), arg_float1(data, dims, 2),
-                              arg_float2(data, dims, 3), arg_float2(data, dims, 4))
+    try:
+        return _dintegrate_kernel(arg_int2(data, dims, 0), arg_float1(data, dims, 1), arg_float1(data, dims, 2),
+                                  arg_float2(data, dims, 3), arg_float2(data, dims, 4))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_dintegrate_call = entry(_dintegrate_kernel, _dintegrate_entry, "i2f1f1f2f2")
+_dintegrate_call = entry(_dintegrate_kernel, _dintegrate_entry, "i2f1f1F2F2")
 
 
 def _converted(arrays, names):

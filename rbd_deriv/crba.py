@@ -24,7 +24,7 @@ from rbd_deriv.kinematics import (
     raise_for_status,
 )
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, entry, position_arrays
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
 from rbd_deriv.spatial import (
     _NJIT,
     copy_6x6_set,
@@ -97,10 +97,13 @@ def _crba_kernel(mi, mf, ws, q):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _crba_entry(data, dims):
-    return _crba_kernel(*position_arrays(data, dims))
+    try:
+        return _crba_kernel(*position_arrays(data, dims))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_crba_call = entry(_crba_kernel, _crba_entry, "i2f2f1f1")
+_crba_call = entry(_crba_kernel, _crba_entry, "i2f2F1f1")
 
 
 def crba(model: Model, data: Data, q) -> np.ndarray:

@@ -39,7 +39,7 @@ from rbd_deriv.model import (
     Data,
     Model,
 )
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, entry, position_arrays
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
 from rbd_deriv.spatial import (
     _NJIT,
     R_C,
@@ -337,10 +337,13 @@ def _forward_kinematics_kernel(mi, mf, ws, q):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _forward_kinematics_entry(data, dims):
-    return _forward_kinematics_kernel(*position_arrays(data, dims))
+    try:
+        return _forward_kinematics_kernel(*position_arrays(data, dims))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_forward_kinematics_call = entry(_forward_kinematics_kernel, _forward_kinematics_entry, "i2f2f1f1")
+_forward_kinematics_call = entry(_forward_kinematics_kernel, _forward_kinematics_entry, "i2f2F1f1")
 
 
 ARGUMENT_NAMES = ("q", "v", "a", "fext")
@@ -350,6 +353,8 @@ def raise_for_status(model: Model, status: int, names=ARGUMENT_NAMES) -> None:
     """Turn a kernel status code into an :class:`InputError` naming the argument or joint."""
     if status == STATUS_WORKSPACE:
         raise InputError("data: not a workspace of this model (use model.create_data())", "data")
+    if status == STATUS_INTERNAL:
+        raise RuntimeError("rbd_deriv: a kernel failed internally (workspace view out of bounds); please report")
     kind, detail = divmod(int(status), STATUS_SCALE)
     if kind in (STATUS_QUATERNION, STATUS_QUATERNION_SECOND):
         name = model.joint_names[detail - 1]

@@ -33,7 +33,7 @@ from rbd_deriv.kinematics import (
     foreign_workspace,
 )
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, Data, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, arg_double, dynamics_arrays, entry
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, arg_double, dynamics_arrays, entry
 from rbd_deriv.spatial import (
     _NJIT,
     R_A,
@@ -126,10 +126,14 @@ def _linearize_kernel(mi, mf, ws, q, v, tau, fext, dt):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _linearize_entry(data, dims):
-    return _linearize_kernel(*dynamics_arrays(data, dims), arg_double(data, dims, 7))
+    try:
+        mi, mf, ws, q, v, tau, fext = dynamics_arrays(data, dims)
+        return _linearize_kernel(mi, mf, ws, q, v, tau, fext, arg_double(data, dims, 7))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_linearize_call = entry(_linearize_kernel, _linearize_entry, "i2f2f1f1f1f1f2d")
+_linearize_call = entry(_linearize_kernel, _linearize_entry, "i2f2F1f1f1f1f2d")
 
 
 _NAMES = ("q", "v", "tau", "fext")

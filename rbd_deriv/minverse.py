@@ -33,7 +33,7 @@ from rbd_deriv.kinematics import (
     forward_pass,
 )
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, entry, position_arrays
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
 from rbd_deriv.spatial import (
     _NJIT,
     copy_6x6_set,
@@ -233,10 +233,13 @@ def _minverse_kernel(mi, mf, ws, q):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _minverse_entry(data, dims):
-    return _minverse_kernel(*position_arrays(data, dims))
+    try:
+        return _minverse_kernel(*position_arrays(data, dims))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_minverse_call = entry(_minverse_kernel, _minverse_entry, "i2f2f1f1")
+_minverse_call = entry(_minverse_kernel, _minverse_entry, "i2f2F1f1")
 
 
 def minverse(model: Model, data: Data, q) -> np.ndarray:

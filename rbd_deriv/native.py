@@ -7,8 +7,11 @@ kernel also has a C entry (a numba ``cfunc`` of the one signature ``int64(void *
 and the small C extension ``rbd_deriv._kernelcall`` calls it: it checks each argument's dtype, number of
 dimensions and layout against a spec, passes its data pointer and shape, and releases the GIL for the call.
 
-A spec has one letter per argument: ``i``, ``f``, ``b`` for int64, float64 and bool arrays, followed by the
-number of dimensions, and ``d`` for a float, e.g. ``"i2f2f1f1"`` for ``(mi, mf, ws, q)``. In the cfunc,
+A spec has one letter per argument: ``i``, ``f``, ``b`` for int64, float64 and bool arrays, ``F`` for a
+float64 array the kernel writes (the workspace, an output; it must be writable), each followed by the number
+of dimensions, and ``d`` for a float, e.g. ``"i2f2F1f1"`` for ``(mi, mf, ws, q)``. A read-only input that
+overlaps a written array (a result view of the same Data given back as an input) is refused, so that the
+wrappers copy it. In the cfunc,
 :func:`arg_int2`, :func:`arg_float1`... rebuild argument k as an array and :func:`arg_double` a float.
 
 Where the extension is not built (a source tree used without ``pip install``), or with the environment
@@ -29,7 +32,8 @@ except ImportError:  # not built: the numba dispatcher serves
     Kernel = None
 
 __all__ = [
-    "ENTRY_OPTIONS", "ENTRY_SIG", "arg_bool1", "arg_double", "arg_float1", "arg_float2", "arg_int2", "direct_calls",
+    "DIRECT_CALLS", "ENTRY_OPTIONS", "ENTRY_SIG", "STATUS_INTERNAL", "arg_bool1", "arg_double", "arg_float1",
+    "arg_float2", "arg_int2", "direct_calls",
     "dynamics_arrays", "entry", "position_arrays",
 ]
 
@@ -38,16 +42,25 @@ ENTRY_SIG = types.int64(types.CPointer(types.voidptr), types.CPointer(types.int6
 
 ENTRY_OPTIONS = dict(cache=True, nogil=True)
 
+STATUS_INTERNAL = 7_000_000
+"""Status of a C entry whose kernel raised (numba would otherwise report a cfunc's exception as status 0).
+The kernels check their inputs and return statuses; this is for their internal guards (a workspace view out
+of bounds)."""
+
+
+DIRECT_CALLS = Kernel is not None and os.environ.get("RBD_DERIV_DISPATCHER", "") in ("", "0")
+"""Decided once, at import: the kernels' callables are built then."""
+
 
 def direct_calls() -> bool:
-    """True when kernels are called through the C extension (built, and not disabled)."""
-    return Kernel is not None and os.environ.get("RBD_DERIV_DISPATCHER", "") in ("", "0")
+    """True when kernels are called through the C extension (built, and not disabled at import)."""
+    return DIRECT_CALLS
 
 
 def entry(kernel, c_entry, spec: str):
     """The callable a public function runs: ``Kernel(c_entry.address, spec)``, or ``kernel`` (the numba
     dispatcher) when direct calls are off. Both take the same arguments and return the kernel's status."""
-    if not direct_calls():
+    if not DIRECT_CALLS:
         return kernel
     return Kernel(c_entry.address, spec)
 

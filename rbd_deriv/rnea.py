@@ -32,7 +32,15 @@ from rbd_deriv.kinematics import (
     raise_for_status,
 )
 from rbd_deriv.model import MF_AXIS, MF_INERTIA, MI_IDX_V, MI_NJ, MI_NVTOT, MI_PARENT, MI_TYPE, Data, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, arg_float1, dynamics_arrays, entry, position_arrays
+from rbd_deriv.native import (
+    ENTRY_OPTIONS,
+    ENTRY_SIG,
+    STATUS_INTERNAL,
+    arg_float1,
+    dynamics_arrays,
+    entry,
+    position_arrays,
+)
 from rbd_deriv.spatial import (
     _NJIT,
     R_FEXTW,
@@ -235,10 +243,13 @@ def _rnea_kernel(mi, mf, ws, q, v, a, fext):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _rnea_entry(data, dims):
-    return _rnea_kernel(*dynamics_arrays(data, dims))
+    try:
+        return _rnea_kernel(*dynamics_arrays(data, dims))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_rnea_call = entry(_rnea_kernel, _rnea_entry, "i2f2f1f1f1f1f2")
+_rnea_call = entry(_rnea_kernel, _rnea_entry, "i2f2F1f1f1f1f2")
 
 
 def rnea(model: Model, data: Data, q, v, a, fext=None) -> np.ndarray:
@@ -281,10 +292,14 @@ def _nle_kernel(mi, mf, ws, q, v):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _nle_entry(data, dims):
-    return _nle_kernel(*position_arrays(data, dims), arg_float1(data, dims, 4))
+    try:
+        mi, mf, ws, q = position_arrays(data, dims)
+        return _nle_kernel(mi, mf, ws, q, arg_float1(data, dims, 4))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_nle_call = entry(_nle_kernel, _nle_entry, "i2f2f1f1f1")
+_nle_call = entry(_nle_kernel, _nle_entry, "i2f2F1f1f1")
 
 
 def nonlinear_effects(model: Model, data: Data, q, v) -> np.ndarray:
@@ -319,10 +334,13 @@ def _gravity_kernel(mi, mf, ws, q):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _gravity_entry(data, dims):
-    return _gravity_kernel(*position_arrays(data, dims))
+    try:
+        return _gravity_kernel(*position_arrays(data, dims))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_gravity_call = entry(_gravity_kernel, _gravity_entry, "i2f2f1f1")
+_gravity_call = entry(_gravity_kernel, _gravity_entry, "i2f2F1f1")
 
 
 def gravity_torques(model: Model, data: Data, q) -> np.ndarray:

@@ -42,7 +42,7 @@ from rbd_deriv.kinematics import (
 )
 from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
 from rbd_deriv.rnea import body_forces
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, dynamics_arrays, entry
+from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
 from rbd_deriv.spatial import (
     _NJIT,
     copy_6x6_set,
@@ -218,10 +218,13 @@ def _rnea_derivatives_kernel(mi, mf, ws, q, v, a, fext):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _rnea_derivatives_entry(data, dims):
-    return _rnea_derivatives_kernel(*dynamics_arrays(data, dims))
+    try:
+        return _rnea_derivatives_kernel(*dynamics_arrays(data, dims))
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
 
 
-_rnea_derivatives_call = entry(_rnea_derivatives_kernel, _rnea_derivatives_entry, "i2f2f1f1f1f1f2")
+_rnea_derivatives_call = entry(_rnea_derivatives_kernel, _rnea_derivatives_entry, "i2f2F1f1f1f1f2")
 
 
 def rnea_derivatives(model: Model, data: Data, q, v, a, fext=None):

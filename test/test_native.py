@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -189,16 +191,65 @@ def test_kernel_objects_refuse_bad_specs_and_addresses():
     if native.Kernel is None:
         pytest.skip("the extension is not built")
     address = kinematics._forward_kinematics_entry.address
-    for spec in ("x1", "f4", "f", "i2f2f1f1" * 4):
+    for spec in ("x1", "f4", "f", "F0", "i2f2F1f1" * 4):
         with pytest.raises(ValueError):
             native.Kernel(address, spec)
     with pytest.raises(ValueError):
         native.Kernel(0, "f1")
 
 
-def test_dispatcher_can_be_asked_for(monkeypatch):
-    """RBD_DERIV_DISPATCHER=1 turns direct calls off; entry() then hands back the numba kernel itself."""
-    monkeypatch.setenv("RBD_DERIV_DISPATCHER", "1")
-    assert not native.direct_calls()
-    kernel = kinematics._forward_kinematics_kernel
-    assert native.entry(kernel, kinematics._forward_kinematics_entry, "i2f2f1f1") is kernel
+def test_dispatcher_can_be_asked_for():
+    """RBD_DERIV_DISPATCHER=1 at import: the public functions run the numba kernels themselves."""
+    code = ("import importlib, rbd_deriv.native as n; k = importlib.import_module('rbd_deriv.kinematics'); "
+            "print(n.direct_calls(), k._forward_kinematics_call is k._forward_kinematics_kernel)")
+    env = dict(os.environ, RBD_DERIV_DISPATCHER="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]
+
+
+def test_results_given_back_as_inputs_are_copied_first():
+    """A result view of a Data (read-only, inside its workspace) given back as an input of a call on the same
+    Data: the entry refuses it and the wrapper copies it, so the kernel does not overwrite what it reads."""
+    model = rd.load_urdf(rd.bundled_urdf("rbd_arm7"), floating_base=True)
+    data = model.create_data()
+    rng = np.random.default_rng(3)
+    q = rd.random_configuration(model, rng)
+    v, tau = rng.standard_normal(model.nv), rng.standard_normal(model.nv)
+    rd.aba(model, data, q, v, tau)
+    velocity = data.ddq.copy()
+    expected = [x.copy() for x in rd.linearize(model, data, q, velocity, tau, 0.01)] + [data.x_next.copy()]
+    rd.aba(model, data, q, v, tau)  # data.ddq holds `velocity` again
+    got = list(rd.linearize(model, data, q, data.ddq, tau, 0.01)) + [data.x_next]
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+    if native.direct_calls():
+        with pytest.raises(TypeError, match="read-only view"):
+            importlib.import_module("rbd_deriv.linearization")._linearize_call(
+                model.mi, model.mf, data.ws, q, data.ddq, tau, data._zero_fext, 0.01)
+
+
+def test_entry_refuses_a_read_only_workspace(arm):
+    if not native.direct_calls():
+        pytest.skip("the extension is not in use")
+    model, data, q = arm
+    frozen = data.ws.copy()
+    frozen.flags.writeable = False
+    with pytest.raises(TypeError, match="writable"):
+        kinematics._forward_kinematics_call(model.mi, model.mf, frozen, q)
+
+
+def test_an_error_inside_a_kernel_is_not_reported_as_success(arm):
+    """A kernel's internal guard (a workspace view out of bounds, here from a corrupted layout) raises; through
+    the C entry it comes back as STATUS_INTERNAL, never as 0."""
+    if not native.direct_calls():
+        pytest.skip("the extension is not in use")
+    model, data, q = arm
+    from rbd_deriv.model import MI_OFFSETS, REGION_INDEX
+
+    broken = model.mi.copy()
+    broken[0, MI_OFFSETS + REGION_INDEX["oMi"]] = data.ws.shape[0]  # the placements' view would end past ws
+    status = kinematics._forward_kinematics_call(broken, model.mf, data.ws, q)
+    assert status == native.STATUS_INTERNAL
+    with pytest.raises(RuntimeError, match="internally"):
+        kinematics.raise_for_status(model, status)

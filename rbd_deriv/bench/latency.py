@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -216,7 +217,8 @@ def run_scenario(scenario: Scenario, duration: float, outputs: str, domain: int,
     finally:
         node.destroy_node()
         rclpy.shutdown(context=context)
-        stop_processes([process], timeout=20.0)
+        # SIGTERM: a benchmark run from a background job passes an ignored SIGINT on to its child.
+        stop_processes([process], timeout=20.0, first_signal=signal.SIGTERM)
         log.close()
 
     latencies = np.array([arrivals[s] - s for s in sent if s in arrivals], dtype=float) * 1e-6

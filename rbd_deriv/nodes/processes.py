@@ -24,13 +24,14 @@ def ros_parameters(values: dict) -> List[str]:
     return arguments
 
 
-def stop_processes(processes: Iterable[subprocess.Popen], timeout: float = 5.0) -> None:
-    """Stop child nodes as Ctrl-C would: SIGINT to all, then wait up to ``timeout`` seconds in all [s]; any
-    still running after that is killed."""
+def stop_processes(processes: Iterable[subprocess.Popen], timeout: float = 5.0,
+                   first_signal: int = signal.SIGINT) -> None:
+    """Stop child nodes: ``first_signal`` to all (SIGINT, as Ctrl-C would), then wait up to ``timeout``
+    seconds in all [s]; any still running after that is killed."""
     processes = list(processes)
     for process in processes:
         if process.poll() is None:
-            process.send_signal(signal.SIGINT)
+            process.send_signal(first_signal)
     deadline = time.monotonic() + timeout
     for process in processes:
         try:
