@@ -19,6 +19,9 @@ SMALL_ANGLE = 1e-2
 SMALL_ANGLE_JACOBIAN = 0.3
 
 #: Batched calls with fewer (states x dofs) than this run on the calling thread instead of numba's workers.
+#: Measured on the 2-core machine, 32 ur5 states (192): serial 123-155 us per call; threaded 239 us with
+#: OpenMP's default wait policy, 106 us when the workers spin (GOMP_SPINCOUNT=300000) and calls come back
+#: to back, but 455-498 us (p90 up to 987) against 416-421 us (p90 523-548) after 5 ms idle, a controller's tick.
 PARALLEL_MIN_WORK = 1024
 
 #: Finite bound used by random_configuration where the URDF gives no position limit: free-flyer
