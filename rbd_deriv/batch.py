@@ -26,6 +26,7 @@ from rbd_deriv.kinematics import (
     STATUS_WORKSPACE,
     as_input_array,
     check_inputs,
+    check_model,
     foreign_workspace,
     forward_pass,
 )
@@ -187,18 +188,21 @@ def _run(model: Model, op: int, Q, V, X, x_name: str, dt: float, sizes):
 
 def rnea_batch(model: Model, Q, V, A) -> np.ndarray:
     """rnea at K states. Q (K, nq), V (K, nv), A (K, nv) -> tau (K, nv) [N m, N]."""
+    check_model(model)
     nv = model.nv
     return _run(model, OP_RNEA, Q, V, A, "A", 0.0, (nv, 1, 1))[0]
 
 
 def aba_batch(model: Model, Q, V, TAU) -> np.ndarray:
     """aba at K states. Q (K, nq), V (K, nv), TAU (K, nv) -> ddq (K, nv) [rad/s^2, m/s^2]."""
+    check_model(model)
     nv = model.nv
     return _run(model, OP_ABA, Q, V, TAU, "TAU", 0.0, (nv, 1, 1))[0]
 
 
 def rnea_derivatives_batch(model: Model, Q, V, A):
     """rnea_derivatives at K states -> (dtau_dq, dtau_dv, M), each (K, nv, nv)."""
+    check_model(model)
     nv = model.nv
     outs = _run(model, OP_RNEA_DERIVATIVES, Q, V, A, "A", 0.0, (nv * nv,) * 3)
     return tuple(out.reshape(-1, nv, nv) for out in outs)
@@ -206,6 +210,7 @@ def rnea_derivatives_batch(model: Model, Q, V, A):
 
 def aba_derivatives_batch(model: Model, Q, V, TAU):
     """aba_derivatives at K states -> (dddq_dq, dddq_dv, Minv), each (K, nv, nv)."""
+    check_model(model)
     nv = model.nv
     outs = _run(model, OP_ABA_DERIVATIVES, Q, V, TAU, "TAU", 0.0, (nv * nv,) * 3)
     return tuple(out.reshape(-1, nv, nv) for out in outs)
@@ -213,6 +218,7 @@ def aba_derivatives_batch(model: Model, Q, V, TAU):
 
 def linearize_batch(model: Model, Q, V, TAU, dt):
     """linearize at K states with time step dt [s] -> (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv))."""
+    check_model(model)
     nv, nq = model.nv, model.nq
     dt = check_time_step(dt)
     A, B, X_next = _run(model, OP_LINEARIZE, Q, V, TAU, "TAU", dt, (4 * nv * nv, 2 * nv * nv, nq + nv))

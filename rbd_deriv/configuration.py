@@ -28,6 +28,7 @@ from rbd_deriv.kinematics import (
     VEC_T,
     as_input_array,
     check_quaternions,
+    check_model,
     check_vector,
     raise_for_status,
 )
@@ -361,7 +362,11 @@ def integrate(model: Model, q, v) -> np.ndarray:
     Returns:
         (nq,) new array.
     """
-    out = np.empty(model.nq)
+    try:
+        out = np.empty(model.nq)
+    except AttributeError:
+        check_model(model)  # raises InputError for anything but a Model
+        raise
     try:
         status = _integrate_call(model.mi, q, v, out)
     except TypeError:
@@ -373,7 +378,11 @@ def integrate(model: Model, q, v) -> np.ndarray:
 
 def difference(model: Model, q0, q1) -> np.ndarray:
     """q1 (-) q0: the tangent vector v (nv,) such that integrate(q0, v) == q1 (continuous joints wrap)."""
-    out = np.empty(model.nv)
+    try:
+        out = np.empty(model.nv)
+    except AttributeError:
+        check_model(model)
+        raise
     try:
         status = _difference_call(model.mi, model.continuous, q0, q1, out)
     except TypeError:
@@ -394,6 +403,7 @@ def dintegrate_dv(model: Model, q, v) -> np.ndarray:
 
 
 def _dintegrate(model: Model, q, v):
+    check_model(model)
     Jq = np.empty((model.nv, model.nv))
     Jv = np.empty((model.nv, model.nv))
     try:

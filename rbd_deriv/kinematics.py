@@ -374,17 +374,24 @@ def raise_for_status(model: Model, status: int, names=ARGUMENT_NAMES) -> None:
 def as_input_array(x, name: str, ndim: int) -> np.ndarray:
     """Convert an argument to the contiguous, writable float64 array the kernels take (copying only when
     needed), or raise InputError."""
-    if np.iscomplexobj(x):
-        raise InputError(f"{name}: expected real numbers, got complex values", name)
     try:
-        array = np.asarray(x, dtype=np.float64, order="C")
-    except (TypeError, ValueError) as err:
+        complex_values = np.iscomplexobj(x)
+        array = None if complex_values else np.asarray(x, dtype=np.float64, order="C")
+    except (TypeError, ValueError) as err:  # ragged nested lists, strings, objects
         raise InputError(f"{name}: expected an array of numbers ({err})", name) from err
+    if complex_values:
+        raise InputError(f"{name}: expected real numbers, got complex values", name)
     if not array.flags.writeable:
         array = array.copy()
     if array.ndim != ndim:
         raise InputError(f"{name}: expected a {ndim}-D array, got shape {array.shape}", name)
     return array
+
+
+def check_model(model) -> None:
+    """InputError unless ``model`` is a Model."""
+    if not isinstance(model, Model):
+        raise InputError(f"model: expected a Model (rbd_deriv.load_urdf), got {type(model).__name__}", "model")
 
 
 def call_kernel(kernel, model: Model, data: Data, arrays, names, ndims):
@@ -393,8 +400,7 @@ def call_kernel(kernel, model: Model, data: Data, arrays, names, ndims):
     The fast path is the direct call; the conversion (and its clear errors) runs only when numba refuses
     the argument types (a list, an int array, a read-only or strided view...).
     """
-    if not isinstance(model, Model):
-        raise InputError(f"model: expected a Model (rbd_deriv.load_urdf), got {type(model).__name__}", "model")
+    check_model(model)
     if not isinstance(data, Data):
         raise InputError("data: not a workspace of this model (use model.create_data())", "data")
     # fext=None (no external force) is the workspace's zero force set.

@@ -321,3 +321,26 @@ def test_missing_data_is_refused(floating, function):
     with pytest.raises(InputError, match="data") as info:
         getattr(rd, function)(floating, None, *arguments)
     assert info.value.argument == "data"
+
+
+@pytest.mark.parametrize("function", ["integrate", "difference", "dintegrate_dq", "rnea_batch", "linearize_batch"])
+def test_missing_model_is_refused(floating, function):
+    q, v = rd.neutral(floating), np.zeros(floating.nv)
+    arguments = {"integrate": (q, v), "difference": (q, q), "dintegrate_dq": (q, v),
+                 "rnea_batch": (q[None], v[None], v[None]), "linearize_batch": (q[None], v[None], v[None], 0.01)}
+    with pytest.raises(InputError, match="model") as info:
+        getattr(rd, function)(None, *arguments[function])
+    assert info.value.argument == "model"
+
+
+@pytest.mark.parametrize("function", ["rnea", "integrate"])
+def test_ragged_input_is_refused(floating, function):
+    """A nested list that is not an array (rows of different lengths) is an InputError, not numpy's."""
+    data, zero = floating.create_data(), np.zeros(floating.nv)
+    ragged = [[0.0, 1.0], [2.0]]
+    with pytest.raises(InputError, match="array of numbers") as info:
+        if function == "rnea":
+            rd.rnea(floating, data, ragged, zero, zero)
+        else:
+            rd.integrate(floating, ragged, zero)
+    assert info.value.argument == "q"
