@@ -101,6 +101,17 @@ def minverse_from_articulated(mi, ws, Minv):
 
 
 @njit(**_NJIT)
+def _dinv_times(Dinv, V, iv, nvj, W):
+    """W[:nvj] = D^-1 V[iv:iv + nvj] (nvj x 6): a joint's D^-1 times its S or U."""
+    for d in range(nvj):
+        for k in range(6):
+            s = 0.0
+            for e in range(nvj):
+                s += Dinv[d, e] * V[iv + e, k]
+            W[d, k] = s
+
+
+@njit(**_NJIT)
 def _add_rows_times_column(V, Minv, iv, nvj, j, f0, f1, f2, f3, f4, f5):
     """(f0..f5) + sum_d V[iv + d] M^-1[iv + d, j]: a joint's 6-vectors (S or U, rows iv..iv+nvj of V) times
     column j of its rows of M^-1, added to a 6-vector held in scalars."""
@@ -125,11 +136,7 @@ def _backward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, end, has_parent):
             Fi[iv + d, k] = 0.0
         for e in range(nvj):
             Minv[iv + d, iv + e] = Dinv[d, e]
-        for k in range(6):
-            s = 0.0
-            for e in range(nvj):
-                s += Dinv[d, e] * S[iv + e, k]
-            W[d, k] = s
+    _dinv_times(Dinv, S, iv, nvj, W)
     for j in range(iv + nvj, end):
         f0, f1, f2, f3, f4, f5 = Fi[j, 0], Fi[j, 1], Fi[j, 2], Fi[j, 3], Fi[j, 4], Fi[j, 5]
         for d in range(nvj):
@@ -150,12 +157,7 @@ def _forward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, nv, has_parent):
         M^-1[rows, j] -= D^-1 U^T A_lambda[j],   A_i[j] = A_lambda[j] + S M^-1[rows, j]   (A_lambda = 0 at the root)
     """
     if has_parent:
-        for d in range(nvj):
-            for k in range(6):
-                s = 0.0
-                for e in range(nvj):
-                    s += Dinv[d, e] * U[iv + e, k]
-                W[d, k] = s
+        _dinv_times(Dinv, U, iv, nvj, W)
     for j in range(iv, nv):
         f0 = f1 = f2 = f3 = f4 = f5 = 0.0
         if has_parent:
