@@ -9,8 +9,8 @@
  * (see rbd_deriv/native.py) and the expected type of each argument, one letter per argument:
  *
  *     'i' int64 array, 'f' float64 array, 'b' bool array, each followed by its number of dimensions
- *     (1-3); 'F' a float64 array the kernel writes (the workspace, an output); 'd' a float (passed as a
- *     pointer to a double).
+ *     (1-3); 'F' and 'I' a float64 and an int64 array the kernel writes (the workspace, an output);
+ *     'd' a float (passed as a pointer to a double); 'n' an integer (a pointer to an int64).
  *
  * A call checks every argument against its letter (an ndarray of that dtype, native byte order, aligned,
  * C-contiguous, that many dimensions; writable for 'F'), writes its data pointer into data[k] and its
@@ -19,15 +19,27 @@
  * refused too: the kernel would overwrite it while reading it. Shapes are not checked here: the kernels
  * check them and return a status. Anything refused raises TypeError, which the Python wrappers catch to
  * convert (copy) the arguments, as they do for numba's dispatcher.
+ *
+ * parallel(kernel, count, threads, *arguments) runs a kernel over `count` independent items (the states of
+ * a batch) on the calling thread and on up to threads - 1 worker threads of this module; see the part
+ * "Batches over worker threads" below.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
-#define MAX_ARGS 12
+#define MAX_ARGS 16
 
 typedef int64_t (*kernel_fn)(void **data, int64_t *dims);
 
@@ -35,27 +47,39 @@ typedef struct {
     PyObject_HEAD
     kernel_fn fn;
     Py_ssize_t nargs;
-    char kind[MAX_ARGS];  /* 'i', 'f', 'b', 'F' or 'd' */
+    char kind[MAX_ARGS];  /* 'i', 'f', 'b', 'F', 'I', 'd' or 'n' */
     int ndim[MAX_ARGS];
     vectorcallfunc vectorcall;
 } KernelObject;
 
 static int expected_type(char kind)
 {
-    return kind == 'i' ? NPY_INT64 : (kind == 'f' || kind == 'F') ? NPY_FLOAT64 : NPY_BOOL;
+    return (kind == 'i' || kind == 'I') ? NPY_INT64 : (kind == 'f' || kind == 'F') ? NPY_FLOAT64 : NPY_BOOL;
+}
+
+static int written(char kind)
+{
+    return kind == 'F' || kind == 'I';
 }
 
 static const char *type_name(char kind)
 {
-    return kind == 'i' ? "int64" : kind == 'b' ? "bool" : kind == 'F' ? "writable float64" : "float64";
+    return kind == 'i' ? "int64" : kind == 'I' ? "writable int64" : kind == 'b' ? "bool"
+         : kind == 'F' ? "writable float64" : "float64";
 }
+
+/* The scalar arguments' values, which data[k] points at during a call. */
+typedef union {
+    double real;
+    int64_t integer;
+} Scalar;
 
 /* True when the memory of a (read-only, not written by the kernel) overlaps that of a written argument. */
 static int overlaps_written(KernelObject *self, PyArrayObject *const *arrays, Py_ssize_t nargs, PyArrayObject *a)
 {
     const char *lo = PyArray_BYTES(a), *hi = lo + PyArray_NBYTES(a);
     for (Py_ssize_t k = 0; k < nargs; ++k) {
-        if (self->kind[k] != 'F')
+        if (!written(self->kind[k]))
             continue;
         const char *wlo = PyArray_BYTES(arrays[k]), *whi = wlo + PyArray_NBYTES(arrays[k]);
         if (lo < whi && wlo < hi)
@@ -64,39 +88,45 @@ static int overlaps_written(KernelObject *self, PyArrayObject *const *arrays, Py
     return 0;
 }
 
-static PyObject *kernel_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* Check the arguments against the kernel's spec and fill data and dims (see the top of this file).
+ * Returns 0, or -1 with TypeError set. */
+static int fill_arguments(KernelObject *self, PyObject *const *args, Py_ssize_t nargs, void **data, int64_t *dims,
+                          Scalar *scalars)
 {
-    KernelObject *self = (KernelObject *)callable;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    void *data[MAX_ARGS];
-    int64_t dims[3 * MAX_ARGS];
-    double scalars[MAX_ARGS];
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
-        PyErr_SetString(PyExc_TypeError, "kernel arguments are positional");
-        return NULL;
-    }
     if (nargs != self->nargs) {
         PyErr_Format(PyExc_TypeError, "kernel takes %zd arguments, got %zd", self->nargs, nargs);
-        return NULL;
+        return -1;
     }
     PyArrayObject *arrays[MAX_ARGS];
     for (Py_ssize_t k = 0; k < nargs; ++k) {
         PyObject *arg = args[k];
+        char kind = self->kind[k];
         arrays[k] = NULL;
         dims[3 * k] = dims[3 * k + 1] = dims[3 * k + 2] = 1;
-        if (self->kind[k] == 'd') {
-            scalars[k] = PyFloat_AsDouble(arg);
-            if (scalars[k] == -1.0 && PyErr_Occurred())
-                return NULL;
+        if (kind == 'd') {
+            scalars[k].real = PyFloat_AsDouble(arg);
+            if (scalars[k].real == -1.0 && PyErr_Occurred())
+                return -1;
+            data[k] = &scalars[k];
+            continue;
+        }
+        if (kind == 'n') {
+            if (!PyLong_Check(arg)) {
+                PyErr_Format(PyExc_TypeError, "kernel argument %zd: expected an int", k);
+                return -1;
+            }
+            scalars[k].integer = PyLong_AsLongLong(arg);
+            if (scalars[k].integer == -1 && PyErr_Occurred())
+                return -1;
             data[k] = &scalars[k];
             continue;
         }
         if (!PyArray_Check(arg))
             goto wrong_type;
         PyArrayObject *array = (PyArrayObject *)arg;
-        if (PyArray_TYPE(array) != expected_type(self->kind[k]) || PyArray_NDIM(array) != self->ndim[k]
+        if (PyArray_TYPE(array) != expected_type(kind) || PyArray_NDIM(array) != self->ndim[k]
             || !PyArray_ISBEHAVED_RO(array) || !PyArray_IS_C_CONTIGUOUS(array)
-            || (self->kind[k] == 'F' && !PyArray_ISWRITEABLE(array)))
+            || (written(kind) && !PyArray_ISWRITEABLE(array)))
             goto wrong_type;
         arrays[k] = array;
         data[k] = PyArray_DATA(array);
@@ -106,16 +136,36 @@ static PyObject *kernel_vectorcall(PyObject *callable, PyObject *const *args, si
         continue;
     wrong_type:
         PyErr_Format(PyExc_TypeError, "kernel argument %zd: expected a C-contiguous %s array of %d dimension(s)",
-                     k, type_name(self->kind[k]), self->ndim[k]);
-        return NULL;
+                     k, type_name(kind), self->ndim[k]);
+        return -1;
     }
     for (Py_ssize_t k = 0; k < nargs; ++k) {
-        if (arrays[k] != NULL && self->kind[k] != 'F' && !PyArray_ISWRITEABLE(arrays[k])
+        if (arrays[k] != NULL && !written(self->kind[k]) && !PyArray_ISWRITEABLE(arrays[k])
             && overlaps_written(self, arrays, nargs, arrays[k])) {
             PyErr_Format(PyExc_TypeError, "kernel argument %zd: a read-only view of memory the kernel writes", k);
-            return NULL;
+            return -1;
         }
     }
+    return 0;
+}
+
+static int no_keywords(PyObject *kwnames)
+{
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        PyErr_SetString(PyExc_TypeError, "kernel arguments are positional");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *kernel_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    KernelObject *self = (KernelObject *)callable;
+    void *data[MAX_ARGS];
+    int64_t dims[3 * MAX_ARGS];
+    Scalar scalars[MAX_ARGS];
+    if (no_keywords(kwnames) < 0 || fill_arguments(self, args, PyVectorcall_NARGS(nargsf), data, dims, scalars) < 0)
+        return NULL;
     int64_t status;
     Py_BEGIN_ALLOW_THREADS
     status = self->fn(data, dims);
@@ -149,12 +199,12 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (self->nargs == MAX_ARGS)
             goto bad_spec;
         char kind = *c;
-        if (kind == 'd') {
+        if (kind == 'd' || kind == 'n') {
             self->kind[self->nargs] = kind;
             self->ndim[self->nargs++] = 0;
             continue;
         }
-        if ((kind != 'i' && kind != 'f' && kind != 'b' && kind != 'F') || c[1] < '1' || c[1] > '3')
+        if ((kind != 'i' && kind != 'f' && kind != 'b' && kind != 'F' && kind != 'I') || c[1] < '1' || c[1] > '3')
             goto bad_spec;
         self->kind[self->nargs] = kind;
         self->ndim[self->nargs++] = c[1] - '0';
@@ -183,9 +233,314 @@ static PyTypeObject KernelType = {
     .tp_vectorcall_offset = offsetof(KernelObject, vectorcall),
 };
 
+/* ---- Batches over worker threads ----------------------------------------------------------------------
+ *
+ * parallel(kernel, count, threads, *arguments) calls the kernel with the checked arguments followed by one
+ * more, data[nargs]: a pointer to three int64 {slot, begin, end}. The kernel handles items [begin, end) with
+ * the per-thread resources of `slot` (its workspace row), 0 <= slot < threads. Items are handed out one at a
+ * time from a shared counter, and the calling thread takes part, so a worker that is slow to wake only means
+ * the caller does more of the items: a batch is never much slower than on the calling thread alone.
+ *
+ * The workers (threads - 1 of them at most, started on first use and kept) spin for a while after a batch,
+ * so that batches that come back to back find them awake, then poll, then sleep on a condition variable
+ * (see wait_for_batch). One batch runs over the workers at a time; a concurrent call runs on its own thread.
+ *
+ * A batch is published as a new value of `state` (generation * 2 + 1, "open") and closed by clearing the
+ * low bit. A worker joins by incrementing `active` and reading `state` again; the caller, having closed the
+ * batch, waits until `active` is back to 0. With sequentially consistent atomics either the worker sees the
+ * batch closed and leaves, or the caller sees the worker and waits for it: the batch's arguments, on the
+ * caller's stack, are never read after parallel() returns.
+ */
+
+#define MAX_WORKERS 63
+#define STEADY_BATCHES 4.0
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+typedef struct {
+    kernel_fn fn;
+    Py_ssize_t nargs;  /* the kernel's arguments; data[nargs] is the item range */
+    void **data;
+    int64_t *dims;
+    int64_t count, threads;
+    atomic_llong next;    /* next item to hand out */
+    atomic_llong slots;   /* next workspace slot */
+    atomic_llong failed;  /* first nonzero status a kernel call returned */
+} Batch;
+
+static struct {
+    pthread_mutex_t busy;   /* held by the caller of the batch in flight */
+    pthread_mutex_t lock;   /* protects sleepers, with `wake` */
+    pthread_cond_t wake;
+    int sleepers;
+    int workers;
+    atomic_ullong state;    /* generation * 2 + (1 while the batch is open) */
+    atomic_int active;      /* workers inside the current batch */
+    _Atomic double spin_seconds, poll_seconds, steady_seconds, linger_seconds;
+    _Atomic double last_batch_seconds;
+    Batch batch;
+} pool = {
+    .busy = PTHREAD_MUTEX_INITIALIZER,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .wake = PTHREAD_COND_INITIALIZER,
+    .spin_seconds = 2e-4,
+    .poll_seconds = 2e-4,
+    .steady_seconds = 3e-3,
+    .linger_seconds = 0.05,
+};
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Take items until none is left: one slot, then [begin, begin + 1) at a time. */
+static void run_items(Batch *batch)
+{
+    long long slot = atomic_fetch_add(&batch->slots, 1);
+    if (slot >= batch->threads)
+        return;
+    void *data[MAX_ARGS + 1];
+    int64_t range[3] = {slot, 0, 0};
+    memcpy(data, batch->data, sizeof(void *) * (size_t)batch->nargs);
+    data[batch->nargs] = range;
+    for (;;) {
+        long long begin = atomic_fetch_add(&batch->next, 1);
+        if (begin >= batch->count)
+            return;
+        range[1] = begin;
+        range[2] = begin + 1;
+        int64_t status = batch->fn(data, batch->dims);
+        if (status != 0) {
+            long long none = 0;
+            atomic_compare_exchange_strong(&batch->failed, &none, (long long)status);
+        }
+    }
+}
+
+static int batch_is_new(unsigned long long state, unsigned long long seen)
+{
+    return state != seen && (state & 1u);
+}
+
+/* Wait until a batch other than `seen` is open; return its state. First spin for spin_seconds; then look
+ * after timed sleeps of poll_seconds until steady_seconds, or STEADY_BATCHES times the last batch's duration
+ * if longer, have passed (an MPC's next iteration, after its QP solve; the next of a run of long batches),
+ * then after sleeps twice as long each time until linger_seconds have passed; then sleep until
+ * woken. Times are counted from the end of the last batch. A worker that
+ * polls needs no wake-up: waking a sleeping thread costs its waker a system call, and on a virtual machine
+ * whose other CPU is halted that was 17 us typically and 0.5 ms one time in ten, more than a whole batch. */
+static unsigned long long wait_for_batch(unsigned long long seen)
+{
+    unsigned long long state;
+    double start = now_seconds();
+    double spin_end = start + atomic_load(&pool.spin_seconds);
+    for (unsigned spins = 1;; ++spins) {
+        if (batch_is_new(state = atomic_load(&pool.state), seen))
+            return state;
+        CPU_RELAX();
+        if ((spins & 255u) == 0 && now_seconds() > spin_end)
+            break;
+    }
+    double poll = atomic_load(&pool.poll_seconds);
+    double linger_end = start + atomic_load(&pool.linger_seconds);
+    double steady = atomic_load(&pool.steady_seconds), last = atomic_load(&pool.last_batch_seconds);
+    double steady_end = start + (steady > STEADY_BATCHES * last ? steady : STEADY_BATCHES * last);
+    for (double now = now_seconds(); poll > 0.0 && now < linger_end; now = now_seconds()) {
+        if (now > steady_end)
+            poll *= 2.0;
+        struct timespec nap = {(time_t)poll, (long)((poll - (double)(time_t)poll) * 1e9)};
+        nanosleep(&nap, NULL);
+        if (batch_is_new(state = atomic_load(&pool.state), seen))
+            return state;
+    }
+    pthread_mutex_lock(&pool.lock);
+    ++pool.sleepers;
+    while (!batch_is_new(state = atomic_load(&pool.state), seen))
+        pthread_cond_wait(&pool.wake, &pool.lock);
+    --pool.sleepers;
+    pthread_mutex_unlock(&pool.lock);
+    return state;
+}
+
+static void *worker_main(void *arg)
+{
+    unsigned long long seen = (unsigned long long)(uintptr_t)arg;
+#ifdef __linux__
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);  /* polls on time: 1 us of slack instead of 50 */
+#endif
+    for (;;) {
+        unsigned long long state = wait_for_batch(seen);
+        seen = state;
+        atomic_fetch_add(&pool.active, 1);
+        if (atomic_load(&pool.state) == state)
+            run_items(&pool.batch);
+        atomic_fetch_sub(&pool.active, 1);
+    }
+    return NULL;
+}
+
+/* Start workers until there are `wanted` (fewer if the system refuses). Called with `busy` held. Workers
+ * block every signal: signals go to the interpreter's threads. */
+static void start_workers(int wanted)
+{
+    if (wanted > MAX_WORKERS)
+        wanted = MAX_WORKERS;
+    if (pool.workers >= wanted)
+        return;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    while (pool.workers < wanted) {
+        pthread_t thread;
+        void *seen = (void *)(uintptr_t)atomic_load(&pool.state);
+        if (pthread_create(&thread, &attr, worker_main, seen) != 0)
+            break;
+        ++pool.workers;
+    }
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* Run the batch on this thread and the workers. Called without the GIL, with `busy` held. */
+static int64_t run_batch(kernel_fn fn, Py_ssize_t nargs, void **data, int64_t *dims, int64_t count,
+                         int64_t threads)
+{
+    Batch *batch = &pool.batch;
+    start_workers((int)(threads - 1));
+    batch->fn = fn;
+    batch->nargs = nargs;
+    batch->data = data;
+    batch->dims = dims;
+    batch->count = count;
+    batch->threads = threads;
+    atomic_store(&batch->next, 0);
+    atomic_store(&batch->slots, 0);
+    atomic_store(&batch->failed, 0);
+    unsigned long long open = (atomic_load(&pool.state) | 1u) + 2u;
+    atomic_store(&pool.state, open);
+    pthread_mutex_lock(&pool.lock);
+    if (pool.sleepers > 0)
+        pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    double start = now_seconds();
+    run_items(batch);
+    atomic_store(&pool.state, open & ~1ull);
+    while (atomic_load(&pool.active) != 0)
+        CPU_RELAX();
+    atomic_store(&pool.last_batch_seconds, now_seconds() - start);
+    return (int64_t)atomic_load(&batch->failed);
+}
+
+/* After fork() only the forking thread exists: forget the workers and the locks' state. */
+static void pool_after_fork_in_child(void)
+{
+    pthread_mutex_init(&pool.busy, NULL);
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pool.sleepers = 0;
+    pool.workers = 0;
+    atomic_store(&pool.active, 0);
+}
+
+static PyObject *parallel(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs < 3 || !PyObject_TypeCheck(args[0], &KernelType)) {
+        PyErr_SetString(PyExc_TypeError, "parallel(kernel, count, threads, *arguments)");
+        return NULL;
+    }
+    KernelObject *self = (KernelObject *)args[0];
+    long long count = PyLong_AsLongLong(args[1]);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    long long threads = PyLong_AsLongLong(args[2]);
+    if (threads == -1 && PyErr_Occurred())
+        return NULL;
+    if (count < 0 || threads < 1) {
+        PyErr_SetString(PyExc_ValueError, "parallel: count >= 0 and threads >= 1");
+        return NULL;
+    }
+    void *data[MAX_ARGS + 1];
+    int64_t dims[3 * (MAX_ARGS + 1)];
+    Scalar scalars[MAX_ARGS];
+    Py_ssize_t kernel_nargs = nargs - 3;
+    if (fill_arguments(self, args + 3, kernel_nargs, data, dims, scalars) < 0)
+        return NULL;
+    int64_t range[3] = {0, 0, count};
+    data[kernel_nargs] = range;
+    dims[3 * kernel_nargs] = 3;
+    dims[3 * kernel_nargs + 1] = dims[3 * kernel_nargs + 2] = 1;
+    int64_t status = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (threads > 1 && count > 1 && pthread_mutex_trylock(&pool.busy) == 0) {
+        status = run_batch(self->fn, kernel_nargs, data, dims, count, threads < count ? threads : count);
+        pthread_mutex_unlock(&pool.busy);
+    } else if (count > 0) {
+        status = self->fn(data, dims);
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLongLong((long long)status);
+}
+
+static PyObject *set_worker_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    double seconds[4];
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "set_worker_wait(spin_seconds, poll_seconds, steady_seconds, "
+                                         "linger_seconds)");
+        return NULL;
+    }
+    for (int k = 0; k < 4; ++k) {
+        seconds[k] = PyFloat_AsDouble(args[k]);
+        if (seconds[k] == -1.0 && PyErr_Occurred())
+            return NULL;
+        if (!(seconds[k] >= 0.0 && seconds[k] <= 10.0)) {
+            PyErr_SetString(PyExc_ValueError, "set_worker_wait: each time in [0, 10] s");
+            return NULL;
+        }
+    }
+    atomic_store(&pool.spin_seconds, seconds[0]);
+    atomic_store(&pool.poll_seconds, seconds[1]);
+    atomic_store(&pool.steady_seconds, seconds[2]);
+    atomic_store(&pool.linger_seconds, seconds[3]);
+    Py_RETURN_NONE;
+}
+
+static PyObject *worker_count(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromLong(pool.workers);
+}
+
+static PyMethodDef kernelcall_methods[] = {
+    {"parallel", (PyCFunction)(void (*)(void))parallel, METH_FASTCALL,
+     "parallel(kernel, count, threads, *arguments) -> status: the kernel over count items on the calling "
+     "thread and up to threads - 1 workers (0, or the first nonzero status of a kernel call)."},
+    {"set_worker_wait", (PyCFunction)(void (*)(void))set_worker_wait, METH_FASTCALL,
+     "set_worker_wait(spin_seconds, poll_seconds, steady_seconds, linger_seconds): idle workers spin, "
+     "then look every poll_seconds until steady_seconds, then after sleeps doubling each time until "
+     "linger_seconds after their last batch, then sleep until a batch wakes them."},
+    {"worker_count", worker_count, METH_NOARGS, "worker_count() -> the worker threads started so far."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef kernelcall_module = {
     PyModuleDef_HEAD_INIT, "_kernelcall", "Direct calls of the compiled kernels (see rbd_deriv.native).", -1,
-    NULL, NULL, NULL, NULL, NULL,
+    kernelcall_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__kernelcall(void)
@@ -193,6 +548,12 @@ PyMODINIT_FUNC PyInit__kernelcall(void)
     import_array();
     if (PyType_Ready(&KernelType) < 0)
         return NULL;
+    static int registered = 0;
+    if (!registered && pthread_atfork(NULL, NULL, pool_after_fork_in_child) != 0) {
+        PyErr_SetString(PyExc_OSError, "_kernelcall: pthread_atfork failed");
+        return NULL;
+    }
+    registered = 1;
     PyObject *module = PyModule_Create(&kernelcall_module);
     if (module == NULL)
         return NULL;

@@ -1,18 +1,26 @@
 """Batched evaluation: the dynamics, their derivatives or the linearization at K states in one call.
 
-For MPC horizons and bag replay. Large batches are shared among numba threads (``prange``), small ones run
-on the calling thread (constants.PARALLEL_MIN_WORK); each thread owns one workspace, so the per-state work is
-exactly that of the single-state functions and the results are identical to them. Outputs are new arrays.
+For MPC horizons and bag replay. The states are shared among the calling thread and worker threads, one
+state at a time; each thread owns one workspace, so the per-state work is exactly that of the single-state
+functions and the results are identical to them. Outputs are new arrays.
+
+Threads: ``numba.get_num_threads()`` of them at most (``NUMBA_NUM_THREADS``, ``numba.set_num_threads``).
+With the C extension (rbd_deriv.native), the workers are the extension's: the caller takes part and the
+states are handed out one by one, so a batch is never held up by a worker that is slow to wake. Idle
+workers spin, then poll, then sleep (``constants.BATCH_WORKER_*``): batches that come back to back run on
+all threads, and a lone batch (a controller's tick) does not pay for waking a worker. Without it, numba's ``prange``
+serves, and only batches of at least ``constants.PARALLEL_MIN_WORK`` (states x dofs) go to its threads.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 import weakref
 
 import numba
 import numpy as np
-from numba import njit, prange, types
+from numba import cfunc, njit, prange, types
 
 from rbd_deriv import constants
 from rbd_deriv.aba import STATUS_SINGULAR, aba_into, raise_for_dynamics_status
@@ -32,6 +40,21 @@ from rbd_deriv.kinematics import (
 )
 from rbd_deriv.linearization import check_time_step, linearize_into
 from rbd_deriv.model import MI_NJ, MI_NQTOT, MI_NVTOT, Data, Model
+from rbd_deriv.native import (
+    DIRECT_CALLS,
+    ENTRY_OPTIONS,
+    ENTRY_SIG,
+    STATUS_INTERNAL,
+    Kernel,
+    arg_double,
+    arg_float2,
+    arg_int,
+    arg_int1,
+    arg_int2,
+    arg_items,
+    parallel,
+    set_worker_wait,
+)
 from rbd_deriv.rnea import rnea_into
 from rbd_deriv.rnea_derivatives import rnea_derivatives_into
 from rbd_deriv.spatial import (
@@ -103,9 +126,15 @@ _BATCH_SIG = types.void(MI_T, MF_T, MAT_T, MAT_T, MAT_T, MAT_T, types.float64, t
 
 
 @njit(**_NJIT)
-def _states_of_thread(mi, mf, ws, Q, V, X, dt, op, out1, out2, out3, status, t, threads):
-    for k in range(t, Q.shape[0], threads):
+def _state_range(mi, mf, ws, Q, V, X, dt, op, out1, out2, out3, status, begin, end, step):
+    """States begin, begin + step, ... before end; each one's status into status[k]. Returns the first
+    nonzero status, or 0."""
+    failed = 0
+    for k in range(begin, end, step):
         status[k] = _one_state(mi, mf, ws, Q[k], V[k], X[k], dt, op, out1[k], out2[k], out3[k])
+        if failed == 0:
+            failed = status[k]
+    return failed
 
 
 @njit(_BATCH_SIG, parallel=True, cache=True)
@@ -114,7 +143,34 @@ def _batch_kernel(mi, mf, workspaces, Q, V, X, dt, op, out1, out2, out3, status)
     # which the parallel transformation leaves alone (inlined into the parallel body it ran ~6x slower).
     threads = workspaces.shape[0]
     for t in prange(threads):
-        _states_of_thread(mi, mf, workspaces[t], Q, V, X, dt, op, out1, out2, out3, status, t, threads)
+        _state_range(mi, mf, workspaces[t], Q, V, X, dt, op, out1, out2, out3, status, t, Q.shape[0], threads)
+
+
+@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
+def _batch_entry(data, dims):
+    # Arguments (mi, mf, workspaces, Q, V, X, dt, op, out1, out2, out3, status) and, from parallel(), the
+    # workspace slot and the states [begin, end) of this call.
+    try:
+        mi, mf, workspaces = arg_int2(data, dims, 0), arg_float2(data, dims, 1), arg_float2(data, dims, 2)
+        Q, V, X = arg_float2(data, dims, 3), arg_float2(data, dims, 4), arg_float2(data, dims, 5)
+        dt, op = arg_double(data, dims, 6), arg_int(data, dims, 7)
+        out1, out2, out3 = arg_float2(data, dims, 8), arg_float2(data, dims, 9), arg_float2(data, dims, 10)
+        status = arg_int1(data, dims, 11)
+        slot, begin, end = arg_items(data, dims, 12)
+        K = Q.shape[0]
+        if not (0 <= slot < workspaces.shape[0] and 0 <= begin <= end <= K and V.shape[0] == K
+                and X.shape[0] == K and out1.shape[0] == K and out2.shape[0] == K and out3.shape[0] == K
+                and status.shape[0] == K):
+            return STATUS_INTERNAL
+        return _state_range(mi, mf, workspaces[slot], Q, V, X, dt, op, out1, out2, out3, status, begin, end, 1)
+    except Exception:  # an exception inside a cfunc would come back as status 0
+        return STATUS_INTERNAL
+
+
+_batch_call = Kernel(_batch_entry.address, "i2f2F2f2f2f2dnF2F2F2I1") if DIRECT_CALLS else None
+if DIRECT_CALLS:
+    set_worker_wait(constants.BATCH_WORKER_SPIN, constants.BATCH_WORKER_POLL, constants.BATCH_WORKER_STEADY,
+                    constants.BATCH_WORKER_LINGER)
 
 
 # Workspaces of finished batch calls, per model, for the next call: allocating (threads, workspace_size) zeros
@@ -131,10 +187,10 @@ _POOL_SIZE = 4
 
 def _take_workspaces(model: Model, threads: int) -> np.ndarray:
     with _POOLS_LOCK:
-        free = _POOLS.setdefault(model, [])
-        fitting = [k for k, workspaces in enumerate(free) if workspaces.shape[0] >= threads]
-        if fitting:
-            return free.pop(min(fitting, key=lambda k: free[k].shape[0]))
+        free = _POOLS.get(model, ())
+        for k, workspaces in enumerate(free):  # smallest first
+            if len(workspaces) >= threads:
+                return free.pop(k)
     workspaces = np.zeros((threads, model.workspace_size))
     for ws in workspaces:
         Data.initialize(model, ws)
@@ -145,7 +201,7 @@ def _give_back_workspaces(model: Model, workspaces: np.ndarray) -> None:
     with _POOLS_LOCK:
         free = _POOLS.setdefault(model, [])
         if len(free) < _POOL_SIZE:
-            free.append(workspaces)
+            bisect.insort(free, workspaces, key=len)
 
 
 def _states(model: Model, Q, V, X, x_name: str):
@@ -159,26 +215,46 @@ def _states(model: Model, Q, V, X, x_name: str):
     return Q, V, X
 
 
+def _float_arrays_of_shapes(model: Model, Q, V, X) -> bool:
+    """True when Q, V, X are float64 arrays of shapes (K, nq), (K, nv), (K, nv): the extension then takes
+    them as they are, or refuses them (TypeError) for their layout."""
+    return (type(Q) is np.ndarray and type(V) is np.ndarray and type(X) is np.ndarray
+            and Q.dtype == V.dtype == X.dtype == np.float64 and len(Q.shape) == 2
+            and Q.shape[1] == model.nq and V.shape == X.shape == (Q.shape[0], model.nv))
+
+
 def _run(model: Model, op: int, Q, V, X, x_name: str, dt: float, sizes):
-    Q, V, X = _states(model, Q, V, X, x_name)
+    direct = DIRECT_CALLS and _float_arrays_of_shapes(model, Q, V, X)
+    if not direct:
+        Q, V, X = _states(model, Q, V, X, x_name)
     K = Q.shape[0]
-    # Waking the worker threads costs hundreds of microseconds on a busy machine: small batches run on
-    # the calling thread, where they still save the Python call of every state.
-    parallel = K * model.nv >= constants.PARALLEL_MIN_WORK
-    threads = max(1, min(numba.get_num_threads(), K)) if parallel else 1
+    threads = max(1, min(numba.get_num_threads(), K))
+    if not DIRECT_CALLS and K * model.nv < constants.PARALLEL_MIN_WORK:
+        threads = 1
     outs = [np.empty((K, size)) for size in sizes]
     status = np.zeros(K, dtype=np.int64)
     workspaces = _take_workspaces(model, threads)
     try:
-        if parallel:
+        if DIRECT_CALLS:
+            arguments = [model.mi, model.mf, workspaces[:threads], Q, V, X, dt, op, *outs, status]
+            try:
+                failed = parallel(_batch_call, K, threads, *arguments)
+            except TypeError:
+                if not direct:
+                    raise
+                arguments[3:6] = _states(model, Q, V, X, x_name)  # strided, big-endian, read-only overlapping...
+                failed = parallel(_batch_call, K, threads, *arguments)
+        elif threads > 1:
             _batch_kernel(model.mi, model.mf, workspaces[:threads], Q, V, X, dt, op, *outs, status)
+            failed = status.any()
         else:
-            _states_of_thread(model.mi, model.mf, workspaces[0], Q, V, X, dt, op, *outs, status, 0, 1)
+            failed = _state_range(model.mi, model.mf, workspaces[0], Q, V, X, dt, op, *outs, status, 0, K, 1)
     finally:
         _give_back_workspaces(model, workspaces)
-    bad = np.flatnonzero(status)
-    if bad.size:
-        k = int(bad[0])
+    if failed == STATUS_INTERNAL:
+        raise_for_dynamics_status(model, failed, ())
+    if failed:
+        k = int(np.flatnonzero(status)[0])
         try:
             raise_for_dynamics_status(model, int(status[k]), ("Q", "V", x_name, "fext"))
         except InputError as err:
@@ -204,16 +280,16 @@ def rnea_derivatives_batch(model: Model, Q, V, A):
     """rnea_derivatives at K states -> (dtau_dq, dtau_dv, M), each (K, nv, nv)."""
     check_model(model)
     nv = model.nv
-    outs = _run(model, OP_RNEA_DERIVATIVES, Q, V, A, "A", 0.0, (nv * nv,) * 3)
-    return tuple(out.reshape(-1, nv, nv) for out in outs)
+    dtau_dq, dtau_dv, M = _run(model, OP_RNEA_DERIVATIVES, Q, V, A, "A", 0.0, (nv * nv,) * 3)
+    return dtau_dq.reshape(-1, nv, nv), dtau_dv.reshape(-1, nv, nv), M.reshape(-1, nv, nv)
 
 
 def aba_derivatives_batch(model: Model, Q, V, TAU):
     """aba_derivatives at K states -> (dddq_dq, dddq_dv, Minv), each (K, nv, nv)."""
     check_model(model)
     nv = model.nv
-    outs = _run(model, OP_ABA_DERIVATIVES, Q, V, TAU, "TAU", 0.0, (nv * nv,) * 3)
-    return tuple(out.reshape(-1, nv, nv) for out in outs)
+    dddq_dq, dddq_dv, Minv = _run(model, OP_ABA_DERIVATIVES, Q, V, TAU, "TAU", 0.0, (nv * nv,) * 3)
+    return dddq_dq.reshape(-1, nv, nv), dddq_dv.reshape(-1, nv, nv), Minv.reshape(-1, nv, nv)
 
 
 def linearize_batch(model: Model, Q, V, TAU, dt):

@@ -7,12 +7,18 @@ kernel also has a C entry (a numba ``cfunc`` of the one signature ``int64(void *
 and the small C extension ``rbd_deriv._kernelcall`` calls it: it checks each argument's dtype, number of
 dimensions and layout against a spec, passes its data pointer and shape, and releases the GIL for the call.
 
-A spec has one letter per argument: ``i``, ``f``, ``b`` for int64, float64 and bool arrays, ``F`` for a
-float64 array the kernel writes (the workspace, an output; it must be writable), each followed by the number
-of dimensions, and ``d`` for a float, e.g. ``"i2f2F1f1"`` for ``(mi, mf, ws, q)``. A read-only input that
+A spec has one letter per argument: ``i``, ``f``, ``b`` for int64, float64 and bool arrays, ``F`` and ``I``
+for a float64 and an int64 array the kernel writes (the workspace, an output; it must be writable), each
+followed by the number of dimensions, ``d`` for a float and ``n`` for an int, e.g. ``"i2f2F1f1"`` for
+``(mi, mf, ws, q)``. A read-only input that
 overlaps a written array (a result view of the same Data given back as an input) is refused, so that the
 wrappers copy it. In the cfunc,
-:func:`arg_int2`, :func:`arg_float1`... rebuild argument k as an array and :func:`arg_double` a float.
+:func:`arg_int2`, :func:`arg_float1`... rebuild argument k as an array, :func:`arg_double` a float and
+:func:`arg_int` an int.
+
+Batches: ``parallel(kernel, count, threads, *arguments)`` (from the extension) runs a kernel over ``count``
+independent items on the calling thread and up to ``threads - 1`` worker threads; the kernel receives one
+more argument, :func:`arg_items`: its workspace slot and the range of items to do. See rbd_deriv.batch.
 
 Where the extension is not built (a source tree used without ``pip install``), or with the environment
 variable ``RBD_DERIV_DISPATCHER=1``, :func:`entry` returns the numba kernel itself: same results, slower
@@ -27,14 +33,14 @@ import numpy as np
 from numba import carray, njit, types
 
 try:
-    from rbd_deriv._kernelcall import Kernel
+    from rbd_deriv._kernelcall import Kernel, parallel, set_worker_wait
 except ImportError:  # not built: the numba dispatcher serves
-    Kernel = None
+    Kernel = parallel = set_worker_wait = None
 
 __all__ = [
     "DIRECT_CALLS", "ENTRY_OPTIONS", "ENTRY_SIG", "STATUS_INTERNAL", "arg_bool1", "arg_double", "arg_float1",
-    "arg_float2", "arg_int2", "direct_calls",
-    "dynamics_arrays", "entry", "position_arrays",
+    "arg_float2", "arg_int", "arg_int1", "arg_int2", "arg_items", "direct_calls",
+    "dynamics_arrays", "entry", "parallel", "position_arrays", "set_worker_wait",
 ]
 
 ENTRY_SIG = types.int64(types.CPointer(types.voidptr), types.CPointer(types.int64))
@@ -72,6 +78,12 @@ def arg_int2(data, dims, k):
 
 
 @njit(inline="always")
+def arg_int1(data, dims, k):
+    """Argument k as an int64 (d0,) array."""
+    return carray(data[k], (dims[3 * k],), np.int64)
+
+
+@njit(inline="always")
 def arg_float1(data, dims, k):
     """Argument k as a float64 (d0,) array."""
     return carray(data[k], (dims[3 * k],), np.float64)
@@ -94,6 +106,19 @@ def arg_double(data, dims, k):
     """Argument k, a float."""
     return carray(data[k], (1,), np.float64)[0]
 
+
+@njit(inline="always")
+def arg_int(data, dims, k):
+    """Argument k, an int."""
+    return carray(data[k], (1,), np.int64)[0]
+
+
+@njit(inline="always")
+def arg_items(data, dims, k):
+    """The argument ``parallel`` appends after the k kernel arguments: (slot, begin, end), the workspace slot
+    of the calling thread and the items [begin, end) it is to do."""
+    items = carray(data[k], (3,), np.int64)
+    return items[0], items[1], items[2]
 
 
 @njit(inline="always")

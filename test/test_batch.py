@@ -114,3 +114,54 @@ def test_workspaces_are_reused_and_never_shared(small_robot):
     for result in results.values():
         for got, want in zip(result, expected[0]):
             np.testing.assert_array_equal(got, want)
+
+
+def test_threads_change_nothing_in_the_results(small_robot):
+    """The same batch on the calling thread alone and shared with the workers: the same bytes in every
+    output, whichever thread took which state."""
+    import numba
+
+    model = small_robot.model
+    Q, V, U = _batch(small_robot, 17)
+    previous = numba.get_num_threads()
+    results = {}
+    try:
+        for threads in (1, numba.config.NUMBA_NUM_THREADS):
+            numba.set_num_threads(threads)
+            results[threads] = [
+                rd.rnea_batch(model, Q, V, U), rd.aba_batch(model, Q, V, U),
+                *rd.rnea_derivatives_batch(model, Q, V, U), *rd.aba_derivatives_batch(model, Q, V, U),
+                *rd.linearize_batch(model, Q, V, U, 0.01)]
+    finally:
+        numba.set_num_threads(previous)
+    serial, shared = results.values()
+    for one, many in zip(serial, shared):
+        np.testing.assert_array_equal(one, many)
+
+
+def test_a_bad_state_is_named_whichever_thread_meets_it(small_robot):
+    """NaN in states 11 and 5 of 16: the error names state 5, the first one, with the argument."""
+    import pytest
+
+    model = small_robot.model
+    Q, V, U = _batch(small_robot, 16)
+    V[11, 0] = np.nan
+    U[5, -1] = np.inf
+    for function in (rd.aba_derivatives_batch, rd.rnea_derivatives_batch):
+        with pytest.raises(rd.InputError, match="state 5 of 16") as info:
+            function(model, Q, V, U)
+        assert info.value.argument in ("A", "TAU")
+
+
+def test_read_only_and_strided_states_are_taken(small_robot):
+    """Read-only states are read in place; strided ones are copied; both give the contiguous result."""
+    model = small_robot.model
+    Q, V, U = _batch(small_robot, 12)
+    expected = rd.linearize_batch(model, Q[::2].copy(), V[::2].copy(), U[::2].copy(), 0.01)
+    frozen = [x[::2].copy() for x in (Q, V, U)]
+    for x in frozen:
+        x.flags.writeable = False
+    for states in (frozen, (Q[::2], V[::2], U[::2])):
+        got = rd.linearize_batch(model, *states, 0.01)
+        for a, b in zip(got, expected):
+            np.testing.assert_array_equal(a, b)

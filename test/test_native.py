@@ -191,7 +191,7 @@ def test_kernel_objects_refuse_bad_specs_and_addresses():
     if native.Kernel is None:
         pytest.skip("the extension is not built")
     address = kinematics._forward_kinematics_entry.address
-    for spec in ("x1", "f4", "f", "F0", "i2f2F1f1" * 4):
+    for spec in ("x1", "f4", "f", "F0", "I0", "i2f2F1f1" * 5):
         with pytest.raises(ValueError):
             native.Kernel(address, spec)
     with pytest.raises(ValueError):
@@ -253,3 +253,123 @@ def test_an_error_inside_a_kernel_is_not_reported_as_success(arm):
     assert status == native.STATUS_INTERNAL
     with pytest.raises(RuntimeError, match="internally"):
         kinematics.raise_for_status(model, status)
+
+
+# ---- batches over the extension's worker threads (native.parallel, used by rbd_deriv.batch) ----
+
+batch = importlib.import_module("rbd_deriv.batch")
+
+
+def _batch_arguments(model, count, threads, rng):
+    """The arguments of batch._batch_call for rnea_derivatives at `count` random states."""
+    Q = np.array([rd.random_configuration(model, rng) for _ in range(count)]).reshape(count, model.nq)
+    V, A = rng.standard_normal((count, model.nv)), rng.standard_normal((count, model.nv))
+    workspaces = np.zeros((threads, model.workspace_size))
+    for ws in workspaces:
+        rd.Data.initialize(model, ws)
+    outs = [np.full((count, model.nv * model.nv), np.nan) for _ in range(3)]
+    return [model.mi, model.mf, workspaces, Q, V, A, 0.0, batch.OP_RNEA_DERIVATIVES, *outs,
+            np.full(count, -1, dtype=np.int64)]
+
+
+def test_parallel_runs_every_item_once_on_any_number_of_threads(arm):
+    """parallel(kernel, count, threads, ...) with 1 to 4 threads and 0 to 9 items: every state is done
+    (status 0, results equal to the single-state function's), none twice, none left."""
+    if not native.direct_calls():
+        pytest.skip("the extension is not in use")
+    model, data, _ = arm
+    rng = np.random.default_rng(11)
+    for count in (0, 1, 2, 9):
+        for threads in (1, 2, 4):
+            arguments = _batch_arguments(model, count, threads, rng)
+            assert native.parallel(batch._batch_call, count, threads, *arguments) == 0
+            Q, V, A, out1, out2, out3, status = (arguments[k] for k in (3, 4, 5, 8, 9, 10, 11))
+            assert (status == 0).all()
+            for k in range(count):
+                expected = rd.rnea_derivatives(model, data, Q[k], V[k], A[k])
+                for got, want in zip((out1[k], out2[k], out3[k]), expected):
+                    np.testing.assert_array_equal(got, want.reshape(-1))
+
+
+def test_parallel_checks_its_arguments(arm):
+    if not native.direct_calls():
+        pytest.skip("the extension is not in use")
+    model, _, _ = arm
+    arguments = _batch_arguments(model, 3, 2, np.random.default_rng(12))
+    with pytest.raises(TypeError):
+        native.parallel(lambda *a: 0, 3, 2, *arguments)
+    with pytest.raises(TypeError):
+        native.parallel(batch._batch_call, 3)
+    with pytest.raises(ValueError):
+        native.parallel(batch._batch_call, -1, 2, *arguments)
+    with pytest.raises(ValueError):
+        native.parallel(batch._batch_call, 3, 0, *arguments)
+    with pytest.raises(TypeError, match="argument 3"):
+        native.parallel(batch._batch_call, 3, 2, *arguments[:3], arguments[3].tolist(), *arguments[4:])
+    with pytest.raises(TypeError, match="argument 7"):
+        native.parallel(batch._batch_call, 3, 2, *arguments[:7], 1.5, *arguments[8:])
+    with pytest.raises(TypeError):
+        native.parallel(batch._batch_call, 3, 2, *arguments[:-1])
+    for bad in ((-1.0, 0, 0, 0), (0, 0, 0, 11.0), (0, 0, 0)):
+        with pytest.raises((ValueError, TypeError)):
+            native.set_worker_wait(*bad)
+
+
+def test_parallel_reports_a_kernel_that_cannot_run(arm):
+    """Without a workspace for its slot the batch kernel cannot run: parallel returns STATUS_INTERNAL
+    (on the calling thread alone and shared), never 0."""
+    if not native.direct_calls():
+        pytest.skip("the extension is not in use")
+    model, _, _ = arm
+    for threads in (1, 2):
+        arguments = _batch_arguments(model, 4, threads, np.random.default_rng(13))
+        arguments[2] = arguments[2][:0]
+        assert native.parallel(batch._batch_call, 4, threads, *arguments) == native.STATUS_INTERNAL
+
+
+def test_batches_after_fork_run_without_the_parents_workers():
+    """A child forked after the parent started its workers has none of them: its batches run and give the
+    parent's results (the extension forgets its workers in the child)."""
+    if not native.direct_calls():
+        pytest.skip("the extension is not in use")
+    code = """
+import os, sys, numpy as np, rbd_deriv as rd
+from rbd_deriv import native
+model = rd.load_urdf(rd.bundled_urdf("rbd_arm7"))
+rng = np.random.default_rng(5)
+Q = np.array([rd.random_configuration(model, rng) for _ in range(24)])
+V = rng.standard_normal((24, model.nv))
+expected = rd.aba_derivatives_batch(model, Q, V, V)
+pid = os.fork()
+if pid == 0:
+    got = rd.aba_derivatives_batch(model, Q, V, V)
+    os._exit(0 if all(np.array_equal(a, b) for a, b in zip(got, expected)) else 3)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "0"
+
+
+def test_dispatcher_batches_equal_the_extensions():
+    """With RBD_DERIV_DISPATCHER=1 the batches run on numba (prange or the calling thread): same bytes."""
+    code = """
+import hashlib, numpy as np, rbd_deriv as rd
+model = rd.load_urdf(rd.bundled_urdf("rbd_arm7"), floating_base=True)
+rng = np.random.default_rng(6)
+for count in (8, 200):
+    Q = np.array([rd.random_configuration(model, rng) for _ in range(count)]).reshape(count, model.nq)
+    V, U = rng.standard_normal((count, model.nv)), rng.standard_normal((count, model.nv))
+    digest = hashlib.sha256()
+    for x in (*rd.aba_derivatives_batch(model, Q, V, U), *rd.linearize_batch(model, Q, V, U, 0.01)):
+        digest.update(x.tobytes())
+    print(digest.hexdigest())
+"""
+    digests = []
+    for dispatcher in ("0", "1"):
+        env = dict(os.environ, RBD_DERIV_DISPATCHER=dispatcher)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        digests.append(out.stdout.split())
+    assert len(digests[0]) == 2 and digests[0] == digests[1]
