@@ -169,8 +169,8 @@ def _batch_entry(data, dims):
 
 _batch_call = Kernel(_batch_entry.address, "i2f2F2f2f2f2dnF2F2F2I1") if DIRECT_CALLS else None
 if DIRECT_CALLS:
-    set_worker_wait(constants.BATCH_WORKER_SPIN, constants.BATCH_WORKER_POLL, constants.BATCH_WORKER_STEADY,
-                    constants.BATCH_WORKER_LINGER)
+    set_worker_wait(constants.BATCH_WORKER_SPIN, constants.BATCH_WORKER_SPIN_MAX, constants.BATCH_WORKER_POLL,
+                    constants.BATCH_WORKER_STEADY, constants.BATCH_WORKER_LINGER)
 
 
 # Workspaces of finished batch calls, per model, for the next call: allocating (threads, workspace_size) zeros

@@ -25,16 +25,22 @@ SMALL_ANGLE_JACOBIAN = 0.3
 #: idle, a controller's tick: prange's caller waits for every worker to wake.
 PARALLEL_MIN_WORK = 1024
 
-#: The C extension's batch workers, between batches (times from the end of the last one): they spin for
-#: BATCH_WORKER_SPIN, so that batches that come back to back (a bag replay) find them awake; then look for a
-#: batch every BATCH_WORKER_POLL until BATCH_WORKER_STEADY, or four times the last batch's duration if
-#: longer (an MPC's next iteration, after its QP solve; the next of a run of long batches);
-#: then after sleeps twice as long each time until BATCH_WORKER_LINGER; then sleep until a batch wakes them.
+#: The C extension's batch workers, between batches (times from the end of the last one):
+#: 1. they spin for BATCH_WORKER_SPIN, or, while batches keep coming (each of the last eight within
+#:    BATCH_WORKER_SPIN_MAX of the one before: a replay, an MPC's iterations), for twice the longest of those
+#:    intervals, at most BATCH_WORKER_SPIN_MAX;
+#: 2. then look for a batch every BATCH_WORKER_POLL until BATCH_WORKER_STEADY, or four times the last batch's
+#:    duration if longer;
+#: 3. then after sleeps twice as long each time, until BATCH_WORKER_LINGER;
+#: 4. then sleep until a batch wakes them.
 #: A batch never waits for a worker (the calling thread takes part), but waking a sleeping one costs the
-#: caller a system call: on this 2-core VM 17 us typically and 0.5 ms at p90 after 5 ms idle. Polling
-#: spares a controller's tick that cost. Measured on ur5 (32 states of aba_derivatives every 10 ms, 2 s):
-#: the process used 6.1 % of a core with threads, 4.8 % without, with polls doubling from 100 us.
+#: caller a system call: on this 2-core VM 17 us typically and 0.5 ms at p90 after 5 ms idle, which steps 2
+#: and 3 spare a controller's tick. Spinning long after every batch costs the tick too: 2 ms of spinning
+#: after each ur5 batch every 5 ms took the p90 of its threaded batches from 0.6 to 1.7 ms, hence step 1's
+#: rule. Measured on ur5, 32 states of aba_derivatives every 10 ms for 2 s: the process used 6.9 % of a
+#: core with the worker, 5.4 % without.
 BATCH_WORKER_SPIN = 2e-4
+BATCH_WORKER_SPIN_MAX = 3e-3
 BATCH_WORKER_POLL = 2e-4
 BATCH_WORKER_STEADY = 3e-3
 BATCH_WORKER_LINGER = 0.05

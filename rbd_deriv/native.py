@@ -33,14 +33,15 @@ import numpy as np
 from numba import carray, njit, types
 
 try:
-    from rbd_deriv._kernelcall import Kernel, parallel, set_worker_wait
+    from rbd_deriv._kernelcall import Kernel, parallel, set_worker_wait, worker_count
 except ImportError:  # not built: the numba dispatcher serves
-    Kernel = parallel = set_worker_wait = None
+    Kernel = parallel = set_worker_wait = worker_count = None
 
 __all__ = [
     "DIRECT_CALLS", "ENTRY_OPTIONS", "ENTRY_SIG", "STATUS_INTERNAL", "arg_bool1", "arg_double", "arg_float1",
     "arg_float2", "arg_int", "arg_int1", "arg_int2", "arg_items", "direct_calls",
     "dynamics_arrays", "entry", "parallel", "position_arrays", "set_worker_wait",
+    "worker_count",
 ]
 
 ENTRY_SIG = types.int64(types.CPointer(types.voidptr), types.CPointer(types.int64))

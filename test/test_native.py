@@ -289,6 +289,7 @@ def test_parallel_runs_every_item_once_on_any_number_of_threads(arm):
                 expected = rd.rnea_derivatives(model, data, Q[k], V[k], A[k])
                 for got, want in zip((out1[k], out2[k], out3[k]), expected):
                     np.testing.assert_array_equal(got, want.reshape(-1))
+    assert 1 <= native.worker_count() <= 3  # started for threads = 4 (and kept), never more
 
 
 def test_parallel_checks_its_arguments(arm):
@@ -310,7 +311,7 @@ def test_parallel_checks_its_arguments(arm):
         native.parallel(batch._batch_call, 3, 2, *arguments[:7], 1.5, *arguments[8:])
     with pytest.raises(TypeError):
         native.parallel(batch._batch_call, 3, 2, *arguments[:-1])
-    for bad in ((-1.0, 0, 0, 0), (0, 0, 0, 11.0), (0, 0, 0)):
+    for bad in ((-1.0, 0, 0, 0, 0), (0, 0, 0, 0, 11.0), (0, 0, 0, 0)):
         with pytest.raises((ValueError, TypeError)):
             native.set_worker_wait(*bad)
 
