@@ -10,7 +10,10 @@
  *
  *     'i' int64 array, 'f' float64 array, 'b' bool array, each followed by its number of dimensions
  *     (1-3); 'F' and 'I' a float64 and an int64 array the kernel writes (the workspace, an output);
- *     'd' a float (passed as a pointer to a double); 'n' an integer (a pointer to an int64).
+ *     'd' a float (passed as a pointer to a double); 'n' an integer (a pointer to an int64);
+ *     'N' followed by the position j of an earlier array argument: a new float64 array of argument j's
+ *     shape, which the call allocates (the caller does not pass it) and the kernel writes. A Kernel with an
+ *     'N' returns that array when the kernel's status is 0, and the status (an int) otherwise.
  *
  * A call checks every argument against its letter (an ndarray of that dtype, native byte order, aligned,
  * C-contiguous, that many dimensions; writable for 'F'), writes its data pointer into data[k] and its
@@ -47,8 +50,9 @@ typedef struct {
     PyObject_HEAD
     kernel_fn fn;
     Py_ssize_t nargs;
-    char kind[MAX_ARGS];  /* 'i', 'f', 'b', 'F', 'I', 'd' or 'n' */
+    char kind[MAX_ARGS];  /* 'i', 'f', 'b', 'F', 'I', 'd', 'n' or 'N' */
     int ndim[MAX_ARGS];
+    int new_at, new_like;  /* position of the 'N' argument (-1: none) and of the argument it is shaped like */
     vectorcallfunc vectorcall;
 } KernelObject;
 
@@ -59,7 +63,7 @@ static int expected_type(char kind)
 
 static int written(char kind)
 {
-    return kind == 'F' || kind == 'I';
+    return kind == 'F' || kind == 'I' || kind == 'N';
 }
 
 static const char *type_name(char kind)
@@ -79,7 +83,7 @@ static int overlaps_written(KernelObject *self, PyArrayObject *const *arrays, Py
 {
     const char *lo = PyArray_BYTES(a), *hi = lo + PyArray_NBYTES(a);
     for (Py_ssize_t k = 0; k < nargs; ++k) {
-        if (!written(self->kind[k]))
+        if (!written(self->kind[k]) || arrays[k] == NULL)  /* an 'N' array is made after this check */
             continue;
         const char *wlo = PyArray_BYTES(arrays[k]), *whi = wlo + PyArray_NBYTES(arrays[k]);
         if (lo < whi && wlo < hi)
@@ -88,21 +92,29 @@ static int overlaps_written(KernelObject *self, PyArrayObject *const *arrays, Py
     return 0;
 }
 
-/* Check the arguments against the kernel's spec and fill data and dims (see the top of this file).
- * Returns 0, or -1 with TypeError set. */
+/* Check the arguments against the kernel's spec and fill data and dims (see the top of this file). With an
+ * 'N' in the spec, `created` receives the new array (a new reference); callers that cannot return it pass
+ * NULL, and such a kernel is refused. Returns 0, or -1 with an exception set (and nothing created). */
 static int fill_arguments(KernelObject *self, PyObject *const *args, Py_ssize_t nargs, void **data, int64_t *dims,
-                          Scalar *scalars)
+                          Scalar *scalars, PyArrayObject **created)
 {
-    if (nargs != self->nargs) {
-        PyErr_Format(PyExc_TypeError, "kernel takes %zd arguments, got %zd", self->nargs, nargs);
+    Py_ssize_t expected = self->nargs - (self->new_at >= 0);
+    if (self->new_at >= 0 && created == NULL) {
+        PyErr_SetString(PyExc_TypeError, "this kernel returns a new array: call it directly");
+        return -1;
+    }
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "kernel takes %zd arguments, got %zd", expected, nargs);
         return -1;
     }
     PyArrayObject *arrays[MAX_ARGS];
-    for (Py_ssize_t k = 0; k < nargs; ++k) {
-        PyObject *arg = args[k];
+    for (Py_ssize_t k = 0, p = 0; k < self->nargs; ++k) {
         char kind = self->kind[k];
         arrays[k] = NULL;
         dims[3 * k] = dims[3 * k + 1] = dims[3 * k + 2] = 1;
+        if (kind == 'N')
+            continue;  /* made below, once every argument is known to be good */
+        PyObject *arg = args[p++];
         if (kind == 'd') {
             scalars[k].real = PyFloat_AsDouble(arg);
             if (scalars[k].real == -1.0 && PyErr_Occurred())
@@ -112,7 +124,7 @@ static int fill_arguments(KernelObject *self, PyObject *const *args, Py_ssize_t 
         }
         if (kind == 'n') {
             if (!PyLong_Check(arg)) {
-                PyErr_Format(PyExc_TypeError, "kernel argument %zd: expected an int", k);
+                PyErr_Format(PyExc_TypeError, "kernel argument %zd: expected an int", p - 1);
                 return -1;
             }
             scalars[k].integer = PyLong_AsLongLong(arg);
@@ -136,15 +148,28 @@ static int fill_arguments(KernelObject *self, PyObject *const *args, Py_ssize_t 
         continue;
     wrong_type:
         PyErr_Format(PyExc_TypeError, "kernel argument %zd: expected a C-contiguous %s array of %d dimension(s)",
-                     k, type_name(kind), self->ndim[k]);
+                     p - 1, type_name(kind), self->ndim[k]);
         return -1;
     }
-    for (Py_ssize_t k = 0; k < nargs; ++k) {
+    for (Py_ssize_t k = 0; k < self->nargs; ++k) {
         if (arrays[k] != NULL && !written(self->kind[k]) && !PyArray_ISWRITEABLE(arrays[k])
-            && overlaps_written(self, arrays, nargs, arrays[k])) {
-            PyErr_Format(PyExc_TypeError, "kernel argument %zd: a read-only view of memory the kernel writes", k);
+            && overlaps_written(self, arrays, self->nargs, arrays[k])) {
+            PyErr_Format(PyExc_TypeError, "kernel argument %zd: a read-only view of memory the kernel writes",
+                         k - (self->new_at >= 0 && k > self->new_at));
             return -1;
         }
+    }
+    if (self->new_at >= 0) {
+        int k = self->new_at;
+        PyArrayObject *like = arrays[self->new_like];
+        PyArrayObject *array = (PyArrayObject *)PyArray_SimpleNew(PyArray_NDIM(like), PyArray_DIMS(like),
+                                                                  NPY_FLOAT64);
+        if (array == NULL)
+            return -1;
+        data[k] = PyArray_DATA(array);
+        for (int d = 0; d < PyArray_NDIM(like); ++d)
+            dims[3 * k + d] = (int64_t)PyArray_DIMS(like)[d];
+        *created = array;
     }
     return 0;
 }
@@ -164,12 +189,19 @@ static PyObject *kernel_vectorcall(PyObject *callable, PyObject *const *args, si
     void *data[MAX_ARGS];
     int64_t dims[3 * MAX_ARGS];
     Scalar scalars[MAX_ARGS];
-    if (no_keywords(kwnames) < 0 || fill_arguments(self, args, PyVectorcall_NARGS(nargsf), data, dims, scalars) < 0)
+    PyArrayObject *created = NULL;
+    if (no_keywords(kwnames) < 0
+        || fill_arguments(self, args, PyVectorcall_NARGS(nargsf), data, dims, scalars, &created) < 0)
         return NULL;
     int64_t status;
     Py_BEGIN_ALLOW_THREADS
     status = self->fn(data, dims);
     Py_END_ALLOW_THREADS
+    if (created != NULL) {
+        if (status == 0)
+            return (PyObject *)created;
+        Py_DECREF(created);
+    }
     return PyLong_FromLongLong((long long)status);
 }
 
@@ -194,11 +226,24 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     self->fn = (kernel_fn)fn;
     self->nargs = 0;
+    self->new_at = self->new_like = -1;
     self->vectorcall = kernel_vectorcall;
     for (const char *c = spec; *c != '\0'; ++c) {
         if (self->nargs == MAX_ARGS)
             goto bad_spec;
         char kind = *c;
+        if (kind == 'N') {  /* a new array shaped like the earlier array argument c[1] */
+            int like = c[1] - '0';
+            if (self->new_at >= 0 || like < 0 || like >= self->nargs || self->kind[like] == 'd'
+                || self->kind[like] == 'n')
+                goto bad_spec;
+            self->new_at = (int)self->nargs;
+            self->new_like = like;
+            self->kind[self->nargs] = kind;
+            self->ndim[self->nargs++] = self->ndim[like];
+            ++c;
+            continue;
+        }
         if (kind == 'd' || kind == 'n') {
             self->kind[self->nargs] = kind;
             self->ndim[self->nargs++] = 0;
@@ -511,7 +556,7 @@ static PyObject *parallel(PyObject *module, PyObject *const *args, Py_ssize_t na
     int64_t dims[3 * (MAX_ARGS + 1)];
     Scalar scalars[MAX_ARGS];
     Py_ssize_t kernel_nargs = nargs - 3;
-    if (fill_arguments(self, args + 3, kernel_nargs, data, dims, scalars) < 0)
+    if (fill_arguments(self, args + 3, kernel_nargs, data, dims, scalars, NULL) < 0)
         return NULL;
     int64_t range[3] = {0, 0, count};
     data[kernel_nargs] = range;

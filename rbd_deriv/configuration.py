@@ -281,7 +281,7 @@ def _integrate_entry(data, dims):
         return STATUS_INTERNAL
 
 
-_integrate_call = entry(_integrate_kernel, _integrate_entry, "i2f1f1F1")
+_integrate_call = entry(_integrate_kernel, _integrate_entry, "i2f1f1N1")  # returns out (shaped like q)
 
 
 _DIFF_SIG = types.int64(MI_T, types.Array(types.boolean, 1, "C", readonly=True), VEC_T, VEC_T, VEC_T)
@@ -363,16 +363,15 @@ def integrate(model: Model, q, v) -> np.ndarray:
         (nq,) new array.
     """
     try:
-        out = np.empty(model.nq)
+        out = _integrate_call(model.mi, q, v)
+    except TypeError:
+        check_model(model)
+        out = _integrate_call(model.mi, *_converted((q, v), ("q", "v")))
     except AttributeError:
         check_model(model)  # raises InputError for anything but a Model
         raise
-    try:
-        status = _integrate_call(model.mi, q, v, out)
-    except TypeError:
-        status = _integrate_call(model.mi, *_converted((q, v), ("q", "v")), out)
-    if status:
-        raise_for_status(model, status)
+    if type(out) is int:  # the kernel's status
+        raise_for_status(model, out)
     return out
 
 

@@ -10,7 +10,9 @@ dimensions and layout against a spec, passes its data pointer and shape, and rel
 A spec has one letter per argument: ``i``, ``f``, ``b`` for int64, float64 and bool arrays, ``F`` and ``I``
 for a float64 and an int64 array the kernel writes (the workspace, an output; it must be writable), each
 followed by the number of dimensions, ``d`` for a float and ``n`` for an int, e.g. ``"i2f2F1f1"`` for
-``(mi, mf, ws, q)``. A read-only input that
+``(mi, mf, ws, q)``; ``N`` followed by the position j of an earlier array argument for a new float64 array of
+that argument's shape, which the call makes and returns (``"i2f1f1N1"`` for integrate's ``(mi, q, v, out)``:
+called with ``(mi, q, v)``, it returns out, or the kernel's status if that is not 0). A read-only input that
 overlaps a written array (a result view of the same Data given back as an input) is refused, so that the
 wrappers copy it. In the cfunc,
 :func:`arg_int2`, :func:`arg_float1`... rebuild argument k as an array, :func:`arg_double` a float and
@@ -66,10 +68,23 @@ def direct_calls() -> bool:
 
 def entry(kernel, c_entry, spec: str):
     """The callable a public function runs: ``Kernel(c_entry.address, spec)``, or ``kernel`` (the numba
-    dispatcher) when direct calls are off. Both take the same arguments and return the kernel's status."""
-    if not DIRECT_CALLS:
+    dispatcher) when direct calls are off. Both take the same arguments and return the kernel's status.
+
+    A spec with ``N<j>`` (a new array shaped like argument j, see the module's docstring): the callable takes
+    the arguments without it and returns the new array when the kernel returns 0, the status otherwise."""
+    if DIRECT_CALLS:
+        return Kernel(c_entry.address, spec)
+    if "N" not in spec:
         return kernel
-    return Kernel(c_entry.address, spec)
+    at = sum(letter.isalpha() for letter in spec[:spec.index("N")])
+    like = int(spec[spec.index("N") + 1])
+
+    def returning_new(*arguments):
+        new = np.empty(np.shape(arguments[like]))
+        status = kernel(*arguments[:at], new, *arguments[at:])
+        return new if status == 0 else status
+
+    return returning_new
 
 
 @njit(inline="always")

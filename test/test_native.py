@@ -35,7 +35,7 @@ ENTRIES = [
     ("rnea_derivatives", "_rnea_derivatives", "q v a fext"),
     ("aba_derivatives", "_aba_derivatives", "q v a fext"),
     ("linearization", "_linearize", "q v a fext dt"),
-    ("configuration", "_integrate", "mi q v out_q"),
+    ("configuration", "_integrate", "mi q v new_q"),
     ("configuration", "_difference", "mi continuous q q1 out_v"),
     ("configuration", "_dintegrate", "mi q v out_vv out_vv"),
 ]
@@ -55,7 +55,7 @@ def _arguments(model, data, inputs, rng):
     }
     arguments = []
     for name in inputs.split():
-        if name == "out_q":
+        if name in ("out_q", "new_q"):
             arguments.append(np.zeros(model.nq))
         elif name == "out_v":
             arguments.append(np.zeros(model.nv))
@@ -92,7 +92,12 @@ def test_direct_call_equals_dispatcher_call(robot, module_name, stem, inputs):
     data = model.create_data()
     arguments = _arguments(model, data, inputs, robot.rng(stem))
     first = _copies(arguments)
-    status_direct = direct(*first)
+    if "new_" in inputs:  # the entry makes that output and returns it; the dispatcher writes the one given
+        new_at = len(arguments) - len(inputs.split()) + inputs.split().index("new_q")
+        first[new_at] = direct(*first[:new_at], *first[new_at + 1:])
+        status_direct = 0
+    else:
+        status_direct = direct(*first)
     second = _copies(arguments)
     status_dispatcher = dispatcher(*second)
     assert status_direct == status_dispatcher == 0
@@ -374,3 +379,28 @@ for count in (8, 200):
         assert out.returncode == 0, out.stderr
         digests.append(out.stdout.split())
     assert len(digests[0]) == 2 and digests[0] == digests[1]
+
+
+def test_an_entry_can_return_the_array_it_makes(arm):
+    """Spec letter N<j>: the call makes a float64 array shaped like argument j and returns it (status 0), or
+    returns the kernel's status and drops it. integrate's entry is one."""
+    if not native.direct_calls():
+        pytest.skip("the extension is not in use")
+    model, _, q = arm
+    call = configuration._integrate_call
+    v = np.full(model.nv, 0.1)
+    out = call(model.mi, q, v)
+    assert isinstance(out, np.ndarray) and out.shape == q.shape and out.flags.writeable and out.flags.owndata
+    np.testing.assert_array_equal(out, rd.integrate(model, q, v))
+    assert not np.shares_memory(out, call(model.mi, q, v))
+    status = call(model.mi, q[:-1].copy(), v)  # a q of the wrong length: the kernel's status comes back
+    assert type(status) is int and status == kinematics.STATUS_SHAPE * kinematics.STATUS_SCALE
+    with pytest.raises(TypeError, match="arguments"):
+        call(model.mi, q, v, np.empty(model.nq))  # the output is not passed
+    with pytest.raises(TypeError, match="argument 1"):
+        call(model.mi, q.tolist(), v)
+    with pytest.raises(TypeError, match="returns a new array"):
+        native.parallel(call, 1, 1, model.mi, q, v)
+    for spec in ("N0", "f1N1", "f1N0N0", "dN0", "f1N9", "f1N"):
+        with pytest.raises(ValueError):
+            native.Kernel(configuration._integrate_entry.address, spec)
