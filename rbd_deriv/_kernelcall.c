@@ -11,9 +11,10 @@
  *     'i' int64 array, 'f' float64 array, 'b' bool array, each followed by its number of dimensions
  *     (1-3); 'F' and 'I' a float64 and an int64 array the kernel writes (the workspace, an output);
  *     'd' a float (passed as a pointer to a double); 'n' an integer (a pointer to an int64);
- *     'N' followed by the position j of an earlier array argument: a new float64 array of argument j's
- *     shape, which the call allocates (the caller does not pass it) and the kernel writes. A Kernel with an
- *     'N' returns that array when the kernel's status is 0, and the status (an int) otherwise.
+ *     'N' followed by the position j of an earlier argument: a new float64 array of argument j's shape, or
+ *     of length argument j if that is an int ('n'), which the call allocates (the caller does not pass it)
+ *     and the kernel writes. A Kernel with an 'N' returns that array when the kernel's status is 0, and the
+ *     status (an int) otherwise.
  *
  * A call checks every argument against its letter (an ndarray of that dtype, native byte order, aligned,
  * C-contiguous, that many dimensions; writable for 'F'), writes its data pointer into data[k] and its
@@ -160,15 +161,24 @@ static int fill_arguments(KernelObject *self, PyObject *const *args, Py_ssize_t 
         }
     }
     if (self->new_at >= 0) {
-        int k = self->new_at;
-        PyArrayObject *like = arrays[self->new_like];
-        PyArrayObject *array = (PyArrayObject *)PyArray_SimpleNew(PyArray_NDIM(like), PyArray_DIMS(like),
-                                                                  NPY_FLOAT64);
+        int k = self->new_at, ndim = self->ndim[k];
+        npy_intp shape[3];
+        if (self->kind[self->new_like] == 'n') {
+            shape[0] = (npy_intp)scalars[self->new_like].integer;
+            if (shape[0] < 0) {
+                PyErr_Format(PyExc_ValueError, "kernel argument %d: a negative length", self->new_like);
+                return -1;
+            }
+        } else {
+            for (int d = 0; d < ndim; ++d)
+                shape[d] = PyArray_DIMS(arrays[self->new_like])[d];
+        }
+        PyArrayObject *array = (PyArrayObject *)PyArray_SimpleNew(ndim, shape, NPY_FLOAT64);
         if (array == NULL)
             return -1;
         data[k] = PyArray_DATA(array);
-        for (int d = 0; d < PyArray_NDIM(like); ++d)
-            dims[3 * k + d] = (int64_t)PyArray_DIMS(like)[d];
+        for (int d = 0; d < ndim; ++d)
+            dims[3 * k + d] = (int64_t)shape[d];
         *created = array;
     }
     return 0;
@@ -234,13 +244,12 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         char kind = *c;
         if (kind == 'N') {  /* a new array shaped like the earlier array argument c[1] */
             int like = c[1] - '0';
-            if (self->new_at >= 0 || like < 0 || like >= self->nargs || self->kind[like] == 'd'
-                || self->kind[like] == 'n')
+            if (self->new_at >= 0 || like < 0 || like >= self->nargs || self->kind[like] == 'd')
                 goto bad_spec;
             self->new_at = (int)self->nargs;
             self->new_like = like;
             self->kind[self->nargs] = kind;
-            self->ndim[self->nargs++] = self->ndim[like];
+            self->ndim[self->nargs++] = self->kind[like] == 'n' ? 1 : self->ndim[like];
             ++c;
             continue;
         }

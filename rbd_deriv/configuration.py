@@ -308,14 +308,15 @@ def _difference_kernel(mi, continuous, q0, q1, out):
 
 @cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
 def _difference_entry(data, dims):
+    # Arguments (mi, continuous, q0, q1, nv, out): the extension makes out, of length nv, and returns it.
     try:
         return _difference_kernel(arg_int2(data, dims, 0), arg_bool1(data, dims, 1), arg_float1(data, dims, 2),
-                                  arg_float1(data, dims, 3), arg_float1(data, dims, 4))
+                                  arg_float1(data, dims, 3), arg_float1(data, dims, 5))
     except Exception:  # an exception inside a cfunc would come back as status 0
         return STATUS_INTERNAL
 
 
-_difference_call = entry(_difference_kernel, _difference_entry, "i2b1f1f1F1")
+_difference_call = entry(_difference_kernel, _difference_entry, "i2b1f1f1nN4")  # returns out (nv,)
 
 
 _DINT_SIG = types.int64(MI_T, VEC_T, VEC_T, types.Array(types.float64, 2, "C"), types.Array(types.float64, 2, "C"))
@@ -378,16 +379,15 @@ def integrate(model: Model, q, v) -> np.ndarray:
 def difference(model: Model, q0, q1) -> np.ndarray:
     """q1 (-) q0: the tangent vector v (nv,) such that integrate(q0, v) == q1 (continuous joints wrap)."""
     try:
-        out = np.empty(model.nv)
+        out = _difference_call(model.mi, model.continuous, q0, q1, model.nv)
+    except TypeError:
+        check_model(model)
+        out = _difference_call(model.mi, model.continuous, *_converted((q0, q1), ("q0", "q1")), model.nv)
     except AttributeError:
         check_model(model)
         raise
-    try:
-        status = _difference_call(model.mi, model.continuous, q0, q1, out)
-    except TypeError:
-        status = _difference_call(model.mi, model.continuous, *_converted((q0, q1), ("q0", "q1")), out)
-    if status:
-        raise_for_status(model, status, names=("q0", "q1"))
+    if type(out) is int:  # the kernel's status
+        raise_for_status(model, out, names=("q0", "q1"))
     return out
 
 

@@ -12,7 +12,8 @@ for a float64 and an int64 array the kernel writes (the workspace, an output; it
 followed by the number of dimensions, ``d`` for a float and ``n`` for an int, e.g. ``"i2f2F1f1"`` for
 ``(mi, mf, ws, q)``; ``N`` followed by the position j of an earlier array argument for a new float64 array of
 that argument's shape, which the call makes and returns (``"i2f1f1N1"`` for integrate's ``(mi, q, v, out)``:
-called with ``(mi, q, v)``, it returns out, or the kernel's status if that is not 0). A read-only input that
+called with ``(mi, q, v)``, it returns out, or the kernel's status if that is not 0). Argument j may be an int
+(``n``), the length of the new array; the entry skips it, and the numba kernel does not take it. A read-only input that
 overlaps a written array (a result view of the same Data given back as an input) is refused, so that the
 wrappers copy it. In the cfunc,
 :func:`arg_int2`, :func:`arg_float1`... rebuild argument k as an array, :func:`arg_double` a float and
@@ -76,13 +77,22 @@ def entry(kernel, c_entry, spec: str):
         return Kernel(c_entry.address, spec)
     if "N" not in spec:
         return kernel
-    at = sum(letter.isalpha() for letter in spec[:spec.index("N")])
+    letters = [letter for letter in spec if letter.isalpha()]
+    at = letters.index("N")
     like = int(spec[spec.index("N") + 1])
+    if letters[like] == "n":  # a length for the extension only: the kernel does not take it
 
-    def returning_new(*arguments):
-        new = np.empty(np.shape(arguments[like]))
-        status = kernel(*arguments[:at], new, *arguments[at:])
-        return new if status == 0 else status
+        def returning_new(*arguments):
+            new = np.empty(arguments[like])
+            status = kernel(*arguments[:like], *arguments[like + 1:at], new, *arguments[at:])
+            return new if status == 0 else status
+
+    else:
+
+        def returning_new(*arguments):
+            new = np.empty(np.shape(arguments[like]))
+            status = kernel(*arguments[:at], new, *arguments[at:])
+            return new if status == 0 else status
 
     return returning_new
 

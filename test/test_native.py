@@ -18,6 +18,7 @@ import pytest
 
 import rbd_deriv as rd
 from rbd_deriv import native
+from rbd_deriv.testing import assert_close
 
 configuration = importlib.import_module("rbd_deriv.configuration")
 kinematics = importlib.import_module("rbd_deriv.kinematics")
@@ -36,7 +37,7 @@ ENTRIES = [
     ("aba_derivatives", "_aba_derivatives", "q v a fext"),
     ("linearization", "_linearize", "q v a fext dt"),
     ("configuration", "_integrate", "mi q v new_q"),
-    ("configuration", "_difference", "mi continuous q q1 out_v"),
+    ("configuration", "_difference", "mi continuous q q1 new_v"),
     ("configuration", "_dintegrate", "mi q v out_vv out_vv"),
 ]
 
@@ -57,7 +58,7 @@ def _arguments(model, data, inputs, rng):
     for name in inputs.split():
         if name in ("out_q", "new_q"):
             arguments.append(np.zeros(model.nq))
-        elif name == "out_v":
+        elif name in ("out_v", "new_v"):
             arguments.append(np.zeros(model.nv))
         elif name == "out_vv":
             arguments.append(np.zeros((model.nv, model.nv)))
@@ -92,9 +93,13 @@ def test_direct_call_equals_dispatcher_call(robot, module_name, stem, inputs):
     data = model.create_data()
     arguments = _arguments(model, data, inputs, robot.rng(stem))
     first = _copies(arguments)
-    if "new_" in inputs:  # the entry makes that output and returns it; the dispatcher writes the one given
-        new_at = len(arguments) - len(inputs.split()) + inputs.split().index("new_q")
+    if "new_q" in inputs:  # the entry makes that output and returns it; the dispatcher writes the one given
+        new_at = inputs.split().index("new_q")
         first[new_at] = direct(*first[:new_at], *first[new_at + 1:])
+        status_direct = 0
+    elif "new_v" in inputs:  # likewise, of length nv, which the entry takes in its place
+        new_at = inputs.split().index("new_v")
+        first[new_at] = direct(*first[:new_at], model.nv, *first[new_at + 1:])
         status_direct = 0
     else:
         status_direct = direct(*first)
@@ -358,27 +363,32 @@ print(os.waitstatus_to_exitcode(status))
     assert out.stdout.split()[-1] == "0"
 
 
-def test_dispatcher_batches_equal_the_extensions():
-    """With RBD_DERIV_DISPATCHER=1 the batches run on numba (prange or the calling thread): same bytes."""
+def test_dispatcher_batches_equal_the_extensions(tmp_path):
+    """With RBD_DERIV_DISPATCHER=1 the batches run on numba (prange or the calling thread): the same results,
+    to 1e-12 (the same kernels, compiled inside another function: the compiler may fuse other products)."""
     code = """
-import hashlib, numpy as np, rbd_deriv as rd
+import sys, numpy as np, rbd_deriv as rd
 model = rd.load_urdf(rd.bundled_urdf("rbd_arm7"), floating_base=True)
 rng = np.random.default_rng(6)
+results = []
 for count in (8, 200):
-    Q = np.array([rd.random_configuration(model, rng) for _ in range(count)]).reshape(count, model.nq)
+    Q = np.array([rd.random_configuration(model, rng) for _ in range(count)])
     V, U = rng.standard_normal((count, model.nv)), rng.standard_normal((count, model.nv))
-    digest = hashlib.sha256()
-    for x in (*rd.aba_derivatives_batch(model, Q, V, U), *rd.linearize_batch(model, Q, V, U, 0.01)):
-        digest.update(x.tobytes())
-    print(digest.hexdigest())
+    results += [*rd.aba_derivatives_batch(model, Q, V, U), *rd.linearize_batch(model, Q, V, U, 0.01)]
+np.savez(sys.argv[1], *results)
 """
-    digests = []
+    results = []
     for dispatcher in ("0", "1"):
         env = dict(os.environ, RBD_DERIV_DISPATCHER=dispatcher)
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        path = tmp_path / f"dispatcher{dispatcher}.npz"
+        out = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True,
+                             timeout=600)
         assert out.returncode == 0, out.stderr
-        digests.append(out.stdout.split())
-    assert len(digests[0]) == 2 and digests[0] == digests[1]
+        with np.load(path) as arrays:
+            results.append([arrays[key] for key in sorted(arrays.files, key=lambda name: int(name[4:]))])
+    assert len(results[0]) == len(results[1]) == 12
+    for extension, dispatcher in zip(*results):
+        assert_close(extension, dispatcher, rtol=1e-12, what="batch through the dispatcher")
 
 
 def test_an_entry_can_return_the_array_it_makes(arm):
@@ -404,3 +414,19 @@ def test_an_entry_can_return_the_array_it_makes(arm):
     for spec in ("N0", "f1N1", "f1N0N0", "dN0", "f1N9", "f1N"):
         with pytest.raises(ValueError):
             native.Kernel(configuration._integrate_entry.address, spec)
+
+
+def test_an_entry_can_make_an_array_of_a_given_length(arm):
+    """N<j> with argument j an int: a new 1-D array of that length (difference's entry, of length nv)."""
+    if not native.direct_calls():
+        pytest.skip("the extension is not in use")
+    model, _, q = arm
+    call = configuration._difference_call
+    q1 = rd.random_configuration(model, np.random.default_rng(14))
+    out = call(model.mi, model.continuous, q, q1, model.nv)
+    assert isinstance(out, np.ndarray) and out.shape == (model.nv,)
+    np.testing.assert_array_equal(out, rd.difference(model, q, q1))
+    with pytest.raises(ValueError, match="negative length"):
+        call(model.mi, model.continuous, q, q1, -1)
+    with pytest.raises(TypeError, match="argument 4"):
+        call(model.mi, model.continuous, q, q1, float(model.nv))
