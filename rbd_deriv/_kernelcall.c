@@ -11,8 +11,8 @@
  *     'i' int64 array, 'f' float64 array, 'b' bool array, each followed by its number of dimensions
  *     (1-3); 'F' and 'I' a float64 and an int64 array the kernel writes (the workspace, an output);
  *     'd' a float (passed as a pointer to a double); 'n' an integer (a pointer to an int64);
- *     'N' followed by the position j of an earlier argument: a new float64 array of argument j's shape, or
- *     of length argument j if that is an int ('n'), which the call allocates (the caller does not pass it)
+ *     'N' followed by the position j (one digit) of an earlier array or 'n' argument: a new float64 array
+ *     of argument j's shape, or of length argument j if that is an int ('n'), which the call allocates (the caller does not pass it)
  *     and the kernel writes. A Kernel with an 'N' returns that array when the kernel's status is 0, and the
  *     status (an int) otherwise.
  *
@@ -22,7 +22,8 @@
  * array whose memory overlaps a written one (a result view of the same Data given back as an input) is
  * refused too: the kernel would overwrite it while reading it. Shapes are not checked here: the kernels
  * check them and return a status. Anything refused raises TypeError, which the Python wrappers catch to
- * convert (copy) the arguments, as they do for numba's dispatcher.
+ * convert (copy) the arguments, as they do for numba's dispatcher. (An 'n' that sizes an 'N' array and is
+ * negative or too large raises ValueError or OverflowError instead: the wrappers pass model sizes there.)
  *
  * parallel(kernel, count, threads, *arguments) runs a kernel over `count` independent items (the states of
  * a batch) on the calling thread and on up to threads - 1 worker threads of this module; see the part
@@ -37,6 +38,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <time.h>
+#include <sched.h>
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
@@ -335,6 +337,7 @@ static struct {
     pthread_cond_t wake;
     int sleepers;
     int workers;
+    int refused;            /* pthread_create failed once: no more workers are started */
     atomic_ullong state;    /* generation * 2 + (1 while the batch is open) */
     atomic_int active;      /* workers inside the current batch */
     _Atomic double spin_seconds, spin_max_seconds, poll_seconds, steady_seconds, linger_seconds;
@@ -361,12 +364,9 @@ static double now_seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Take items until none is left: one slot, then [begin, begin + 1) at a time. */
-static void run_items(Batch *batch)
+/* Take items until none is left, [begin, begin + 1) at a time, with the workspace of `slot`. */
+static void run_items(Batch *batch, long long slot)
 {
-    long long slot = atomic_fetch_add(&batch->slots, 1);
-    if (slot >= batch->threads)
-        return;
     void *data[MAX_ARGS + 1];
     int64_t range[3] = {slot, 0, 0};
     memcpy(data, batch->data, sizeof(void *) * (size_t)batch->nargs);
@@ -390,8 +390,8 @@ static int batch_is_new(unsigned long long state, unsigned long long seen)
     return state != seen && (state & 1u);
 }
 
-/* Wait until a batch other than `seen` is open; return its state. Times count from the end of the last
- * batch:
+/* Wait until a batch other than `seen` is open; return its state. Times count from the call (the end of
+ * this worker's share of the last batch):
  *   1. spin for spin_seconds, or for spin_hint_seconds if note_batch_start set it longer;
  *   2. look after sleeps of poll_seconds, until steady_seconds or STEADY_BATCHES times the last batch's
  *      duration, whichever is longer (an MPC's next iteration after its QP solve; the next long batch);
@@ -445,8 +445,11 @@ static void *worker_main(void *arg)
         unsigned long long state = wait_for_batch(seen);
         seen = state;
         atomic_fetch_add(&pool.active, 1);
-        if (atomic_load(&pool.state) == state)
-            run_items(&pool.batch);
+        if (atomic_load(&pool.state) == state) {
+            long long slot = atomic_fetch_add(&pool.batch.slots, 1);  /* slot 0 is the caller's */
+            if (slot < pool.batch.threads)
+                run_items(&pool.batch, slot);
+        }
         atomic_fetch_sub(&pool.active, 1);
     }
     return NULL;
@@ -458,7 +461,7 @@ static void start_workers(int wanted)
 {
     if (wanted > MAX_WORKERS)
         wanted = MAX_WORKERS;
-    if (pool.workers >= wanted)
+    if (pool.workers >= wanted || pool.refused)
         return;
     sigset_t all, old;
     sigfillset(&all);
@@ -469,8 +472,10 @@ static void start_workers(int wanted)
     while (pool.workers < wanted) {
         pthread_t thread;
         void *seen = (void *)(uintptr_t)atomic_load(&pool.state);
-        if (pthread_create(&thread, &attr, worker_main, seen) != 0)
+        if (pthread_create(&thread, &attr, worker_main, seen) != 0) {
+            pool.refused = 1;  /* the system refuses threads: do with these, and stop asking */
             break;
+        }
         ++pool.workers;
     }
     pthread_attr_destroy(&attr);
@@ -513,7 +518,7 @@ static int64_t run_batch(kernel_fn fn, Py_ssize_t nargs, void **data, int64_t *d
     batch->count = count;
     batch->threads = threads;
     atomic_store(&batch->next, 0);
-    atomic_store(&batch->slots, 0);
+    atomic_store(&batch->slots, 1);
     atomic_store(&batch->failed, 0);
     unsigned long long open = (atomic_load(&pool.state) | 1u) + 2u;
     atomic_store(&pool.state, open);
@@ -523,10 +528,14 @@ static int64_t run_batch(kernel_fn fn, Py_ssize_t nargs, void **data, int64_t *d
     pthread_mutex_unlock(&pool.lock);
     double start = now_seconds();
     note_batch_start(start);
-    run_items(batch);
+    run_items(batch, 0);
     atomic_store(&pool.state, open & ~1ull);
-    while (atomic_load(&pool.active) != 0)
+    /* A worker inside finishes its item; one that was descheduled there gets this CPU after a while. */
+    for (unsigned spins = 1; atomic_load(&pool.active) != 0; ++spins) {
         CPU_RELAX();
+        if ((spins & 4095u) == 0)
+            sched_yield();
+    }
     atomic_store(&pool.last_batch_seconds, now_seconds() - start);
     return (int64_t)atomic_load(&batch->failed);
 }
@@ -539,6 +548,7 @@ static void pool_after_fork_in_child(void)
     pthread_cond_init(&pool.wake, NULL);
     pool.sleepers = 0;
     pool.workers = 0;
+    pool.refused = 0;
     memset(pool.starts, 0, sizeof pool.starts);
     atomic_store(&pool.active, 0);
 }
@@ -619,7 +629,8 @@ static PyObject *worker_count(PyObject *module, PyObject *unused)
 static PyMethodDef kernelcall_methods[] = {
     {"parallel", (PyCFunction)(void (*)(void))parallel, METH_FASTCALL,
      "parallel(kernel, count, threads, *arguments) -> status: the kernel over count items on the calling "
-     "thread and up to threads - 1 workers (0, or the first nonzero status of a kernel call)."},
+     "thread and up to threads - 1 workers (0, or a nonzero status of a kernel call: the first in time, "
+     "not necessarily that of the lowest item)."},
     {"set_worker_wait", (PyCFunction)(void (*)(void))set_worker_wait, METH_FASTCALL,
      "set_worker_wait(spin_seconds, spin_max_seconds, poll_seconds, steady_seconds, linger_seconds): idle "
      "workers spin (up to spin_max_seconds while batches keep coming), then look every poll_seconds until "

@@ -10,6 +10,9 @@ states are handed out one by one, so a batch is never held up by a worker that i
 workers spin, then poll, then sleep (``constants.BATCH_WORKER_*``): batches that come back to back run on
 all threads, and a lone batch (a controller's tick) does not pay for waking a worker. Without it, numba's ``prange``
 serves, and only batches of at least ``constants.PARALLEL_MIN_WORK`` (states x dofs) go to its threads.
+
+The extension's workers live as long as the process: after a batch, the process has threads, and
+``os.fork()`` then warns on Python 3.12 and later (a child forked anyway runs its batches on its own).
 """
 
 from __future__ import annotations

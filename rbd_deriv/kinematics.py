@@ -354,7 +354,8 @@ def raise_for_status(model: Model, status: int, names=ARGUMENT_NAMES) -> None:
     if status == STATUS_WORKSPACE:
         raise InputError("data: not a workspace of this model (use model.create_data())", "data")
     if status == STATUS_INTERNAL:
-        raise RuntimeError("rbd_deriv: a kernel failed internally (workspace view out of bounds); please report")
+        raise RuntimeError("rbd_deriv: a kernel failed internally (a workspace view or a batch's slot out of"
+                           " bounds); please report")
     kind, detail = divmod(int(status), STATUS_SCALE)
     if kind in (STATUS_QUATERNION, STATUS_QUATERNION_SECOND):
         name = model.joint_names[detail - 1]
@@ -381,7 +382,7 @@ def as_input_array(x, name: str, ndim: int) -> np.ndarray:
         raise InputError(f"{name}: expected an array of numbers ({err})", name) from err
     if complex_values:
         raise InputError(f"{name}: expected real numbers, got complex values", name)
-    if not array.flags.writeable:
+    if not (array.flags.writeable and array.flags.aligned):  # the kernels refuse both
         array = array.copy()
     if array.ndim != ndim:
         raise InputError(f"{name}: expected a {ndim}-D array, got shape {array.shape}", name)

@@ -90,7 +90,10 @@ def entry(kernel, c_entry, spec: str):
     else:
 
         def returning_new(*arguments):
-            new = np.empty(np.shape(arguments[like]))
+            try:
+                new = np.empty(np.shape(arguments[like]))
+            except ValueError as err:  # a ragged list: refused like any argument of the wrong type
+                raise TypeError(f"argument {like}: {err}") from err
             status = kernel(*arguments[:at], new, *arguments[at:])
             return new if status == 0 else status
 

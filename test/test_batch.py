@@ -154,14 +154,22 @@ def test_a_bad_state_is_named_whichever_thread_meets_it(small_robot):
 
 
 def test_read_only_and_strided_states_are_taken(small_robot):
-    """Read-only states are read in place; strided ones are copied; both give the contiguous result."""
+    """Read-only states are read in place; strided and unaligned ones are copied; all give the contiguous
+    result."""
     model = small_robot.model
     Q, V, U = _batch(small_robot, 12)
     expected = rd.linearize_batch(model, Q[::2].copy(), V[::2].copy(), U[::2].copy(), 0.01)
     frozen = [x[::2].copy() for x in (Q, V, U)]
     for x in frozen:
         x.flags.writeable = False
-    for states in (frozen, (Q[::2], V[::2], U[::2])):
+    unaligned = []
+    for x in (Q[::2], V[::2], U[::2]):
+        raw = np.zeros(x.nbytes + 1, dtype=np.uint8)
+        view = np.frombuffer(raw.data, dtype=np.float64, count=x.size, offset=1).reshape(x.shape)
+        view[...] = x
+        assert not view.flags.aligned
+        unaligned.append(view)
+    for states in (frozen, (Q[::2], V[::2], U[::2]), unaligned):
         got = rd.linearize_batch(model, *states, 0.01)
         for a, b in zip(got, expected):
             np.testing.assert_array_equal(a, b)
