@@ -23,7 +23,7 @@ import weakref
 
 import numba
 import numpy as np
-from numba import cfunc, njit, prange, types
+from numba import cfunc, njit, prange
 
 from rbd_deriv import constants
 from rbd_deriv.aba import STATUS_SINGULAR, aba_into, raise_for_dynamics_status
@@ -31,9 +31,6 @@ from rbd_deriv.aba_derivatives import aba_derivatives_into
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.kinematics import (
     FK_DERIVATIVES,
-    MAT_T,
-    MF_T,
-    MI_T,
     STATUS_WORKSPACE,
     as_input_array,
     check_inputs,
@@ -124,10 +121,6 @@ def _one_state(mi, mf, ws, q, v, x, dt, op, out1, out2, out3):
     return 0
 
 
-_BATCH_SIG = types.void(MI_T, MF_T, MAT_T, MAT_T, MAT_T, MAT_T, types.float64, types.int64, MAT_T, MAT_T, MAT_T,
-                        types.Array(types.int64, 1, "C"))
-
-
 @njit(**_NJIT)
 def _state_range(mi, mf, ws, Q, V, X, dt, op, out1, out2, out3, status, begin, end, step):
     """States begin, begin + step, ... before end; each one's status into status[k]. Returns the first
@@ -140,10 +133,12 @@ def _state_range(mi, mf, ws, Q, V, X, dt, op, out1, out2, out3, status, begin, e
     return failed
 
 
-@njit(_BATCH_SIG, parallel=True, cache=True)
+@njit(parallel=True, cache=True)
 def _batch_kernel(mi, mf, workspaces, Q, V, X, dt, op, out1, out2, out3, status):
-    # The prange body only hands a thread its states: the work runs in an ordinary compiled function,
-    # which the parallel transformation leaves alone (inlined into the parallel body it ran ~6x slower).
+    # Only without the extension: compiled at its first call, not at import (about half of this module's
+    # compile time). The prange body only hands a thread its states: the work runs in an ordinary compiled
+    # function, which the parallel transformation leaves alone (inlined into the parallel body it ran ~6x
+    # slower).
     threads = workspaces.shape[0]
     for t in prange(threads):
         _state_range(mi, mf, workspaces[t], Q, V, X, dt, op, out1, out2, out3, status, t, Q.shape[0], threads)
