@@ -12,9 +12,9 @@
  *     (1-3); 'F' and 'I' a float64 and an int64 array the kernel writes (the workspace, an output);
  *     'd' a float (passed as a pointer to a double); 'n' an integer (a pointer to an int64);
  *     'N' followed by the position j (one digit) of an earlier array or 'n' argument: a new float64 array
- *     of argument j's shape, or of length argument j if that is an int ('n'), which the call allocates (the caller does not pass it)
- *     and the kernel writes. A Kernel with an 'N' returns that array when the kernel's status is 0, and the
- *     status (an int) otherwise.
+ *     of argument j's shape, or of length argument j if that is an int ('n'), which the call allocates
+ *     (the caller does not pass it) and the kernel writes. A Kernel with an 'N' returns that array when
+ *     the kernel's status is 0, and the status (an int) otherwise.
  *
  * A call checks every argument against its letter (an ndarray of that dtype, native byte order, aligned,
  * C-contiguous, that many dimensions; writable for 'F'), writes its data pointer into data[k] and its
@@ -299,7 +299,8 @@ static PyTypeObject KernelType = {
  *
  * The workers (threads - 1 of them at most, started on first use and kept) spin for a while after a batch,
  * so that batches that keep coming find them awake, then poll, then sleep on a condition variable (see
- * note_batch_start and wait_for_batch; the times are rbd_deriv.constants.BATCH_WORKER_*). One batch runs over the workers at a time; a concurrent call runs on its own thread.
+ * note_batch_start and wait_for_batch; the times are rbd_deriv.constants.BATCH_WORKER_*). One batch runs
+ * over the workers at a time; a concurrent call runs on its own thread.
  *
  * A batch is published as a new value of `state` (generation * 2 + 1, "open") and closed by clearing the
  * low bit. A worker joins by incrementing `active` and reading `state` again; the caller, having closed the
@@ -327,7 +328,7 @@ typedef struct {
     int64_t *dims;
     int64_t count, threads;
     atomic_llong next;    /* next item to hand out */
-    atomic_llong slots;   /* next workspace slot */
+    atomic_llong slots;   /* next workspace slot for a worker (slot 0 is the caller's) */
     atomic_llong failed;  /* first nonzero status a kernel call returned */
 } Batch;
 

@@ -10,14 +10,14 @@ dimensions and layout against a spec, passes its data pointer and shape, and rel
 A spec has one letter per argument: ``i``, ``f``, ``b`` for int64, float64 and bool arrays, ``F`` and ``I``
 for a float64 and an int64 array the kernel writes (the workspace, an output; it must be writable), each
 followed by the number of dimensions, ``d`` for a float and ``n`` for an int, e.g. ``"i2f2F1f1"`` for
-``(mi, mf, ws, q)``; ``N`` followed by the position j of an earlier array argument for a new float64 array of
-that argument's shape, which the call makes and returns (``"i2f1f1N1"`` for integrate's ``(mi, q, v, out)``:
-called with ``(mi, q, v)``, it returns out, or the kernel's status if that is not 0). Argument j may be an int
-(``n``), the length of the new array; the entry skips it, and the numba kernel does not take it. A read-only input that
-overlaps a written array (a result view of the same Data given back as an input) is refused, so that the
-wrappers copy it. In the cfunc,
-:func:`arg_int2`, :func:`arg_float1`... rebuild argument k as an array, :func:`arg_double` a float and
-:func:`arg_int` an int.
+``(mi, mf, ws, q)``. ``N`` followed by the position j of an earlier argument is a new float64 array of that
+argument's shape, which the call makes and returns: ``"i2f1f1N1"`` for integrate's ``(mi, q, v, out)`` is
+called with ``(mi, q, v)`` and returns out, or the kernel's status if that is not 0. Argument j may be an int
+(``n``), the length of the new array; the entry skips it, and the numba kernel does not take it.
+
+A read-only input that overlaps a written array (a result view of the same Data given back as an input) is
+refused, so that the wrappers copy it. In the cfunc, :func:`arg_int2`, :func:`arg_float1`... rebuild argument
+k as an array, :func:`arg_double` a float and :func:`arg_int` an int.
 
 Batches: ``parallel(kernel, count, threads, *arguments)`` (from the extension) runs a kernel over ``count``
 independent items on the calling thread and up to ``threads - 1`` worker threads; the kernel receives one
@@ -55,7 +55,7 @@ ENTRY_OPTIONS = dict(cache=True, nogil=True)
 STATUS_INTERNAL = 7_000_000
 """Status of a C entry whose kernel raised (numba would otherwise report a cfunc's exception as status 0).
 The kernels check their inputs and return statuses; this is for their internal guards (a workspace view out
-of bounds)."""
+of bounds, a batch's slot or rows that do not fit its arrays)."""
 
 
 DIRECT_CALLS = Kernel is not None and os.environ.get("RBD_DERIV_DISPATCHER", "") in ("", "0")
