@@ -17,10 +17,10 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError  # noqa: E402
-from rbd_deriv.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE, bundled_urdf  # noqa: E402
-from rbd_deriv.model import Data, Model, load_urdf  # noqa: E402
-from rbd_deriv.kinematics import forward_kinematics, frame_placement  # noqa: E402
-from rbd_deriv.configuration import (  # noqa: E402
+from rbd_deriv.core.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE, bundled_urdf  # noqa: E402
+from rbd_deriv.core.model import Data, Model, load_urdf  # noqa: E402
+from rbd_deriv.core.kinematics import forward_kinematics, frame_placement  # noqa: E402
+from rbd_deriv.core.configuration import (  # noqa: E402
     difference,
     dintegrate_dq,
     dintegrate_dv,
@@ -28,14 +28,14 @@ from rbd_deriv.configuration import (  # noqa: E402
     neutral,
     random_configuration,
 )
-from rbd_deriv.rnea import gravity_torques, nonlinear_effects, rnea  # noqa: E402
-from rbd_deriv.crba import crba  # noqa: E402
-from rbd_deriv.aba import aba  # noqa: E402
-from rbd_deriv.minverse import minverse  # noqa: E402
-from rbd_deriv.rnea_derivatives import rnea_derivatives  # noqa: E402
-from rbd_deriv.aba_derivatives import aba_derivatives  # noqa: E402
-from rbd_deriv.linearization import linearize  # noqa: E402
-from rbd_deriv.batch import (  # noqa: E402
+from rbd_deriv.core.rnea import gravity_torques, nonlinear_effects, rnea  # noqa: E402
+from rbd_deriv.core.crba import crba  # noqa: E402
+from rbd_deriv.core.aba import aba  # noqa: E402
+from rbd_deriv.core.minverse import minverse  # noqa: E402
+from rbd_deriv.core.rnea_derivatives import rnea_derivatives  # noqa: E402
+from rbd_deriv.core.aba_derivatives import aba_derivatives  # noqa: E402
+from rbd_deriv.core.linearization import linearize  # noqa: E402
+from rbd_deriv.core.batch import (  # noqa: E402
     aba_batch,
     aba_derivatives_batch,
     linearize_batch,

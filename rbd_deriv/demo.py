@@ -195,7 +195,7 @@ def publish_reference_only(duration: float) -> int:
 
     import rbd_deriv as rd
     from rbd_deriv.control import SinusoidReference
-    from rbd_deriv.urdf import bundled_urdf
+    from rbd_deriv import bundled_urdf
 
     joint_names = list(rd.load_urdf(str(bundled_urdf("rbd_arm7"))).joint_names)
     rclpy.init()
@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import rbd_deriv as rd
     from rbd_deriv.control import SinusoidReference
-    from rbd_deriv.urdf import bundled_urdf
+    from rbd_deriv import bundled_urdf
 
     urdf = str(bundled_urdf("rbd_arm7"))
     model = rd.load_urdf(urdf)

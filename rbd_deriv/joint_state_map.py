@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from rbd_deriv import constants
+from rbd_deriv.core import constants
 from rbd_deriv.exceptions import InputError
 
 __all__ = ["FREE_FLYER_JOINT", "JointStateError", "JointStateMap", "REASONS", "velocity_names"]

@@ -86,7 +86,7 @@ def test_workspaces_are_reused_and_never_shared(small_robot):
     import importlib
     import threading
 
-    batch = importlib.import_module("rbd_deriv.batch")
+    batch = importlib.import_module("rbd_deriv.core.batch")
     model = small_robot.model
     Q, V, U = _batch(small_robot, 8)
     expected = [rd.aba_derivatives_batch(model, Q, V, U)]

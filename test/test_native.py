@@ -1,4 +1,4 @@
-"""Direct kernel calls (rbd_deriv.native and the C extension rbd_deriv._kernelcall).
+"""Direct kernel calls (rbd_deriv.core.calling and the C extension rbd_deriv._kernelcall).
 
 Each public function calls its kernel through a C entry when the extension is built. These tests check that
 the installed package has it, that a call through the C entry leaves exactly the same workspace and status as
@@ -20,8 +20,8 @@ import rbd_deriv as rd
 from rbd_deriv import native
 from rbd_deriv.testing import assert_close
 
-configuration = importlib.import_module("rbd_deriv.configuration")
-kinematics = importlib.import_module("rbd_deriv.kinematics")
+configuration = importlib.import_module("rbd_deriv.core.configuration")
+kinematics = importlib.import_module("rbd_deriv.core.kinematics")
 
 # (module, stem, inputs): the kernel is <stem>_kernel, its C entry's callable <stem>_call; inputs names what
 # follows (mi, mf, ws) for the model kernels, or the whole argument list for the configuration kernels.
@@ -190,7 +190,7 @@ def test_entry_checks_its_argument_count_and_float_arguments(arm):
     model, data, q = arm
     with pytest.raises(TypeError, match="takes 4 arguments"):
         kinematics._forward_kinematics_call(model.mi, model.mf, data.ws)
-    linearize_call = importlib.import_module("rbd_deriv.linearization")._linearize_call
+    linearize_call = importlib.import_module("rbd_deriv.core.linearization")._linearize_call
     zero = np.zeros(model.nv)
     with pytest.raises(TypeError):
         linearize_call(model.mi, model.mf, data.ws, q, zero, zero, data._zero_fext, "0.01")
@@ -210,7 +210,7 @@ def test_kernel_objects_refuse_bad_specs_and_addresses():
 
 def test_dispatcher_can_be_asked_for():
     """RBD_DERIV_DISPATCHER=1 at import: the public functions run the numba kernels themselves."""
-    code = ("import importlib, rbd_deriv.native as n; k = importlib.import_module('rbd_deriv.kinematics'); "
+    code = ("import importlib, rbd_deriv.core.calling as n; k = importlib.import_module('rbd_deriv.core.kinematics'); "
             "print(n.direct_calls(), k._forward_kinematics_call is k._forward_kinematics_kernel)")
     env = dict(os.environ, RBD_DERIV_DISPATCHER="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
@@ -235,7 +235,7 @@ def test_results_given_back_as_inputs_are_copied_first():
         np.testing.assert_array_equal(a, b)
     if native.direct_calls():
         with pytest.raises(TypeError, match="read-only view"):
-            importlib.import_module("rbd_deriv.linearization")._linearize_call(
+            importlib.import_module("rbd_deriv.core.linearization")._linearize_call(
                 model.mi, model.mf, data.ws, q, data.ddq, tau, data._zero_fext, 0.01)
 
 
@@ -255,7 +255,7 @@ def test_an_error_inside_a_kernel_is_not_reported_as_success(arm):
     if not native.direct_calls():
         pytest.skip("the extension is not in use")
     model, data, q = arm
-    from rbd_deriv.model import MI_OFFSETS, REGION_INDEX
+    from rbd_deriv.core.model import MI_OFFSETS, REGION_INDEX
 
     broken = model.mi.copy()
     broken[0, MI_OFFSETS + REGION_INDEX["oMi"]] = data.ws.shape[0]  # the placements' view would end past ws
@@ -265,9 +265,9 @@ def test_an_error_inside_a_kernel_is_not_reported_as_success(arm):
         kinematics.raise_for_status(model, status)
 
 
-# ---- batches over the extension's worker threads (native.parallel, used by rbd_deriv.batch) ----
+# ---- batches over the extension's worker threads (native.parallel, used by rbd_deriv.core.batch) ----
 
-batch = importlib.import_module("rbd_deriv.batch")
+batch = importlib.import_module("rbd_deriv.core.batch")
 
 
 def _batch_arguments(model, count, threads, rng):

@@ -42,7 +42,7 @@ from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.joint_state_map import JointStateError, JointStateMap
 from rbd_deriv.msg import Linearization
 from rbd_deriv.nodes.spin import PolledSubscription, newest_covering, run_node
-from rbd_deriv.urdf import bundled_urdf
+from rbd_deriv import bundled_urdf
 
 #: Solve times kept for the percentiles of the diagnostics.
 STATISTICS_WINDOW = 2000

@@ -18,11 +18,11 @@ import math
 
 from numba import cfunc, njit, types
 
-from rbd_deriv.aba import STATUS_SINGULAR, raise_for_dynamics_status
-from rbd_deriv.aba_derivatives import aba_derivatives_into
-from rbd_deriv.configuration import dintegrate_into, integrate_into
+from rbd_deriv.core.aba import STATUS_SINGULAR, raise_for_dynamics_status
+from rbd_deriv.core.aba_derivatives import aba_derivatives_into
+from rbd_deriv.core.configuration import dintegrate_into, integrate_into
 from rbd_deriv.exceptions import InputError
-from rbd_deriv.kinematics import (
+from rbd_deriv.core.kinematics import (
     MAT_T,
     MF_T,
     MI_T,
@@ -32,9 +32,9 @@ from rbd_deriv.kinematics import (
     check_inputs,
     foreign_workspace,
 )
-from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, Data, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, arg_double, dynamics_arrays, entry
-from rbd_deriv.spatial import (
+from rbd_deriv.core.model import MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, Data, Model
+from rbd_deriv.core.calling import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, arg_double, dynamics_arrays, entry
+from rbd_deriv.core.spatial import (
     _NJIT,
     R_A,
     R_B,
@@ -49,7 +49,7 @@ from rbd_deriv.spatial import (
     region1,
     region2,
 )
-from rbd_deriv.urdf import JOINT_FREEFLYER
+from rbd_deriv.core.urdf import JOINT_FREEFLYER
 
 
 @njit(**_NJIT)

@@ -5,7 +5,7 @@ state at a time; each thread owns one workspace, so the per-state work is exactl
 functions and the results are identical to them. Outputs are new arrays.
 
 Threads: ``numba.get_num_threads()`` of them at most (``NUMBA_NUM_THREADS``, ``numba.set_num_threads``).
-With the C extension (rbd_deriv.native), the workers are the extension's: the caller takes part and the
+With the C extension (rbd_deriv.core.calling), the workers are the extension's: the caller takes part and the
 states are handed out one by one, so a batch is never held up by a worker that is slow to wake. Idle
 workers spin, then poll, then sleep (``constants.BATCH_WORKER_*``): batches that come back to back run on
 all threads, and a lone batch (a controller's tick) does not pay for waking a worker. Without it, numba's ``prange``
@@ -25,11 +25,11 @@ import numba
 import numpy as np
 from numba import cfunc, njit, prange
 
-from rbd_deriv import constants
-from rbd_deriv.aba import STATUS_SINGULAR, aba_into, raise_for_dynamics_status
-from rbd_deriv.aba_derivatives import aba_derivatives_into
+from rbd_deriv.core import constants
+from rbd_deriv.core.aba import STATUS_SINGULAR, aba_into, raise_for_dynamics_status
+from rbd_deriv.core.aba_derivatives import aba_derivatives_into
 from rbd_deriv.exceptions import InputError
-from rbd_deriv.kinematics import (
+from rbd_deriv.core.kinematics import (
     FK_DERIVATIVES,
     STATUS_WORKSPACE,
     as_input_array,
@@ -38,9 +38,9 @@ from rbd_deriv.kinematics import (
     foreign_workspace,
     forward_pass,
 )
-from rbd_deriv.linearization import check_time_step, linearize_into
-from rbd_deriv.model import MI_NJ, MI_NQTOT, MI_NVTOT, Data, Model
-from rbd_deriv.native import (
+from rbd_deriv.core.linearization import check_time_step, linearize_into
+from rbd_deriv.core.model import MI_NJ, MI_NQTOT, MI_NVTOT, Data, Model
+from rbd_deriv.core.calling import (
     DIRECT_CALLS,
     ENTRY_OPTIONS,
     ENTRY_SIG,
@@ -55,9 +55,9 @@ from rbd_deriv.native import (
     parallel,
     set_worker_wait,
 )
-from rbd_deriv.rnea import rnea_into
-from rbd_deriv.rnea_derivatives import rnea_derivatives_into
-from rbd_deriv.spatial import (
+from rbd_deriv.core.rnea import rnea_into
+from rbd_deriv.core.rnea_derivatives import rnea_derivatives_into
+from rbd_deriv.core.spatial import (
     _NJIT,
     R_A,
     R_B,

@@ -19,9 +19,9 @@ import math
 import numpy as np
 from numba import cfunc, njit, types
 
-from rbd_deriv import constants
+from rbd_deriv.core import constants
 from rbd_deriv.exceptions import InputError
-from rbd_deriv.kinematics import (
+from rbd_deriv.core.kinematics import (
     MI_T,
     STATUS_QUATERNION_SECOND,
     STATUS_SCALE,
@@ -32,8 +32,8 @@ from rbd_deriv.kinematics import (
     check_vector,
     raise_for_status,
 )
-from rbd_deriv.model import MI_IDX_Q, MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, Model
-from rbd_deriv.native import (
+from rbd_deriv.core.model import MI_IDX_Q, MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, Model
+from rbd_deriv.core.calling import (
     ENTRY_OPTIONS,
     ENTRY_SIG,
     STATUS_INTERNAL,
@@ -43,8 +43,8 @@ from rbd_deriv.native import (
     arg_int2,
     entry,
 )
-from rbd_deriv.spatial import _NJIT
-from rbd_deriv.urdf import JOINT_FREEFLYER
+from rbd_deriv.core.spatial import _NJIT
+from rbd_deriv.core.urdf import JOINT_FREEFLYER
 
 _SMALL = constants.SMALL_ANGLE
 _SMALL_Q = constants.SMALL_ANGLE_JACOBIAN

@@ -7,7 +7,7 @@ A motion m = (v, w) and a force f = (f, n) are 6-vectors: linear part first. The
     (f xbar*) m = m x* f                                 the swapped operator of Singh et al. (IDSVA)
 
 Functions write into an ``out`` argument and never allocate, so they can run inside the per-joint loops.
-Also here: workspace views (regions of ``data.ws`` laid out by :mod:`rbd_deriv.model`).
+Also here: workspace views (regions of ``data.ws`` laid out by :mod:`rbd_deriv.core.model`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
-from rbd_deriv.model import MI_OFFSETS, REGION_INDEX
+from rbd_deriv.core.model import MI_OFFSETS, REGION_INDEX
 
 _NJIT = dict(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"}, error_model="numpy")
 

@@ -21,7 +21,7 @@ k as an array, :func:`arg_double` a float and :func:`arg_int` an int.
 
 Batches: ``parallel(kernel, count, threads, *arguments)`` (from the extension) runs a kernel over ``count``
 independent items on the calling thread and up to ``threads - 1`` worker threads; the kernel receives one
-more argument, :func:`arg_items`: its workspace slot and the range of items to do. See rbd_deriv.batch.
+more argument, :func:`arg_items`: its workspace slot and the range of items to do. See rbd_deriv.core.batch.
 
 Where the extension is not built (a source tree used without ``pip install``), or with the environment
 variable ``RBD_DERIV_DISPATCHER=1``, :func:`entry` returns the numba kernel itself: same results, slower

@@ -4,8 +4,8 @@ Carpentier & Mansard (RSS 2018, sec. IV): since tau = ID(q, v, FD(q, v, tau)), d
 
     dFD/dq = -M^-1 dID/dq |_(a = ddq),     dFD/dv = -M^-1 dID/dv |_(a = ddq),     dFD/dtau = M^-1
 
-so one ABA (ddq), one IDSVA pass at a = ddq (:mod:`rbd_deriv.rnea_derivatives`) and the dedicated M^-1
-algorithm (:mod:`rbd_deriv.minverse`, reusing ABA's articulated inertias, which do not depend on v or tau)
+so one ABA (ddq), one IDSVA pass at a = ddq (:mod:`rbd_deriv.core.rnea_derivatives`) and the dedicated M^-1
+algorithm (:mod:`rbd_deriv.core.minverse`, reusing ABA's articulated inertias, which do not depend on v or tau)
 give all three. The product M^-1 [dID/dq, dID/dv] is one dense (nv x nv)(nv x 2nv) multiplication (DMM of
 Singh et al.), through BLAS from BLAS_MIN_SIZE dofs and in plain loops below, where the call overhead of BLAS
 would dominate. Their ABA-zero alternative (AZA, a tree sweep per column) is not implemented.
@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cfunc, njit, types
 
-from rbd_deriv.aba import STATUS_SINGULAR, aba_into, raise_for_dynamics_status
-from rbd_deriv.kinematics import (
+from rbd_deriv.core.aba import STATUS_SINGULAR, aba_into, raise_for_dynamics_status
+from rbd_deriv.core.kinematics import (
     MAT_T,
     MF_T,
     MI_T,
@@ -29,11 +29,11 @@ from rbd_deriv.kinematics import (
     foreign_workspace,
     motion_sets,
 )
-from rbd_deriv.minverse import minverse_from_articulated
-from rbd_deriv.model import MI_NVTOT, Data, Model
-from rbd_deriv.rnea_derivatives import rnea_derivatives_into
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
-from rbd_deriv.spatial import _NJIT, R_DDDQ, R_DDQ, R_DTAU, R_M, R_MINV, R_TAU, region1, region2
+from rbd_deriv.core.minverse import minverse_from_articulated
+from rbd_deriv.core.model import MI_NVTOT, Data, Model
+from rbd_deriv.core.rnea_derivatives import rnea_derivatives_into
+from rbd_deriv.core.calling import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
+from rbd_deriv.core.spatial import _NJIT, R_DDDQ, R_DDQ, R_DTAU, R_M, R_MINV, R_TAU, region1, region2
 
 #: Below this size the product runs in plain loops; above, BLAS (its call overhead no longer dominates).
 BLAS_MIN_SIZE = 16

@@ -1,6 +1,6 @@
 """Articulated-body algorithm (forward dynamics), world frame.
 
-Featherstone, RBDA sec. 7.3, written on the world-frame quantities of :mod:`rbd_deriv.kinematics`
+Featherstone, RBDA sec. 7.3, written on the world-frame quantities of :mod:`rbd_deriv.core.kinematics`
 (no frame changes between bodies):
 
     forward:   v_i, c_i = Sdot_i qd_i;  I^A_i = I_i;  p^A_i = v_i x* I_i v_i - f^ext_i
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cfunc, njit, types
 
-from rbd_deriv.kinematics import (
+from rbd_deriv.core.kinematics import (
     STATUS_WORKSPACE,
     foreign_workspace,
     MAT_T,
@@ -28,9 +28,9 @@ from rbd_deriv.kinematics import (
     forward_pass,
     raise_for_status,
 )
-from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
-from rbd_deriv.spatial import (
+from rbd_deriv.core.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
+from rbd_deriv.core.calling import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
+from rbd_deriv.core.spatial import (
     _NJIT,
     copy_6x6_set,
     R_C,

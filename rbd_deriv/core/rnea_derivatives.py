@@ -2,7 +2,7 @@
 
 IDSVA, Algorithm 1 of Singh, Russell & Wensing ("Efficient Analytical Derivatives of Rigid-Body Dynamics using
 Spatial Vector Algebra"), all quantities in the world frame. After the forward pass of
-:mod:`rbd_deriv.kinematics` (v_i, a_i, S_i, Sdot_i, Psid_i, Psidd_i), per body:
+:mod:`rbd_deriv.core.kinematics` (v_i, a_i, S_i, Sdot_i, Psid_i, Psidd_i), per body:
 
     I^C_i = I_i,   B^C_i = 1/2 [(v_i x*) I_i - I_i (v_i x) + (I_i v_i) xbar*],   f^C_i = I_i a_i + v_i x* I_i v_i - f^ext_i
 
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from numba import cfunc, njit, types
 
-from rbd_deriv.crba import symmetrize_upper
-from rbd_deriv.kinematics import (
+from rbd_deriv.core.crba import symmetrize_upper
+from rbd_deriv.core.kinematics import (
     FK_DERIVATIVES,
     MAT_T,
     MF_T,
@@ -40,10 +40,10 @@ from rbd_deriv.kinematics import (
     forward_pass,
     raise_for_status,
 )
-from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
-from rbd_deriv.rnea import body_forces
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
-from rbd_deriv.spatial import (
+from rbd_deriv.core.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
+from rbd_deriv.core.rnea import body_forces
+from rbd_deriv.core.calling import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
+from rbd_deriv.core.spatial import (
     _NJIT,
     copy_6x6_set,
     R_BC,

@@ -7,7 +7,7 @@ RNEA (Featherstone, RBDA sec. 5.3; the RNEA write-up in the project's references
     backward:  f_lambda(i) += f_i,     tau_i = S_i^T f_i
 
 in the joint frames for rnea itself (:func:`rnea_into`), and on the world-frame quantities of
-:mod:`rbd_deriv.kinematics` for the derivative algorithms (:func:`body_forces`).
+:mod:`rbd_deriv.core.kinematics` for the derivative algorithms (:func:`body_forces`).
 
 External forces f^ext are given per joint in the joint's local frame, [linear, angular], row 0 the
 universe (ignored), as Pinocchio's ``fext``; they act on the body carried by the joint.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cfunc, njit, types
 
-from rbd_deriv.kinematics import (
+from rbd_deriv.core.kinematics import (
     MAT_T,
     MF_T,
     MI_T,
@@ -31,8 +31,8 @@ from rbd_deriv.kinematics import (
     joint_placement,
     raise_for_status,
 )
-from rbd_deriv.model import MF_AXIS, MF_INERTIA, MI_IDX_V, MI_NJ, MI_NVTOT, MI_PARENT, MI_TYPE, Data, Model
-from rbd_deriv.native import (
+from rbd_deriv.core.model import MF_AXIS, MF_INERTIA, MI_IDX_V, MI_NJ, MI_NVTOT, MI_PARENT, MI_TYPE, Data, Model
+from rbd_deriv.core.calling import (
     ENTRY_OPTIONS,
     ENTRY_SIG,
     STATUS_INTERNAL,
@@ -41,7 +41,7 @@ from rbd_deriv.native import (
     entry,
     position_arrays,
 )
-from rbd_deriv.spatial import (
+from rbd_deriv.core.spatial import (
     _NJIT,
     R_FEXTW,
     R_G,
@@ -63,7 +63,7 @@ from rbd_deriv.spatial import (
     region2,
     region3,
 )
-from rbd_deriv.urdf import JOINT_PRISMATIC, JOINT_REVOLUTE
+from rbd_deriv.core.urdf import JOINT_PRISMATIC, JOINT_REVOLUTE
 
 
 @njit(**_NJIT)

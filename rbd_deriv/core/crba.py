@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cfunc, njit, types
 
-from rbd_deriv.kinematics import (
+from rbd_deriv.core.kinematics import (
     FK_POSITION,
     MF_T,
     MI_T,
@@ -23,9 +23,9 @@ from rbd_deriv.kinematics import (
     forward_pass,
     raise_for_status,
 )
-from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
-from rbd_deriv.spatial import (
+from rbd_deriv.core.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
+from rbd_deriv.core.calling import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
+from rbd_deriv.core.spatial import (
     _NJIT,
     copy_6x6_set,
     R_IC,

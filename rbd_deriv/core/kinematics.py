@@ -20,9 +20,9 @@ import math
 import numpy as np
 from numba import cfunc, njit, types
 
-from rbd_deriv import constants
+from rbd_deriv.core import constants
 from rbd_deriv.exceptions import InputError
-from rbd_deriv.model import (
+from rbd_deriv.core.model import (
     MF_AXIS,
     MF_INERTIA,
     MF_POS,
@@ -39,8 +39,8 @@ from rbd_deriv.model import (
     Data,
     Model,
 )
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
-from rbd_deriv.spatial import (
+from rbd_deriv.core.calling import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
+from rbd_deriv.core.spatial import (
     _NJIT,
     R_C,
     R_FEXTW,
@@ -60,7 +60,7 @@ from rbd_deriv.spatial import (
     region2,
     region3,
 )
-from rbd_deriv.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE
+from rbd_deriv.core.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE
 
 # Kernel status codes: 0 is success; otherwise STATUS_* * STATUS_SCALE + detail (argument or joint index).
 STATUS_SCALE = 1_000_000

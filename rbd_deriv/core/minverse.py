@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 from numba import cfunc, njit, types
 
-from rbd_deriv.aba import STATUS_SINGULAR, articulated_inertias, raise_for_dynamics_status
-from rbd_deriv.crba import symmetrize_upper
-from rbd_deriv.kinematics import (
+from rbd_deriv.core.aba import STATUS_SINGULAR, articulated_inertias, raise_for_dynamics_status
+from rbd_deriv.core.crba import symmetrize_upper
+from rbd_deriv.core.kinematics import (
     FK_POSITION,
     MF_T,
     MI_T,
@@ -32,9 +32,9 @@ from rbd_deriv.kinematics import (
     check_position_call,
     forward_pass,
 )
-from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
-from rbd_deriv.spatial import (
+from rbd_deriv.core.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
+from rbd_deriv.core.calling import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
+from rbd_deriv.core.spatial import (
     _NJIT,
     copy_6x6_set,
     R_DINV,

@@ -25,9 +25,9 @@ import math
 
 import numpy as np
 
-from rbd_deriv import constants
+from rbd_deriv.core import constants
 from rbd_deriv.exceptions import ModelError
-from rbd_deriv.urdf import (
+from rbd_deriv.core.urdf import (
     JOINT_FREEFLYER,
     JOINT_PRISMATIC,
     JOINT_REVOLUTE,
@@ -249,8 +249,8 @@ class Model:
     def _check_mass(self, joints) -> None:
         # A joint whose subtree cannot resist its motion makes M singular: refuse it now rather than
         # return inf from ABA later. Checked at the neutral configuration, with exact spatial algebra.
-        from rbd_deriv.configuration import neutral
-        from rbd_deriv.crba import crba
+        from rbd_deriv.core.configuration import neutral
+        from rbd_deriv.core.crba import crba
 
         data = self.create_data()
         M = crba(self, data, neutral(self))
