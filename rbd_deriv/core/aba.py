@@ -13,28 +13,19 @@ Featherstone, RBDA sec. 7.3, written on the world-frame quantities of :mod:`rbd_
 from __future__ import annotations
 
 import numpy as np
-from numba import cfunc, njit, types
+from numba import njit
 
-from rbd_deriv.core.kinematics import (
-    STATUS_WORKSPACE,
-    foreign_workspace,
-    MAT_T,
-    MF_T,
-    MI_T,
-    VEC_T,
-    call_kernel,
-    check_inputs,
-    FK_VELOCITY,
-    forward_pass,
-    raise_for_status,
-)
-from rbd_deriv.core.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
-from rbd_deriv.core.calling import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
-from rbd_deriv.core.spatial import (
-    _NJIT,
-    copy_6x6_set,
+from rbd_deriv.core.batch import run_batch
+from rbd_deriv.core.calling import STATUS_SINGULAR, check_length, check_state, register, status
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.kinematics import FK_VELOCITY, forward_pass
+from rbd_deriv.core.layout import (
+    MI_IDX_V,
+    MI_NJ,
+    MI_NV,
+    MI_NVTOT,
+    MI_PARENT,
     R_C,
-    R_DDQ,
     R_DINV,
     R_FEXTW,
     R_IA,
@@ -46,17 +37,15 @@ from rbd_deriv.core.spatial import (
     R_SCRATCH,
     R_U,
     R_UVEC,
-    dot6,
-    dot_rows,
-    force_cross_add,
-    mat6_vec,
     region1,
     region2,
     region3,
 )
+from rbd_deriv.core.model import Data, Model
+from rbd_deriv.core.spatial import copy_6x6_set, dot6, dot_rows, force_cross_add, mat6_vec
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def spd_inverse(D, n, out):
     """out[:n, :n] = D[:n, :n]^-1 for a small symmetric positive-definite block (Cholesky), without
     allocating: D = L L^T with L in out's lower triangle, L inverted in place, then D^-1 = L^-T L^-1 formed
@@ -102,7 +91,7 @@ def spd_inverse(D, n, out):
     return True
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
     """articulated_inertias for a one-dof joint: D, U and u are scalars or single 6-vectors."""
     D = dot_rows(S, iv, U, iv)
@@ -133,12 +122,12 @@ def _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
     return True
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def articulated_inertias(mi, ws, with_bias, tau):
     """ABA backward pass: U, D^-1, u and the articulated inertias (and bias forces when with_bias).
 
     Expects forward_pass (order >= 1 when with_bias) and IA = I, pA initialised by the caller.
-    Returns False if an articulated inertia is singular."""
+    Returns 0, or the joint whose articulated inertia is singular along its motion."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     IA = region3(mi, ws, R_IA, nj, 6, 6)
     pA = region2(mi, ws, R_PA, nj, 6)
@@ -158,13 +147,13 @@ def articulated_inertias(mi, ws, with_bias, tau):
                 u[iv + d] = tau[iv + d] - dot6(S[iv + d], pA[i])
         if nvj == 1:
             if not _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
-                return False
+                return i
             continue
         for r in range(nvj):
             for d in range(nvj):
                 D[r, d] = dot6(S[iv + r], U[iv + d])
         if not spd_inverse(D, nvj, Dinv[i]):
-            return False
+            return i
         if parent == 0:
             continue
         # Ia = IA - U Dinv U^T, accumulated into the parent directly.
@@ -191,12 +180,13 @@ def articulated_inertias(mi, ws, with_bias, tau):
                         t += Dinv[i, d, e] * w[e]
                     s += U[iv + d, r] * t
                 pA[parent, r] += s
-    return True
+    return 0
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def aba_into(mi, mf, ws, q, v, tau, fext, ddq):
-    """Full ABA into ddq (nv,), inputs already checked. Returns False on a singular articulated inertia."""
+    """Full ABA into ddq (nv,), inputs already checked. Returns 0, or the joint whose articulated inertia is
+    singular."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     forward_pass(mi, mf, ws, q, v, v, fext, FK_VELOCITY)
     oI = region3(mi, ws, R_OI, nj, 6, 6)
@@ -218,8 +208,9 @@ def aba_into(mi, mf, ws, q, v, tau, fext, ddq):
         for k in range(6):
             pA[i, k] = -fext_world[i, k]
         force_cross_add(ov[i], h, 1.0, pA[i])
-    if not articulated_inertias(mi, ws, True, tau):
-        return False
+    singular = articulated_inertias(mi, ws, True, tau)
+    if singular:
+        return singular
     for k in range(6):
         oa[0, k] = -mf[0, k]
     for i in range(1, nj):
@@ -236,48 +227,22 @@ def aba_into(mi, mf, ws, q, v, tau, fext, ddq):
         for d in range(nvj):
             for k in range(6):
                 oa[i, k] += S[iv + d, k] * ddq[iv + d]
-    return True
-
-
-STATUS_SINGULAR = 4 * 1_000_000
-
-_ABA_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T, VEC_T, VEC_T, MAT_T)
-
-
-@njit(_ABA_SIG, **_NJIT)
-def _aba_kernel(mi, mf, ws, q, v, tau, fext):
-    if foreign_workspace(mi, ws):
-        return STATUS_WORKSPACE
-    status = check_inputs(mi, q, v, tau, fext)
-    if status != 0:
-        return status
-    if not aba_into(mi, mf, ws, q, v, tau, fext, region1(mi, ws, R_DDQ, mi[0, MI_NVTOT])):
-        return STATUS_SINGULAR
     return 0
 
 
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _aba_entry(data, dims):
-    try:
-        return _aba_kernel(*dynamics_arrays(data, dims))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
+@njit(**JIT_OPTIONS)
+def _aba_kernel(mi, mf, ws, q, v, tau, fext, ddq):
+    code = check_state(mi, ws, q, v, tau, fext)
+    if code == 0:
+        code = check_length(ddq, mi[0, MI_NVTOT], 7)
+    if code == 0:
+        singular = aba_into(mi, mf, ws, q, v, tau, fext, ddq)
+        if singular:
+            code = status(STATUS_SINGULAR, 0, singular)
+    return code
 
 
-_aba_call = entry(_aba_kernel, _aba_entry, "i2f2F1f1f1f1f2")
-
-
-def raise_for_dynamics_status(model: Model, status: int, names) -> None:
-    """raise_for_status, plus the singular articulated inertia case of the ABA family."""
-    if status == STATUS_SINGULAR:
-        from rbd_deriv.exceptions import ModelError
-
-        raise ModelError("the mass matrix is singular at this configuration (a joint moves bodies with no"
-                         " inertia along its motion here)")
-    raise_for_status(model, status, names)
-
-
-_ABA_NAMES = ("q", "v", "tau", "fext")
+ABA = register(_aba_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 ddq:F1")
 
 
 def aba(model: Model, data: Data, q, v, tau, fext=None) -> np.ndarray:
@@ -293,9 +258,14 @@ def aba(model: Model, data: Data, q, v, tau, fext=None) -> np.ndarray:
         data.ddq (nv,) acceleration [rad/s^2, m/s^2].
     """
     try:
-        status = _aba_call(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext)
+        code = ABA.call(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, data._ddq)
     except (TypeError, AttributeError):
-        status = call_kernel(_aba_call, model, data, (q, v, tau, fext), _ABA_NAMES, (1, 1, 1, 2))
-    if status:
-        raise_for_dynamics_status(model, status, _ABA_NAMES)
+        code = ABA.call_converted(model, data, q, v, tau, fext)
+    if code:
+        raise ABA.error(model, code)
     return data.ddq
+
+
+def aba_batch(model: Model, Q, V, TAU) -> np.ndarray:
+    """aba at K states. Q (K, nq), V (K, nv), TAU (K, nv) -> ddq (K, nv) [rad/s^2, m/s^2]."""
+    return run_batch(ABA, model, Q, V, TAU, None)[0]

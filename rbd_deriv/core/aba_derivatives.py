@@ -6,40 +6,31 @@ Carpentier & Mansard (RSS 2018, sec. IV): since tau = ID(q, v, FD(q, v, tau)), d
 
 so one ABA (ddq), one IDSVA pass at a = ddq (:mod:`rbd_deriv.core.rnea_derivatives`) and the dedicated M^-1
 algorithm (:mod:`rbd_deriv.core.minverse`, reusing ABA's articulated inertias, which do not depend on v or tau)
-give all three. The product M^-1 [dID/dq, dID/dv] is one dense (nv x nv)(nv x 2nv) multiplication (DMM of
-Singh et al.), through BLAS from BLAS_MIN_SIZE dofs and in plain loops below, where the call overhead of BLAS
-would dominate. Their ABA-zero alternative (AZA, a tree sweep per column) is not implemented.
+give all three. The products M^-1 dID/dq and M^-1 dID/dv are dense (nv x nv) multiplications (DMM of Singh
+et al.), through BLAS from BLAS_MIN_SIZE dofs and in plain loops below, where the call overhead of BLAS would
+dominate. Their ABA-zero alternative (AZA, a tree sweep per column) is not implemented.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import cfunc, njit, types
+from numba import njit
 
-from rbd_deriv.core.aba import STATUS_SINGULAR, aba_into, raise_for_dynamics_status
-from rbd_deriv.core.kinematics import (
-    MAT_T,
-    MF_T,
-    MI_T,
-    STATUS_WORKSPACE,
-    VEC_T,
-    acceleration_pass,
-    call_kernel,
-    check_inputs,
-    foreign_workspace,
-    motion_sets,
-)
+from rbd_deriv.core.aba import aba_into
+from rbd_deriv.core.batch import run_batch
+from rbd_deriv.core.calling import STATUS_SINGULAR, check_shape, check_state, register, status
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.kinematics import acceleration_pass, motion_sets
+from rbd_deriv.core.layout import MI_NVTOT, R_DDQ, R_DTAU_DQ, R_DTAU_DV, R_M, R_TAU, as_readonly, region1, region2
 from rbd_deriv.core.minverse import minverse_from_articulated
-from rbd_deriv.core.model import MI_NVTOT, Data, Model
+from rbd_deriv.core.model import Data, Model
 from rbd_deriv.core.rnea_derivatives import rnea_derivatives_into
-from rbd_deriv.core.calling import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
-from rbd_deriv.core.spatial import _NJIT, R_DDDQ, R_DDQ, R_DTAU, R_M, R_MINV, R_TAU, region1, region2
 
 #: Below this size the product runs in plain loops; above, BLAS (its call overhead no longer dominates).
 BLAS_MIN_SIZE = 16
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def negative_product(A, B, out):
     """out = -A B for A (n, n), B (n, m)."""
     n, m = B.shape
@@ -58,50 +49,45 @@ def negative_product(A, B, out):
                 out[r, c] += s * B[k, c]
 
 
-@njit(**_NJIT)
-def aba_derivatives_into(mi, mf, ws, q, v, tau, fext):
-    """ddq, M^-1 and [dddq/dq, dddq/dv] into their regions. Returns False on a singular inertia."""
+@njit(**JIT_OPTIONS)
+def aba_derivatives_into(mi, mf, ws, q, v, tau, fext, dddq_dq, dddq_dv, Minv):
+    """ddq (into its region), [dddq/dq, dddq/dv] and M^-1. Returns 0, or the joint whose articulated inertia
+    is singular."""
     nv = mi[0, MI_NVTOT]
     ddq = region1(mi, ws, R_DDQ, nv)
-    if not aba_into(mi, mf, ws, q, v, tau, fext, ddq):
-        return False
+    singular = aba_into(mi, mf, ws, q, v, tau, fext, ddq)
+    if singular:
+        return singular
     motion_sets(mi, ws)
-    acceleration_pass(mi, mf, ws, ddq, True)
-    dtau = region2(mi, ws, R_DTAU, nv, 2 * nv)
-    rnea_derivatives_into(mi, ws, region1(mi, ws, R_TAU, nv), dtau, region2(mi, ws, R_M, nv, nv))
-    Minv = region2(mi, ws, R_MINV, nv, nv)
+    acceleration_pass(mi, mf, ws, as_readonly(ddq), True)
+    dtau_dq = region2(mi, ws, R_DTAU_DQ, nv, nv)
+    dtau_dv = region2(mi, ws, R_DTAU_DV, nv, nv)
+    rnea_derivatives_into(mi, ws, region1(mi, ws, R_TAU, nv), dtau_dq, dtau_dv, region2(mi, ws, R_M, nv, nv))
     minverse_from_articulated(mi, ws, Minv)
-    negative_product(Minv, dtau, region2(mi, ws, R_DDDQ, nv, 2 * nv))
-    return True
-
-
-_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T, VEC_T, VEC_T, MAT_T)
-
-
-@njit(_SIG, **_NJIT)
-def _aba_derivatives_kernel(mi, mf, ws, q, v, tau, fext):
-    if foreign_workspace(mi, ws):
-        return STATUS_WORKSPACE
-    status = check_inputs(mi, q, v, tau, fext)
-    if status != 0:
-        return status
-    if not aba_derivatives_into(mi, mf, ws, q, v, tau, fext):
-        return STATUS_SINGULAR
+    negative_product(Minv, dtau_dq, dddq_dq)
+    negative_product(Minv, dtau_dv, dddq_dv)
     return 0
 
 
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _aba_derivatives_entry(data, dims):
-    try:
-        return _aba_derivatives_kernel(*dynamics_arrays(data, dims))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
+@njit(**JIT_OPTIONS)
+def _aba_derivatives_kernel(mi, mf, ws, q, v, tau, fext, dddq_dq, dddq_dv, Minv):
+    nv = mi[0, MI_NVTOT]
+    code = check_state(mi, ws, q, v, tau, fext)
+    if code == 0:
+        code = check_shape(dddq_dq, nv, nv, 7)
+    if code == 0:
+        code = check_shape(dddq_dv, nv, nv, 8)
+    if code == 0:
+        code = check_shape(Minv, nv, nv, 9)
+    if code == 0:
+        singular = aba_derivatives_into(mi, mf, ws, q, v, tau, fext, dddq_dq, dddq_dv, Minv)
+        if singular:
+            code = status(STATUS_SINGULAR, 0, singular)
+    return code
 
 
-_aba_derivatives_call = entry(_aba_derivatives_kernel, _aba_derivatives_entry, "i2f2F1f1f1f1f2")
-
-
-_NAMES = ("q", "v", "tau", "fext")
+ABA_DERIVATIVES = register(_aba_derivatives_kernel,
+                           "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 dddq_dq:F2 dddq_dv:F2 Minv:F2")
 
 
 def aba_derivatives(model: Model, data: Data, q, v, tau, fext=None):
@@ -118,9 +104,15 @@ def aba_derivatives(model: Model, data: Data, q, v, tau, fext=None):
         taken in the tangent space of q. data.ddq holds aba(q, v, tau, fext) as a by-product.
     """
     try:
-        status = _aba_derivatives_call(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext)
+        code = ABA_DERIVATIVES.call(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext,
+                                    data._dddq_dq, data._dddq_dv, data._Minv)
     except (TypeError, AttributeError):
-        status = call_kernel(_aba_derivatives_call, model, data, (q, v, tau, fext), _NAMES, (1, 1, 1, 2))
-    if status:
-        raise_for_dynamics_status(model, status, _NAMES)
+        code = ABA_DERIVATIVES.call_converted(model, data, q, v, tau, fext)
+    if code:
+        raise ABA_DERIVATIVES.error(model, code)
     return data.dddq_dq, data.dddq_dv, data.Minv
+
+
+def aba_derivatives_batch(model: Model, Q, V, TAU):
+    """aba_derivatives at K states -> (dddq_dq, dddq_dv, Minv), each (K, nv, nv)."""
+    return tuple(run_batch(ABA_DERIVATIVES, model, Q, V, TAU, None))

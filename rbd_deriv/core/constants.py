@@ -1,44 +1,38 @@
-"""Tunable constants and tolerances, in one place."""
+"""Tunable constants and tolerances of the core, in one place (their measurements: docs/performance.md)."""
 
-#: A quaternion whose norm differs from 1 by more than this is refused; below it, it is normalized.
+#: numba options of every compiled function: cached machine code; no GIL, so other Python threads run during
+#: a call; fastmath limited to contraction and reassociation (FMA, reordered sums), which moves results by
+#: rounding only, never the handling of NaN or inf that the input checks rely on.
+JIT_OPTIONS = dict(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"}, error_model="numpy")
+
+#: A quaternion whose norm differs from 1 by more than this is refused; below it, it is normalized (a
+#: joint_states round trip through float32 stays well within it).
 QUATERNION_TOLERANCE = 1e-6
 
-#: Joint axes shorter than this [-] are refused as zero axes.
+#: Joint axes shorter than this [-] are refused as zero axes: normalizing them would amplify noise.
 AXIS_TOLERANCE = 1e-12
 
-#: Relative tolerance on negative eigenvalues of a URDF rotational inertia.
+#: Relative tolerance on negative eigenvalues of a URDF rotational inertia: rounding in the file, not a
+#: physically negative inertia.
 INERTIA_TOLERANCE = 1e-12
 
 #: A joint whose supported subtree gives S^T I^C S below this [kg m^2 or kg] makes the mass matrix singular.
 SINGULAR_INERTIA = 1e-12
 
-#: Below this rotation angle [rad] the exponential-map coefficients of SO(3) use their Taylor series.
+#: Below this rotation angle [rad] the exponential-map coefficients of SO(3) use their Taylor series, whose
+#: truncation error there is below the rounding error of the closed forms.
 SMALL_ANGLE = 1e-2
 
 #: The coefficients of the SE(3) Jacobian (Q block) cancel more: Taylor series up to this angle [rad].
 SMALL_ANGLE_JACOBIAN = 0.3
 
-#: Without the C extension (numba's prange runs the batches): batched calls with fewer (states x dofs) than
-#: this run on the calling thread. Measured on the 2-core machine, 32 ur5 states (192): serial 123-155 us per
-#: call; threaded 239 us with OpenMP's default wait policy, 106 us when the workers spin (GOMP_SPINCOUNT=300000)
-#: and calls come back to back, but 455-498 us (p90 up to 987) against 416-421 us (p90 523-548) after 5 ms
-#: idle, a controller's tick: prange's caller waits for every worker to wake.
-PARALLEL_MIN_WORK = 1024
-
-#: The C extension's batch workers, between batches (times from the end of the last one):
-#: 1. they spin for BATCH_WORKER_SPIN, or, while batches keep coming (each of the last eight within
-#:    BATCH_WORKER_SPIN_MAX of the one before: a replay, an MPC's iterations), for twice the longest of those
-#:    intervals, at most BATCH_WORKER_SPIN_MAX;
-#: 2. then look for a batch every BATCH_WORKER_POLL until BATCH_WORKER_STEADY, or four times the last batch's
-#:    duration if longer;
-#: 3. then after sleeps twice as long each time, until BATCH_WORKER_LINGER;
-#: 4. then sleep until a batch wakes them.
-#: A batch never waits for a worker (the calling thread takes part), but waking a sleeping one costs the
-#: caller a system call: on this 2-core VM 17 us typically and 0.5 ms at p90 after 5 ms idle, which steps 2
-#: and 3 spare a controller's tick. Spinning long after every batch costs the tick too: 2 ms of spinning
-#: after each ur5 batch every 5 ms took the p90 of its threaded batches from 0.6 to 1.7 ms, hence step 1's
-#: rule. Measured on ur5, 32 states of aba_derivatives every 10 ms for 2 s: the process used 6.9 % of a
-#: core with the worker, 5.4 % without.
+#: The extension's batch workers, between batches (times from the end of the last one): they spin for
+#: BATCH_WORKER_SPIN, longer while batches keep coming (twice the longest of the last eight intervals, at most
+#: BATCH_WORKER_SPIN_MAX); then look for a batch every BATCH_WORKER_POLL until BATCH_WORKER_STEADY (or four
+#: times the last batch's duration); then after sleeps twice as long each time until BATCH_WORKER_LINGER;
+#: then sleep until a batch wakes them. Waking a sleeping thread costs the caller a system call, which the
+#: polling spares a controller's periodic tick; spinning long after a lone batch would take the core the
+#: caller's next work needs.
 BATCH_WORKER_SPIN = 2e-4
 BATCH_WORKER_SPIN_MAX = 3e-3
 BATCH_WORKER_POLL = 2e-4

@@ -11,39 +11,33 @@ which fills the upper triangle (ancestors have smaller indices); the lower one i
 from __future__ import annotations
 
 import numpy as np
-from numba import cfunc, njit, types
+from numba import njit
 
-from rbd_deriv.core.kinematics import (
-    FK_POSITION,
-    MF_T,
-    MI_T,
-    VEC_T,
-    call_kernel,
-    check_position_call,
-    forward_pass,
-    raise_for_status,
-)
-from rbd_deriv.core.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
-from rbd_deriv.core.calling import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
-from rbd_deriv.core.spatial import (
-    _NJIT,
-    copy_6x6_set,
+from rbd_deriv.core.calling import check_position, check_shape, register
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.kinematics import FK_POSITION, forward_pass
+from rbd_deriv.core.layout import (
+    MI_IDX_V,
+    MI_NJ,
+    MI_NV,
+    MI_NVTOT,
+    MI_PARENT,
+    MI_SUBTREE_END,
     R_IC,
-    R_M,
     R_OI,
     R_S,
     R_SCRATCH,
-    R_ZERO_FEXT,
-    R_ZERO_NV,
-    dot6,
-    mat6_vec,
     region1,
     region2,
     region3,
+    zero_forces,
+    zero_velocity,
 )
+from rbd_deriv.core.model import Data, Model
+from rbd_deriv.core.spatial import copy_6x6_set, dot6, mat6_vec
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def symmetrize_upper(M):
     """Copy the upper triangle of the square matrix M into its lower triangle."""
     n = M.shape[0]
@@ -52,10 +46,23 @@ def symmetrize_upper(M):
             M[r, c] = M[c, r]
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
+def zero_outside_subtrees(mi, M):
+    """M[r, k] = 0 for k past the subtree of r's joint: the entries of the upper triangle that the tree
+    sweeps of M (and M^-1) leave unwritten, which are zero since neither dof moves the other's bodies."""
+    nv = mi[0, MI_NVTOT]
+    for i in range(1, mi[0, MI_NJ]):
+        iv, end = mi[i, MI_IDX_V], mi[i, MI_SUBTREE_END]
+        for r in range(iv, iv + mi[i, MI_NV]):
+            for k in range(end, nv):
+                M[r, k] = 0.0
+
+
+@njit(**JIT_OPTIONS)
 def crba_into(mi, ws, M):
     """CRBA backward pass into M (nv, nv), after forward_pass order 0."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    zero_outside_subtrees(mi, M)
     oI = region3(mi, ws, R_OI, nj, 6, 6)
     IC = region3(mi, ws, R_IC, nj, 6, 6)
     S = region2(mi, ws, R_S, nv, 6)
@@ -79,31 +86,20 @@ def crba_into(mi, ws, M):
     symmetrize_upper(M)
 
 
-_CRBA_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T)
-
-
-@njit(_CRBA_SIG, **_NJIT)
-def _crba_kernel(mi, mf, ws, q):
-    status = check_position_call(mi, ws, q)
-    if status != 0:
-        return status
+@njit(**JIT_OPTIONS)
+def _crba_kernel(mi, mf, ws, q, M):
     nv = mi[0, MI_NVTOT]
-    zero = region1(mi, ws, R_ZERO_NV, nv)
-    fext = region2(mi, ws, R_ZERO_FEXT, mi[0, MI_NJ], 6)
-    forward_pass(mi, mf, ws, q, zero, zero, fext, FK_POSITION)
-    crba_into(mi, ws, region2(mi, ws, R_M, nv, nv))
-    return 0
+    code = check_position(mi, ws, q)
+    if code == 0:
+        code = check_shape(M, nv, nv, 4)
+    if code == 0:
+        zero = zero_velocity(mi, ws)
+        forward_pass(mi, mf, ws, q, zero, zero, zero_forces(mi, ws), FK_POSITION)
+        crba_into(mi, ws, M)
+    return code
 
 
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _crba_entry(data, dims):
-    try:
-        return _crba_kernel(*position_arrays(data, dims))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
-
-
-_crba_call = entry(_crba_kernel, _crba_entry, "i2f2F1f1")
+CRBA = register(_crba_kernel, "mi:i2 mf:f2 data:W q:f1 M:F2")
 
 
 def crba(model: Model, data: Data, q) -> np.ndarray:
@@ -116,9 +112,9 @@ def crba(model: Model, data: Data, q) -> np.ndarray:
         data.M (nv, nv) [kg m^2, kg m, kg].
     """
     try:
-        status = _crba_call(model.mi, model.mf, data.ws, q)
+        code = CRBA.call(model.mi, model.mf, data.ws, q, data._M)
     except (TypeError, AttributeError):
-        status = call_kernel(_crba_call, model, data, (q,), ("q",), (1,))
-    if status:
-        raise_for_status(model, status)
+        code = CRBA.call_converted(model, data, q)
+    if code:
+        raise CRBA.error(model, code)
     return data.M

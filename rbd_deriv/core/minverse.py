@@ -19,53 +19,51 @@ acceleration set; both share the (njoints, nv, 6) region ``F``. The lower triang
 from __future__ import annotations
 
 import numpy as np
-from numba import cfunc, njit, types
+from numba import njit
 
-from rbd_deriv.core.aba import STATUS_SINGULAR, articulated_inertias, raise_for_dynamics_status
-from rbd_deriv.core.crba import symmetrize_upper
-from rbd_deriv.core.kinematics import (
-    FK_POSITION,
-    MF_T,
-    MI_T,
-    VEC_T,
-    call_kernel,
-    check_position_call,
-    forward_pass,
-)
-from rbd_deriv.core.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
-from rbd_deriv.core.calling import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
-from rbd_deriv.core.spatial import (
-    _NJIT,
-    copy_6x6_set,
+from rbd_deriv.core.aba import articulated_inertias
+from rbd_deriv.core.calling import STATUS_SINGULAR, check_position, check_shape, register, status
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.crba import symmetrize_upper, zero_outside_subtrees
+from rbd_deriv.core.kinematics import FK_POSITION, forward_pass
+from rbd_deriv.core.layout import (
+    MI_IDX_V,
+    MI_NJ,
+    MI_NV,
+    MI_NVTOT,
+    MI_PARENT,
+    MI_SUBTREE_END,
     R_DINV,
     R_F,
     R_IA,
-    R_MINV,
     R_OI,
     R_S,
     R_SCRATCH,
     R_U,
-    R_ZERO_FEXT,
-    R_ZERO_NV,
     region1,
     region2,
     region3,
+    zero_forces,
+    zero_velocity,
 )
+from rbd_deriv.core.model import Data, Model
+from rbd_deriv.core.spatial import copy_6x6_set
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def minverse_into(mi, ws, Minv):
-    """M^-1 into Minv (nv, nv) after forward_pass order 0. Returns False on a singular inertia."""
-    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    """M^-1 into Minv (nv, nv) after forward_pass order 0. Returns 0, or the joint whose articulated inertia
+    is singular."""
+    nj = mi[0, MI_NJ]
     IA = region3(mi, ws, R_IA, nj, 6, 6)
     copy_6x6_set(region3(mi, ws, R_OI, nj, 6, 6), IA, nj)
-    if not articulated_inertias(mi, ws, False, region1(mi, ws, R_ZERO_NV, nv)):
-        return False
-    minverse_from_articulated(mi, ws, Minv)
-    return True
+    singular = articulated_inertias(mi, ws, False, zero_velocity(mi, ws))
+    if singular == 0:
+        minverse_from_articulated(mi, ws, Minv)
+    return singular
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def minverse_from_articulated(mi, ws, Minv):
     """The force/acceleration-set sweeps of M^-1, once U and D^-1 are known (they do not depend on v or
     tau, so an ABA run at the same q provides them).
@@ -79,12 +77,10 @@ def minverse_from_articulated(mi, ws, Minv):
     U = region2(mi, ws, R_U, nv, 6)
     F = region3(mi, ws, R_F, nj, nv, 6)
     W = region1(mi, ws, R_SCRATCH, 64)[0:36].reshape((6, 6))
+    zero_outside_subtrees(mi, Minv)
     for i in range(nj - 1, 0, -1):
         iv, nvj, end, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_SUBTREE_END], mi[i, MI_PARENT]
         Fi = F[i]
-        for d in range(nvj):
-            for j in range(end, nv):
-                Minv[iv + d, j] = 0.0
         if nvj == 1:
             _backward_one_dof(Minv, Dinv[i, 0, 0], S[iv], U[iv], Fi, F[parent], iv, end, parent > 0)
         else:
@@ -100,7 +96,7 @@ def minverse_from_articulated(mi, ws, Minv):
     symmetrize_upper(Minv)
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _dinv_times(Dinv, V, iv, nvj, W):
     """W[:nvj] = D^-1 V[iv:iv + nvj] (nvj x 6): a joint's D^-1 times its S or U."""
     for d in range(nvj):
@@ -111,7 +107,7 @@ def _dinv_times(Dinv, V, iv, nvj, W):
             W[d, k] = s
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _add_rows_times_column(V, Minv, iv, nvj, j, f0, f1, f2, f3, f4, f5):
     """(f0..f5) + sum_d V[iv + d] M^-1[iv + d, j]: a joint's 6-vectors (S or U, rows iv..iv+nvj of V) times
     column j of its rows of M^-1, added to a 6-vector held in scalars."""
@@ -126,7 +122,7 @@ def _add_rows_times_column(V, Minv, iv, nvj, j, f0, f1, f2, f3, f4, f5):
     return f0, f1, f2, f3, f4, f5
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _backward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, end, has_parent):
     """Backward step of a joint of nvj > 1 dofs (a free flyer): rows iv..iv+nvj of M^-1 on its subtree,
     and the parent's force set F_lambda[j] = F_i[j] + U M^-1[rows, j]. Each column's 6-vector is held in
@@ -150,7 +146,7 @@ def _backward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, end, has_parent):
         Fp[j, 0], Fp[j, 1], Fp[j, 2], Fp[j, 3], Fp[j, 4], Fp[j, 5] = f0, f1, f2, f3, f4, f5
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _forward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, nv, has_parent):
     """Forward step of a joint of nvj > 1 dofs on the columns j >= iv (W = D^-1 U^T is scratch):
 
@@ -169,7 +165,7 @@ def _forward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, nv, has_parent):
         Fi[j, 0], Fi[j, 1], Fi[j, 2], Fi[j, 3], Fi[j, 4], Fi[j, 5] = f0, f1, f2, f3, f4, f5
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _backward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, end, has_parent):
     """Backward step of a one-dof joint: row iv of M^-1 on its subtree, and the parent's force set.
 
@@ -194,7 +190,7 @@ def _backward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, end, has_parent):
         Fp[j, 3], Fp[j, 4], Fp[j, 5] = f3 + u3 * m, f4 + u4 * m, f5 + u5 * m
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _forward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, nv, has_parent):
     """Forward step of a one-dof joint on the columns j >= iv:
 
@@ -216,32 +212,22 @@ def _forward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, nv, has_parent):
         Fi[j, 3], Fi[j, 4], Fi[j, 5] = f3 + s3 * m, f4 + s4 * m, f5 + s5 * m
 
 
-_MINV_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T)
-
-
-@njit(_MINV_SIG, **_NJIT)
-def _minverse_kernel(mi, mf, ws, q):
-    status = check_position_call(mi, ws, q)
-    if status != 0:
-        return status
+@njit(**JIT_OPTIONS)
+def _minverse_kernel(mi, mf, ws, q, Minv):
     nv = mi[0, MI_NVTOT]
-    zero = region1(mi, ws, R_ZERO_NV, nv)
-    fext = region2(mi, ws, R_ZERO_FEXT, mi[0, MI_NJ], 6)
-    forward_pass(mi, mf, ws, q, zero, zero, fext, FK_POSITION)
-    if not minverse_into(mi, ws, region2(mi, ws, R_MINV, nv, nv)):
-        return STATUS_SINGULAR
-    return 0
+    code = check_position(mi, ws, q)
+    if code == 0:
+        code = check_shape(Minv, nv, nv, 4)
+    if code == 0:
+        zero = zero_velocity(mi, ws)
+        forward_pass(mi, mf, ws, q, zero, zero, zero_forces(mi, ws), FK_POSITION)
+        singular = minverse_into(mi, ws, Minv)
+        if singular:
+            code = status(STATUS_SINGULAR, 0, singular)
+    return code
 
 
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _minverse_entry(data, dims):
-    try:
-        return _minverse_kernel(*position_arrays(data, dims))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
-
-
-_minverse_call = entry(_minverse_kernel, _minverse_entry, "i2f2F1f1")
+MINVERSE = register(_minverse_kernel, "mi:i2 mf:f2 data:W q:f1 Minv:F2")
 
 
 def minverse(model: Model, data: Data, q) -> np.ndarray:
@@ -254,9 +240,9 @@ def minverse(model: Model, data: Data, q) -> np.ndarray:
         data.Minv (nv, nv).
     """
     try:
-        status = _minverse_call(model.mi, model.mf, data.ws, q)
+        code = MINVERSE.call(model.mi, model.mf, data.ws, q, data._Minv)
     except (TypeError, AttributeError):
-        status = call_kernel(_minverse_call, model, data, (q,), ("q",), (1,))
-    if status:
-        raise_for_dynamics_status(model, status, ("q",))
+        code = MINVERSE.call_converted(model, data, q)
+    if code:
+        raise MINVERSE.error(model, code)
     return data.Minv

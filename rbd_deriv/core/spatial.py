@@ -7,107 +7,19 @@ A motion m = (v, w) and a force f = (f, n) are 6-vectors: linear part first. The
     (f xbar*) m = m x* f                                 the swapped operator of Singh et al. (IDSVA)
 
 Functions write into an ``out`` argument and never allocate, so they can run inside the per-joint loops.
-Also here: workspace views (regions of ``data.ws`` laid out by :mod:`rbd_deriv.core.model`).
 """
 
 from __future__ import annotations
 
+from numba import njit
 
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
-from numba.np.arrayobj import make_array, populate_array
-
-from rbd_deriv.core.model import MI_OFFSETS, REGION_INDEX
-
-_NJIT = dict(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"}, error_model="numpy")
-
-
-# --- workspace views ----------------------------------------------------------------------------------
-# A view of a workspace region is built directly (data pointer, shape, C strides) without numba's reshape,
-# which costs ~50 ns per call and would dominate the small robots. The view carries no reference count:
-# it lives only inside a kernel, while the caller holds ``ws``.
-
-
-def _view_intrinsic(ndim: int):
-    def view(typingctx, ws, offset, *dims):
-        array_type = types.Array(types.float64, ndim, "C")
-        signature = array_type(ws, offset, *dims)
-
-        def codegen(context, builder, sig, args):
-            source = make_array(sig.args[0])(context, builder, args[0])
-            target = make_array(array_type)(context, builder)
-            itemsize = context.get_constant(types.intp, 8)
-            shape = list(args[2:])
-            strides = [itemsize]
-            for extent in reversed(shape[1:]):
-                strides.insert(0, builder.mul(strides[0], extent))
-            populate_array(target, data=builder.gep(source.data, [args[1]]), shape=cgutils.pack_array(builder, shape),
-                           strides=cgutils.pack_array(builder, strides), itemsize=itemsize, meminfo=None)
-            return target._getvalue()
-
-        return signature, codegen
-
-    return view
-
-
-@intrinsic
-def _view1(typingctx, ws, offset, n):
-    return _view_intrinsic(1)(typingctx, ws, offset, n)
-
-
-@intrinsic
-def _view2(typingctx, ws, offset, rows, cols):
-    return _view_intrinsic(2)(typingctx, ws, offset, rows, cols)
-
-
-@intrinsic
-def _view3(typingctx, ws, offset, d0, d1, d2):
-    return _view_intrinsic(3)(typingctx, ws, offset, d0, d1, d2)
-
-
-@njit(**_NJIT)
-def _checked_offset(mi, ws, name_index, size):
-    offset = mi[0, MI_OFFSETS + name_index]
-    if offset < 0 or offset + size > ws.shape[0]:
-        raise IndexError("workspace view out of bounds")
-    return offset
-
-
-@njit(**_NJIT)
-def region1(mi, ws, name_index, n):
-    """View (n,) of workspace region ``name_index`` (kernel-internal: the view must not outlive ws)."""
-    return _view1(ws, _checked_offset(mi, ws, name_index, n), n)
-
-
-@njit(**_NJIT)
-def region2(mi, ws, name_index, rows, cols):
-    """View (rows, cols) of workspace region ``name_index`` (kernel-internal)."""
-    return _view2(ws, _checked_offset(mi, ws, name_index, rows * cols), rows, cols)
-
-
-@njit(**_NJIT)
-def region3(mi, ws, name_index, d0, d1, d2):
-    """View (d0, d1, d2) of workspace region ``name_index`` (kernel-internal)."""
-    return _view3(ws, _checked_offset(mi, ws, name_index, d0 * d1 * d2), d0, d1, d2)
-
-
-R = REGION_INDEX  # short alias for kernels: R["ov"] is a compile-time constant once bound to a global
-R_OMI, R_LIMI, R_OV, R_OA, R_OF = R["oMi"], R["liMi"], R["ov"], R["oa"], R["of"]
-R_OI, R_IC, R_BC, R_IA, R_PA, R_DINV, R_C, R_FEXTW = (
-    R["oI"], R["IC"], R["BC"], R["IA"], R["pA"], R["Dinv"], R["c"], R["fext_world"])
-R_S, R_SDOT, R_PSID, R_PSIDD = R["S"], R["Sdot"], R["Psid"], R["Psidd"]
-R_T1, R_T2, R_T3, R_T4, R_U, R_UVEC, R_F = R["t1"], R["t2"], R["t3"], R["t4"], R["U"], R["u"], R["F"]
-R_TAU, R_DDQ, R_NLE, R_G, R_M, R_MINV = R["tau"], R["ddq"], R["nle"], R["g"], R["M"], R["Minv"]
-R_DTAU, R_DDDQ, R_A, R_B, R_XNEXT, R_VNEXT, R_JQ, R_JV = (
-    R["dtau"], R["dddq"], R["A"], R["B"], R["x_next"], R["v_next"], R["Jq"], R["Jv"])
-R_SCRATCH, R_ZERO_NV, R_ZERO_FEXT, R_STEP = R["scratch"], R["zero_nv"], R["zero_fext"], R["step"]
+from rbd_deriv.core.constants import JIT_OPTIONS
 
 
 # --- 6-vectors ----------------------------------------------------------------------------------------
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def motion_cross(m1, m2, out):
     """out = m1 x m2 (motion cross product). ``out`` must not alias the inputs."""
     v1x, v1y, v1z, w1x, w1y, w1z = m1[0], m1[1], m1[2], m1[3], m1[4], m1[5]
@@ -120,7 +32,7 @@ def motion_cross(m1, m2, out):
     out[5] = w1x * w2y - w1y * w2x
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def force_cross_add(m, f, scale, out):
     """out += scale * (m x* f) (force cross product)."""
     vx, vy, vz, wx, wy, wz = m[0], m[1], m[2], m[3], m[4], m[5]
@@ -137,17 +49,17 @@ def force_cross_add(m, f, scale, out):
 # same workspace, so the compiler must otherwise reload m after every store into out.
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _row_dot(I, r, m0, m1, m2, m3, m4, m5):
     return I[r, 0] * m0 + I[r, 1] * m1 + I[r, 2] * m2 + I[r, 3] * m3 + I[r, 4] * m4 + I[r, 5] * m5
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _column_dot(I, c, m0, m1, m2, m3, m4, m5):
     return I[0, c] * m0 + I[1, c] * m1 + I[2, c] * m2 + I[3, c] * m3 + I[4, c] * m4 + I[5, c] * m5
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _mat6_vec_parts(I, m):
     """The six entries of I m."""
     m0, m1, m2, m3, m4, m5 = m[0], m[1], m[2], m[3], m[4], m[5]
@@ -156,7 +68,7 @@ def _mat6_vec_parts(I, m):
             _row_dot(I, 4, m0, m1, m2, m3, m4, m5), _row_dot(I, 5, m0, m1, m2, m3, m4, m5))
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _add_scaled(out, scale, o):
     """out += scale * o for a 6-vector given as a tuple."""
     out[0] += scale * o[0]
@@ -167,20 +79,20 @@ def _add_scaled(out, scale, o):
     out[5] += scale * o[5]
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def mat6_vec(I, m, out):
     """out = I m for a 6x6 matrix I."""
     o = _mat6_vec_parts(I, m)
     out[0], out[1], out[2], out[3], out[4], out[5] = o[0], o[1], o[2], o[3], o[4], o[5]
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def mat6_vec_add(I, m, scale, out):
     """out += scale * I m for a 6x6 matrix I."""
     _add_scaled(out, scale, _mat6_vec_parts(I, m))
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def mat6T_vec_add(I, m, scale, out):
     """out += scale * I^T m for a 6x6 matrix I."""
     m0, m1, m2, m3, m4, m5 = m[0], m[1], m[2], m[3], m[4], m[5]
@@ -190,7 +102,7 @@ def mat6T_vec_add(I, m, scale, out):
         _column_dot(I, 4, m0, m1, m2, m3, m4, m5), _column_dot(I, 5, m0, m1, m2, m3, m4, m5)))
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def copy_6x6_set(source, target, n):
     """target[:n] = source[:n] for (n, 6, 6) sets of matrices (plain loops: numba's slice assignment costs
     ~45 ns per matrix in its generic broadcasting path)."""
@@ -200,14 +112,14 @@ def copy_6x6_set(source, target, n):
                 target[i, r, k] = source[i, r, k]
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def dot_rows(A, r, B, k):
     """A[r] . B[k] for two (n, 6) arrays of 6-vectors (no row views in the hot loops)."""
     return (A[r, 0] * B[k, 0] + A[r, 1] * B[k, 1] + A[r, 2] * B[k, 2]
             + A[r, 3] * B[k, 3] + A[r, 4] * B[k, 4] + A[r, 5] * B[k, 5])
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def dot6(a, b):
     """a . b for 6-vectors (a motion paired with a force gives power)."""
     return a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] + a[4] * b[4] + a[5] * b[5]
@@ -216,7 +128,7 @@ def dot6(a, b):
 # --- placements and inertias --------------------------------------------------------------------------
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def act_force(oM, f, out):
     """out = oX^* f: a force given in the frame of placement oM (4x4), expressed in the world frame."""
     fx = oM[0, 0] * f[0] + oM[0, 1] * f[1] + oM[0, 2] * f[2]
@@ -232,7 +144,7 @@ def act_force(oM, f, out):
     out[5] = nz + px * fy - py * fx
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def act_inertia(oM, params, out):
     """out (6x6) = oX^* I iX_o: the body inertia given by its 10 parameters in the frame of placement oM,
     expressed in the world frame.
