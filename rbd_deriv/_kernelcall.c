@@ -6,11 +6,13 @@
  *
  *     int64_t entry(void **data, int64_t *dims)
  *
- * and the kernel's argument spec, one letter (and digit) per argument: the grammar, with what each letter
+ * (or a callable that gives the address at the first call: a kernel compiled when first needed), and the
+ * kernel's argument spec, one letter (and digit) per argument: the grammar, with what each letter
  * means, is in rbd_deriv/core/calling.py. A call checks every argument against its letter (an ndarray of
  * that dtype, native byte order, aligned, C-contiguous, that many dimensions, writable if the kernel writes
  * it; a Python float or int for a scalar), writes its data pointer into data[k] and its shape into
- * dims[3k..3k+2] (missing dimensions are 1), releases the GIL and calls the entry. A read-only array whose
+ * dims[3k..3k+2] (missing dimensions are 1), releases the GIL (unless the Kernel was made for a kernel of a
+ * few microseconds, which would not give another thread time to run) and calls the entry. A read-only array whose
  * memory overlaps a written one is refused too: the kernel would overwrite it while reading it. Shapes are
  * not checked here: the kernels check them and return a status. Anything refused raises TypeError, which the
  * Python callers catch to convert the arguments. (An 'n' that sizes an 'N' array and is negative or too
@@ -42,7 +44,9 @@ typedef int64_t (*kernel_fn)(void **data, int64_t *dims);
 
 typedef struct {
     PyObject_HEAD
-    kernel_fn fn;
+    kernel_fn fn;          /* NULL until `resolver` has given the address */
+    PyObject *resolver;    /* a callable returning the address (a kernel compiled at its first call), or NULL */
+    int release_gil;       /* 0 for kernels of a few microseconds: the release and the retake would cost more */
     Py_ssize_t nargs;
     char kind[MAX_ARGS];  /* 'i', 'f', 'b', 'F', 'I', 'W', 'd', 'n' or 'N' */
     int ndim[MAX_ARGS];
@@ -216,9 +220,32 @@ static int no_keywords(PyObject *kwnames)
     return 0;
 }
 
+/* The entry's address from the resolver, at the first call (with the GIL). Returns 0, or -1 with an
+ * exception set. */
+static int resolve(KernelObject *self)
+{
+    if (self->fn != NULL)
+        return 0;
+    PyObject *address = PyObject_CallNoArgs(self->resolver);
+    if (address == NULL)
+        return -1;
+    void *fn = PyLong_AsVoidPtr(address);
+    Py_DECREF(address);
+    if (fn == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "Kernel: the resolver gave a null address");
+        return -1;
+    }
+    self->fn = (kernel_fn)fn;
+    Py_CLEAR(self->resolver);
+    return 0;
+}
+
 static PyObject *kernel_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     KernelObject *self = (KernelObject *)callable;
+    if (self->fn == NULL && resolve(self) < 0)
+        return NULL;
     void *data[MAX_ARGS];
     int64_t dims[3 * MAX_ARGS];
     Scalar scalars[MAX_ARGS];
@@ -227,9 +254,13 @@ static PyObject *kernel_vectorcall(PyObject *callable, PyObject *const *args, si
         || fill_arguments(self, args, PyVectorcall_NARGS(nargsf), data, dims, scalars, &created, NULL) < 0)
         return NULL;
     int64_t status;
-    Py_BEGIN_ALLOW_THREADS
-    status = self->fn(data, dims);
-    Py_END_ALLOW_THREADS
+    if (self->release_gil) {
+        Py_BEGIN_ALLOW_THREADS
+        status = self->fn(data, dims);
+        Py_END_ALLOW_THREADS
+    } else {
+        status = self->fn(data, dims);
+    }
     if (created != NULL) {
         if (status == 0)
             return (PyObject *)created;
@@ -242,22 +273,32 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     PyObject *address;
     const char *spec;
+    int release_gil = 1;
     if (kwds != NULL && PyDict_GET_SIZE(kwds) > 0) {
-        PyErr_SetString(PyExc_TypeError, "Kernel(address, spec) takes positional arguments");
+        PyErr_SetString(PyExc_TypeError, "Kernel(address, spec, release_gil=True) takes positional arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "Os:Kernel", &address, &spec))
+    if (!PyArg_ParseTuple(args, "Os|p:Kernel", &address, &spec, &release_gil))
         return NULL;
-    void *fn = PyLong_AsVoidPtr(address);
-    if (fn == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "Kernel: null address");
-        return NULL;
+    void *fn = NULL;
+    if (!PyCallable_Check(address)) {
+        fn = PyLong_AsVoidPtr(address);
+        if (fn == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "Kernel: null address");
+            return NULL;
+        }
     }
     KernelObject *self = (KernelObject *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     self->fn = (kernel_fn)fn;
+    self->release_gil = release_gil;
+    self->resolver = NULL;
+    if (fn == NULL) {
+        Py_INCREF(address);
+        self->resolver = address;
+    }
     self->nargs = 0;
     self->new_at = self->new_like = -1;
     self->vectorcall = kernel_vectorcall;
@@ -305,13 +346,22 @@ static PyObject *kernel_call(PyObject *self, PyObject *args, PyObject *kwds)
     return PyVectorcall_Call(self, args, kwds);
 }
 
+static void kernel_dealloc(PyObject *self)
+{
+    Py_CLEAR(((KernelObject *)self)->resolver);
+    Py_TYPE(self)->tp_free(self);
+}
+
 static PyTypeObject KernelType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "rbd_deriv._kernelcall.Kernel",
-    .tp_doc = "Kernel(address, spec): a numba cfunc int64(void**, int64*) called with checked ndarrays.",
+    .tp_doc = "Kernel(address, spec, release_gil=True): a numba cfunc int64(void**, int64*) called with checked "
+              "ndarrays, without the GIL unless release_gil is false. The address may be given by a callable, called "
+              "at the first call (a kernel compiled when first needed).",
     .tp_basicsize = sizeof(KernelObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = kernel_new,
+    .tp_dealloc = kernel_dealloc,
     .tp_call = kernel_call,
     .tp_vectorcall_offset = offsetof(KernelObject, vectorcall),
 };
@@ -596,6 +646,8 @@ static PyObject *parallel(PyObject *module, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     KernelObject *self = (KernelObject *)args[0];
+    if (self->fn == NULL && resolve(self) < 0)
+        return NULL;
     long long count = PyLong_AsLongLong(args[1]);
     if (count == -1 && PyErr_Occurred())
         return NULL;

@@ -42,7 +42,7 @@ from rbd_deriv.core.layout import (
     region3,
 )
 from rbd_deriv.core.model import Data, Model
-from rbd_deriv.core.spatial import copy_6x6_set, dot6, dot_rows, force_cross_add, mat6_vec
+from rbd_deriv.core.spatial import dot6, dot_rows, force_cross_add, inertia_matrix, inertia_times, mat6_vec
 
 
 @njit(**JIT_OPTIONS)
@@ -105,13 +105,12 @@ def _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
     u0, u1, u2, u3, u4, u5 = U[iv, 0], U[iv, 1], U[iv, 2], U[iv, 3], U[iv, 4], U[iv, 5]
     Ii, Ip = IA[i], IA[parent]
     for r in range(6):
+        # A whole row read before any store: six independent lanes the compiler can put in vector registers.
         ur = U[iv, r] * dinv
-        Ip[r, 0] += Ii[r, 0] - ur * u0
-        Ip[r, 1] += Ii[r, 1] - ur * u1
-        Ip[r, 2] += Ii[r, 2] - ur * u2
-        Ip[r, 3] += Ii[r, 3] - ur * u3
-        Ip[r, 4] += Ii[r, 4] - ur * u4
-        Ip[r, 5] += Ii[r, 5] - ur * u5
+        i0, i1, i2, i3, i4, i5 = Ii[r, 0], Ii[r, 1], Ii[r, 2], Ii[r, 3], Ii[r, 4], Ii[r, 5]
+        p0, p1, p2, p3, p4, p5 = Ip[r, 0], Ip[r, 1], Ip[r, 2], Ip[r, 3], Ip[r, 4], Ip[r, 5]
+        Ip[r, 0], Ip[r, 1], Ip[r, 2] = p0 + (i0 - ur * u0), p1 + (i1 - ur * u1), p2 + (i2 - ur * u2)
+        Ip[r, 3], Ip[r, 4], Ip[r, 5] = p3 + (i3 - ur * u3), p4 + (i4 - ur * u4), p5 + (i5 - ur * u5)
     if with_bias:
         # pa = pA + Ia c + U D^-1 u, with Ia c = IA c - U D^-1 (U^T c).
         c0, c1, c2, c3, c4, c5 = c[i, 0], c[i, 1], c[i, 2], c[i, 3], c[i, 4], c[i, 5]
@@ -189,7 +188,7 @@ def aba_into(mi, mf, ws, q, v, tau, fext, ddq):
     singular."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     forward_pass(mi, mf, ws, q, v, v, fext, FK_VELOCITY)
-    oI = region3(mi, ws, R_OI, nj, 6, 6)
+    oI = region2(mi, ws, R_OI, nj, 10)
     ov = region2(mi, ws, R_OV, nj, 6)
     oa = region2(mi, ws, R_OA, nj, 6)
     IA = region3(mi, ws, R_IA, nj, 6, 6)
@@ -202,9 +201,11 @@ def aba_into(mi, mf, ws, q, v, tau, fext, ddq):
     c = region2(mi, ws, R_C, nj, 6)
     h = region1(mi, ws, R_SCRATCH, 64)[42:48]
     w = region1(mi, ws, R_SCRATCH, 64)[48:54]
-    copy_6x6_set(oI, IA, nj)
     for i in range(1, nj):
-        mat6_vec(oI[i], ov[i], h)
+        inertia_matrix(oI[i], IA[i])
+        # p^A = v x* I v - f^ext
+        h[0], h[1], h[2], h[3], h[4], h[5] = inertia_times(oI[i], ov[i, 0], ov[i, 1], ov[i, 2], ov[i, 3], ov[i, 4],
+                                                           ov[i, 5])
         for k in range(6):
             pA[i, k] = -fext_world[i, k]
         force_cross_add(ov[i], h, 1.0, pA[i])
@@ -243,6 +244,7 @@ def _aba_kernel(mi, mf, ws, q, v, tau, fext, ddq):
 
 
 ABA = register(_aba_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 ddq:F1")
+_aba = ABA.call
 
 
 def aba(model: Model, data: Data, q, v, tau, fext=None) -> np.ndarray:
@@ -258,7 +260,7 @@ def aba(model: Model, data: Data, q, v, tau, fext=None) -> np.ndarray:
         data.ddq (nv,) acceleration [rad/s^2, m/s^2].
     """
     try:
-        code = ABA.call(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, data._ddq)
+        code = _aba(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, data._ddq)
     except (TypeError, AttributeError):
         code = ABA.call_converted(model, data, q, v, tau, fext)
     if code:

@@ -19,7 +19,7 @@ from numba import njit
 from rbd_deriv.core.aba import aba_into
 from rbd_deriv.core.batch import run_batch
 from rbd_deriv.core.calling import STATUS_SINGULAR, check_shape, check_state, register, status
-from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING
 from rbd_deriv.core.kinematics import acceleration_pass, motion_sets
 from rbd_deriv.core.layout import MI_NVTOT, R_DDQ, R_DTAU_DQ, R_DTAU_DV, R_M, R_TAU, as_readonly, region1, region2
 from rbd_deriv.core.minverse import minverse_from_articulated
@@ -30,7 +30,7 @@ from rbd_deriv.core.rnea_derivatives import rnea_derivatives_into
 BLAS_MIN_SIZE = 16
 
 
-@njit(**JIT_OPTIONS)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def negative_product(A, B, out):
     """out = -A B for A (n, n), B (n, m)."""
     n, m = B.shape
@@ -88,6 +88,7 @@ def _aba_derivatives_kernel(mi, mf, ws, q, v, tau, fext, dddq_dq, dddq_dv, Minv)
 
 ABA_DERIVATIVES = register(_aba_derivatives_kernel,
                            "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 dddq_dq:F2 dddq_dv:F2 Minv:F2")
+_aba_derivatives = ABA_DERIVATIVES.call
 
 
 def aba_derivatives(model: Model, data: Data, q, v, tau, fext=None):
@@ -104,7 +105,7 @@ def aba_derivatives(model: Model, data: Data, q, v, tau, fext=None):
         taken in the tangent space of q. data.ddq holds aba(q, v, tau, fext) as a by-product.
     """
     try:
-        code = ABA_DERIVATIVES.call(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext,
+        code = _aba_derivatives(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext,
                                     data._dddq_dq, data._dddq_dv, data._Minv)
     except (TypeError, AttributeError):
         code = ABA_DERIVATIVES.call_converted(model, data, q, v, tau, fext)

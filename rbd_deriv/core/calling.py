@@ -48,6 +48,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import threading
 import types as pytypes
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence, Tuple
@@ -365,6 +366,7 @@ def _entry_arguments(typingctx, data, dims, spec):
 
 
 ENTRY_SIGNATURE = types.int64(types.CPointer(types.voidptr), types.CPointer(types.int64))
+ENTRY_OPTIONS = dict(cache=True, nogil=True, _nrt=False)
 
 
 def _entry_template(data, dims):
@@ -393,6 +395,9 @@ def _entry_function(kernel, spec: str, name: str):
 
 # --- registration ----------------------------------------------------------------------------------------
 
+_COMPILING = threading.RLock()
+"""Held while a kernel compiles: two threads calling a lazy kernel at once compile it once."""
+
 REGISTRY: Dict[str, "Registered"] = {}
 """Every registered kernel by name (``module.kernel``): what :func:`compile_all` compiles."""
 
@@ -409,9 +414,15 @@ class Registered:
         names: Their names, by position (what status codes index).
         outputs: Names of the arrays the kernel writes (letters F and I), in order.
         call: The fast callable: the extension's Kernel, or the dispatcher (see the module's docstring).
+        compiled: False until a lazy kernel's first call (or :meth:`compile`).
+        entry: The C entry (numba cfunc); None without the extension.
     """
 
-    def __init__(self, kernel, spec: str, lazy: bool = False) -> None:
+    # Slots: ``REGISTERED.call`` in a public function costs what a module global would.
+    __slots__ = ("kernel", "spec", "arguments", "names", "outputs", "code", "signature", "name", "_entry", "compiled",
+                 "call")
+
+    def __init__(self, kernel, spec: str, lazy: bool = False, release_gil: bool = True) -> None:
         self.kernel = kernel
         self.spec = spec
         self.arguments = parse_spec(spec)
@@ -421,22 +432,32 @@ class Registered:
         self.signature = types.int64(*(numba_type(a) for a in self.arguments))
         self.name = f"{kernel.py_func.__module__.rsplit('.', 1)[-1]}.{kernel.__name__}"
         self._entry = None
+        self.compiled = False
+        # With the extension, the callable exists from the start and gets the entry's address at its first
+        # call: a public function binds it once, as a module global (faster to call than an attribute).
+        self.call = Kernel(self._entry_address, self.code, release_gil) if DIRECT_CALLS else self._compile_and_call
         if not lazy:
             self.compile()
         REGISTRY[self.name] = self
 
     def compile(self) -> None:
-        """Compile (or load from numba's cache) the kernel and its C entry, and make ``call``."""
-        if "call" in self.__dict__:
-            return
-        if DIRECT_CALLS:
-            self._entry = cfunc(ENTRY_SIGNATURE, cache=True, nogil=True)(
-                _entry_function(self.kernel, self.spec, self.kernel.__name__ + "_entry"))
-            self.call = Kernel(self._entry.address, self.code)
-        else:
-            self.call = self._dispatcher_call()
+        """Compile (or load from numba's cache) the kernel and its C entry now."""
+        with _COMPILING:
+            if self.compiled:
+                return
+            if DIRECT_CALLS:
+                self._entry = cfunc(ENTRY_SIGNATURE, **ENTRY_OPTIONS)(
+                    _entry_function(self.kernel, self.spec, self.kernel.__name__ + "_entry"))
+            else:
+                self.call = self._dispatcher_call()
+            self.compiled = True
 
-    def call(self, *arguments):  # replaced by the compiled callable at the first call of a lazy kernel
+    def _entry_address(self) -> int:
+        self.compile()
+        return self._entry.address
+
+    def _compile_and_call(self, *arguments):
+        """``call`` without the extension until the kernel is compiled (a lazy kernel's first call)."""
         self.compile()
         return self.call(*arguments)
 
@@ -511,15 +532,18 @@ class Registered:
         return f"Registered({self.name}, {self.spec!r})"
 
 
-def register(kernel, spec: str, lazy: bool = False) -> Registered:
+def register(kernel, spec: str, lazy: bool = False, release_gil: bool = True) -> Registered:
     """Register a kernel (a numba ``njit`` function without signature) with its argument spec.
 
     Args:
         kernel: The kernel, ``njit(**JIT_OPTIONS)``; it is compiled here for the spec's types.
         spec: Its arguments (see the module's docstring).
         lazy: Compile at the first call instead of now (for kernels few programs call).
+        release_gil: Let other Python threads run during a call. False for kernels of a few microseconds on
+            any robot: releasing and taking back the GIL costs about 40 ns, and so short a call would not give
+            another thread time to run (Python switches threads every 5 ms). Batches always release it.
     """
-    return Registered(kernel, spec, lazy)
+    return Registered(kernel, spec, lazy, release_gil)
 
 
 def compile_all() -> None:

@@ -21,7 +21,7 @@ from numba import njit
 
 from rbd_deriv.core import constants
 from rbd_deriv.core.calling import check_length, check_model, check_quaternions, check_shape, check_vector, register
-from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING
 from rbd_deriv.core.layout import MI_IDX_Q, MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE
 from rbd_deriv.core.model import Model
 from rbd_deriv.core.urdf import JOINT_FREEFLYER
@@ -50,7 +50,7 @@ def _skew(w, out):
     out[2, 0], out[2, 1], out[2, 2] = -w[1], w[0], 0.0
 
 
-@njit(**JIT_OPTIONS)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def _so3_series(w, ca, cb, out):
     """out = I + ca [w]x + cb [w]x^2 (3x3)."""
     W = np.empty((3, 3))
@@ -161,7 +161,7 @@ def _q_coefficients(theta2):
             (2.0 * t - 3.0 * s + t * c) / (2.0 * theta2 * theta2 * t))
 
 
-@njit(**JIT_OPTIONS)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def _left_jacobian_se3(rho, phi, out):
     """out (6x6) = Jl(xi) of exp6 for xi = [rho; phi] (Barfoot eq. 7.85-7.86)."""
     theta2 = phi[0] ** 2 + phi[1] ** 2 + phi[2] ** 2
@@ -189,7 +189,7 @@ def _left_jacobian_se3(rho, phi, out):
             out[r, 3 + c] = Q[r, c]
 
 
-@njit(**JIT_OPTIONS)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def dintegrate_into(mi, v, Jq, Jv):
     """Jq = d(q (+) v)/dq and Jv = d(q (+) v)/dv (nv, nv), tangent space; block diagonal per joint."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
@@ -250,7 +250,8 @@ def _integrate_kernel(mi, q, v, q_next):
     return code
 
 
-INTEGRATE = register(_integrate_kernel, "mi:i2 q:f1 v:f1 q_next:N(q)")
+INTEGRATE = register(_integrate_kernel, "mi:i2 q:f1 v:f1 q_next:N(q)", release_gil=False)
+_integrate = INTEGRATE.call
 
 
 @njit(**JIT_OPTIONS)
@@ -270,7 +271,8 @@ def _difference_kernel(mi, continuous, q0, q1, nv, v):
     return code
 
 
-DIFFERENCE = register(_difference_kernel, "mi:i2 continuous:b1 q0:f1 q1:f1 nv:n v:N(nv)", lazy=True)
+DIFFERENCE = register(_difference_kernel, "mi:i2 continuous:b1 q0:f1 q1:f1 nv:n v:N(nv)", lazy=True, release_gil=False)
+_difference = DIFFERENCE.call
 
 
 @njit(**JIT_OPTIONS)
@@ -286,7 +288,8 @@ def _dintegrate_kernel(mi, q, v, Jq, Jv):
     return code
 
 
-DINTEGRATE = register(_dintegrate_kernel, "mi:i2 q:f1 v:f1 Jq:F2 Jv:F2", lazy=True)
+DINTEGRATE = register(_dintegrate_kernel, "mi:i2 q:f1 v:f1 Jq:F2 Jv:F2", lazy=True, release_gil=False)
+_dintegrate = DINTEGRATE.call
 
 
 def neutral(model: Model) -> np.ndarray:
@@ -305,7 +308,7 @@ def integrate(model: Model, q, v) -> np.ndarray:
         (nq,) new array.
     """
     try:
-        result = INTEGRATE.call(model.mi, q, v)
+        result = _integrate(model.mi, q, v)
     except (TypeError, AttributeError):
         result = INTEGRATE.call_converted(model, None, q, v)
     if type(result) is int:  # the kernel's status
@@ -316,7 +319,7 @@ def integrate(model: Model, q, v) -> np.ndarray:
 def difference(model: Model, q0, q1) -> np.ndarray:
     """q1 (-) q0: the tangent vector v (nv,) such that integrate(q0, v) == q1 (continuous joints wrap)."""
     try:
-        result = DIFFERENCE.call(model.mi, model.continuous, q0, q1, model.nv)
+        result = _difference(model.mi, model.continuous, q0, q1, model.nv)
     except (TypeError, AttributeError):
         result = DIFFERENCE.call_converted(model, None, q0, q1)
     if type(result) is int:  # the kernel's status
@@ -326,19 +329,19 @@ def difference(model: Model, q0, q1) -> np.ndarray:
 
 def dintegrate_dq(model: Model, q, v) -> np.ndarray:
     """Jacobian (nv, nv) of integrate(q, v) with respect to q, in the tangent spaces."""
-    return _dintegrate(model, q, v)[0]
+    return _integrate_jacobians(model, q, v)[0]
 
 
 def dintegrate_dv(model: Model, q, v) -> np.ndarray:
     """Jacobian (nv, nv) of integrate(q, v) with respect to v, in the tangent spaces."""
-    return _dintegrate(model, q, v)[1]
+    return _integrate_jacobians(model, q, v)[1]
 
 
-def _dintegrate(model: Model, q, v):
+def _integrate_jacobians(model: Model, q, v):
     check_model(model)
     Jq, Jv = np.empty((model.nv, model.nv)), np.empty((model.nv, model.nv))
     try:
-        code = DINTEGRATE.call(model.mi, q, v, Jq, Jv)
+        code = _dintegrate(model.mi, q, v, Jq, Jv)
     except TypeError:
         code = DINTEGRATE.call_converted(model, None, q, v, Jq, Jv)
     if code:

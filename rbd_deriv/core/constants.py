@@ -2,8 +2,15 @@
 
 #: numba options of every compiled function: cached machine code; no GIL, so other Python threads run during
 #: a call; fastmath limited to contraction and reassociation (FMA, reordered sums), which moves results by
-#: rounding only, never the handling of NaN or inf that the input checks rely on.
-JIT_OPTIONS = dict(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"}, error_model="numpy")
+#: rounding only, never the handling of NaN or inf that the input checks rely on; and no reference counting
+#: (numba's _nrt option): the kernels allocate nothing and only take views of arrays their caller holds, so the
+#: increments and decrements numba would emit for every view taken in a loop are pure cost (a quarter of M^-1
+#: and ABA on a six-joint arm). The few functions that allocate (numpy temporaries, BLAS) keep it.
+JIT_OPTIONS = dict(cache=True, nogil=True, _nrt=False, fastmath={"contract", "reassoc", "nsz", "arcp"},
+                   error_model="numpy")
+
+#: JIT_OPTIONS for a function that allocates arrays or calls BLAS.
+JIT_OPTIONS_ALLOCATING = dict(JIT_OPTIONS, _nrt=True)
 
 #: A quaternion whose norm differs from 1 by more than this is refused; below it, it is normalized (a
 #: joint_states round trip through float32 stays well within it).

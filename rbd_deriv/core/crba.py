@@ -23,18 +23,15 @@ from rbd_deriv.core.layout import (
     MI_NVTOT,
     MI_PARENT,
     MI_SUBTREE_END,
-    R_IC,
+    R_IC10,
     R_OI,
     R_S,
-    R_SCRATCH,
-    region1,
     region2,
-    region3,
     zero_forces,
     zero_velocity,
 )
 from rbd_deriv.core.model import Data, Model
-from rbd_deriv.core.spatial import copy_6x6_set, dot6, mat6_vec
+from rbd_deriv.core.spatial import inertia_times
 
 
 @njit(**JIT_OPTIONS)
@@ -62,27 +59,27 @@ def zero_outside_subtrees(mi, M):
 def crba_into(mi, ws, M):
     """CRBA backward pass into M (nv, nv), after forward_pass order 0."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
-    zero_outside_subtrees(mi, M)
-    oI = region3(mi, ws, R_OI, nj, 6, 6)
-    IC = region3(mi, ws, R_IC, nj, 6, 6)
+    oI = region2(mi, ws, R_OI, nj, 10)
+    IC = region2(mi, ws, R_IC10, nj, 10)
     S = region2(mi, ws, R_S, nv, 6)
-    F = region1(mi, ws, R_SCRATCH, 64)[30:36]
-    copy_6x6_set(oI, IC, nj)
+    for i in range(nj):
+        for k in range(10):
+            IC[i, k] = oI[i, k]
+    zero_outside_subtrees(mi, M)
     for i in range(nj - 1, 0, -1):
         iv = mi[i, MI_IDX_V]
-        for d in range(mi[i, MI_NV]):
-            mat6_vec(IC[i], S[iv + d], F)
+        for c in range(iv, iv + mi[i, MI_NV]):
+            f0, f1, f2, f3, f4, f5 = inertia_times(IC[i], S[c, 0], S[c, 1], S[c, 2], S[c, 3], S[c, 4], S[c, 5])
             j = i
             while j > 0:
                 jv = mi[j, MI_IDX_V]
-                for e in range(mi[j, MI_NV]):
-                    M[jv + e, iv + d] = dot6(S[jv + e], F)
+                for r in range(jv, jv + mi[j, MI_NV]):
+                    M[r, c] = S[r, 0] * f0 + S[r, 1] * f1 + S[r, 2] * f2 + S[r, 3] * f3 + S[r, 4] * f4 + S[r, 5] * f5
                 j = mi[j, MI_PARENT]
         parent = mi[i, MI_PARENT]
         if parent > 0:
-            for r in range(6):
-                for k in range(6):
-                    IC[parent, r, k] += IC[i, r, k]
+            for k in range(10):
+                IC[parent, k] += IC[i, k]
     symmetrize_upper(M)
 
 
@@ -99,7 +96,8 @@ def _crba_kernel(mi, mf, ws, q, M):
     return code
 
 
-CRBA = register(_crba_kernel, "mi:i2 mf:f2 data:W q:f1 M:F2")
+CRBA = register(_crba_kernel, "mi:i2 mf:f2 data:W q:f1 M:F2", release_gil=False)
+_crba = CRBA.call
 
 
 def crba(model: Model, data: Data, q) -> np.ndarray:
@@ -112,7 +110,7 @@ def crba(model: Model, data: Data, q) -> np.ndarray:
         data.M (nv, nv) [kg m^2, kg m, kg].
     """
     try:
-        code = CRBA.call(model.mi, model.mf, data.ws, q, data._M)
+        code = _crba(model.mi, model.mf, data.ws, q, data._M)
     except (TypeError, AttributeError):
         code = CRBA.call_converted(model, data, q)
     if code:

@@ -50,7 +50,7 @@ from rbd_deriv.core.layout import (
     region3,
 )
 from rbd_deriv.core.model import Data, Model
-from rbd_deriv.core.spatial import act_force, act_inertia, motion_cross
+from rbd_deriv.core.spatial import act_force, inertia_to_world, motion_cross
 from rbd_deriv.core.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE
 from rbd_deriv.exceptions import InputError
 
@@ -153,7 +153,7 @@ FK_POSITION, FK_VELOCITY, FK_ACCELERATION, FK_DERIVATIVES = 0, 1, 2, 3
 def forward_pass(mi, mf, ws, q, v, a, fext, level):
     """World-frame kinematics up to ``level``:
 
-    FK_POSITION: placements oMi, motion subspaces S, body inertias oI;
+    FK_POSITION: placements oMi, motion subspaces S, body inertias oI (10 parameters each);
     FK_VELOCITY: + external forces in the world frame, velocities ov and c_i = v_i x (S_i qd_i);
     FK_ACCELERATION: + accelerations oa (a_0 = -g);
     FK_DERIVATIVES: + Sdot, Psid, Psidd, the motion sets of the derivative algorithms.
@@ -161,7 +161,7 @@ def forward_pass(mi, mf, ws, q, v, a, fext, level):
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     oMi = region3(mi, ws, R_OMI, nj, 4, 4)
     S = region2(mi, ws, R_S, nv, 6)
-    oI = region3(mi, ws, R_OI, nj, 6, 6)
+    oI = region2(mi, ws, R_OI, nj, 10)
     fext_world = region2(mi, ws, R_FEXTW, nj, 6)
     ov = region2(mi, ws, R_OV, nj, 6)
     c = region2(mi, ws, R_C, nj, 6)
@@ -172,7 +172,7 @@ def forward_pass(mi, mf, ws, q, v, a, fext, level):
         parent = mi[i, MI_PARENT]
         joint_placement(mi, mf, q, i, oMi[parent], oMi[i])
         motion_subspace(mi, mf, i, oMi[i], S)
-        act_inertia(oMi[i], mf[i, MF_INERTIA:], oI[i])
+        inertia_to_world(oMi[i], mf[i, MF_INERTIA:], oI[i])
         if level == FK_POSITION:
             continue
         act_force(oMi[i], fext[i], fext_world[i])
@@ -250,7 +250,9 @@ def _forward_kinematics_kernel(mi, mf, ws, q, oMi):
     return 0
 
 
-FORWARD_KINEMATICS = register(_forward_kinematics_kernel, "mi:i2 mf:f2 data:W q:f1 oMi:F3", lazy=True)
+FORWARD_KINEMATICS = register(_forward_kinematics_kernel, "mi:i2 mf:f2 data:W q:f1 oMi:F3", lazy=True,
+                              release_gil=False)
+_forward_kinematics = FORWARD_KINEMATICS.call
 
 
 def forward_kinematics(model: Model, data: Data, q) -> np.ndarray:
@@ -263,7 +265,7 @@ def forward_kinematics(model: Model, data: Data, q) -> np.ndarray:
         data.oMi (njoints, 4, 4): homogeneous placements, row 0 the universe (identity).
     """
     try:
-        code = FORWARD_KINEMATICS.call(model.mi, model.mf, data.ws, q, data._oMi)
+        code = _forward_kinematics(model.mi, model.mf, data.ws, q, data._oMi)
     except (TypeError, AttributeError):
         code = FORWARD_KINEMATICS.call_converted(model, data, q)
     if code:

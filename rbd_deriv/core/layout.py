@@ -42,7 +42,8 @@ REGIONS = (
     ("ov", lambda nj, nv, nq: (nj, 6)),  # spatial velocity, world frame
     ("oa", lambda nj, nv, nq: (nj, 6)),  # spatial acceleration (gravity included), world frame
     ("of", lambda nj, nv, nq: (nj, 6)),  # force transmitted by each joint (subtree sum), world frame
-    ("oI", lambda nj, nv, nq: (nj, 6, 6)),  # body spatial inertia, world frame
+    ("oI", lambda nj, nv, nq: (nj, 10)),  # body inertia, world frame, as 10 parameters (rbd_deriv.core.spatial)
+    ("IC10", lambda nj, nv, nq: (nj, 10)),  # composite (subtree) inertia as 10 parameters, world frame (CRBA)
     ("IC", lambda nj, nv, nq: (nj, 6, 6)),  # composite (subtree) inertia, world frame
     ("BC", lambda nj, nv, nq: (nj, 6, 6)),  # composite Coriolis factor B (IDSVA), world frame
     ("IA", lambda nj, nv, nq: (nj, 6, 6)),  # articulated-body inertia, world frame
@@ -102,7 +103,7 @@ def region_sizes(nj: int, nv: int, nq: int):
 R = REGION_INDEX
 R_OMI, R_LIMI, R_OV, R_OA, R_OF = R["oMi"], R["liMi"], R["ov"], R["oa"], R["of"]
 R_OI, R_IC, R_BC, R_IA, R_PA, R_DINV = R["oI"], R["IC"], R["BC"], R["IA"], R["pA"], R["Dinv"]
-R_C, R_FEXTW = R["c"], R["fext_world"]
+R_C, R_FEXTW, R_IC10 = R["c"], R["fext_world"], R["IC10"]
 R_S, R_SDOT, R_PSID, R_PSIDD = R["S"], R["Sdot"], R["Psid"], R["Psidd"]
 R_T1, R_T2, R_T3, R_T4, R_U, R_UVEC, R_F = R["t1"], R["t2"], R["t3"], R["t4"], R["U"], R["u"], R["F"]
 R_TAU, R_DDQ, R_NLE, R_G, R_M, R_MINV = R["tau"], R["ddq"], R["nle"], R["g"], R["M"], R["Minv"]
@@ -114,7 +115,9 @@ R_SCRATCH, R_ZERO_NV, R_ZERO_FEXT = R["scratch"], R["zero_nv"], R["zero_fext"]
 # --- workspace views ----------------------------------------------------------------------------------
 # A view of a region is built directly (data pointer, shape, C strides) without numba's reshape, which
 # costs ~50 ns per call, as much as a small robot's whole joint. The view carries no reference count: it
-# lives only inside a kernel, while the caller holds ``ws``.
+# lives only inside a kernel, while the caller holds ``ws``. The functions that return views are inlined
+# into their callers (inline="always"): without reference counting (constants.JIT_OPTIONS), numba lets a
+# compiled function return only an array it was given.
 
 
 def _view_codegen(array_type):
@@ -183,32 +186,32 @@ def _checked_offset(mi, ws, name_index, size):
     return offset
 
 
-@njit(**JIT_OPTIONS)
+@njit(inline="always", **JIT_OPTIONS)
 def region1(mi, ws, name_index, n):
     """View (n,) of workspace region ``name_index`` (kernel-internal: the view must not outlive ws)."""
     return _view1(ws, _checked_offset(mi, ws, name_index, n), n)
 
 
-@njit(**JIT_OPTIONS)
+@njit(inline="always", **JIT_OPTIONS)
 def region2(mi, ws, name_index, rows, cols):
     """View (rows, cols) of workspace region ``name_index`` (kernel-internal)."""
     return _view2(ws, _checked_offset(mi, ws, name_index, rows * cols), rows, cols)
 
 
-@njit(**JIT_OPTIONS)
+@njit(inline="always", **JIT_OPTIONS)
 def region3(mi, ws, name_index, d0, d1, d2):
     """View (d0, d1, d2) of workspace region ``name_index`` (kernel-internal)."""
     return _view3(ws, _checked_offset(mi, ws, name_index, d0 * d1 * d2), d0, d1, d2)
 
 
-@njit(**JIT_OPTIONS)
+@njit(inline="always", **JIT_OPTIONS)
 def zero_velocity(mi, ws):
     """The zero (nv,) vector of the workspace, typed as an input: "no velocity", "no acceleration"."""
     nv = mi[0, MI_NVTOT]
     return _readonly_view1(ws, _checked_offset(mi, ws, R_ZERO_NV, nv), nv)
 
 
-@njit(**JIT_OPTIONS)
+@njit(inline="always", **JIT_OPTIONS)
 def zero_forces(mi, ws):
     """The zero (njoints, 6) external forces of the workspace, typed as an input."""
     nj = mi[0, MI_NJ]

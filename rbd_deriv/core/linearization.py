@@ -121,6 +121,7 @@ def _linearize_kernel(mi, mf, ws, q, v, tau, fext, dt, A, B, x_next):
 
 
 LINEARIZE = register(_linearize_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 dt:d A:F2 B:F2 x_next:F1")
+_linearize = LINEARIZE.call
 
 
 def check_time_step(dt) -> float:
@@ -150,7 +151,7 @@ def linearize(model: Model, data: Data, q, v, tau, dt, fext=None):
     """
     dt = check_time_step(dt)
     try:
-        code = LINEARIZE.call(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, dt,
+        code = _linearize(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, dt,
                               data._A, data._B, data._x_next)
     except (TypeError, AttributeError):
         code = LINEARIZE.call_converted(model, data, q, v, tau, fext, dt)

@@ -47,7 +47,7 @@ from rbd_deriv.core.layout import (
     zero_velocity,
 )
 from rbd_deriv.core.model import Data, Model
-from rbd_deriv.core.spatial import copy_6x6_set
+from rbd_deriv.core.spatial import inertia_matrix
 
 
 @njit(**JIT_OPTIONS)
@@ -56,7 +56,9 @@ def minverse_into(mi, ws, Minv):
     is singular."""
     nj = mi[0, MI_NJ]
     IA = region3(mi, ws, R_IA, nj, 6, 6)
-    copy_6x6_set(region3(mi, ws, R_OI, nj, 6, 6), IA, nj)
+    oI = region2(mi, ws, R_OI, nj, 10)
+    for i in range(1, nj):
+        inertia_matrix(oI[i], IA[i])
     singular = articulated_inertias(mi, ws, False, zero_velocity(mi, ws))
     if singular == 0:
         minverse_from_articulated(mi, ws, Minv)
@@ -228,6 +230,7 @@ def _minverse_kernel(mi, mf, ws, q, Minv):
 
 
 MINVERSE = register(_minverse_kernel, "mi:i2 mf:f2 data:W q:f1 Minv:F2")
+_minverse = MINVERSE.call
 
 
 def minverse(model: Model, data: Data, q) -> np.ndarray:
@@ -240,7 +243,7 @@ def minverse(model: Model, data: Data, q) -> np.ndarray:
         data.Minv (nv, nv).
     """
     try:
-        code = MINVERSE.call(model.mi, model.mf, data.ws, q, data._Minv)
+        code = _minverse(model.mi, model.mf, data.ws, q, data._Minv)
     except (TypeError, AttributeError):
         code = MINVERSE.call_converted(model, data, q)
     if code:

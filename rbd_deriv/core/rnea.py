@@ -45,7 +45,7 @@ from rbd_deriv.core.layout import (
     zero_velocity,
 )
 from rbd_deriv.core.model import Data, Model
-from rbd_deriv.core.spatial import force_cross_add, mat6_vec, motion_cross
+from rbd_deriv.core.spatial import force_cross_add, inertia_times, motion_cross
 from rbd_deriv.core.urdf import JOINT_PRISMATIC, JOINT_REVOLUTE
 
 
@@ -53,7 +53,7 @@ from rbd_deriv.core.urdf import JOINT_PRISMATIC, JOINT_REVOLUTE
 def body_forces(mi, ws):
     """of_i = I_i a_i + v_i x* I_i v_i - f_i^ext for every body (world frame), before accumulation."""
     nj = mi[0, MI_NJ]
-    oI = region3(mi, ws, R_OI, nj, 6, 6)
+    oI = region2(mi, ws, R_OI, nj, 10)
     ov = region2(mi, ws, R_OV, nj, 6)
     oa = region2(mi, ws, R_OA, nj, 6)
     of = region2(mi, ws, R_OF, nj, 6)
@@ -62,11 +62,13 @@ def body_forces(mi, ws):
     for k in range(6):
         of[0, k] = 0.0
     for i in range(1, nj):
-        mat6_vec(oI[i], oa[i], of[i])
-        mat6_vec(oI[i], ov[i], h)
+        I = oI[i]
+        f0, f1, f2, f3, f4, f5 = inertia_times(I, oa[i, 0], oa[i, 1], oa[i, 2], oa[i, 3], oa[i, 4], oa[i, 5])
+        of[i, 0], of[i, 1], of[i, 2] = f0 - fext_world[i, 0], f1 - fext_world[i, 1], f2 - fext_world[i, 2]
+        of[i, 3], of[i, 4], of[i, 5] = f3 - fext_world[i, 3], f4 - fext_world[i, 4], f5 - fext_world[i, 5]
+        h[0], h[1], h[2], h[3], h[4], h[5] = inertia_times(I, ov[i, 0], ov[i, 1], ov[i, 2], ov[i, 3], ov[i, 4],
+                                                           ov[i, 5])
         force_cross_add(ov[i], h, 1.0, of[i])
-        for k in range(6):
-            of[i, k] -= fext_world[i, k]
 
 
 @njit(**JIT_OPTIONS)
@@ -220,7 +222,8 @@ def _rnea_kernel(mi, mf, ws, q, v, a, fext, tau):
     return code
 
 
-RNEA = register(_rnea_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 a:f1 fext:f2 tau:F1")
+RNEA = register(_rnea_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 a:f1 fext:f2 tau:F1", release_gil=False)
+_rnea = RNEA.call
 
 
 def rnea(model: Model, data: Data, q, v, a, fext=None) -> np.ndarray:
@@ -236,7 +239,7 @@ def rnea(model: Model, data: Data, q, v, a, fext=None) -> np.ndarray:
         data.tau (nv,) joint torques/forces [N m, N].
     """
     try:
-        code = RNEA.call(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext, data._tau)
+        code = _rnea(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext, data._tau)
     except (TypeError, AttributeError):
         code = RNEA.call_converted(model, data, q, v, a, fext)
     if code:
@@ -261,7 +264,8 @@ def _nle_kernel(mi, mf, ws, q, v, nle):
     return code
 
 
-NONLINEAR_EFFECTS = register(_nle_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 nle:F1", lazy=True)
+NONLINEAR_EFFECTS = register(_nle_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 nle:F1", lazy=True, release_gil=False)
+_nonlinear_effects = NONLINEAR_EFFECTS.call
 
 
 def nonlinear_effects(model: Model, data: Data, q, v) -> np.ndarray:
@@ -271,7 +275,7 @@ def nonlinear_effects(model: Model, data: Data, q, v) -> np.ndarray:
         data.nle (nv,) [N m, N].
     """
     try:
-        code = NONLINEAR_EFFECTS.call(model.mi, model.mf, data.ws, q, v, data._nle)
+        code = _nonlinear_effects(model.mi, model.mf, data.ws, q, v, data._nle)
     except (TypeError, AttributeError):
         code = NONLINEAR_EFFECTS.call_converted(model, data, q, v)
     if code:
@@ -290,7 +294,8 @@ def _gravity_kernel(mi, mf, ws, q, g):
     return code
 
 
-GRAVITY = register(_gravity_kernel, "mi:i2 mf:f2 data:W q:f1 g:F1")
+GRAVITY = register(_gravity_kernel, "mi:i2 mf:f2 data:W q:f1 g:F1", release_gil=False)
+_gravity = GRAVITY.call
 
 
 def gravity_torques(model: Model, data: Data, q) -> np.ndarray:
@@ -300,7 +305,7 @@ def gravity_torques(model: Model, data: Data, q) -> np.ndarray:
         data.g (nv,) [N m, N].
     """
     try:
-        code = GRAVITY.call(model.mi, model.mf, data.ws, q, data._g)
+        code = _gravity(model.mi, model.mf, data.ws, q, data._g)
     except (TypeError, AttributeError):
         code = GRAVITY.call_converted(model, data, q)
     if code:

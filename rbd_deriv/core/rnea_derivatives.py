@@ -59,7 +59,7 @@ from rbd_deriv.core.layout import (
 )
 from rbd_deriv.core.model import Data, Model
 from rbd_deriv.core.rnea import body_forces
-from rbd_deriv.core.spatial import copy_6x6_set, force_cross_add
+from rbd_deriv.core.spatial import force_cross_add, inertia_matrix
 
 
 @njit(**JIT_OPTIONS)
@@ -106,7 +106,7 @@ def coriolis_factor(I, v, out):
 def rnea_derivatives_into(mi, ws, tau, dtau_dq, dtau_dv, M):
     """IDSVA backward pass after forward_pass order 2: tau (nv,), dtau/dq, dtau/dv and M (nv, nv)."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
-    oI = region3(mi, ws, R_OI, nj, 6, 6)
+    oI = region2(mi, ws, R_OI, nj, 10)
     IC = region3(mi, ws, R_IC, nj, 6, 6)
     BC = region3(mi, ws, R_BC, nj, 6, 6)
     ov = region2(mi, ws, R_OV, nj, 6)
@@ -121,8 +121,8 @@ def rnea_derivatives_into(mi, ws, tau, dtau_dq, dtau_dv, M):
     t4 = region2(mi, ws, R_T4, nv, 6)
     body_forces(mi, ws)
     for i in range(1, nj):
-        coriolis_factor(oI[i], ov[i], BC[i])
-    copy_6x6_set(oI, IC, nj)
+        inertia_matrix(oI[i], IC[i])
+        coriolis_factor(IC[i], ov[i], BC[i])
     for r in range(nv):
         for c in range(nv):
             dtau_dq[r, c] = 0.0
@@ -212,6 +212,7 @@ def _rnea_derivatives_kernel(mi, mf, ws, q, v, a, fext, dtau_dq, dtau_dv, M):
 
 RNEA_DERIVATIVES = register(_rnea_derivatives_kernel,
                             "mi:i2 mf:f2 data:W q:f1 v:f1 a:f1 fext:f2 dtau_dq:F2 dtau_dv:F2 M:F2")
+_rnea_derivatives = RNEA_DERIVATIVES.call
 
 
 def rnea_derivatives(model: Model, data: Data, q, v, a, fext=None):
@@ -228,7 +229,7 @@ def rnea_derivatives(model: Model, data: Data, q, v, a, fext=None):
         the tangent space of q. data.tau holds rnea(q, v, a, fext) as a by-product.
     """
     try:
-        code = RNEA_DERIVATIVES.call(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext,
+        code = _rnea_derivatives(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext,
                                      data._dtau_dq, data._dtau_dv, data._M)
     except (TypeError, AttributeError):
         code = RNEA_DERIVATIVES.call_converted(model, data, q, v, a, fext)

@@ -55,11 +55,6 @@ def _row_dot(I, r, m0, m1, m2, m3, m4, m5):
 
 
 @njit(**JIT_OPTIONS)
-def _column_dot(I, c, m0, m1, m2, m3, m4, m5):
-    return I[0, c] * m0 + I[1, c] * m1 + I[2, c] * m2 + I[3, c] * m3 + I[4, c] * m4 + I[5, c] * m5
-
-
-@njit(**JIT_OPTIONS)
 def _mat6_vec_parts(I, m):
     """The six entries of I m."""
     m0, m1, m2, m3, m4, m5 = m[0], m[1], m[2], m[3], m[4], m[5]
@@ -69,47 +64,10 @@ def _mat6_vec_parts(I, m):
 
 
 @njit(**JIT_OPTIONS)
-def _add_scaled(out, scale, o):
-    """out += scale * o for a 6-vector given as a tuple."""
-    out[0] += scale * o[0]
-    out[1] += scale * o[1]
-    out[2] += scale * o[2]
-    out[3] += scale * o[3]
-    out[4] += scale * o[4]
-    out[5] += scale * o[5]
-
-
-@njit(**JIT_OPTIONS)
 def mat6_vec(I, m, out):
     """out = I m for a 6x6 matrix I."""
     o = _mat6_vec_parts(I, m)
     out[0], out[1], out[2], out[3], out[4], out[5] = o[0], o[1], o[2], o[3], o[4], o[5]
-
-
-@njit(**JIT_OPTIONS)
-def mat6_vec_add(I, m, scale, out):
-    """out += scale * I m for a 6x6 matrix I."""
-    _add_scaled(out, scale, _mat6_vec_parts(I, m))
-
-
-@njit(**JIT_OPTIONS)
-def mat6T_vec_add(I, m, scale, out):
-    """out += scale * I^T m for a 6x6 matrix I."""
-    m0, m1, m2, m3, m4, m5 = m[0], m[1], m[2], m[3], m[4], m[5]
-    _add_scaled(out, scale, (
-        _column_dot(I, 0, m0, m1, m2, m3, m4, m5), _column_dot(I, 1, m0, m1, m2, m3, m4, m5),
-        _column_dot(I, 2, m0, m1, m2, m3, m4, m5), _column_dot(I, 3, m0, m1, m2, m3, m4, m5),
-        _column_dot(I, 4, m0, m1, m2, m3, m4, m5), _column_dot(I, 5, m0, m1, m2, m3, m4, m5)))
-
-
-@njit(**JIT_OPTIONS)
-def copy_6x6_set(source, target, n):
-    """target[:n] = source[:n] for (n, 6, 6) sets of matrices (plain loops: numba's slice assignment costs
-    ~45 ns per matrix in its generic broadcasting path)."""
-    for i in range(n):
-        for r in range(6):
-            for k in range(6):
-                target[i, r, k] = source[i, r, k]
 
 
 @njit(**JIT_OPTIONS)
@@ -144,15 +102,19 @@ def act_force(oM, f, out):
     out[5] = nz + px * fy - py * fx
 
 
-@njit(**JIT_OPTIONS)
-def act_inertia(oM, params, out):
-    """out (6x6) = oX^* I iX_o: the body inertia given by its 10 parameters in the frame of placement oM,
-    expressed in the world frame.
+# A rigid-body inertia is kept as 10 parameters p = [m, h (3), J (6)]: mass, first moment h = m c and rotational
+# inertia about the frame origin (Jxx Jxy Jxz Jyy Jyz Jzz). As a 6x6 matrix, [linear, angular]:
+#
+#     I = [[m 1, -[h]x], [[h]x, J]],      I (v, w) = (m v + w x h,  h x v + J w)
+#
+# Sums of parameters are sums of inertias, so composite inertias add 10 numbers instead of 36.
 
-    params = [m, h (3), Io (6)]: mass, first moment h = m c and rotational inertia about the frame origin
-    (Ixx Ixy Ixz Iyy Iyz Izz). In the world: h' = E h + m p, and the rotational inertia about the world origin
-    J' = E Io E^T - [p]x [g]x - [g]x [p]x - m [p]x [p]x with g = E h (parallel-axis theorem).
-    """
+
+@njit(**JIT_OPTIONS)
+def inertia_to_world(oM, params, out):
+    """out (10,) = the inertia given by its 10 parameters in the frame of placement oM, expressed in the world
+    frame: h' = E h + m p and, about the world origin, J' = E J E^T - [p]x [g]x - [g]x [p]x - m [p]x [p]x with
+    g = E h (parallel-axis theorem)."""
     m = params[0]
     hx, hy, hz = params[1], params[2], params[3]
     i00, i01, i02, i11, i12, i22 = params[4], params[5], params[6], params[7], params[8], params[9]
@@ -160,7 +122,7 @@ def act_inertia(oM, params, out):
     e10, e11, e12 = oM[1, 0], oM[1, 1], oM[1, 2]
     e20, e21, e22 = oM[2, 0], oM[2, 1], oM[2, 2]
     px, py, pz = oM[0, 3], oM[1, 3], oM[2, 3]
-    # T = Io E^T (columns are Io times the rows of E)
+    # T = J E^T (columns are J times the rows of E)
     t00 = i00 * e00 + i01 * e01 + i02 * e02
     t10 = i01 * e00 + i11 * e01 + i12 * e02
     t20 = i02 * e00 + i12 * e01 + i22 * e02
@@ -177,23 +139,35 @@ def act_inertia(oM, params, out):
     pp = px * px + py * py + pz * pz
     # -[p]x[g]x - [g]x[p]x - m [p]x[p]x = -(g p^T + p g^T) + 2 (p.g) Id - m (p p^T - (p.p) Id)
     d = 2.0 * pg + m * pp
-    j00 = e00 * t00 + e01 * t10 + e02 * t20 - 2.0 * gx * px - m * px * px + d
-    j11 = e10 * t01 + e11 * t11 + e12 * t21 - 2.0 * gy * py - m * py * py + d
-    j22 = e20 * t02 + e21 * t12 + e22 * t22 - 2.0 * gz * pz - m * pz * pz + d
-    j01 = e00 * t01 + e01 * t11 + e02 * t21 - gx * py - px * gy - m * px * py
-    j02 = e00 * t02 + e01 * t12 + e02 * t22 - gx * pz - px * gz - m * px * pz
-    j12 = e10 * t02 + e11 * t12 + e12 * t22 - gy * pz - py * gz - m * py * pz
-    out[3, 3], out[3, 4], out[3, 5] = j00, j01, j02
-    out[4, 3], out[4, 4], out[4, 5] = j01, j11, j12
-    out[5, 3], out[5, 4], out[5, 5] = j02, j12, j22
-    wx, wy, wz = gx + m * px, gy + m * py, gz + m * pz
-    out[0, 0], out[0, 1], out[0, 2] = m, 0.0, 0.0
-    out[1, 0], out[1, 1], out[1, 2] = 0.0, m, 0.0
-    out[2, 0], out[2, 1], out[2, 2] = 0.0, 0.0, m
-    # upper right -[h']x, lower left [h']x
-    out[0, 3], out[0, 4], out[0, 5] = 0.0, wz, -wy
-    out[1, 3], out[1, 4], out[1, 5] = -wz, 0.0, wx
-    out[2, 3], out[2, 4], out[2, 5] = wy, -wx, 0.0
-    out[3, 0], out[3, 1], out[3, 2] = 0.0, -wz, wy
-    out[4, 0], out[4, 1], out[4, 2] = wz, 0.0, -wx
-    out[5, 0], out[5, 1], out[5, 2] = -wy, wx, 0.0
+    out[0] = m
+    out[1], out[2], out[3] = gx + m * px, gy + m * py, gz + m * pz
+    out[4] = e00 * t00 + e01 * t10 + e02 * t20 - 2.0 * gx * px - m * px * px + d
+    out[5] = e00 * t01 + e01 * t11 + e02 * t21 - gx * py - px * gy - m * px * py
+    out[6] = e00 * t02 + e01 * t12 + e02 * t22 - gx * pz - px * gz - m * px * pz
+    out[7] = e10 * t01 + e11 * t11 + e12 * t21 - 2.0 * gy * py - m * py * py + d
+    out[8] = e10 * t02 + e11 * t12 + e12 * t22 - gy * pz - py * gz - m * py * pz
+    out[9] = e20 * t02 + e21 * t12 + e22 * t22 - 2.0 * gz * pz - m * pz * pz + d
+
+
+@njit(**JIT_OPTIONS)
+def inertia_matrix(p, out):
+    """out (6x6) = the inertia of parameters p (10,) as a matrix."""
+    m, hx, hy, hz = p[0], p[1], p[2], p[3]
+    out[0, 0], out[0, 1], out[0, 2], out[0, 3], out[0, 4], out[0, 5] = m, 0.0, 0.0, 0.0, hz, -hy
+    out[1, 0], out[1, 1], out[1, 2], out[1, 3], out[1, 4], out[1, 5] = 0.0, m, 0.0, -hz, 0.0, hx
+    out[2, 0], out[2, 1], out[2, 2], out[2, 3], out[2, 4], out[2, 5] = 0.0, 0.0, m, hy, -hx, 0.0
+    out[3, 0], out[3, 1], out[3, 2], out[3, 3], out[3, 4], out[3, 5] = 0.0, -hz, hy, p[4], p[5], p[6]
+    out[4, 0], out[4, 1], out[4, 2], out[4, 3], out[4, 4], out[4, 5] = hz, 0.0, -hx, p[5], p[7], p[8]
+    out[5, 0], out[5, 1], out[5, 2], out[5, 3], out[5, 4], out[5, 5] = -hy, hx, 0.0, p[6], p[8], p[9]
+
+
+@njit(**JIT_OPTIONS)
+def inertia_times(p, v0, v1, v2, w0, w1, w2):
+    """The six entries of I (v, w) for the inertia of parameters p (10,): (m v + w x h, h x v + J w)."""
+    m, h0, h1, h2 = p[0], p[1], p[2], p[3]
+    return (m * v0 + w1 * h2 - w2 * h1,
+            m * v1 + w2 * h0 - w0 * h2,
+            m * v2 + w0 * h1 - w1 * h0,
+            h1 * v2 - h2 * v1 + p[4] * w0 + p[5] * w1 + p[6] * w2,
+            h2 * v0 - h0 * v2 + p[5] * w0 + p[7] * w1 + p[8] * w2,
+            h0 * v1 - h1 * v0 + p[6] * w0 + p[8] * w1 + p[9] * w2)
