@@ -481,9 +481,8 @@ static int batch_is_new(unsigned long long state, unsigned long long seen)
  *      duration, whichever is longer (an MPC's next iteration after its QP solve; the next long batch);
  *   3. look after sleeps twice as long each time, until linger_seconds;
  *   4. sleep until a batch wakes the worker.
- * A worker that polls needs no wake-up. Waking a sleeping thread costs its waker a system call, and on a
- * virtual machine whose other CPU is halted that was 17 us typically and 0.5 ms one time in ten: more than
- * a whole batch. */
+ * A worker that polls needs no wake-up. Waking a sleeping thread costs its waker a system call, which on a
+ * virtual machine can take longer than a whole batch (docs/performance.md). */
 static unsigned long long wait_for_batch(unsigned long long seen)
 {
     unsigned long long state;
@@ -570,8 +569,7 @@ static void start_workers(int wanted)
  * batches all came within spin_max_seconds of the one before (a replay, an MPC's iterations, a benchmark's
  * blocks), twice the longest of those intervals, at most spin_max_seconds; otherwise (a controller's tick
  * every few milliseconds) zero, which leaves spin_seconds. Spinning until a batch that comes only later
- * costs the next threaded batches: on this VM, 2 ms of spinning after each ur5 batch of a 5 ms tick tripled
- * their p90 (1.7 ms against 0.6). */
+ * takes the core the caller needs in between, and so slows the next threaded batches (docs/performance.md). */
 static void note_batch_start(double now)
 {
     double longest = 0.0, later = now;

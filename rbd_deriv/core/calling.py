@@ -9,11 +9,13 @@ Every kernel is a numba function that checks its inputs, writes its results into
 which compiles the kernel for the argument types of the spec, makes its C entry (a numba cfunc
 ``int64 entry(void **data, int64 *dims)``) and the Python callable ``CRBA.call``: a
 ``rbd_deriv._kernelcall.Kernel`` that checks each argument's dtype, dimensions and layout and hands the
-entry its data pointer and shape, past numba's dispatcher (which costs about 0.1-0.2 us per array). Without
-the extension (a source tree used without building it), or with ``RBD_DERIV_DISPATCHER=1`` at import,
-``CRBA.call`` is the numba dispatcher itself: same arguments, same results, slower calls. Both raise
-TypeError for an argument of the wrong type or layout; the public functions then call
-:meth:`Registered.call_converted`, which converts every input (or raises InputError naming it).
+entry its data pointer and shape, past numba's dispatcher (which costs about 0.1-0.2 us per array). The public
+function binds it once as a module global (``_crba = CRBA.call``), the cheapest thing for Python to call. A
+kernel registered with ``lazy=True`` compiles at its first call, behind the same callable. Without the
+extension (a source tree used without building it), or with ``RBD_DERIV_DISPATCHER=1`` at import, ``call`` is
+the numba dispatcher itself: same arguments, same results, slower calls. Both raise TypeError for an argument
+of the wrong type or layout; the public functions then call :meth:`Registered.call_converted`, which converts
+every input (or raises InputError naming it).
 
 Spec: one ``name:letters`` per argument, in order. The name is the one errors use (the workspace argument is
 named ``data`` after the public argument holding it). The letters:
@@ -29,7 +31,9 @@ named ``data`` after the public argument holding it). The letters:
 
 Every array must be C-contiguous, aligned and of native byte order. A read-only input overlapping an array
 the kernel writes (a result view of a Data given back as an input) is refused, so that it is copied first.
-The C extension receives the spec compressed to one letter (and digit) per argument, without the names.
+The C extension receives the spec compressed, without the names: each array letter followed by its number of
+dimensions, ``W``, ``d`` and ``n`` alone, ``N`` followed by the position of the argument it is sized by
+(``"i2f2Wf1F2"`` for crba, ``"i2f1f1N1"`` for integrate's ``mi:i2 q:f1 v:f1 q_next:N(q)``).
 
 Batches: ``parallel(kernel, count, threads, status, *arguments)`` (from the extension) runs one kernel over
 ``count`` items (states) on the calling thread and up to ``threads - 1`` worker threads. An array argument

@@ -4,8 +4,8 @@
 #: a call; fastmath limited to contraction and reassociation (FMA, reordered sums), which moves results by
 #: rounding only, never the handling of NaN or inf that the input checks rely on; and no reference counting
 #: (numba's _nrt option): the kernels allocate nothing and only take views of arrays their caller holds, so the
-#: increments and decrements numba would emit for every view taken in a loop are pure cost (a quarter of M^-1
-#: and ABA on a six-joint arm). The few functions that allocate (numpy temporaries, BLAS) keep it.
+#: increments and decrements numba would emit for every view taken in a loop are pure cost, a large share of
+#: the small robots' calls. The few functions that allocate (numpy temporaries, BLAS) keep it.
 JIT_OPTIONS = dict(cache=True, nogil=True, _nrt=False, fastmath={"contract", "reassoc", "nsz", "arcp"},
                    error_model="numpy")
 
