@@ -81,7 +81,6 @@ def test_workspaces_are_reused_and_never_shared(small_robot):
     """A batch call takes its workspaces from the model's pool and gives them back: later calls reuse them
     (no new allocation), and calls running at once from several threads each get their own set (their
     results equal the same calls made one after another)."""
-    import importlib
     import threading
 
     from rbd_deriv.core import batch

@@ -18,7 +18,7 @@ from numba import njit
 
 from rbd_deriv.core.aba import aba_into
 from rbd_deriv.core.batch import run_batch
-from rbd_deriv.core.calling import STATUS_SINGULAR, check_shape, check_state, register, status
+from rbd_deriv.core.calling import ARG_FEXT, STATUS_SINGULAR, check_state_matrices, register, status
 from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING
 from rbd_deriv.core.kinematics import acceleration_pass, motion_sets
 from rbd_deriv.core.layout import MI_NVTOT, R_DDQ, R_DTAU_DQ, R_DTAU_DV, R_M, R_TAU, as_readonly, region1, region2
@@ -71,14 +71,7 @@ def aba_derivatives_into(mi, mf, ws, q, v, tau, fext, dddq_dq, dddq_dv, Minv):
 
 @njit(**JIT_OPTIONS)
 def _aba_derivatives_kernel(mi, mf, ws, q, v, tau, fext, dddq_dq, dddq_dv, Minv):
-    nv = mi[0, MI_NVTOT]
-    code = check_state(mi, ws, q, v, tau, fext)
-    if code == 0:
-        code = check_shape(dddq_dq, nv, nv, 7)
-    if code == 0:
-        code = check_shape(dddq_dv, nv, nv, 8)
-    if code == 0:
-        code = check_shape(Minv, nv, nv, 9)
+    code = check_state_matrices(mi, ws, q, v, tau, fext, ARG_FEXT + 1, dddq_dq, dddq_dv, Minv)
     if code == 0:
         singular = aba_derivatives_into(mi, mf, ws, q, v, tau, fext, dddq_dq, dddq_dv, Minv)
         if singular:

@@ -204,6 +204,30 @@ def check_state(mi, ws, q, v, a, fext):
     return code
 
 
+@njit(**JIT_OPTIONS)
+def check_position_matrix(mi, ws, q, out):
+    """The checks of a kernel (mi, mf, data, q, out) whose output is an (nv, nv) matrix."""
+    code = check_position(mi, ws, q)
+    if code == 0:
+        code = check_shape(out, mi[0, MI_NVTOT], mi[0, MI_NVTOT], ARG_Q + 1)
+    return code
+
+
+@njit(**JIT_OPTIONS)
+def check_state_matrices(mi, ws, q, v, a, fext, first, X, Y, Z):
+    """The checks of a kernel (mi, mf, data, q, v, a or tau, fext, ...) whose outputs X, Y, Z, at positions
+    first..first+2, are (nv, nv) matrices."""
+    nv = mi[0, MI_NVTOT]
+    code = check_state(mi, ws, q, v, a, fext)
+    if code == 0:
+        code = check_shape(X, nv, nv, first)
+    if code == 0:
+        code = check_shape(Y, nv, nv, first + 1)
+    if code == 0:
+        code = check_shape(Z, nv, nv, first + 2)
+    return code
+
+
 # --- status -> exception --------------------------------------------------------------------------------
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rbd_deriv.core.calling import check_position, check_shape, register
+from rbd_deriv.core.calling import check_position_matrix, register
 from rbd_deriv.core.constants import JIT_OPTIONS
-from rbd_deriv.core.kinematics import FK_POSITION, forward_pass
+from rbd_deriv.core.kinematics import position_pass
 from rbd_deriv.core.layout import (
     MI_IDX_V,
     MI_NJ,
@@ -27,8 +27,6 @@ from rbd_deriv.core.layout import (
     R_OI,
     R_S,
     region2,
-    zero_forces,
-    zero_velocity,
 )
 from rbd_deriv.core.model import Data, Model
 from rbd_deriv.core.spatial import inertia_times
@@ -85,13 +83,9 @@ def crba_into(mi, ws, M):
 
 @njit(**JIT_OPTIONS)
 def _crba_kernel(mi, mf, ws, q, M):
-    nv = mi[0, MI_NVTOT]
-    code = check_position(mi, ws, q)
+    code = check_position_matrix(mi, ws, q, M)
     if code == 0:
-        code = check_shape(M, nv, nv, 4)
-    if code == 0:
-        zero = zero_velocity(mi, ws)
-        forward_pass(mi, mf, ws, q, zero, zero, zero_forces(mi, ws), FK_POSITION)
+        position_pass(mi, mf, ws, q)
         crba_into(mi, ws, M)
     return code
 

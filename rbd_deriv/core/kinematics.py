@@ -48,6 +48,8 @@ from rbd_deriv.core.layout import (
     region1,
     region2,
     region3,
+    zero_forces,
+    zero_velocity,
 )
 from rbd_deriv.core.model import Data, Model
 from rbd_deriv.core.spatial import act_force, inertia_to_world, motion_cross
@@ -188,6 +190,13 @@ def forward_pass(mi, mf, ws, q, v, a, fext, level):
         motion_sets(mi, ws)
     if level >= FK_ACCELERATION:
         acceleration_pass(mi, mf, ws, a, level >= FK_DERIVATIVES)
+
+
+@njit(**JIT_OPTIONS)
+def position_pass(mi, mf, ws, q):
+    """forward_pass at FK_POSITION (placements, motion subspaces, inertias), which needs no velocity."""
+    zero = zero_velocity(mi, ws)
+    forward_pass(mi, mf, ws, q, zero, zero, zero_forces(mi, ws), FK_POSITION)
 
 
 @njit(**JIT_OPTIONS)

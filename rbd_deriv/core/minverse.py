@@ -22,10 +22,10 @@ import numpy as np
 from numba import njit
 
 from rbd_deriv.core.aba import articulated_inertias
-from rbd_deriv.core.calling import STATUS_SINGULAR, check_position, check_shape, register, status
+from rbd_deriv.core.calling import STATUS_SINGULAR, check_position_matrix, register, status
 from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.core.crba import symmetrize_upper, zero_outside_subtrees
-from rbd_deriv.core.kinematics import FK_POSITION, forward_pass
+from rbd_deriv.core.kinematics import position_pass
 from rbd_deriv.core.layout import (
     MI_IDX_V,
     MI_NJ,
@@ -43,7 +43,6 @@ from rbd_deriv.core.layout import (
     region1,
     region2,
     region3,
-    zero_forces,
     zero_velocity,
 )
 from rbd_deriv.core.model import Data, Model
@@ -216,13 +215,9 @@ def _forward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, nv, has_parent):
 
 @njit(**JIT_OPTIONS)
 def _minverse_kernel(mi, mf, ws, q, Minv):
-    nv = mi[0, MI_NVTOT]
-    code = check_position(mi, ws, q)
+    code = check_position_matrix(mi, ws, q, Minv)
     if code == 0:
-        code = check_shape(Minv, nv, nv, 4)
-    if code == 0:
-        zero = zero_velocity(mi, ws)
-        forward_pass(mi, mf, ws, q, zero, zero, zero_forces(mi, ws), FK_POSITION)
+        position_pass(mi, mf, ws, q)
         singular = minverse_into(mi, ws, Minv)
         if singular:
             code = status(STATUS_SINGULAR, 0, singular)

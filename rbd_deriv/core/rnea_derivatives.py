@@ -24,11 +24,10 @@ along integrate(q, eps e_j). External forces are fixed in their joint frames, so
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 from rbd_deriv.core.batch import run_batch
-from rbd_deriv.core.calling import check_shape, check_state, register
+from rbd_deriv.core.calling import ARG_FEXT, check_state_matrices, register
 from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.core.crba import symmetrize_upper, zero_outside_subtrees
 from rbd_deriv.core.kinematics import FK_DERIVATIVES, forward_pass
@@ -197,13 +196,7 @@ def rnea_derivatives_into(mi, ws, tau, dtau_dq, dtau_dv, M):
 @njit(**JIT_OPTIONS)
 def _rnea_derivatives_kernel(mi, mf, ws, q, v, a, fext, dtau_dq, dtau_dv, M):
     nv = mi[0, MI_NVTOT]
-    code = check_state(mi, ws, q, v, a, fext)
-    if code == 0:
-        code = check_shape(dtau_dq, nv, nv, 7)
-    if code == 0:
-        code = check_shape(dtau_dv, nv, nv, 8)
-    if code == 0:
-        code = check_shape(M, nv, nv, 9)
+    code = check_state_matrices(mi, ws, q, v, a, fext, ARG_FEXT + 1, dtau_dq, dtau_dv, M)
     if code == 0:
         forward_pass(mi, mf, ws, q, v, a, fext, FK_DERIVATIVES)
         rnea_derivatives_into(mi, ws, region1(mi, ws, R_TAU, nv), dtau_dq, dtau_dv, M)
