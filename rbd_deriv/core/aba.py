@@ -25,6 +25,7 @@ from rbd_deriv.core.layout import (
     MI_NV,
     MI_NVTOT,
     MI_PARENT,
+    NV_FREE_FLYER,
     R_C,
     R_DINV,
     R_FEXTW,
@@ -104,13 +105,14 @@ def _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
     # U and c in scalars: IA, U and c share the workspace, so stores would otherwise force reloads.
     u0, u1, u2, u3, u4, u5 = U[iv, 0], U[iv, 1], U[iv, 2], U[iv, 3], U[iv, 4], U[iv, 5]
     Ii, Ip = IA[i], IA[parent]
+    # I^A - U D^-1 U^T is symmetric: the upper triangle is computed, each entry stored on both sides.
     for r in range(6):
-        # A whole row read before any store: six independent lanes the compiler can put in vector registers.
         ur = U[iv, r] * dinv
-        i0, i1, i2, i3, i4, i5 = Ii[r, 0], Ii[r, 1], Ii[r, 2], Ii[r, 3], Ii[r, 4], Ii[r, 5]
-        p0, p1, p2, p3, p4, p5 = Ip[r, 0], Ip[r, 1], Ip[r, 2], Ip[r, 3], Ip[r, 4], Ip[r, 5]
-        Ip[r, 0], Ip[r, 1], Ip[r, 2] = p0 + (i0 - ur * u0), p1 + (i1 - ur * u1), p2 + (i2 - ur * u2)
-        Ip[r, 3], Ip[r, 4], Ip[r, 5] = p3 + (i3 - ur * u3), p4 + (i4 - ur * u4), p5 + (i5 - ur * u5)
+        for k in range(r, 6):
+            x = Ii[r, k] - ur * U[iv, k]
+            Ip[r, k] += x
+            if k != r:
+                Ip[k, r] += x
     if with_bias:
         # pa = pA + Ia c + U D^-1 u, with Ia c = IA c - U D^-1 (U^T c).
         c0, c1, c2, c3, c4, c5 = c[i, 0], c[i, 1], c[i, 2], c[i, 3], c[i, 4], c[i, 5]
@@ -148,6 +150,7 @@ def articulated_inertias(mi, ws, with_bias, tau):
             if not _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
                 return i
             continue
+        nvj = NV_FREE_FLYER  # the only joint of several dofs: loops of constant length, unrolled
         for r in range(nvj):
             for d in range(nvj):
                 D[r, d] = dot6(S[iv + r], U[iv + d])

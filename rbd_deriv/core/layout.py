@@ -30,6 +30,10 @@ MI_TYPE, MI_PARENT, MI_IDX_Q, MI_IDX_V, MI_NQ, MI_NV, MI_SUBTREE_END = range(7)
 # Columns of mi row 0: sizes, the workspace size, then the region offsets.
 MI_NJ, MI_NVTOT, MI_NQTOT, MI_WORKSPACE, MI_OFFSETS = range(5)
 
+# Dofs of the free flyer, the only joint with several: the kernels' multi-dof steps loop to this constant,
+# which the compiler unrolls.
+NV_FREE_FLYER = 6
+
 # Columns of mf.
 MF_ROT, MF_POS, MF_AXIS, MF_INERTIA = 0, 9, 12, 15
 MF_COLS = MF_INERTIA + 10

@@ -33,6 +33,7 @@ from rbd_deriv.core.layout import (
     MI_NVTOT,
     MI_PARENT,
     MI_SUBTREE_END,
+    NV_FREE_FLYER,
     R_DINV,
     R_F,
     R_IA,
@@ -85,21 +86,23 @@ def minverse_from_articulated(mi, ws, Minv):
         if nvj == 1:
             _backward_one_dof(Minv, Dinv[i, 0, 0], S[iv], U[iv], Fi, F[parent], iv, end, parent > 0)
         else:
-            _backward_multi_dof(Minv, Dinv[i], S, U, Fi, F[parent], W, iv, nvj, end, parent > 0)
-    # Forward sweep: the acceleration sets A overwrite F.
+            _backward_multi_dof(Minv, Dinv[i], S, U, Fi, F[parent], W, iv, end, parent > 0)
+    # Forward sweep: the acceleration sets A overwrite F. Only children read A_i: a leaf joint skips it.
     for i in range(1, nj):
         iv, nvj, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_PARENT]
         Fi = F[i]
         if nvj == 1:
-            _forward_one_dof(Minv, Dinv[i, 0, 0], S[iv], U[iv], Fi, F[parent], iv, nv, parent > 0)
+            has_children = mi[i, MI_SUBTREE_END] > iv + 1
+            _forward_one_dof(Minv, Dinv[i, 0, 0], S[iv], U[iv], Fi, F[parent], iv, nv, parent > 0, has_children)
         else:
-            _forward_multi_dof(Minv, Dinv[i], S, U, Fi, F[parent], W, iv, nvj, nv, parent > 0)
+            _forward_multi_dof(Minv, Dinv[i], S, U, Fi, F[parent], W, iv, nv, parent > 0)
     symmetrize_upper(Minv)
 
 
 @njit(**JIT_OPTIONS)
-def _dinv_times(Dinv, V, iv, nvj, W):
-    """W[:nvj] = D^-1 V[iv:iv + nvj] (nvj x 6): a joint's D^-1 times its S or U."""
+def _dinv_times(Dinv, V, iv, W):
+    """W = D^-1 V[iv:iv + 6] (6 x 6): a free flyer's D^-1 times its S or U."""
+    nvj = NV_FREE_FLYER
     for d in range(nvj):
         for k in range(6):
             s = 0.0
@@ -109,9 +112,10 @@ def _dinv_times(Dinv, V, iv, nvj, W):
 
 
 @njit(**JIT_OPTIONS)
-def _add_rows_times_column(V, Minv, iv, nvj, j, f0, f1, f2, f3, f4, f5):
-    """(f0..f5) + sum_d V[iv + d] M^-1[iv + d, j]: a joint's 6-vectors (S or U, rows iv..iv+nvj of V) times
-    column j of its rows of M^-1, added to a 6-vector held in scalars."""
+def _add_rows_times_column(V, Minv, iv, j, f0, f1, f2, f3, f4, f5):
+    """(f0..f5) + sum_d V[iv + d] M^-1[iv + d, j]: a free flyer's 6-vectors (S or U, rows iv..iv+6 of V)
+    times column j of its rows of M^-1, added to a 6-vector held in scalars."""
+    nvj = NV_FREE_FLYER
     for d in range(nvj):
         m = Minv[iv + d, j]
         f0 += V[iv + d, 0] * m
@@ -124,16 +128,17 @@ def _add_rows_times_column(V, Minv, iv, nvj, j, f0, f1, f2, f3, f4, f5):
 
 
 @njit(**JIT_OPTIONS)
-def _backward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, end, has_parent):
-    """Backward step of a joint of nvj > 1 dofs (a free flyer): rows iv..iv+nvj of M^-1 on its subtree,
+def _backward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, end, has_parent):
+    """Backward step of a free flyer (nvj = NV_FREE_FLYER dofs): rows iv..iv+nvj of M^-1 on its subtree,
     and the parent's force set F_lambda[j] = F_i[j] + U M^-1[rows, j]. Each column's 6-vector is held in
     scalars while the rows are formed (W = D^-1 S^T, nvj x 6, is scratch)."""
+    nvj = NV_FREE_FLYER
     for d in range(nvj):
         for k in range(6):
             Fi[iv + d, k] = 0.0
         for e in range(nvj):
             Minv[iv + d, iv + e] = Dinv[d, e]
-    _dinv_times(Dinv, S, iv, nvj, W)
+    _dinv_times(Dinv, S, iv, W)
     for j in range(iv + nvj, end):
         f0, f1, f2, f3, f4, f5 = Fi[j, 0], Fi[j, 1], Fi[j, 2], Fi[j, 3], Fi[j, 4], Fi[j, 5]
         for d in range(nvj):
@@ -142,19 +147,20 @@ def _backward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, end, has_parent):
     if not has_parent:
         return
     for j in range(iv, end):
-        f0, f1, f2, f3, f4, f5 = _add_rows_times_column(U, Minv, iv, nvj, j, Fi[j, 0], Fi[j, 1], Fi[j, 2],
+        f0, f1, f2, f3, f4, f5 = _add_rows_times_column(U, Minv, iv, j, Fi[j, 0], Fi[j, 1], Fi[j, 2],
                                                         Fi[j, 3], Fi[j, 4], Fi[j, 5])
         Fp[j, 0], Fp[j, 1], Fp[j, 2], Fp[j, 3], Fp[j, 4], Fp[j, 5] = f0, f1, f2, f3, f4, f5
 
 
 @njit(**JIT_OPTIONS)
-def _forward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, nv, has_parent):
-    """Forward step of a joint of nvj > 1 dofs on the columns j >= iv (W = D^-1 U^T is scratch):
+def _forward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nv, has_parent):
+    """Forward step of a free flyer on the columns j >= iv (W = D^-1 U^T is scratch):
 
         M^-1[rows, j] -= D^-1 U^T A_lambda[j],   A_i[j] = A_lambda[j] + S M^-1[rows, j]   (A_lambda = 0 at the root)
     """
+    nvj = NV_FREE_FLYER
     if has_parent:
-        _dinv_times(Dinv, U, iv, nvj, W)
+        _dinv_times(Dinv, U, iv, W)
     for j in range(iv, nv):
         f0 = f1 = f2 = f3 = f4 = f5 = 0.0
         if has_parent:
@@ -162,7 +168,7 @@ def _forward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, nv, has_parent):
             for d in range(nvj):
                 Minv[iv + d, j] -= (W[d, 0] * f0 + W[d, 1] * f1 + W[d, 2] * f2
                                     + W[d, 3] * f3 + W[d, 4] * f4 + W[d, 5] * f5)
-        f0, f1, f2, f3, f4, f5 = _add_rows_times_column(S, Minv, iv, nvj, j, f0, f1, f2, f3, f4, f5)
+        f0, f1, f2, f3, f4, f5 = _add_rows_times_column(S, Minv, iv, j, f0, f1, f2, f3, f4, f5)
         Fi[j, 0], Fi[j, 1], Fi[j, 2], Fi[j, 3], Fi[j, 4], Fi[j, 5] = f0, f1, f2, f3, f4, f5
 
 
@@ -192,11 +198,12 @@ def _backward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, end, has_parent):
 
 
 @njit(**JIT_OPTIONS)
-def _forward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, nv, has_parent):
+def _forward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, nv, has_parent, has_children):
     """Forward step of a one-dof joint on the columns j >= iv:
 
         M^-1[iv, j] -= D^-1 U^T A_lambda[j],   A_i[j] = A_lambda[j] + S M^-1[iv, j]   (A_lambda = 0 at the root)
-    """
+
+    A_i only when the joint has children."""
     s0, s1, s2, s3, s4, s5 = s[0], s[1], s[2], s[3], s[4], s[5]
     if not has_parent:
         for j in range(iv, nv):
@@ -205,6 +212,11 @@ def _forward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, nv, has_parent):
             Fi[j, 3], Fi[j, 4], Fi[j, 5] = s3 * m, s4 * m, s5 * m
         return
     w0, w1, w2, w3, w4, w5 = dinv * u[0], dinv * u[1], dinv * u[2], dinv * u[3], dinv * u[4], dinv * u[5]
+    if not has_children:
+        for j in range(iv, nv):
+            Minv[iv, j] -= (w0 * Fp[j, 0] + w1 * Fp[j, 1] + w2 * Fp[j, 2]
+                            + w3 * Fp[j, 3] + w4 * Fp[j, 4] + w5 * Fp[j, 5])
+        return
     for j in range(iv, nv):
         f0, f1, f2, f3, f4, f5 = Fp[j, 0], Fp[j, 1], Fp[j, 2], Fp[j, 3], Fp[j, 4], Fp[j, 5]
         m = Minv[iv, j] - (w0 * f0 + w1 * f1 + w2 * f2 + w3 * f3 + w4 * f4 + w5 * f5)
