@@ -84,6 +84,36 @@ def _batch_name(name: str) -> str:
     return name.upper()
 
 
+class _Plan:
+    """What a batch needs from a kernel's spec, worked out at its first batch."""
+
+    def __init__(self, registered: Registered) -> None:
+        arguments = registered.arguments
+        letters = "".join(a.letter for a in arguments)
+        self.inputs = list(arguments[3:len(letters.rstrip("IF"))])
+        self.outputs = [a.name for a in arguments[len(self.inputs) + 3:]]
+        if [a.name for a in arguments[:2]] != ["mi", "mf"] or letters[2] != "W" or any(
+                a.letter in "WIFN" for a in self.inputs):
+            raise TypeError(f"{registered.name}: a batch needs the arguments (mi, mf, data, inputs..., outputs...)")
+        self.arrays = [a.letter in "ifb" for a in self.inputs]
+        self.names = [_batch_name(a.name) if a.letter in "ifb" and a.name not in ("mi", "mf") else a.name
+                      for a in arguments]
+
+
+_PLANS: Dict[str, _Plan] = {}
+_ZERO_FORCES: "weakref.WeakKeyDictionary[Model, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
+def _zero_forces(model: Model) -> np.ndarray:
+    """No external force at any state: one read-only (njoints, 6) zero array per model, shared by the states."""
+    zero = _ZERO_FORCES.get(model)
+    if zero is None:
+        zero = np.zeros((model.njoints, 6))
+        zero.setflags(write=False)
+        _ZERO_FORCES[model] = zero
+    return zero
+
+
 def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Dict[str, tuple]] = None
               ) -> List[np.ndarray]:
     """Run a registered kernel at K states; return its outputs, each (K, ...).
@@ -100,53 +130,52 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
             with "state k of K".
     """
     check_model(model)
-    registered.compile()
-    arguments = registered.arguments
-    taken = [a for a in arguments if a.name not in ("mi", "mf") and a.letter not in "WIF"]
-    if len(inputs) != len(taken):
-        raise TypeError(f"{registered.name}: {len(taken)} inputs expected, got {len(inputs)}")
-    per_state = [x is not None and a.letter in "ifb" for x, a in zip(inputs, taken)]
-    try:
-        count = next(x for x, rows in zip(inputs, per_state) if rows).shape[0]
-    except (StopIteration, AttributeError, IndexError):
-        count = None
-    values = list(inputs)
-    direct = DIRECT_CALLS and count is not None and all(
-        type(x) is np.ndarray and x.dtype == np.float64 for x, rows in zip(inputs, per_state) if rows)
-    if not direct:
-        count = _convert_states(values, taken, per_state)
-    for k, (value, argument) in enumerate(zip(values, taken)):
+    if not registered.compiled:
+        registered.compile()
+    plan = _PLANS.get(registered.name)
+    if plan is None:
+        plan = _PLANS[registered.name] = _Plan(registered)
+    if len(inputs) != len(plan.inputs):
+        raise TypeError(f"{registered.name}: {len(plan.inputs)} inputs expected, got {len(inputs)}")
+    values, per_state, count, direct = [], [], None, DIRECT_CALLS
+    for value, argument, array in zip(inputs, plan.inputs, plan.arrays):
         if value is None and argument.name == "fext":
-            values[k] = np.zeros((model.njoints, 6))
-        elif not per_state[k]:
-            values[k] = convert(value, argument)
-    outputs = [np.empty((count,) + _state_shape(model, a.name, shapes)) for a in arguments if a.letter in "IF"]
+            value, array = _zero_forces(model), False
+        elif not array:
+            value = convert(value, argument)
+        elif type(value) is not np.ndarray or value.dtype != np.float64 or value.ndim != argument.ndim + 1:
+            direct = False  # converted (or refused) below; one state's array alone would be shared by all
+        elif count is None:
+            count = value.shape[0]
+        values.append(value)
+        per_state.append(array)
+    if not direct or count is None:
+        count = _convert_states(values, plan.inputs, per_state)
+    outputs = [np.empty((count,) + _state_shape(model, name, shapes)) for name in plan.outputs]
     codes = np.zeros(count, dtype=np.int64)
     threads = max(1, min(numba.get_num_threads(), count))
     workspaces = _take_workspaces(model, threads)
     try:
-        full, rows = _arguments(arguments, model, workspaces[:threads], values, per_state, outputs)
         if DIRECT_CALLS:
             try:
-                failed = parallel(registered.call, count, threads, codes, *full)
+                failed = parallel(registered.call, count, threads, codes, model.mi, model.mf, workspaces[:threads],
+                                  *values, *outputs)
             except TypeError:
                 if not direct:
                     raise
                 # Strided, big-endian, read-only overlapping...: converted, then the same call.
-                count = _convert_states(values, taken, per_state)
-                full, rows = _arguments(arguments, model, workspaces[:threads], values, per_state, outputs)
-                failed = parallel(registered.call, count, threads, codes, *full)
-        else:
-            at = next(k for k, a in enumerate(arguments) if a.letter == "W")
-            full[at] = workspaces[0]  # one thread, one workspace
-            failed = _run_on_calling_thread(registered.call, count, codes, full, rows)
+                count = _convert_states(values, plan.inputs, per_state)
+                failed = parallel(registered.call, count, threads, codes, model.mi, model.mf, workspaces[:threads],
+                                  *values, *outputs)
+        else:  # one thread, one workspace
+            arguments = [model.mi, model.mf, workspaces[0], *values, *outputs]
+            rows = [False] * 3 + per_state + [True] * len(outputs)
+            failed = _run_on_calling_thread(registered.call, count, codes, arguments, rows)
     finally:
         _give_back_workspaces(model, workspaces)
     if failed:
         k = int(np.flatnonzero(codes)[0])
-        names = [_batch_name(a.name) if a.letter in "ifb" and a.name not in ("mi", "mf") else a.name
-                 for a in arguments]
-        error = registered.error(model, int(codes[k]), names)
+        error = registered.error(model, int(codes[k]), plan.names)
         if isinstance(error, InputError):
             raise InputError(f"state {k} of {count}: {error}", error.argument) from None
         raise error
@@ -175,29 +204,6 @@ def _state_shape(model: Model, name: str, shapes: Optional[Dict[str, tuple]]) ->
     if shapes and name in shapes:
         return tuple(shapes[name])
     return region_shape(name, model.njoints, model.nv, model.nq)
-
-
-def _arguments(arguments: Sequence, model: Model, workspaces: np.ndarray, values: list, per_state: Sequence[bool],
-               outputs: list):
-    """The kernel's arguments in spec order (model arrays, the workspaces, the inputs, the outputs), and for
-    each whether it has one row per state (the workspaces have one per thread)."""
-    given, made = iter(zip(values, per_state)), iter(outputs)
-    full, rows = [], []
-    for argument in arguments:
-        if argument.name in ("mi", "mf"):
-            full.append(getattr(model, argument.name))
-            rows.append(False)
-        elif argument.letter == "W":
-            full.append(workspaces)
-            rows.append(False)
-        elif argument.letter in "IF":
-            full.append(next(made))
-            rows.append(True)
-        else:
-            value, by_state = next(given)
-            full.append(value)
-            rows.append(by_state)
-    return full, rows
 
 
 def _run_on_calling_thread(kernel, count: int, codes: np.ndarray, full: list, rows: Sequence[bool]) -> int:
