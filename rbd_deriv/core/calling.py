@@ -498,20 +498,33 @@ class Registered:
     @property
     def dispatcher(self):
         """The numba dispatcher compiled for the spec's types only (arguments of other types: TypeError)."""
-        self.kernel.compile(self.signature.args)
+        if self.signature.args not in self.kernel.overloads:
+            self.kernel.compile(self.signature.args)
         return self.kernel
 
     def _dispatcher_call(self):
+        """``call`` without the extension: the dispatcher, behind the extension's two checks that numba does
+        not make: an N argument is made here, and a read-only input that overlaps an array the kernel writes
+        (a result view of the same Data) is refused with TypeError, so that the caller copies it."""
         kernel = self.dispatcher
         kernel.disable_compile()
+        given = [a for a in self.arguments if a.letter != "N"]  # what the caller passes, in order
+        inputs = [k for k, a in enumerate(given) if a.letter in "ifb"]
+        written = [k for k, a in enumerate(given) if a.written]
         new = [k for k, a in enumerate(self.arguments) if a.letter == "N"]
-        if not new:
-            return kernel
-        at, like = new[0], self.arguments[new[0]].like
-        by_length = self.arguments[like].letter == "n"
+        at = new[0] if new else None
+        like = self.arguments[at].like if new else None
+        by_length = new and self.arguments[like].letter == "n"
 
-        def returning_new(*arguments):
-            # The extension's N: make the array, pass it where the spec has it, return it on success.
+        def checked(*arguments):
+            for k in inputs:
+                x = arguments[k] if k < len(arguments) else None
+                if isinstance(x, np.ndarray) and not x.flags.writeable and any(
+                        isinstance(arguments[w], np.ndarray) and np.may_share_memory(x, arguments[w])
+                        for w in written if w < len(arguments)):
+                    raise TypeError(f"kernel argument {k}: a read-only view of memory the kernel writes")
+            if at is None:
+                return kernel(*arguments)
             try:
                 made = np.empty(arguments[like] if by_length else np.shape(arguments[like]))
             except (TypeError, ValueError) as err:  # a ragged list: refused like any argument of the wrong type
@@ -519,7 +532,7 @@ class Registered:
             code = kernel(*arguments[:at], made, *arguments[at:])
             return made if code == 0 else code
 
-        return returning_new
+        return checked
 
     def call_converted(self, model, data, *inputs):
         """The call for arguments the fast path refused: checks the model and the Data, converts each input
