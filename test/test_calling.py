@@ -72,8 +72,8 @@ def test_the_package_calls_kernels_through_the_extension():
 def test_direct_call_equals_dispatcher_call(small_robot, registered):
     """Same arguments through the C entry and through numba's dispatcher: the same status and the same values
     in every array written (workspace and outputs included; the new array of an N spec compared as returned),
-    to rounding: the entry holds its own copy of the kernel's code, which the compiler may contract into
-    fused multiply-adds differently."""
+    to rounding: the entry holds its own copy of the kernel's code, which the compiler may reassociate and
+    contract into fused multiply-adds differently (1e-12 of each array's largest entry, as for the batches)."""
     model = small_robot.model
     data = model.create_data()
     arguments = _arguments(registered, model, data, small_robot.rng(registered.name))
@@ -84,12 +84,12 @@ def test_direct_call_equals_dispatcher_call(small_robot, registered):
         made = np.zeros(np.shape(through_entry))
         status = registered.dispatcher(*second[:new[0]], made, *second[new[0]:])
         assert status == 0 and isinstance(through_entry, np.ndarray)
-        assert_close(through_entry, made, rtol=1e-13)
+        assert_close(through_entry, made, rtol=1e-12)
     else:
         assert through_entry == registered.dispatcher(*second) == 0
     for a, b, argument in zip(first, second, [a for a in registered.arguments if a.letter != "N"]):
         if isinstance(a, np.ndarray) and a.dtype == np.float64:
-            assert_close(a, b, rtol=1e-13, what=argument.name)
+            assert_close(a, b, rtol=1e-12, what=argument.name)
         elif isinstance(a, np.ndarray):
             np.testing.assert_array_equal(a, b)
 
