@@ -216,7 +216,7 @@ def check_outputs_against_library(model, outputs, q, v, dt=0.001):
     bias = rd.rnea(model, data, q, v, np.zeros(model.nv)).copy()
 
     torques = outputs["bias_torques"]
-    assert list(torques.name) == [n for n in model.joint_names if n != "root_joint"]
+    assert list(torques.name) == list(model.actuated_joint_names)
     effort = np.array(torques.effort)
     assert_close(effort, bias[[model.idx_v[n] for n in torques.name]], what="bias torques")
 
@@ -485,7 +485,7 @@ def floating_node():
 def test_floating_base_state_from_odometry(floating_node):
     model = rd.load_urdf(str(ARM_URDF), floating_base=True)
     rng = np.random.default_rng(17)
-    joints = [n for n in model.joint_names if n != "root_joint"]
+    joints = list(model.actuated_joint_names)
     q_joints = rng.uniform(-1, 1, len(joints))
     v_joints = rng.uniform(-1, 1, len(joints))
     quaternion = rng.normal(size=4)
@@ -515,7 +515,7 @@ def test_floating_base_state_from_odometry(floating_node):
     outputs = floating_node.wait_outputs(stamp)
 
     q, v = np.zeros(model.nq), np.zeros(model.nv)
-    iq, iv = model.idx_q["root_joint"], model.idx_v["root_joint"]
+    iq, iv = model.idx_q[rd.FREE_FLYER_JOINT], model.idx_v[rd.FREE_FLYER_JOINT]
     q[iq:iq + 3], q[iq + 3:iq + 7] = position, quaternion
     v[iv:iv + 3], v[iv + 3:iv + 6] = linear, angular
     for k, name in enumerate(joints):
