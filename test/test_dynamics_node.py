@@ -538,7 +538,8 @@ def test_stamps_are_judged_on_the_node_clock_with_sim_time(arm_model):
     fresh, and max_state_age counts simulated seconds."""
     from rosgraph_msgs.msg import Clock
 
-    harness = NodeUnderTest({"use_sim_time": "true"}, "sim_time")
+    # The name sets the ROS domain: one apart from the module's other nodes, which are still running.
+    harness = NodeUnderTest({"use_sim_time": "true"}, "sim_time_node")
     try:
         clock = harness.node.create_publisher(Clock, "/clock", 10)
         start_ns, started = 1_000 * 1_000_000_000, time.monotonic()

@@ -133,8 +133,10 @@ class DynamicsNode(Node):
     # ------------------------------------------------------------------------------- faults and logs
     def _guard(self, callback: Callable) -> Callable:
         """``callback`` with an unexpected error counted and logged instead of killing the node."""
-        return guard(callback, lambda error: self._refuse("internal_error", f"{type(error).__name__}: {error}",
-                                                         error=True))
+        return guard(callback, self._internal_error)
+
+    def _internal_error(self, error: Exception) -> None:
+        self._refuse("internal_error", f"{type(error).__name__}: {error}", error=True)
 
     def _refuse(self, reason: str, text: str, error: bool = False) -> None:
         """Count a refused input under ``reason``; log it unless the same reason was logged recently."""
@@ -224,7 +226,8 @@ class DynamicsNode(Node):
             self._remove_state_inputs()
             self._state_inputs = StateInputs(self, not timer_mode, POLLED_STATE_QOS if timer_mode else STATE_QOS,
                                              STATE_QOS, self._guard(self._on_joint_states),
-                                             self._guard(self._on_odometry), f"{NODE_NAME}_states")
+                                             self._guard(self._on_odometry), f"{NODE_NAME}_states",
+                                             self._internal_error)
             self._state_inputs_mode = self._p["publish_mode"]
         if timer_mode:
             self._timer = self.create_timer(1.0 / self._p["rate"], self._guard(self._on_timer))

@@ -207,14 +207,17 @@ class StateInputs:
             must hold a slow publisher's last message over one poll period.
         on_joint_states, on_odometry: Handlers of one message; they must not raise.
         thread_name: Name of the listener thread.
+        on_error: Receives what the listener thread's reading raises (see :func:`guard`).
     """
 
     def __init__(self, node: Node, listen: bool, joint_states_qos, odometry_qos,
-                 on_joint_states: Callable, on_odometry: Callable, thread_name: str) -> None:
+                 on_joint_states: Callable, on_odometry: Callable, thread_name: str,
+                 on_error: Callable[[Exception], None]) -> None:
         self._on_joint_states, self._on_odometry = on_joint_states, on_odometry
         self._subscriptions = [PolledSubscription(node, JointState, "joint_states", joint_states_qos),
                                PolledSubscription(node, Odometry, "odom", odometry_qos)]
-        self._listener = ListenerThread(self._subscriptions, self._on_messages, thread_name) if listen else None
+        self._listener = (ListenerThread(self._subscriptions, guard(self._on_messages, on_error), thread_name)
+                          if listen else None)
 
     def _on_messages(self) -> None:
         joint_states, odometry = (subscription.take() for subscription in self._subscriptions)
