@@ -96,7 +96,7 @@ class PolledSubscription:
         Args:
             serialized: Return the CDR bytes of each message instead of message objects, so that
                 the caller deserializes (``rclpy.serialization.deserialize_message``) only those it
-                needs: building a JointState in Python costs about 0.1 ms.
+                needs: building a message object in Python costs far more than taking its bytes.
         """
         messages = []
         handle = self._subscription.handle
