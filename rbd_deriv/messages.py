@@ -91,9 +91,10 @@ def _vector(values: Any) -> np.ndarray:
 
 
 def _flat(values: Any) -> np.ndarray:
-    """Contiguous float64 values, the last two axes (one message's matrix) flattened row-major."""
+    """Contiguous float64 values, the last two axes (one message's matrix) flattened row-major (a view of
+    a contiguous matrix, a copy otherwise)."""
     values = np.asarray(values, dtype=np.float64)
-    return np.ascontiguousarray(values.reshape(values.shape[:-2] + (-1,)))
+    return values.reshape(values.shape[:-2] + (-1,), order="C")
 
 
 def fill_message(message: Any, fields: Dict[str, Any]) -> Any:
@@ -105,7 +106,7 @@ def fill_message(message: Any, fields: Dict[str, Any]) -> Any:
     """
     for name, value in fields.items():
         if isinstance(value, np.ndarray) and isinstance(getattr(message, name), array.array):
-            value = array.array("d", np.ascontiguousarray(value, dtype=np.float64).tobytes())
+            value = array.array("d", value.astype(np.float64, order="C", copy=False).tobytes())
         setattr(message, name, value)
     return message
 

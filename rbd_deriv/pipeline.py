@@ -21,7 +21,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, NamedTuple, Optional
 
 import numpy as np
 
@@ -121,8 +121,7 @@ class OutputSelection:
         return self.linearization and self.linearization_input == "effort"
 
 
-@dataclass(frozen=True)
-class DynamicsOutputs:
+class DynamicsOutputs(NamedTuple):
     """Outputs at one state; arrays owned by this object, None where not asked.
 
     Attributes:
@@ -199,17 +198,18 @@ class DynamicsPipeline:
                 effort where one is needed.
         """
         model, data = self.model, self.data
-        if selection.needs_effort and effort is None:
+        needs_effort = selection.needs_effort
+        if needs_effort and effort is None:
             raise InputError("the linearization input is the measured effort, but none was given", "effort")
         with self.lock:
             bias = None
-            if selection.torques or (selection.linearization and not selection.needs_effort):
+            if selection.torques or (selection.linearization and not needs_effort):
                 bias = rd.rnea(model, data, q, v, self._zero_v).copy()
             # Each call overwrites data's results: copy each before the next call.
             minv = rd.minverse(model, data, q).copy() if selection.mass_matrix_inverse else None
             linearization = None
             if selection.linearization:
-                u = np.array(effort, dtype=float) if selection.needs_effort else bias
+                u = np.array(effort, dtype=float) if needs_effort else bias
                 A, B = rd.linearize(model, data, q, v, u, selection.dt)
                 linearization = {"dt": float(selection.dt), "x": np.concatenate((q, v)), "u": u, "A": A.copy(),
                                  "B": B.copy(), "x_next": data.x_next.copy()}

@@ -300,15 +300,14 @@ class DynamicsNode(Node):
             return
         published = []
         if outputs.torques is not None:
-            published.append((self._pub_torques, fill_message(robot.torques, {"header": header,
-                                                                              "effort": outputs.torques})))
+            published.append((self._pub_torques, fill_message(robot.torques, {"effort": outputs.torques})))
         if outputs.mass_matrix_inverse is not None:
-            published.append((self._pub_minv, fill_message(robot.minv, {
-                "header": header, **matrix_fields(outputs.mass_matrix_inverse)})))
+            published.append((self._pub_minv, fill_message(robot.minv, matrix_fields(outputs.mass_matrix_inverse))))
         if outputs.linearization is not None:
-            published.append((self._pub_linearization, fill_message(robot.linearization, {
-                "header": header, **linearization_fields(**outputs.linearization)})))
+            published.append((self._pub_linearization,
+                              fill_message(robot.linearization, linearization_fields(**outputs.linearization))))
         for publisher, message in published:
+            message.header = header
             publisher.publish(message)
         self._outputs += 1
         self._compute_times.append(time.perf_counter() - started)
