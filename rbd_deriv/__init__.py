@@ -17,7 +17,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError  # noqa: E402
-from rbd_deriv.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE, bundled_urdf  # noqa: E402
+from rbd_deriv.urdf import FREE_FLYER_JOINT, JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE, bundled_urdf  # noqa: E402
 from rbd_deriv.model import Data, Model, load_urdf  # noqa: E402
 from rbd_deriv.kinematics import forward_kinematics, frame_placement  # noqa: E402
 from rbd_deriv.configuration import (  # noqa: E402
@@ -45,7 +45,7 @@ from rbd_deriv.batch import (  # noqa: E402
 
 __all__ = [
     "Data", "Model", "load_urdf", "bundled_urdf", "InputError", "ModelError", "RbdDerivError", "URDFError",
-    "JOINT_FREEFLYER", "JOINT_PRISMATIC", "JOINT_REVOLUTE",
+    "FREE_FLYER_JOINT", "JOINT_FREEFLYER", "JOINT_PRISMATIC", "JOINT_REVOLUTE",
     "forward_kinematics", "frame_placement", "neutral", "integrate", "difference", "random_configuration",
     "dintegrate_dq", "dintegrate_dv", "rnea", "nonlinear_effects", "gravity_torques", "crba", "aba", "minverse",
     "rnea_derivatives", "aba_derivatives", "linearize",

@@ -24,7 +24,7 @@ import numpy as np
 
 import rbd_deriv as rd
 from rbd_deriv.exceptions import InputError
-from rbd_deriv.joint_state_map import FREE_FLYER_JOINT, velocity_names
+from rbd_deriv.joint_state_map import velocity_names
 from rbd_deriv.replay.series import JointStateSeries, OdometrySeries
 from rbd_deriv.replay.signals import (
     Segments,
@@ -149,7 +149,7 @@ def _slots(model: "rd.Model", names: List[str]) -> tuple:
 
 def actuated_joint_names(model: "rd.Model") -> List[str]:
     """Joints that joint_states reports: every movable joint but a floating base."""
-    return [name for name in model.joint_names if not (model.has_floating_base and name == FREE_FLYER_JOINT)]
+    return list(model.actuated_joint_names)
 
 
 def evaluate(
@@ -215,8 +215,8 @@ def evaluate(
     q[:, q_slots] = series.position[rows]
     v[:, v_slots] = series.velocity[rows]
     if model.has_floating_base:
-        base_q_slot = model.idx_q[FREE_FLYER_JOINT]
-        base_v_slot = model.idx_v[FREE_FLYER_JOINT]
+        base_q_slot = model.idx_q[rd.FREE_FLYER_JOINT]
+        base_v_slot = model.idx_v[rd.FREE_FLYER_JOINT]
         q[:, base_q_slot : base_q_slot + 7] = base_q[rows]
         v[:, base_v_slot : base_v_slot + 6] = base_v[rows]
     acceleration = estimate_acceleration(stamp_ns[rows], v, segments, config.half_window)
@@ -280,7 +280,7 @@ def _compute(
         "minv": np.empty((n, nv, nv)),
     }
     zero = np.zeros((min(chunk, n), nv))
-    unactuated = slice(model.idx_v[FREE_FLYER_JOINT], model.idx_v[FREE_FLYER_JOINT] + 6) if model.has_floating_base else slice(0, 0)
+    unactuated = slice(model.idx_v[rd.FREE_FLYER_JOINT], model.idx_v[rd.FREE_FLYER_JOINT] + 6) if model.has_floating_base else slice(0, 0)
     starts = np.arange(0, n, chunk)
     chunk_us = np.empty(starts.size)
     wall = 0.0

@@ -31,6 +31,7 @@ import numpy as np
 from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
 from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
 
+from rbd_deriv.messages import MATRIX_NAMES, linearization_fields, linearization_sizes, matrix_fields, ns_to_stamp
 from rbd_deriv.replay import cdr
 from rbd_deriv.replay.bagio import JOINT_STATE_TYPE, PACKAGE, STRING_TYPE, BagError
 from rbd_deriv.replay.evaluate import Evaluation, actuated_joint_names
@@ -70,17 +71,14 @@ def output_topics(prefix: str = "/rbd_deriv") -> Dict[str, str]:
 
 
 def _header(store: Any, stamp_ns: int, frame_id: str) -> Any:
+    sec, nanosec = ns_to_stamp(int(stamp_ns))
     time_type = store.types["builtin_interfaces/msg/Time"]
-    return store.types["std_msgs/msg/Header"](
-        stamp=time_type(sec=int(stamp_ns // 1_000_000_000), nanosec=int(stamp_ns % 1_000_000_000)), frame_id=frame_id
-    )
+    return store.types["std_msgs/msg/Header"](stamp=time_type(sec=sec, nanosec=nanosec), frame_id=frame_id)
 
 
 def _stamp_fields(stamp_ns: np.ndarray) -> Dict[Tuple[str, ...], np.ndarray]:
-    return {
-        ("header", "stamp", "sec"): stamp_ns // 1_000_000_000,
-        ("header", "stamp", "nanosec"): stamp_ns % 1_000_000_000,
-    }
+    sec, nanosec = ns_to_stamp(stamp_ns)
+    return {("header", "stamp", "sec"): sec, ("header", "stamp", "nanosec"): nanosec}
 
 
 class _Batch:
@@ -206,31 +204,17 @@ def _encode(evaluation: Evaluation, model: Any, store: Any, residual: bool) -> D
     batches: Dict[str, _Batch] = {}
 
     linearization = store.types[LINEARIZATION_TYPE]
+    sizes = linearization_sizes(joint_names, nq, nv)
+    every = linearization_fields(evaluation.dt, x, evaluation.tau, evaluation.a_matrix, evaluation.b_matrix, evaluation.x_next)
     batches["linearization"] = _Batch(
         store,
         LINEARIZATION_TYPE,
         lambda i: linearization(
             header=_header(store, int(stamp_ns[i]), frame_id),
-            joint_names=joint_names,
-            dt=float(evaluation.dt),
-            nx=2 * nv,
-            nu=nv,
-            nq=nq,
-            nv=nv,
-            x=x[i],
-            u=evaluation.tau[i],
-            a=evaluation.a_matrix[i].ravel(),
-            b=evaluation.b_matrix[i].ravel(),
-            x_next=evaluation.x_next[i],
+            **sizes,
+            **linearization_fields(evaluation.dt, x[i], evaluation.tau[i], evaluation.a_matrix[i], evaluation.b_matrix[i], evaluation.x_next[i]),
         ),
-        {
-            **stamps,
-            ("x",): x,
-            ("u",): evaluation.tau,
-            ("a",): evaluation.a_matrix.reshape(n, -1),
-            ("b",): evaluation.b_matrix.reshape(n, -1),
-            ("x_next",): evaluation.x_next,
-        },
+        {**stamps, **{(name,): value for name, value in every.items() if name != "dt"}},
     )
 
     matrix = store.types[MATRIX_TYPE]
@@ -239,13 +223,9 @@ def _encode(evaluation: Evaluation, model: Any, store: Any, residual: bool) -> D
         MATRIX_TYPE,
         lambda i: matrix(
             header=_header(store, int(stamp_ns[i]), frame_id),
-            name="M_inverse",
-            names=list(evaluation.velocity_names),
-            rows=nv,
-            cols=nv,
-            data=evaluation.minv[i].ravel(),
+            **matrix_fields(evaluation.minv[i], MATRIX_NAMES["mass_matrix_inverse"], evaluation.velocity_names),
         ),
-        {**stamps, ("data",): evaluation.minv.reshape(n, -1)},
+        {**stamps, ("data",): matrix_fields(evaluation.minv)["data"]},
     )
 
     joint_state = store.types[JOINT_STATE_TYPE]
