@@ -54,6 +54,8 @@ _RECORD_HEAD = struct.Struct("<BQ")
 _MESSAGE_KEY = struct.Struct("<H4xQ")  # channel id, (sequence skipped), log time
 _CHUNK_HEAD = struct.Struct("<QQQII")  # start, end, uncompressed size, crc, compression name length
 
+# Times are int64 nanoseconds downstream; a larger log time can only be damage.
+_MAX_TIME = 2**63 - 1
 # Bytes read at a time while looking for the next readable record after damage.
 _SEARCH_WINDOW = 1 << 20
 
@@ -396,7 +398,10 @@ class _McapFile:
             elif op == _MESSAGE and length >= _MESSAGE_HEAD:
                 channel_id, log_time = _MESSAGE_KEY.unpack_from(body, 0)
                 channel = self.channels.get(channel_id)
-                if channel is not None and channel.topic in wanted:
+                if channel is not None and channel.topic in wanted and log_time <= _MAX_TIME:
+                    # After damage inside a chunk, its records are read as if they stood alone: they count
+                    # against the chunk's message index that follows.
+                    chunk_parsed[channel_id] = chunk_parsed.get(channel_id, 0) + 1
                     loose.append((channel_id, log_time, body[_MESSAGE_HEAD:]))
                     if len(loose) >= batch:
                         yield self._loose(loose, collector)
@@ -483,6 +488,8 @@ class _McapFile:
                 if length < _MESSAGE_HEAD:
                     return pos, f"a message record of {length} bytes"
                 channel_id, log_time = unpack_key(buffer, body)
+                if log_time > _MAX_TIME:
+                    return pos, f"a message record stamped {log_time} ns"
                 if channel_id in wanted_ids:
                     append((channel_id, log_time, body + _MESSAGE_HEAD, length - _MESSAGE_HEAD))
             else:
