@@ -47,6 +47,11 @@ STRING_TYPE = "std_msgs/msg/String"
 # Distinct message shapes (joint name lists, frame ids) decoded in bulk; rarer shapes go one by one.
 _MAX_LAYOUTS = 16
 
+# No joint moves this far [rad or m] or this fast [rad/s or m/s], no actuator pushes this hard [N m or N]:
+# such values are bytes overwritten in the file (garbage that keeps a message's layout), not data.
+_PLAUSIBLE_STATE = 1e6
+_PLAUSIBLE_EFFORT = 1e9
+
 
 def find_msg_dir() -> Path:
     """Folder holding this package's ``*.msg`` files.
@@ -284,6 +289,17 @@ class JointStateDecoder:
         if bad_state.any():
             self.rejections.reject(states.status, bad_state, "non_finite",
                                    f"message {states.index[np.argmax(bad_state)]} has NaN or inf in position or velocity")
+        usable = states.usable
+        def beyond(values: np.ndarray, bound: float) -> np.ndarray:
+            # NaN and inf are reasons of their own (below, and in the check above).
+            return np.any(np.where(np.isfinite(values), np.abs(values), 0.0) > bound, axis=1)
+
+        wild = usable & (beyond(states.position, _PLAUSIBLE_STATE) | beyond(states.velocity, _PLAUSIBLE_STATE)
+                         | beyond(states.effort, _PLAUSIBLE_EFFORT))
+        if wild.any():
+            self.rejections.reject(states.status, wild, "implausible",
+                                   f"message {states.index[np.argmax(wild)]} holds values beyond "
+                                   f"{_PLAUSIBLE_STATE:g} (position, velocity) or {_PLAUSIBLE_EFFORT:g} (effort)")
         usable = states.usable
         # An effort array that is present must be finite on every model joint; an absent one is fine.
         finite = np.isfinite(states.effort)

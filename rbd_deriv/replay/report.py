@@ -217,13 +217,16 @@ def residual_limit(evaluation: Evaluation) -> Optional[float]:
     return 1.5 * typical
 
 
-def plot(evaluation: Evaluation, path: os.PathLike, title: str = "") -> None:
+def plot(evaluation: Evaluation, path: os.PathLike, title: str = "") -> Any:
     """PNG with the torque residuals, compute time and cond(M) along the recording.
 
     Each curve is drawn from its envelope (:class:`~rbd_deriv.replay.stats.Envelope`): the minimum and
     maximum of every bucket, so spikes stay visible however long the recording. When a few samples stand
     far above the bulk of the residuals, the residual axis is scaled to the bulk and the samples beyond
     are marked at its edge, with the largest value written on the plot. Gaps are shaded.
+
+    Returns:
+        The matplotlib Figure (already saved).
     """
     # The figure API with the Agg canvas directly: pyplot costs a second of imports and a GUI backend.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -287,3 +290,4 @@ def plot(evaluation: Evaluation, path: os.PathLike, title: str = "") -> None:
     # Fixed margins: tight_layout measures every label and costs as much as drawing the figure.
     figure.subplots_adjust(left=0.1, right=0.98, top=0.95, bottom=0.07, hspace=0.12)
     figure.savefig(path, dpi=90)
+    return figure

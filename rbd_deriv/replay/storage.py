@@ -345,7 +345,7 @@ class _McapFile:
         # Messages parsed per channel in the last chunk, and the damage met in it, for the message indexes.
         chunk_parsed: Dict[int, int] = {}
         chunk_damage: Optional[Damage] = None
-        loose: List[Tuple[int, int, bytes]] = []  # messages outside chunks, batched here
+        loose: List[Tuple[int, int, bytes, int]] = []  # messages outside chunks (and where they end), batched here
         pos = self.data_start
         end = self.data_end
         while pos < end:
@@ -366,6 +366,8 @@ class _McapFile:
                     break
                 resume = self._next_record(pos + 1, end)
                 cut = len(head) < 9 or (pos + 9 + length > self.size and resume is None)
+                if loose and not cut and loose[-1][3] == pos:
+                    loose.pop()  # as in a chunk: the message just before the damage may end in it
                 what = "the file ends inside a record" if cut else f"unreadable bytes (record type {op:#04x}, length {length})"
                 event = Damage(str(self.path), pos, resume, what)
                 collector.note(event)
@@ -402,7 +404,7 @@ class _McapFile:
                     # After damage inside a chunk, its records are read as if they stood alone: they count
                     # against the chunk's message index that follows.
                     chunk_parsed[channel_id] = chunk_parsed.get(channel_id, 0) + 1
-                    loose.append((channel_id, log_time, body[_MESSAGE_HEAD:]))
+                    loose.append((channel_id, log_time, body[_MESSAGE_HEAD:], pos + 9 + length))
                     if len(loose) >= batch:
                         yield self._loose(loose, collector)
             elif op in (_SCHEMA, _CHANNEL):
@@ -414,7 +416,7 @@ class _McapFile:
         if loose:
             yield self._loose(loose, collector)
 
-    def _loose(self, loose: List[Tuple[int, int, bytes]], collector: _Collector) -> Tuple[np.ndarray, ...]:
+    def _loose(self, loose: List[Tuple[int, int, bytes, int]], collector: _Collector) -> Tuple[np.ndarray, ...]:
         ids = np.array([m[0] for m in loose], dtype=np.int64)
         batch = RawBatch.from_messages(np.zeros(len(loose)), [m[1] for m in loose], [m[2] for m in loose])
         loose.clear()
@@ -453,6 +455,10 @@ class _McapFile:
             resume = _next_inner_record(buffer, stop + 1, self.channels)
             if partial and resume is None:
                 break  # the cut end of the chunk: reported by the caller
+            if found and found[-1][2] + found[-1][3] == stop:
+                # The damage may have begun inside the message just before: its length was intact but
+                # its last bytes may not be. Nothing tells, so it goes with the damage.
+                found.pop()
             # Offsets inside an uncompressed chunk map to the file; inside a compressed one, the chunk's start.
             where = pos + 9 + 40 + name_length + stop if not compression else pos
             events.append((Damage(str(self.path), where, None if resume is None else where + resume - stop,
@@ -692,19 +698,27 @@ class _SqliteFile:
         elif kind == 0x0D:
             yield from self._leaf_rows(stream, page, header)
 
-    def _leaf_rows(self, stream: BinaryIO, page: bytes, header: int) -> Iterator[Tuple[int, List[Any]]]:
+    def _leaf_rows(self, stream: BinaryIO, page: bytes, header: int) -> Iterator[Tuple[int, Optional[List[Any]]]]:
+        """``(rowid, columns)`` of each cell of a table leaf page; columns None for a cell that cannot be read.
+
+        Raises:
+            ValueError: The page's cell pointers are unusable.
+        """
         count = int.from_bytes(page[header + 3 : header + 5], "big")
         pointers = header + 8
         if pointers + 2 * count > len(page):
             raise ValueError("cell pointer array runs past the page")
         for i in range(count):
             cell = int.from_bytes(page[pointers + 2 * i : pointers + 2 * i + 2], "big")
-            if not pointers + 2 * count <= cell < len(page):
-                raise ValueError(f"cell {i} points outside the page")
-            payload_size, pos = _varint(page, cell)
-            rowid, pos = _varint(page, pos)
-            payload = self._payload(stream, page, pos, payload_size)
-            yield rowid, _decode_record(payload)
+            if not pointers + 2 * count <= cell < len(page) - 2:
+                yield -1, None
+                continue
+            try:
+                payload_size, pos = _varint(page, cell)
+                rowid, pos = _varint(page, pos)
+                yield rowid, _decode_record(self._payload(stream, page, pos, payload_size))
+            except (ValueError, IndexError, struct.error):
+                yield -1, None
 
     def _payload(self, stream: BinaryIO, page: bytes, pos: int, size: int) -> bytes:
         """A cell's payload, following its overflow pages (SQLite file format, "Cell payload overflow")."""
@@ -736,12 +750,12 @@ class _SqliteFile:
             with open(self.path, "rb") as stream:
                 roots = {}
                 for _, values in self._raw_table_rows(stream, 1):
-                    if len(values) >= 4 and values[0] == "table" and isinstance(values[3], int):
+                    if values is not None and len(values) >= 4 and values[0] == "table" and isinstance(values[3], int):
                         roots[values[1]] = values[3]
                 if "topics" not in roots:
                     raise ValueError("no topics table in the schema")
                 for rowid, values in self._raw_table_rows(stream, roots["topics"]):
-                    if len(values) >= 4 and all(isinstance(v, str) for v in values[1:4]):
+                    if values is not None and len(values) >= 4 and all(isinstance(v, str) for v in values[1:4]):
                         qos = str(values[4]) if len(values) > 4 else ""
                         topics[rowid] = (values[1], values[2], "transient_local" in qos.lower() or "durability: 1" in qos)
         except (ValueError, IndexError, struct.error) as err:
@@ -763,7 +777,7 @@ class _SqliteFile:
             except sqlite3.DatabaseError as err:
                 self.sql_error = str(err)
         if self.sql_error is not None:
-            for ids, times, result in self._raw_rows(wanted, batch, sequence.last_id):
+            for ids, times, result in self._raw_rows(wanted, batch, sequence.last_id, expected_rows):
                 sequence.check(ids, times)
                 if result is not None:
                     collector.seen(result[1])
@@ -789,8 +803,11 @@ class _SqliteFile:
         finally:
             connection.close()
 
-    def _raw_rows(self, wanted: Set[int], batch: int, after_id: int) -> Iterator[Tuple[np.ndarray, np.ndarray, Optional[Tuple[np.ndarray, ...]]]]:
-        """Message rows with ids above ``after_id`` from every readable table leaf page, in page order."""
+    def _raw_rows(self, wanted: Set[int], batch: int, after_id: int,
+                  last_id: Optional[int] = None) -> Iterator[Tuple[np.ndarray, np.ndarray, Optional[Tuple[np.ndarray, ...]]]]:
+        """Message rows with ids above ``after_id`` (and up to ``last_id``, the number of rows the bag
+        says it has, when known: a larger id is a damaged cell) from every readable table leaf page, in
+        page order."""
         pages = self.file_size // self.page_size
         rows: List[Tuple[int, int, int, Optional[bytes]]] = []
         with open(self.path, "rb") as stream:
@@ -803,11 +820,13 @@ class _SqliteFile:
                 except (ValueError, IndexError, struct.error):
                     continue  # a damaged page: its rows show up as missing ids
                 for rowid, values in cells:
+                    if values is None:
+                        continue  # an unreadable cell: its row shows up as a missing id
                     # A rosbag2 message row: id (stored as NULL, it is the rowid), topic id, timestamp, data.
                     if len(values) != 4 or values[0] is not None or not isinstance(values[1], int) \
                             or not isinstance(values[2], int) or not isinstance(values[3], bytes):
                         break  # a page of another table
-                    if rowid > after_id:
+                    if rowid > after_id and (last_id is None or rowid <= last_id):
                         rows.append((rowid, values[1], values[2], values[3] if values[1] in wanted else None))
                 if len(rows) >= batch:
                     yield _sorted_rows(rows)
