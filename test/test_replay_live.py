@@ -53,44 +53,15 @@ def recording(tmp_path):
 
 
 def test_play_publishes_every_message_with_recorded_timing(recording):
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=DOMAIN_ID)
-    node = rclpy.create_node("replay_listener", context=context)
-    executor = rclpy.executors.SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    received, arrival, descriptions = [], [], []
-    node.create_subscription(
-        JointState, "/joint_states", lambda m: (received.append(list(m.position)), arrival.append(time.perf_counter())), COUNT
-    )
-    latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
-    node.create_subscription(String, "/robot_description", lambda m: descriptions.append(m.data), latched)
-    player = subprocess.Popen(
-        [sys.executable, "-m", "rbd_deriv.replay.live", str(recording), "--quiet", "--wait-for-subscribers", "60", "--delay", "0.5"],
-        env=dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN_ID)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while player.poll() is None and time.monotonic() < deadline:
-            executor.spin_once(timeout_sec=0.01)
-        for _ in range(50):  # drain what is still in flight
-            executor.spin_once(timeout_sec=0.01)
-        out, err = player.communicate(timeout=10)
-    finally:
-        if player.poll() is None:
-            player.kill()
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.shutdown(context=context)
-    assert player.returncode == 0, err
+    received, out, _ = _subscribe_and_play(recording, [("/joint_states", JointState), ("/robot_description", String)],
+                                           "--wait-for-subscribers", "60", "--delay", "0.5")
     assert "published 301 messages" in out
-    assert descriptions == ["<robot name='r'/>"]
-    assert len(received) == COUNT
-    np.testing.assert_array_equal(np.array(received)[:, 0], np.arange(COUNT))
+    assert [m.data for m, _ in received["/robot_description"]] == ["<robot name='r'/>"]
+    states = received["/joint_states"]
+    assert len(states) == COUNT
+    np.testing.assert_array_equal([m.position[0] for m, _ in states], np.arange(COUNT))
     # Recorded pace 2 ms: the whole playback spans about 0.6 s (loose bounds: a shared CI machine).
-    span = arrival[-1] - arrival[0]
+    span = states[-1][1] - states[0][1]
     assert 0.4 < span < 3.0
 
 
@@ -120,7 +91,8 @@ def test_bad_input_exits_2_with_a_clear_message(tmp_path, recording):
 
 
 def _subscribe_and_play(bag: Path, topics, *play_arguments: str):
-    """Subscribe to ``topics`` here, run bag-play, return what arrived on each and its stdout/stderr."""
+    """Subscribe to ``topics`` here, run bag-play; returns ``(message, arrival time)`` per topic, its stdout
+    and stderr."""
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=DOMAIN_ID)
     node = rclpy.create_node("replay_listener", context=context)
@@ -128,8 +100,12 @@ def _subscribe_and_play(bag: Path, topics, *play_arguments: str):
     executor.add_node(node)
     received = {topic: [] for topic, _ in topics}
     for topic, kind in topics:
-        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT if topic == "/clock" else ReliabilityPolicy.RELIABLE)
-        node.create_subscription(kind, topic, received[topic].append, qos)
+        if topic == "/robot_description":
+            qos = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+        else:
+            best_effort = ReliabilityPolicy.BEST_EFFORT if topic == "/clock" else ReliabilityPolicy.RELIABLE
+            qos = QoSProfile(depth=1000, reliability=best_effort)
+        node.create_subscription(kind, topic, lambda m, into=received[topic]: into.append((m, time.perf_counter())), qos)
     player = subprocess.Popen(
         [sys.executable, "-m", "rbd_deriv.replay.live", str(bag), "--quiet", *play_arguments],
         env=dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN_ID)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -157,7 +133,7 @@ def test_clock_carries_the_recorded_time(recording):
     received, out, _ = _subscribe_and_play(recording, [("/clock", Clock), ("/joint_states", JointState)],
                                            "--clock", "50", "--wait-for-subscribers", "60", "--delay", "0.5",
                                            "--topics", "/joint_states")
-    clock = np.array([m.clock.sec * 10**9 + m.clock.nanosec for m in received["/clock"]])
+    clock = np.array([m.clock.sec * 10**9 + m.clock.nanosec for m, _ in received["/clock"]])
     # 300 messages 2 ms apart from t = 1 s: ticks every 20 ms of recorded time, from the first message.
     expected = 10**9 + np.arange(0, (COUNT - 1) * 2_000_000 + 1, 20_000_000)
     assert "30 /clock messages" in out
@@ -222,7 +198,7 @@ def _play_into_node(bag: Path, use_sim_time: bool, tmp_path: Path, *play_argumen
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    return received["/linearization"], out, log.read_text(errors="replace")
+    return [m for m, _ in received["/linearization"]], out, log.read_text(errors="replace")
 
 
 ARM = bundled_urdf("rbd_arm7")

@@ -31,6 +31,18 @@ def _block(raws):
     return np.frombuffer(b"".join(raws), dtype=np.uint8).reshape(len(raws), -1)
 
 
+def _bag_of(path, store, raws):
+    """A bag of ``raws`` on /a, 1 ns apart; returns the writer, not yet closed."""
+    writer = McapBagWriter(path)
+    channel = writer.add_connection("/a", bagio.STRING_TYPE, store)
+    writer.write_block([(channel, _block(raws))], 10**18 + np.arange(len(raws)))
+    return writer
+
+
+def _messages(source):
+    return [batch.message(i) for batch in source.read(["/a"]) for i in range(len(batch))]
+
+
 def test_blocks_read_back_by_rosbags_and_by_our_reader(tmp_path, store):
     writer = McapBagWriter(tmp_path / "bag")
     a = writer.add_connection("/a", bagio.STRING_TYPE, store)
@@ -66,31 +78,25 @@ def test_blocks_read_back_by_rosbags_and_by_our_reader(tmp_path, store):
 
 
 def test_chunks_carry_a_checksum_that_the_reader_checks(tmp_path, store):
-    writer = McapBagWriter(tmp_path / "bag")
-    channel = writer.add_connection("/a", bagio.STRING_TYPE, store)
     raws = _strings(store, [f"value {k:05d}" for k in range(1000)])
-    writer.write_block([(channel, _block(raws))], 10**18 + np.arange(1000))
-    writer.close()
+    _bag_of(tmp_path / "bag", store, raws).close()
     data = tmp_path / "bag" / "bag.mcap"
     content = bytearray(data.read_bytes())
     where = content.find(raws[500])
     content[where + 8] ^= 0xFF  # one character of one message
     data.write_bytes(bytes(content))
     source = BagSource(tmp_path / "bag")
-    got = [batch.message(i) for batch in source.read(["/a"]) for i in range(len(batch))]
+    got = _messages(source)
     # Records and layouts are intact, so every message is read; the mismatch is reported.
     assert len(got) == 1000 and got[500] != raws[500]
     assert [event.what for event in source.damage] == ["chunk checksum mismatch"]
 
 
 def test_an_aborted_bag_reads_as_a_cut_recording(tmp_path, store):
-    writer = McapBagWriter(tmp_path / "bag")
-    channel = writer.add_connection("/a", bagio.STRING_TYPE, store)
     raws = _strings(store, [f"m{k:02d}" for k in range(50)])
-    writer.write_block([(channel, _block(raws))], 10**18 + np.arange(50))
-    writer.abort()
+    _bag_of(tmp_path / "bag", store, raws).abort()
     assert not (tmp_path / "bag" / "metadata.yaml").exists()
     source = BagSource(tmp_path / "bag")
-    got = [batch.message(i) for batch in source.read(["/a"]) for i in range(len(batch))]
+    got = _messages(source)
     assert got == raws and source.lost("/a", len(got)) is None
     assert source.damage == []
