@@ -49,17 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chunk", type=int, default=1024, help="messages per batched call")
     parser.add_argument("--latency-samples", type=int, default=1000, help="messages also timed one call at a time")
     parser.add_argument("--out-dir", type=Path, help="where to write the report (default: <bag>_eval next to the bag)")
-    parser.add_argument("--out-storage", choices=("mcap", "sqlite3"), help="storage of the output bag (default: as the input)")
+    parser.add_argument("--out-storage", choices=("mcap", "sqlite3"), default="mcap",
+                        help="storage of the output bag (default mcap, written a chunk at a time; sqlite3 is slower)")
     parser.add_argument("--prefix", default="/rbd_deriv", help="namespace of the output bag topics")
     parser.add_argument("--no-bag", action="store_true", help="do not write the output bag")
     parser.add_argument("--residual-topic", action="store_true", help="also write the torque residual into the output bag")
     parser.add_argument("--no-png", action="store_true", help="do not draw the PNG")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
-
-
-def _input_storage(source: "BagSource") -> str:
-    return source.storage
 
 
 class MissingDependencyError(RbdDerivError):
@@ -123,7 +120,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
 
     writer = None
     consumers = []
-    storage = args.out_storage or _input_storage(source)
+    storage = args.out_storage
     if not args.no_bag:
         out_dir.mkdir(parents=True, exist_ok=True)
         writer = outbag.OutputBag(out_bag, model, typestore, first_pass.dt, first_pass.frame_id, description,

@@ -539,6 +539,10 @@ def evaluate(
     result.latency_t = np.array(calculator.latency_t)
     result.damage = list(source.damage)
     result.lost = source.lost(topic, decoder.count)
+    unknown = [event for event in result.damage if event.lost is None and event.lost_rows is None]
+    if result.lost is not None and len(unknown) == 1:
+        # One stretch whose loss the file does not count (a cut end): the rest of what the bag lists.
+        unknown[0].lost = result.lost - sum(event.lost for event in result.damage if event.lost is not None)
     if result.evaluated == 0:
         raise InputError(f"no usable joint_states message left; rejected: {rejections.counts()}", "joint_states")
     result.wall_s = clock.stages

@@ -50,6 +50,10 @@ def _damage(evaluation: Evaluation) -> Dict[str, Any]:
     for event in evaluation.damage:
         entry = event.as_dict()
         entry["file"] = os.path.basename(entry["file"])
+        # Receive times, on the report's time axis (from the first message's stamp).
+        for key in ("after", "before"):
+            value = entry[f"{key}_ns"]
+            entry[f"{key}_s"] = None if value is None else float(evaluation.seconds(np.array([value]))[0])
         events.append(entry)
     return {"events": events, "lost_messages": evaluation.lost}
 
@@ -170,7 +174,10 @@ def format_text(summary: Dict[str, Any]) -> str:
         for event in damage["events"][:10]:
             where = f"byte {event['offset']}" if event["offset"] is not None else "rows"
             lost_here = event["lost"] if event["lost"] is not None else event.get("lost_rows")
-            lines.append(f"  {event['file']} {where}: {event['what']}"
+            after, before = event["after_s"], event["before_s"]
+            when = (f" after {after:.3f} s" if after is not None else " at the start") \
+                + (f", reading again from {before:.3f} s" if before is not None else ", nothing readable after")
+            lines.append(f"  {event['file']} {where}{when}: {event['what']}"
                          + (f"; {lost_here} lost" if lost_here is not None else ""))
     lines += [
         f"duration {summary['duration_s']:.3f} s, median step {summary['median_step_ms']:.3f} ms, "
