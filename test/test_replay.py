@@ -556,7 +556,7 @@ def test_progress_goes_to_stderr_stage_by_stage(tmp_path, store, arm, capsys):
     captured = capsys.readouterr()
     assert status == 0, captured.err
     stages = [line.split()[0] for line in captured.err.splitlines()]
-    assert stages[0] == "scan" and "evaluate" in stages and stages[-1] == "plot"
+    assert stages[0] == "scan" and "evaluate" in stages and stages[-2:] == ["write", "plot"]
     assert "500/500" in captured.err
 
 
@@ -618,3 +618,16 @@ def test_memory_does_not_grow_with_the_number_of_messages(tmp_path, store, capsy
         assert summary["messages"]["evaluated"] == count
         peaks[len(peaks)] = _vm_peak_kib() / 1024.0
     assert peaks[2] - peaks[1] < 30.0, peaks
+
+
+def test_benchmark_prints_wall_time_and_peak_memory_per_recording(tmp_path, capsys):
+    from rbd_deriv.bench import bag_eval
+
+    assert bag_eval.main(["--seconds", "0.4", "0.6", "--rate", "500", "--keep", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    lines = [line.split() for line in out.splitlines() if line.strip().startswith(("0.4s", "0.6s"))]
+    assert [line[0] for line in lines] == ["0.4s", "0.6s"] and [line[1] for line in lines] == ["200", "300"]
+    for line in lines:
+        assert float(line[2]) > 0 and float(line[4]) >= float(line[2]) and float(line[6]) > 50  # s, s, MB
+    assert "max RSS" in out and "targets:" in out
+    assert (tmp_path / "report_0.6s" / "outputs" / "metadata.yaml").exists()

@@ -131,6 +131,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
             evaluation = evaluate(model, source, typestore, args.topic, config, first_pass, args.odom, consumers,
                                   bar.update, clock)
         if writer is not None:
+            _say(quiet, f"write      finishing {out_bag}")
             with clock.stage("write"):
                 counts = writer.close()
             writer = None
