@@ -119,7 +119,7 @@ def read_robot_description(source: BagSource, typestore: Any, topic: str = "/rob
     """
     require_topic(source, topic, STRING_TYPE)
     problem = "no message"
-    for batch in source.read([topic], batch=1):
+    for batch in source.read([topic]):
         for i in range(len(batch)):
             try:
                 text = typestore.deserialize_cdr(batch.message(i), STRING_TYPE).data

@@ -35,7 +35,7 @@ from rbd_deriv.replay.progress import StageClock
 from rbd_deriv.replay.series import Rejections
 from rbd_deriv.replay.signals import ACCELERATION_METHODS, AccelerationStream, BaseStateJoiner, Gap, StampOrder, StepSample
 from rbd_deriv.replay.stats import Envelope, LogHistogram, Moments
-from rbd_deriv.replay.storage import BagError, BagSource, Damage
+from rbd_deriv.replay.storage import BagError, BagSource, Damage, RawBatch
 
 __all__ = [
     "EvaluationConfig",
@@ -387,6 +387,102 @@ class _Calculator:
             self.latency_t.append(float(t_s[i]))
 
 
+class _SecondPass:
+    """The per-batch stages of :func:`evaluate`, with what they carry from one batch to the next."""
+
+    def __init__(self, model: "rd.Model", topic: str, typestore: Any, config: EvaluationConfig, first_pass: Survey,
+                 result: Evaluation, consumers: Sequence[Callable[[Chunk], None]], clock: StageClock) -> None:
+        self.model = model
+        self.config = config
+        self.result = result
+        self.consumers = consumers
+        self.clock = clock
+        joints = actuated_joint_names(model)
+        self.q_slots = np.array([model.idx_q[name] for name in joints], dtype=np.int64)
+        self.v_slots = np.array([model.idx_v[name] for name in joints], dtype=np.int64)
+        self.rejections = Rejections()
+        self.decoder = JointStateDecoder(typestore, topic, joints, self.rejections)
+        self.odometry = OdometryDecoder(typestore)
+        self.order = StampOrder(self.rejections)
+        self.use_header = first_pass.stamp_source == "header"
+        median = first_pass.median_step_ns if np.isfinite(first_pass.median_step_ns) else 1e6
+        self.stream = AccelerationStream(config.acceleration, config.half_window, config.gap_factor * median, median)
+        self.joiner = BaseStateJoiner(config.odometry_max_gap * 1e9) if model.has_floating_base else None
+        if self.joiner is not None:
+            self.base_q = slice(model.idx_q[FREE_FLYER_JOINT], model.idx_q[FREE_FLYER_JOINT] + 7)
+            self.base_v = slice(model.idx_v[FREE_FLYER_JOINT], model.idx_v[FREE_FLYER_JOINT] + 6)
+        stride = first_pass.usable // config.latency_samples if config.latency_samples else 1
+        self.calculator = _Calculator(model, first_pass.dt, stride, config.latency_samples)
+        self.pending: List[Any] = []  # (payload, accelerations) estimated, not yet computed
+        self.pending_count = 0
+
+    def decode(self, raw: RawBatch) -> Dict[str, np.ndarray]:
+        """The usable joint states of a batch, in the model's coordinates (odometry goes to the joiner)."""
+        model = self.model
+        if self.joiner is not None:
+            base = raw.select(raw.topic == 1)
+            if len(base):
+                self.joiner.add_odometry(self.odometry.decode(base))
+            raw = raw.select(raw.topic == 0)
+        states = self.decoder.decode(raw)
+        stamps = states.stamp_ns if self.use_header else states.bag_ns
+        self.order.apply(stamps, states.status, states.index)
+        rows = np.flatnonzero(states.usable)
+        q = np.zeros((rows.size, model.nq))
+        v = np.zeros((rows.size, model.nv))
+        effort = np.full((rows.size, model.nv), np.nan)
+        q[:, self.q_slots] = states.position[rows]
+        v[:, self.v_slots] = states.velocity[rows]
+        effort[:, self.v_slots] = states.effort[rows]
+        header = np.where(states.stamp_ns[rows] != 0, states.stamp_ns[rows], states.bag_ns[rows])
+        return {"index": states.index[rows], "stamp_ns": stamps[rows], "header_ns": header,
+                "bag_ns": states.bag_ns[rows], "q": q, "velocity": v, "effort": effort}
+
+    def estimate(self, payload: Dict[str, np.ndarray], final: bool = False) -> None:
+        """Base state (floating base), gaps and accelerations; what is ready joins the pending chunk."""
+        config = self.config
+        with self.clock.stage("estimate"):
+            if self.joiner is not None:
+                payload, q_base, v_base, valid = self.joiner.push(payload, final)
+                if (~valid).any():
+                    self.rejections.add("bad_base", int((~valid).sum()),
+                                        f"no valid odometry within {config.odometry_max_gap} s around message "
+                                        f"{payload['index'][np.argmax(~valid)]}")
+                payload = {key: value[valid] for key, value in payload.items()}
+                payload["q"][:, self.base_q] = q_base[valid]
+                payload["velocity"][:, self.base_v] = v_base[valid]
+            parts = [self.stream.push(payload)]
+            if final:
+                parts.append(self.stream.finish())
+            for out, acceleration, refused in parts:
+                for reason, value in refused.items():
+                    self.rejections.add(reason, value["index"].size, _refusal_example(reason, value, config))
+                if out["stamp_ns"].size:
+                    self.pending.append((out, acceleration))
+                    self.pending_count += out["stamp_ns"].size
+        self._flush(final)
+
+    def _flush(self, final: bool) -> None:
+        """Compute every full chunk pending (and the last, partial one at the end)."""
+        chunk = self.config.chunk
+        while self.pending_count >= chunk or (final and self.pending_count):
+            payload = {key: np.concatenate([p[key] for p, _ in self.pending]) for key in self.pending[0][0]}
+            acceleration = np.concatenate([a for _, a in self.pending])
+            size = min(chunk, self.pending_count)
+            self._compute({key: value[:size] for key, value in payload.items()}, acceleration[:size])
+            rest = self.pending_count - size
+            self.pending = [({key: value[size:] for key, value in payload.items()}, acceleration[size:])] if rest else []
+            self.pending_count = rest
+
+    def _compute(self, payload: Dict[str, np.ndarray], acceleration: np.ndarray) -> None:
+        chunk = self.calculator.compute(payload, acceleration, self.result.seconds(payload["stamp_ns"]), self.clock)
+        with self.clock.stage("statistics"):
+            self.result.add(chunk)
+        with self.clock.stage("write"):
+            for consumer in self.consumers:
+                consumer(chunk)
+
+
 def evaluate(
     model: "rd.Model",
     source: BagSource,
@@ -415,88 +511,26 @@ def evaluate(
             consumers under ``write``).
 
     Raises:
-        InputError: A floating base without odometry, or no message left to evaluate.
+        InputError: A floating base without odometry, a joint with several coordinates, or no message left
+            to evaluate.
         BagError: The topics are absent.
     """
     config.validate()
     clock = clock if clock is not None else StageClock()
     if model.has_floating_base and odometry_topic is None:
         raise InputError("the model has a floating base: give the odometry topic of the base", "odometry")
-    joints = actuated_joint_names(model)
-    q_slots = np.array([model.idx_q[name] for name in joints], dtype=np.int64)
-    v_slots = np.array([model.idx_v[name] for name in joints], dtype=np.int64)
-    for name in joints:
+    for name in actuated_joint_names(model):
         if model.nq_joint[name] != 1 or model.nv_joint[name] != 1:
             raise InputError(f"joint {name} has several coordinates; joint_states cannot describe it", "joint_states")
     topics = [topic]
     if model.has_floating_base:
         require_topic(source, odometry_topic, ODOMETRY_TYPE)
         topics.append(odometry_topic)
-
-    rejections = Rejections()
-    decoder = JointStateDecoder(typestore, topic, joints, rejections)
-    odometry = OdometryDecoder(typestore)
-    order = StampOrder(rejections)
-    median = first_pass.median_step_ns if np.isfinite(first_pass.median_step_ns) else 1e6
-    stream = AccelerationStream(config.acceleration, config.half_window, config.gap_factor * median, median)
-    joiner = BaseStateJoiner(config.odometry_max_gap * 1e9) if model.has_floating_base else None
-    base_q = slice(model.idx_q[FREE_FLYER_JOINT], model.idx_q[FREE_FLYER_JOINT] + 7) if joiner else None
-    base_v = slice(model.idx_v[FREE_FLYER_JOINT], model.idx_v[FREE_FLYER_JOINT] + 6) if joiner else None
-    stride = first_pass.usable // config.latency_samples if config.latency_samples else 1
-    calculator = _Calculator(model, first_pass.dt, stride, config.latency_samples)
-    actuated = np.zeros(model.nv, dtype=bool)
-    actuated[v_slots] = True
-    result = Evaluation(first_pass, velocity_names(model), actuated, config, topic=topic, dt=first_pass.dt)
-    result.residual, result.effort = Moments(model.nv), Moments(model.nv)
-    result.residual_curve = Envelope(model.nv)
-    use_header = first_pass.stamp_source == "header"
-    pending: List[Any] = []
-    pending_count = 0
-
-    def compute(payload: Dict[str, np.ndarray], acceleration: np.ndarray) -> None:
-        chunk = calculator.compute(payload, acceleration, result.seconds(payload["stamp_ns"]), clock)
-        with clock.stage("statistics"):
-            result.add(chunk)
-        with clock.stage("write"):
-            for consumer in consumers:
-                consumer(chunk)
-
-    def flush(final: bool) -> None:
-        nonlocal pending, pending_count
-        while pending_count >= config.chunk or (final and pending_count):
-            payload = {key: np.concatenate([p[key] for p, _ in pending]) for key in pending[0][0]}
-            acceleration = np.concatenate([a for _, a in pending])
-            size = min(config.chunk, pending_count)
-            compute({key: value[:size] for key, value in payload.items()}, acceleration[:size])
-            rest = pending_count - size
-            pending = [({key: value[size:] for key, value in payload.items()}, acceleration[size:])] if rest else []
-            pending_count = rest
-
-    def estimate(payload: Dict[str, np.ndarray], final: bool = False) -> None:
-        nonlocal pending_count
-        with clock.stage("estimate"):
-            if joiner is not None:
-                payload, q_b, v_b, valid = joiner.push(payload, final)
-                if (~valid).any():
-                    rejections.add("bad_base", int((~valid).sum()),
-                                   f"no valid odometry within {config.odometry_max_gap} s around message "
-                                   f"{payload['index'][np.argmax(~valid)]}")
-                payload = {key: value[valid] for key, value in payload.items()}
-                payload["q"][:, base_q] = q_b[valid]
-                payload["velocity"][:, base_v] = v_b[valid]
-            out, acceleration, refused = stream.push(payload)
-            if final:
-                tail, tail_acceleration, tail_refused = stream.finish()
-                out = {key: np.concatenate([out[key], tail[key]]) for key in out} if out["stamp_ns"].size else tail
-                acceleration = np.concatenate([acceleration, tail_acceleration]) if acceleration.size else tail_acceleration
-                for reason, value in tail_refused.items():
-                    refused[reason] = np.concatenate([refused[reason], value]) if reason in refused else value
-            for reason, value in refused.items():
-                rejections.add(reason, value["index"].size, _refusal_example(reason, value, config))
-        if out["stamp_ns"].size:
-            pending.append((out, acceleration))
-            pending_count += out["stamp_ns"].size
-        flush(final)
+    result = Evaluation(first_pass, velocity_names(model), np.zeros(model.nv, dtype=bool), config, topic=topic,
+                        dt=first_pass.dt, residual=Moments(model.nv), effort=Moments(model.nv),
+                        residual_curve=Envelope(model.nv))
+    stages = _SecondPass(model, topic, typestore, config, first_pass, result, consumers, clock)
+    result.actuated[stages.v_slots] = True
 
     reading = source.read(topics)
     while True:
@@ -505,38 +539,22 @@ def evaluate(
         if raw is None:
             break
         with clock.stage("decode"):
-            if joiner is not None:
-                base = raw.select(raw.topic == 1)
-                if len(base):
-                    joiner.add_odometry(odometry.decode(base))
-                raw = raw.select(raw.topic == 0)
-            states = decoder.decode(raw)
-            stamps = states.stamp_ns if use_header else states.bag_ns
-            order.apply(stamps, states.status, states.index)
-            rows = np.flatnonzero(states.usable)
-            q = np.zeros((rows.size, model.nq))
-            v = np.zeros((rows.size, model.nv))
-            effort = np.full((rows.size, model.nv), np.nan)
-            q[:, q_slots] = states.position[rows]
-            v[:, v_slots] = states.velocity[rows]
-            effort[:, v_slots] = states.effort[rows]
-            header = np.where(states.stamp_ns[rows] != 0, states.stamp_ns[rows], states.bag_ns[rows])
-            payload = {"index": states.index[rows], "stamp_ns": stamps[rows], "header_ns": header,
-                       "bag_ns": states.bag_ns[rows], "q": q, "velocity": v, "effort": effort}
-        if rows.size or joiner is not None:
-            estimate(payload)
+            payload = stages.decode(raw)
+        if payload["index"].size or stages.joiner is not None:
+            stages.estimate(payload)
         if progress is not None:
-            progress(decoder.count)
-    estimate(_empty_payload(model), final=True)
+            progress(stages.decoder.count)
+    stages.estimate(_empty_payload(model), final=True)
 
+    decoder = stages.decoder
     result.messages = decoder.count
-    result.rejections = rejections
+    result.rejections = stages.rejections
     result.ignored_joints = sorted(decoder.ignored)
     result.frame_id = decoder.frame_id or ""
-    result.segments = stream.segments
-    result.gaps, result.gap_count = stream.gaps, stream.gap_count
-    result.latency_us = np.array(calculator.latency_us)
-    result.latency_t = np.array(calculator.latency_t)
+    result.segments = stages.stream.segments
+    result.gaps, result.gap_count = stages.stream.gaps, stages.stream.gap_count
+    result.latency_us = np.array(stages.calculator.latency_us)
+    result.latency_t = np.array(stages.calculator.latency_t)
     result.damage = list(source.damage)
     result.lost = source.lost(topic, decoder.count)
     unknown = [event for event in result.damage if event.lost is None and event.lost_rows is None]
@@ -544,7 +562,7 @@ def evaluate(
         # One stretch whose loss the file does not count (a cut end): the rest of what the bag lists.
         unknown[0].lost = result.lost - sum(event.lost for event in result.damage if event.lost is not None)
     if result.evaluated == 0:
-        raise InputError(f"no usable joint_states message left; rejected: {rejections.counts()}", "joint_states")
+        raise InputError(f"no usable joint_states message left; rejected: {stages.rejections.counts()}", "joint_states")
     result.wall_s = clock.stages
     return result
 

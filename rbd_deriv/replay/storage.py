@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import struct
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
@@ -440,7 +441,7 @@ class _McapFile:
         if not partial and len(data) != uncompressed:
             collector.note(Damage(str(self.path), pos, pos + 9 + len(body),
                                   f"chunk decompresses to {len(data)} bytes, not {uncompressed}"))
-        elif not partial and crc and _crc32(data) != crc:
+        elif not partial and crc and zlib.crc32(data) != crc:
             # The content changed after it was written; its records are still read and checked one by one
             # (and each message's layout by the decoder), but numbers inside a message cannot be checked.
             collector.note(Damage(str(self.path), pos, pos + 9 + len(body), "chunk checksum mismatch"))
@@ -586,12 +587,6 @@ def _next_inner_record(buffer: bytes, start: int, channels: Dict[int, _Channel])
         index = found + 1
 
 
-def _crc32(data: bytes) -> int:
-    from zlib import crc32
-
-    return crc32(data)
-
-
 # --------------------------------------------------------------------------------------------- sqlite3
 
 
@@ -666,10 +661,13 @@ class _SqliteFile:
         if self._topics is not None:
             return self._topics
         try:
-            with self._connect() as connection:
+            connection = self._connect()
+            try:
                 columns = [row[1] for row in connection.execute("PRAGMA table_info(topics)")]
                 qos = "offered_qos_profiles" if "offered_qos_profiles" in columns else "''"
                 rows = connection.execute(f"SELECT id, name, type, {qos} FROM topics").fetchall()
+            finally:
+                connection.close()
             self._topics = {int(r[0]): (r[1], r[2], "transient_local" in str(r[3]).lower() or "durability: 1" in str(r[3])) for r in rows}
         except sqlite3.DatabaseError as err:
             self.sql_error = str(err)
@@ -959,7 +957,9 @@ class BagSource:
 
     def _find_topics(self) -> Dict[str, TopicInfo]:
         stored: Dict[str, TopicInfo] = {}
-        for path in self.files:
+        # An mcap without its summary would be walked whole for its channels: metadata.yaml says it all.
+        files = [] if self.metadata is not None and self.storage == "mcap" else self.files
+        for path in files:
             for name, info in self._file_topics(path).items():
                 previous = stored.get(name)
                 if previous is None:
