@@ -242,3 +242,14 @@ def test_message_class_lookup():
         message_class("no_such_pkg/msg/Thing")
     with pytest.raises(bagio.BagError, match="unexpected message type name"):
         message_class("JointState")
+
+
+def test_play_benchmark_reports_cpu_and_lateness_beside_a_sleep_loop(capsys):
+    from rbd_deriv.bench import bag_play
+
+    assert bag_play.main(["--seconds", "1", "--rate", "200", "--clock", "50"]) == 0
+    out = capsys.readouterr().out
+    row = [line for line in out.splitlines() if line.strip().startswith("1 ")][0].replace("|", " ").replace("%", " ").split()
+    cpu, p50, p99, worst, ref50, ref99, ref_max = (float(x) for x in row[2:9])
+    assert 0 <= cpu <= 100 and 0 < p50 <= p99 <= worst and 0 < ref50 <= ref99 <= ref_max
+    assert "targets on an idle machine" in out
