@@ -9,7 +9,7 @@ Joint accelerations are not recorded; inverse dynamics needs them. Two estimates
   .. math:: v(t_j) \\approx c_0 + c_1 (t_j - t_i) + c_2 (t_j - t_i)^2, \\quad \\hat a_i = c_1
 
   With ``h = 1`` the fit passes through the three points: the second-order central difference on an
-  uneven grid, whose error is :math:`\\dot a\\,'' \\, \\Delta t^2 / 6` (:math:`v'''`) on a smooth motion. A larger
+  uneven grid, whose error on a smooth motion is about :math:`v''' \\Delta t^2 / 6`. A larger
   ``h`` smooths noise (a Savitzky-Golay filter that tolerates uneven stamps). Near the ends of a segment
   the window slides inward so that it always holds ``2 h + 1`` messages. The estimate is exact whenever
   the velocity is a quadratic in time.
