@@ -156,7 +156,9 @@ def test_waits_only_for_the_topics_it_plays(tmp_path):
     # Played, /odom has no subscriber: said so after the wait, and played anyway.
     received, out, err = _subscribe_and_play(tmp_path / "bag", [("/joint_states", JointState)],
                                              "--wait-for-subscribers", "1", "--delay", "0.2")
-    assert "no subscriber after 1.0 s on ['/odom']" in err and "/odom: 1" in out
+    # (/joint_states may be listed too when discovery takes longer than the second on a loaded machine.)
+    warning = [line for line in err.splitlines() if "no subscriber after 1.0 s on" in line]
+    assert len(warning) == 1 and "'/odom'" in warning[0] and "/odom: 1" in out
 
 
 def test_an_empty_topic_plays_nothing_and_says_so(tmp_path):

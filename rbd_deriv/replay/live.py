@@ -136,8 +136,8 @@ def play(
         delay_s: Wait after creating the publishers, so that subscribers are matched before the first
             message [s].
         quiet: No progress bar.
-        wait_s: Before playing, wait up to this long [s] until every played topic has a subscriber (a node
-            under test has started and been discovered); then ``delay_s`` as usual.
+        wait_s: Before playing, wait up to this long [s] until every played topic (``/clock`` included) has a
+            subscriber (a node under test has started and been discovered); then ``delay_s`` as usual.
         clock_hz: Publish the recording's time on ``/clock`` at this rate of recorded time [Hz]; None: no
             clock.
 
@@ -179,7 +179,9 @@ def play(
         playing = [t.name for t in chosen if t.name in publishers]
         clock = _Clock(node, clock_hz) if clock_hz is not None else None
         if wait_s > 0:
-            report["unsubscribed_topics"] = _wait_for_subscribers(publishers, playing, wait_s)
+            # The clock is played too: nodes on use_sim_time subscribe to it.
+            waited = dict(publishers, **({CLOCK_TOPIC: clock.publisher} if clock is not None else {}))
+            report["unsubscribed_topics"] = _wait_for_subscribers(waited, list(waited), wait_s)
         time.sleep(delay_s)
         report.update(_publish(source, playing, publishers, clock, rate, quiet, _total(chosen, playing)))
         report["damage"] = [event.as_dict() for event in source.damage]
