@@ -597,13 +597,14 @@ def _long_recording(path: Path, store, model, count: int) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak memory is read from /proc/self (Linux)")
 def test_memory_does_not_grow_with_the_number_of_messages(tmp_path, store, capsys):
-    # The same evaluation (output bag and PNG included) of 30,000 and of 300,000 messages, in this
+    # The same evaluation (output bag and PNG included) of 30,000 and of 200,000 messages, in this
     # process: the peak resident memory of each run is measured from a reset of the high-water mark.
-    # Holding anything per message (the bytes read, the states, the outputs) would add tens of
-    # megabytes per 100,000 messages; here the peaks must differ by less than 30 MB.
+    # Holding anything per message (the bytes read, the states, the outputs: about 400 bytes of outputs
+    # alone for this robot) would add tens of megabytes per 100,000 messages; here the peaks must differ
+    # by less than 30 MB.
     model = rd.load_urdf(TWO_LINK)
     peaks = {}
-    for count in (30_000, 30_000, 300_000):  # the first run loads what stays loaded (matplotlib, kernels)
+    for count in (30_000, 30_000, 200_000):  # the first run loads what stays loaded (matplotlib, kernels)
         bag = tmp_path / f"bag_{count}_{len(peaks)}"
         _long_recording(bag, store, model, count)
         clear_refs = Path("/proc/self/clear_refs")
@@ -623,11 +624,11 @@ def test_memory_does_not_grow_with_the_number_of_messages(tmp_path, store, capsy
 def test_benchmark_prints_wall_time_and_peak_memory_per_recording(tmp_path, capsys):
     from rbd_deriv.bench import bag_eval
 
-    assert bag_eval.main(["--seconds", "0.4", "0.6", "--rate", "500", "--keep", str(tmp_path)]) == 0
+    assert bag_eval.main(["--seconds", "0.6", "--rate", "500", "--keep", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    lines = [line.split() for line in out.splitlines() if line.strip().startswith(("0.4s", "0.6s"))]
-    assert [line[0] for line in lines] == ["0.4s", "0.6s"] and [line[1] for line in lines] == ["200", "300"]
-    for line in lines:
-        assert float(line[2]) > 0 and float(line[4]) >= float(line[2]) and float(line[6]) > 50  # s, s, MB
+    lines = [line.split() for line in out.splitlines() if line.strip().startswith("0.6s")]
+    assert len(lines) == 1 and lines[0][1] == "300"
+    evaluation_s, process_s, rss_mb = float(lines[0][2]), float(lines[0][4]), float(lines[0][6])
+    assert 0 < evaluation_s <= process_s and rss_mb > 50
     assert "max RSS" in out and "targets:" in out
     assert (tmp_path / "report_0.6s" / "outputs" / "metadata.yaml").exists()
