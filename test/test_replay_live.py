@@ -90,9 +90,10 @@ def test_bad_input_exits_2_with_a_clear_message(tmp_path, recording):
         play(recording, rate=0.0)
 
 
-def _subscribe_and_play(bag: Path, topics, *play_arguments: str):
+def _subscribe_and_play(bag: Path, topics, *play_arguments: str, publishers_first=()):
     """Subscribe to ``topics`` here, run bag-play; returns ``(message, arrival time)`` per topic, its stdout
-    and stderr."""
+    and stderr. ``publishers_first``: topics whose publisher (a node under test) must be matched with the
+    subscription here before playing starts."""
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=DOMAIN_ID)
     node = rclpy.create_node("replay_listener", context=context)
@@ -105,7 +106,12 @@ def _subscribe_and_play(bag: Path, topics, *play_arguments: str):
         else:
             best_effort = ReliabilityPolicy.BEST_EFFORT if topic == "/clock" else ReliabilityPolicy.RELIABLE
             qos = QoSProfile(depth=1000, reliability=best_effort)
-        node.create_subscription(kind, topic, lambda m, into=received[topic]: into.append((m, time.perf_counter())), qos)
+        subscription = node.create_subscription(
+            kind, topic, lambda m, into=received[topic]: into.append((m, time.perf_counter())), qos)
+        if topic in publishers_first:
+            deadline = time.monotonic() + TIMEOUT_S
+            while subscription.get_publisher_count() == 0 and time.monotonic() < deadline:
+                executor.spin_once(timeout_sec=0.05)
     player = subprocess.Popen(
         [sys.executable, "-m", "rbd_deriv.replay.live", str(bag), "--quiet", *play_arguments],
         env=dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN_ID)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -192,7 +198,7 @@ def _play_into_node(bag: Path, use_sim_time: bool, tmp_path: Path, *play_argumen
         # bag-play waits until the node subscribes to /joint_states, which it does once its model is built.
         received, out, err = _subscribe_and_play(bag, [("/linearization", Linearization)], "--topics", "/joint_states",
                                                  "--wait-for-subscribers", str(TIMEOUT_S), "--delay", "2",
-                                                 *play_arguments)
+                                                 *play_arguments, publishers_first=("/linearization",))
     finally:
         process.terminate()
         try:
