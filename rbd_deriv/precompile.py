@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import multiprocessing
 import os
 import pkgutil
@@ -85,6 +86,18 @@ def _compile_module(name: str) -> Tuple[str, float, float, int]:
     return name, time.monotonic() - start, time.process_time() - cpu, count
 
 
+def _previous_timings(root) -> Dict[str, float]:
+    """Seconds per module of the latest complete build in the cache root (another key: older sources), to
+    hand out the longest modules first; empty for a first build, which goes in import order."""
+    summaries = sorted(root.glob(f"*/{jit_cache.COMPLETE}"), key=lambda path: path.stat().st_mtime)
+    for summary in reversed(summaries):
+        try:
+            return dict(json.loads(summary.read_text(encoding="utf-8"))["modules"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return {}
+
+
 def _jobs(modules: int) -> int:
     requested = os.environ.get("RBD_DERIV_JIT_JOBS", "")
     jobs = int(requested) if requested.isdigit() and int(requested) > 0 else len(os.sched_getaffinity(0))
@@ -98,6 +111,8 @@ def build_folder() -> int:
     start = time.monotonic()
     imported, skipped = discover_modules()
     modules = _kernel_modules()
+    timings = _previous_timings(folder.parent)
+    modules.sort(key=lambda name: -timings.get(name, 0.0))  # stable: import order without a hint
     jobs = _jobs(len(modules))
     _say(f"compiling the kernels of {len(modules)} modules for this machine and these sources "
          f"({jobs} processes; once per install, upgrade or change of the library, 1-2 minutes on 2 cores) "
@@ -158,7 +173,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true",
                         help="import every kernel module and fail if a kernel was compiled, not loaded")
+    parser.add_argument("--expect", metavar="FOLDER", default=None,
+                        help="fail unless rbd_deriv is imported from FOLDER (the install step's package)")
     arguments = parser.parse_args(argv)
+    if arguments.expect and os.path.realpath(arguments.expect) != os.path.realpath(jit_cache.PACKAGE_DIR):
+        print(f"rbd_deriv is imported from {jit_cache.PACKAGE_DIR}, not from {arguments.expect}: another install "
+              "of the package (pip install -e?) comes first on this Python's path; build the workspace with an "
+              "environment that does not have it", file=sys.stderr)
+        return 1
     import rbd_deriv  # noqa: F401  (builds the cache folder when it is not complete)
 
     folder = jit_cache.STATE.folder
