@@ -50,8 +50,9 @@ DEMO_PARAMETERS = "demo.yaml"
 #: Spacing of the points of the published reference trajectory [s].
 REFERENCE_SPACING = 0.02
 
-#: Seconds given to the three processes to start before giving up: a few with numba caches
-#: filled, up to two minutes on a fresh install that compiles every kernel.
+#: Seconds given to the three processes to start before giving up: a few once the kernels are compiled
+#: (./run setup, colcon build); kernels without signatures (the MPC solver's) compile at their first use
+#: unless their module has a precompile hook (rbd_deriv.precompile), then load from the cache.
 STARTUP_TIMEOUT = 180.0
 
 
@@ -218,8 +219,18 @@ def plot(summary: dict, joint_names: list[str], effort_limit: np.ndarray, path: 
     plt.close(figure)
 
 
+def wait_for_loop(recorder: Recorder, processes: Sequence[subprocess.Popen] = ()) -> bool:
+    """Wait up to STARTUP_TIMEOUT for the MPC's first commands from its plan (the loop runs); False if they do
+    not come, or one of ``processes`` exits meanwhile."""
+    return _spin_until(
+        recorder, lambda: int(recorder.mpc_diagnostics().get("commands_plan", "0")) > 0
+        or any(p.poll() is not None for p in processes), STARTUP_TIMEOUT) and all(
+        p.poll() is None for p in processes)
+
+
 def publish_reference_only(duration: float) -> int:
-    """Publish the demo reference (starting 2 s from now) and stay until it ends."""
+    """For demo.launch.py: once the loop runs, publish the demo reference (starting 1 s later, as the script
+    does) and stay until it ends. Returns 1 if the loop did not start within STARTUP_TIMEOUT."""
     import rclpy
 
     import rbd_deriv as rd
@@ -228,13 +239,18 @@ def publish_reference_only(duration: float) -> int:
 
     joint_names = list(rd.load_urdf(str(bundled_urdf("rbd_arm7"))).joint_names)
     rclpy.init()
-    recorder = Recorder(joint_names, "/effort_controller/commands")
+    recorder = Recorder(joint_names, demo_parameters()["mpc_node"]["command_topic"])
     try:
-        start = recorder.now() + 2.0
+        print("waiting for the loop to run (the MPC's first commands) ...", flush=True)
+        if not wait_for_loop(recorder):
+            print(f"the loop did not start within {STARTUP_TIMEOUT:g} s", file=sys.stderr)
+            return 1
+        start = recorder.now() + 1.0
         recorder.publish_reference(
             SinusoidReference(DEMO_CENTER, DEMO_AMPLITUDE, DEMO_FREQUENCY, ramp=DEMO_RAMP),
             start, duration)
-        # Stay alive: the reference is latched, a late MPC node still gets it from us.
+        print(f"tracking the reference for {duration:g} s ...", flush=True)
+        # Stay alive: the reference is latched, a late subscriber still gets it from us.
         _spin_until(recorder, lambda: recorder.now() > start + duration, duration + 5.0)
     except KeyboardInterrupt:
         pass
@@ -256,7 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", default="rbd_deriv_demo.png", help="PNG written at the end")
     parser.add_argument("--logs", default=None, help="folder for the nodes' logs (default: temp)")
     parser.add_argument("--reference-only", action="store_true",
-                        help="only publish the reference (for demo.launch.py) and wait")
+                        help="only publish the reference once the loop runs, and stay until it ends "
+                             "(for demo.launch.py)")
     arguments = parser.parse_args(argv)
     if arguments.reference_only:
         return publish_reference_only(arguments.duration)
@@ -297,11 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"starting sim_node ({backend}), "
               f"{'dynamics_node, ' if mode == 'held' else ''}mpc_node "
               f"(logs in {logs}) ...", flush=True)
-        ready = _spin_until(
-            recorder, lambda: int(recorder.mpc_diagnostics().get("commands_plan", "0")) > 0,
-            STARTUP_TIMEOUT)
+        ready = wait_for_loop(recorder, processes)
         crashed = [p.args[2].rsplit(".", 1)[-1] for p in processes if p.poll() is not None]
-        if not ready or crashed:
+        if not ready:
             print(f"the loop did not start within {STARTUP_TIMEOUT:g} s "
                   f"(exited: {crashed or 'none'}); see the logs in {logs}", file=sys.stderr)
             return 1

@@ -43,10 +43,11 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 PACKAGE_DIR = Path(os.path.abspath(os.path.dirname(__file__)))
 """The package folder as Python imported it (symlinks kept: a colcon --symlink-install links each file)."""
 
-NOT_KERNEL_SOURCES = ("nodes", "bench", "testing")
-"""Subpackages that define no kernel and that no kernel reads (the ROS layer, benchmarks, test oracles): they
-are left out of the key, so that editing a node does not recompile the library. The build refuses a kernel
-defined in one of them."""
+NOT_KERNEL_SOURCES = ("nodes", "bench", "testing", "msg", "srv")
+"""Subpackages that define no kernel and that no kernel reads (the ROS layer, benchmarks, test oracles, the
+interfaces' generated modules, which a colcon install puts in the package folder and a pip install beside it):
+they are left out of the key, so that editing a node does not recompile the library. test_precompile.py
+checks that none of them defines a kernel."""
 
 CACHE_FOLDER = "__jitcache__"
 """Name of the cache root inside the package folder."""
@@ -348,6 +349,9 @@ _PENDING: Dict[Any, Optional[Tuple[Any, ...]]] = {}
 _HELD: set = set()
 """Compile locks this process holds (a kernel compiled while compiling itself does not wait for itself)."""
 
+LOCK_WAIT = [0.0]
+"""Seconds this process waited for other processes compiling what it needed."""
+
 
 def pending() -> List[Any]:
     """The kernels recorded and not compiled yet (Dispatchers and CFuncs), in definition order."""
@@ -441,7 +445,9 @@ def defer_compilation() -> None:
                             f"{tuple(args)}".encode()).hexdigest()[:20]
         if name in _HELD:
             return dispatcher_compile(self, sig)
+        waiting = time.monotonic()
         with file_lock(STATE.folder / ".compiling" / name):
+            LOCK_WAIT[0] += time.monotonic() - waiting
             _HELD.add(name)
             try:
                 return dispatcher_compile(self, sig)  # loads what another process saved meanwhile

@@ -14,13 +14,16 @@ kernels' compilation deferred, to find them, then has a pool of processes (``RBD
 one per usable core) compile them module by module, the modules handed out in import order as processes come
 free. A helper needed by several modules is compiled by the first process to need it; the others wait for it
 and load it from the cache.
+
+A kernel without signatures compiles at its first call. A module whose such kernels are used at every start
+(a solver) can define ``precompile_kernels()``, calling them on small inputs of the types its callers pass: the
+build runs it in the module's task, so that those kernels are cached too.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import multiprocessing
 import os
 import pkgutil
@@ -64,38 +67,36 @@ def discover_modules() -> Tuple[List[str], Dict[str, str]]:
     return names, skipped
 
 
-def _kernel_modules() -> List[str]:
-    """Modules defining recorded kernels, in the order their first kernel was defined."""
+HOOK = "precompile_kernels"
+"""Name of a module's function that compiles its kernels without signatures by calling them."""
+
+
+def _kernel_modules(imported: Sequence[str]) -> List[str]:
+    """Modules defining recorded kernels, in the order their first kernel was defined, then the other imported
+    modules that have a :data:`HOOK`."""
     modules: List[str] = []
     for kernel in jit_cache.pending():
         name = jit_cache.kernel_module(kernel)
         if name not in modules:
             modules.append(name)
-    return modules
+    return modules + [name for name in imported if name not in modules and callable(getattr(
+        sys.modules.get(name), HOOK, None))]
 
 
-def _compile_module(name: str) -> Tuple[str, float, float, int]:
-    """In a pool process: compile the recorded kernels of module ``name``; (name, wall seconds, CPU seconds,
-    signatures)."""
-    start, cpu = time.monotonic(), time.process_time()
-    importlib.import_module(name)
+def _compile_module(name: str) -> Tuple[str, float, float, float, int]:
+    """In a pool process: compile the recorded kernels of module ``name`` and run its :data:`HOOK`; (name, wall
+    seconds, CPU seconds, seconds waiting for other processes, signatures)."""
+    start, cpu, waited = time.monotonic(), time.process_time(), jit_cache.LOCK_WAIT[0]
+    module = importlib.import_module(name)
     count = 0
     for kernel in jit_cache.pending():
         if jit_cache.kernel_module(kernel) == name:
             count += jit_cache.compile_pending(kernel)
-    return name, time.monotonic() - start, time.process_time() - cpu, count
-
-
-def _previous_timings(root) -> Dict[str, float]:
-    """Seconds per module of the latest complete build in the cache root (another key: older sources), to
-    hand out the longest modules first; empty for a first build, which goes in import order."""
-    summaries = sorted(root.glob(f"*/{jit_cache.COMPLETE}"), key=lambda path: path.stat().st_mtime)
-    for summary in reversed(summaries):
-        try:
-            return dict(json.loads(summary.read_text(encoding="utf-8"))["modules"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return {}
+    hook = getattr(module, HOOK, None)
+    if callable(hook):
+        hook()
+    return (name, time.monotonic() - start, time.process_time() - cpu, jit_cache.LOCK_WAIT[0] - waited,
+            count)
 
 
 def _jobs(modules: int) -> int:
@@ -110,9 +111,7 @@ def build_folder() -> int:
     folder = jit_cache.STATE.folder
     start = time.monotonic()
     imported, skipped = discover_modules()
-    modules = _kernel_modules()
-    timings = _previous_timings(folder.parent)
-    modules.sort(key=lambda name: -timings.get(name, 0.0))  # stable: import order without a hint
+    modules = _kernel_modules(imported)
     jobs = _jobs(len(modules))
     _say(f"compiling the kernels of {len(modules)} modules for this machine and these sources "
          f"({jobs} processes; once per install, upgrade or change of the library, 1-2 minutes on 2 cores) "
@@ -125,15 +124,16 @@ def build_folder() -> int:
         results = pool.imap_unordered(_compile_module, modules)
         while len(timings) < len(modules):
             try:
-                name, seconds, cpu_seconds, count = results.next(timeout=jit_cache.PROGRESS_PERIOD)
+                name, seconds, cpu_seconds, waited, count = results.next(timeout=jit_cache.PROGRESS_PERIOD)
             except multiprocessing.TimeoutError:
                 busy = [name for name in modules if name not in timings]
                 _say(f"  still compiling ({time.monotonic() - start:.0f} s so far; "
-                     f"{len(timings)} of {len(modules)} modules done, left: {', '.join(busy)})")
+                     f"{len(timings)} of {len(modules)} modules done; not yet: {', '.join(busy)})")
                 continue
             timings[name] = seconds
             signatures, cpu = signatures + count, cpu + cpu_seconds
-            _say(f"  {name}: {count} kernel signature(s) in {seconds:.0f} s (CPU {cpu_seconds:.0f} s) "
+            _say(f"  {name}: {count} kernel signature(s) in {seconds:.0f} s (CPU {cpu_seconds:.0f} s, waited "
+                 f"{waited:.0f} s for the other processes) "
                  f"[{len(timings)}/{len(modules)}, {time.monotonic() - start:.0f} s so far]")
     total = time.monotonic() - start
     jit_cache.mark_complete(folder, {
