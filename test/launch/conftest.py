@@ -1,7 +1,7 @@
 """The launch tests under plain pytest: they need launch_testing's pytest plugin to start their launch
-description. pytest 9 does not load it (ros2/launch#979), and without it pytest would run the test classes
-against nothing; they are then reported as skipped with the ways that work: ``launch_test <file>`` and
-``colcon test`` (which calls launch_test)."""
+description. pytest 9 cannot load it (ros2/launch#979), so pyproject.toml blocks it (``-p no:launch_testing``),
+and without it pytest would run the test classes against nothing; they are then reported as skipped with the
+ways that work: ``launch_test <file>`` and ``colcon test`` (which calls launch_test)."""
 
 from __future__ import annotations
 
