@@ -21,6 +21,7 @@ import pytest
 
 import rbd_deriv as rd
 from rbd_deriv import jit_cache
+from rbd_deriv.testing.editable import hook_free_path
 
 PACKAGE = Path(rd.__file__).resolve().parent
 CONSTANT_LINE = "QUATERNION_TOLERANCE = 1e-6"
@@ -30,6 +31,7 @@ PROBE = textwrap.dedent("""
     import json
     import rbd_deriv as rd
     from rbd_deriv import jit_cache
+from rbd_deriv.testing.editable import hook_free_path
     model = rd.load_urdf(str(rd.bundled_urdf("rbd_arm7")), floating_base=True)
     q = rd.neutral(model)
     q[3:7] *= 1.01
@@ -116,7 +118,9 @@ def test_three_processes_on_an_empty_cache_compile_once_and_run_a_changed_consta
     assert CONSTANT_LINE in constants.read_text(), "the probed constant moved: update this test"
     constants.write_text(constants.read_text().replace(CONSTANT_LINE, "QUATERNION_TOLERANCE = 0.5"))
     cache = tmp_path / "cache"
-    environment = dict(os.environ, RBD_DERIV_CACHE_DIR=str(cache), PYTHONPATH=str(copy.parent))
+    no_hook = hook_free_path(tmp_path / "no_editable_hook")
+    environment = dict(os.environ, RBD_DERIV_CACHE_DIR=str(cache),
+                       PYTHONPATH=os.pathsep.join([no_hook, str(copy.parent)]))
     environment.pop(jit_cache.ROLE_VARIABLE, None)
     processes = [subprocess.Popen([sys.executable, "-c", PROBE], env=environment, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, cwd=tmp_path) for _ in range(3)]

@@ -8,8 +8,7 @@ from the install space publishes a linearization.
 
 This environment holds the package as an editable pip install, whose import hook would put the source tree
 in front of any workspace (docs/ros.md: do not install both in one environment). The test takes the hook out
-the way a separate underlay would: an empty module of the hook's name comes first on PYTHONPATH, so the
-``.pth`` line that installs the hook imports that instead.
+the way a separate underlay would (rbd_deriv.testing.editable).
 
 The kernel cache of this build is a hard-linked copy of this environment's (same sources, same machine, so the
 same key), handed over by RBD_DERIV_CACHE_DIR: the install step's check then loads instead of compiling for
@@ -18,10 +17,8 @@ minutes. Compiling into a fresh cache is covered by test_jit_cache.py (three pro
 
 from __future__ import annotations
 
-import glob
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -31,23 +28,13 @@ from pathlib import Path
 import pytest
 
 from rbd_deriv import jit_cache
+from rbd_deriv.testing.editable import hook_free_path
 
 REPOSITORY = jit_cache.PACKAGE_DIR.parent
 COLCON = shutil.which("colcon", path=os.path.dirname(sys.executable))
 PYTHON_DIR = f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
 
 pytestmark = pytest.mark.skipif(COLCON is None, reason="colcon not installed (pip install colcon-common-extensions)")
-
-
-def _editable_hook_names():
-    """Modules that .pth files of this environment import to install an editable hook for rbd_deriv."""
-    names = []
-    for pth in glob.glob(os.path.join(sys.prefix, PYTHON_DIR, "*rbd_deriv*.pth")):
-        for line in Path(pth).read_text().splitlines():
-            match = re.match(r"import (\w+)$", line.strip())
-            if match:
-                names.append(match.group(1))
-    return names
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +45,7 @@ def workspace(tmp_path_factory):
     shutil.copytree(REPOSITORY, source, ignore=shutil.ignore_patterns(
         ".git", ".venv", "build", "install", "log", "__pycache__", jit_cache.CACHE_FOLDER, "*.so",
         ".pytest_cache", "*.png"))
-    no_hook = root / "no_editable_hook"
-    no_hook.mkdir()
-    for name in _editable_hook_names():
-        (no_hook / f"{name}.py").write_text("# stands in for the editable install's import hook\n")
+    no_hook = hook_free_path(root / "no_editable_hook")
     cache = root / "cache"
     shutil.copytree(jit_cache.STATE.folder, cache / jit_cache.STATE.key, copy_function=os.link)
     environment = dict(os.environ)
@@ -69,7 +53,7 @@ def workspace(tmp_path_factory):
     environment.update(
         VIRTUAL_ENV=sys.prefix, AMENT_PREFIX_PATH=sys.prefix, CMAKE_PREFIX_PATH=sys.prefix,
         PATH=os.pathsep.join([os.path.dirname(sys.executable), environment.get("PATH", "")]),
-        PYTHONPATH=str(no_hook), RBD_DERIV_CACHE_DIR=str(cache))
+        PYTHONPATH=no_hook, RBD_DERIV_CACHE_DIR=str(cache))
     completed = subprocess.run([COLCON, "build", "--event-handlers", "console_direct+"], cwd=root / "ws",
                                env=environment, capture_output=True, text=True, timeout=1800)
     log = completed.stdout + completed.stderr
