@@ -187,7 +187,7 @@ def _install_locator() -> None:
     """Put the package's locator first among numba's, and serialize saves into the package's folders."""
     from numba.core import caching
 
-    if _PackageLocator not in caching.CacheImpl._locator_classes:
+    if _PackageLocator is not None and _PackageLocator not in caching.CacheImpl._locator_classes:
         caching.CacheImpl._locator_classes.insert(0, _PackageLocator)
     save = caching.IndexDataCacheFile.save
     if getattr(save, "_rbd_deriv_locked", False):
@@ -196,7 +196,7 @@ def _install_locator() -> None:
     def locked_save(index_file, key, data):
         folder = STATE.folder
         cache_path = Path(index_file._cache_path)
-        if folder is None or folder not in cache_path.parents and cache_path != folder:
+        if folder is None or (folder not in cache_path.parents and cache_path != folder):
             return save(index_file, key, data)
         try:
             with file_lock(cache_path / ".save.lock"):
@@ -249,11 +249,8 @@ def _make_locator_class():
     return PackageLocator
 
 
-class _LazyLocator:
-    """Stands in the locator list until numba is imported (importing numba.core.caching costs time)."""
-
-
-_PackageLocator: Any = _LazyLocator
+_PackageLocator: Any = None
+"""The locator class, made by :func:`activate` (it subclasses a numba class: numba is imported then)."""
 
 
 def activate() -> None:

@@ -31,7 +31,6 @@ PROBE = textwrap.dedent("""
     import json
     import rbd_deriv as rd
     from rbd_deriv import jit_cache
-from rbd_deriv.testing.editable import hook_free_path
     model = rd.load_urdf(str(rd.bundled_urdf("rbd_arm7")), floating_base=True)
     q = rd.neutral(model)
     q[3:7] *= 1.01
