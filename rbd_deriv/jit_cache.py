@@ -297,6 +297,8 @@ def build(root: Path, key: str) -> bool:
         environment["PYTHONPATH"] = os.pathsep.join(
             [str(PACKAGE_DIR.parent)] + [p for p in environment.get("PYTHONPATH", "").split(os.pathsep) if p])
         completed = subprocess.run([sys.executable, "-m", "rbd_deriv.precompile"], env=environment)
+        if completed.returncode == 130:  # Ctrl-C: the build said so; stop here as the user asked
+            raise KeyboardInterrupt
         if completed.returncode != 0 or not (folder / COMPLETE).is_file():
             _say(f"the parallel compile failed (exit {completed.returncode}); compiling in this process instead")
             return True

@@ -27,6 +27,7 @@ import importlib
 import multiprocessing
 import os
 import pkgutil
+import signal
 import sys
 import time
 from typing import Any, Dict, List, Sequence, Tuple
@@ -99,6 +100,11 @@ def _compile_module(name: str) -> Tuple[str, float, float, float, int]:
             count)
 
 
+def _worker_start() -> None:
+    # Ctrl-C reaches the whole process group: the build's main process alone answers it (below).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _jobs(modules: int) -> int:
     requested = os.environ.get("RBD_DERIV_JIT_JOBS", "")
     jobs = int(requested) if requested.isdigit() and int(requested) > 0 else len(os.sched_getaffinity(0))
@@ -120,11 +126,15 @@ def build_folder() -> int:
         _say(f"  not imported, its kernels (if any) compile at first use: {name} ({reason})")
     timings: Dict[str, float] = {}
     signatures, cpu = 0, 0.0
-    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+    with multiprocessing.get_context("spawn").Pool(jobs, initializer=_worker_start) as pool:
         results = pool.imap_unordered(_compile_module, modules)
         while len(timings) < len(modules):
             try:
                 name, seconds, cpu_seconds, waited, count = results.next(timeout=jit_cache.PROGRESS_PERIOD)
+            except KeyboardInterrupt:
+                pool.terminate()
+                _say("compiling interrupted; what was compiled is kept, the next start compiles the rest")
+                return 130
             except multiprocessing.TimeoutError:
                 busy = [name for name in modules if name not in timings]
                 _say(f"  still compiling ({time.monotonic() - start:.0f} s so far; "
