@@ -17,5 +17,6 @@ SUBCOMMANDS: Dict[str, str] = {
     "mpc": "rbd_deriv.bench.mpc",
     "bag-eval": "rbd_deriv.bench.bag_eval",
     "bag-play": "rbd_deriv.bench.bag_play",
+    "startup": "rbd_deriv.bench.startup",
 }
 """Subcommand name -> module path (the module defines ``main(argv)``)."""
