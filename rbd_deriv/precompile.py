@@ -30,7 +30,7 @@ import pkgutil
 import signal
 import sys
 import time
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from rbd_deriv import jit_cache
 
