@@ -16,5 +16,7 @@ SUBCOMMANDS: Dict[str, str] = {
     "latency": "rbd_deriv.bench.latency",
     "mpc": "rbd_deriv.bench.mpc",
     "bag-eval": "rbd_deriv.bench.bag_eval",
+    "bag-play": "rbd_deriv.bench.bag_play",
+    "startup": "rbd_deriv.bench.startup",
 }
 """Subcommand name -> module path (the module defines ``main(argv)``)."""
