@@ -89,3 +89,17 @@ def test_structure_of_b(random_robot):
         dddq_dq, dddq_dv, _ = [x.copy() for x in rd.aba_derivatives(model, data, q, v, tau)]
         assert_close(A[nv:, :nv], DT * dddq_dq, what="dv+/dq")
         assert_close(A[nv:, nv:], np.eye(nv) + DT * dddq_dv, what="dv+/dv")
+
+
+def test_linearization_with_armature_matches_pinocchio(armature_robot):
+    _check_pinocchio(armature_robot)
+
+
+def test_linearization_names_a_joint_where_massless_bodies_make_m_singular(massless_robot):
+    model, data = massless_robot.model, massless_robot.data
+    q, v, tau = massless_robot.states("singular", 1)[0]
+    with pytest.raises(rd.ModelError, match="singular") as error:
+        rd.linearize(model, data, q, v, tau, DT)
+    assert error.value.joint in massless_robot.bridge.joints_moving_no_inertia()
+    with pytest.raises(rd.ModelError, match="singular"):
+        rd.linearize_batch(model, np.array([q, q]), np.array([v, v]), np.array([tau, tau]), DT)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import rbd_deriv as rd
 from rbd_deriv.testing import assert_close
@@ -31,3 +32,19 @@ def test_minverse_columns_are_aba_without_bias(random_robot):
         Minv = rd.minverse(model, data, q).copy()
         drift = rd.aba(model, data, q, v, np.zeros(model.nv)).copy()
         assert_close(Minv @ tau, rd.aba(model, data, q, v, tau) - drift, what="Minv tau")
+
+
+def test_minverse_with_armature_matches_pinocchio(armature_robot):
+    _check(armature_robot)
+
+
+def test_minverse_with_armature_on_massless_bodies_matches_pinocchio(massless_armature_robot):
+    _check(massless_armature_robot)
+
+
+def test_minverse_names_a_joint_where_massless_bodies_make_m_singular(massless_robot):
+    model, data = massless_robot.model, massless_robot.data
+    q = massless_robot.states("singular", 1)[0][0]
+    with pytest.raises(rd.ModelError, match="singular") as error:
+        rd.minverse(model, data, q)
+    assert error.value.joint in massless_robot.bridge.joints_moving_no_inertia()
