@@ -69,6 +69,15 @@ class RobotCase:
         nv = self.model.nv
         return [(self.random_q(rng), rng.uniform(-2, 2, nv), rng.uniform(-2, 2, nv)) for _ in range(count)]
 
+    def assert_singular_named(self, function, *arguments) -> None:
+        """``function(model, data, *arguments)`` raises ModelError naming a joint that moves only massless bodies
+        (Pinocchio's model says which)."""
+        singular = self.bridge.joints_moving_no_inertia()
+        assert singular, "the robot has no joint moving only massless bodies: the test checks nothing"
+        with pytest.raises(rd.ModelError, match="singular") as error:
+            function(self.model, self.data, *arguments)
+        assert error.value.joint in singular and error.value.joint in str(error.value)
+
     def random_fext(self, rng: np.random.Generator) -> np.ndarray:
         """External forces (njoints, 6) [N, N m], universe row zero."""
         fext = rng.uniform(-5, 5, (self.model.njoints, 6))
