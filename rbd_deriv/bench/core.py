@@ -13,7 +13,7 @@ talos with a free flyer) it prints:
 * the JIT cost a user sees: ``import rbd_deriv`` and the first call of each function in a fresh process
   with an empty numba cache, then again with that cache filled.
 
-Targets (issue 2): every per-call ratio <= 1.5; aba_derivatives and linearize on talos <= 1.0; the
+Targets: every per-call ratio <= 1.5; aba_derivatives and linearize on talos <= 1.0; the
 batched derivatives over K = 32 states at least 1.5 times faster per state than a loop over Pinocchio.
 """
 

@@ -7,7 +7,7 @@ on the built-in plant for ``--ticks`` ticks at the node's default rate (200 Hz, 
 shifts as on a robot), and times every tick; the plant and, in held mode, the linearization (the
 dynamics node's work) are not timed. Reported: median and p99 tick time and the rate they allow.
 
-Targets (issue 4): the 7-dof arm with N = 20 at >= 500 Hz in held mode (1) and >= 200 Hz in
+Targets: the 7-dof arm with N = 20 at >= 500 Hz in held mode (1) and >= 200 Hz in
 re-linearization mode (2). The mean cost per tick and the RMS tracking error of the closed
 loop (the plant is the model itself, so any difference comes from the modes) compare the two. Talos with a fixed base (nv = 44) and Romeo with a fixed base
 (nv = 55) are reported at N = 10 and N = 20, without target. Romeo's hands and fingers have no
@@ -37,7 +37,7 @@ from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, bundled_urdf, with_minimum_
 #: Rate the controller runs at in the benchmark loop [Hz], the node's default.
 TICK_RATE = 200.0
 
-#: Targets of issue 4 on the arm at N = 20: mode -> rate [Hz].
+#: Targets on the arm at N = 20: mode -> rate [Hz].
 ARM_TARGETS = {Mode.HELD: 500.0, Mode.RELINEARIZE: 200.0}
 
 HEADERS = ["robot", "nv", "N", "mode", "tick p50 [us]", "tick p99 [us]", "rate [Hz]",
