@@ -207,6 +207,13 @@ class DynamicsPipeline:
         self._zero_v = np.zeros(self.model.nv)
         self.lock = threading.Lock()
         self._buffer, self._out = _output_buffer(self.model.nq, self.model.nv, len(self.actuated_joint_names))
+        self._zeros = np.zeros_like(self._buffer)
+        # The actuated joints are the last coordinates (the free flyer, if any, comes first): their torques
+        # are then a view of the bias, no copy needed.
+        first = int(self._actuated_v[0]) if self._actuated_v.size else self.model.nv
+        self._torques_copied = not np.array_equal(self._actuated_v, np.arange(first, self.model.nv))
+        if not self._torques_copied:
+            self._out = self._out._replace(torques=self._out.bias[first:])
 
     def same_robot(self, other: "DynamicsPipeline") -> bool:
         """Same joints in the same order and the same configuration size: states carry over."""
@@ -243,9 +250,9 @@ class DynamicsPipeline:
                 raise PipelineError(f"the library refuses to compute at "
                                     f"{_quote(q=q, v=v, u=effort if needs_effort else None)}: {error}",
                                     "unusable_state") from error
-            # One test for every output: the sum of finite values is finite (values large enough to
-            # overflow it together are no physical result either).
-            if not math.isfinite(self._buffer.sum()):
+            # One test for every output: NaN and inf times 0 are NaN, any finite value times 0 is 0; one
+            # dot product (BLAS) is the cheapest numpy call that reads them all.
+            if self._buffer.dot(self._zeros) != 0.0:
                 self._buffer[:] = 0.0
                 raise _non_finite("outputs", q=q, v=v, u=effort if needs_effort else None)
         return DynamicsOutputs(bias, out.torques if selection.torques else None,
@@ -259,14 +266,16 @@ class DynamicsPipeline:
             bias = out.bias
             bias[:] = rd.rnea(model, data, q, v, self._zero_v)
         # Each call overwrites data's results: each is copied to the buffer before the next call.
-        if selection.torques:
+        if selection.torques and self._torques_copied:
             np.take(bias, self._actuated_v, out=out.torques)
         if selection.mass_matrix_inverse:
             out.mass_matrix_inverse[:] = rd.minverse(model, data, q)
         linearization = None
         if selection.linearization:
-            x, u = out.x, out.u
-            u[:] = bias if effort is None else effort
+            x, u = out.x, bias
+            if effort is not None:
+                u = out.u
+                u[:] = effort
             A, B = rd.linearize(model, data, q, v, u, selection.dt)
             x[: model.nq], x[model.nq :] = q, v
             out.A[:], out.B[:], out.x_next[:] = A, B, data.x_next

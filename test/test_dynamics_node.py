@@ -319,7 +319,7 @@ def test_service_answers_match_library(arm_node, arm_model):
     (dict(v=[0.0] * 9), "v has 9 entries"),
     (dict(tau=[]), "tau has 0 entries"),
     (dict(q=[math.nan] + [0.0] * 6), "NaN"),
-    (dict(dt=0.0), "dt must be > 0"),
+    (dict(dt=0.0), "dt must be in (0, 1] s"),
     (dict(linearization=False, forward_dynamics_derivatives=False), "nothing asked"),
 ])
 def test_service_refuses_bad_requests(arm_node, change, expected):

@@ -69,15 +69,30 @@ class PolledSubscription:
     The subscription lives on a hidden helper node (``_<node>_input_<n>``, same namespace and
     context) that no executor spins. The topic is resolved, remappings included, by the owning node.
 
+    Messages lost before the node are counted in :attr:`lost`: a queue that overflowed between two takes
+    (the history drops its oldest message without telling anyone: Fast DDS raises no message-lost event
+    for it) and whatever the middleware lost on the way both leave a gap in the publisher's sequence
+    numbers, which every taken message carries.
+
     Args:
         node: The node the subscription belongs to.
         message_type: Message class (sensor_msgs.msg.JointState...).
         topic: Topic name, as the owner would pass it to ``create_subscription``.
         qos: QoS profile; its depth bounds how many messages wait between two takes.
+
+    Attributes:
+        lost: Messages lost so far: gaps in the sequence numbers of each publisher, from the first message
+            taken from it (what it sent before is not known).
     """
+
+    #: Publishers whose last sequence number is remembered; a topic with more forgets them all at once
+    #: (the gap across that moment is not counted).
+    MAX_PUBLISHERS = 256
 
     def __init__(self, node: Node, message_type: type, topic: str, qos) -> None:
         self.message_type = message_type
+        self.lost = 0
+        self._last_sequence: dict = {}
         # The owner resolves the topic; the helper ignores the command line (a launch file's
         # ``__node:=`` rename or a remapping must not apply to it a second time) and gets a name of
         # its own.
@@ -106,6 +121,19 @@ class PolledSubscription:
                 if taken is None:
                     return messages
                 messages.append(taken[0])
+                self._count_losses(taken[1])
+
+    def _count_losses(self, info: dict) -> None:
+        sequence, publisher = info.get("publication_sequence_number"), info.get("publisher_gid")
+        if sequence is None or publisher is None:
+            return  # a middleware that does not number its messages: losses cannot be seen
+        key = bytes(publisher["data"])
+        last = self._last_sequence.get(key)
+        if last is None and len(self._last_sequence) >= self.MAX_PUBLISHERS:
+            self._last_sequence.clear()
+        elif last is not None and sequence > last + 1:
+            self.lost += sequence - last - 1
+        self._last_sequence[key] = sequence
 
     def destroy(self) -> None:
         """Remove the subscription and its helper node."""
@@ -244,6 +272,11 @@ class StateInputs:
         if odometry:
             self._on_odometry(deserialize_message(odometry[-1], Odometry))
         return skipped
+
+    @property
+    def lost(self) -> tuple:
+        """Messages lost before the node so far (:attr:`PolledSubscription.lost`): (joint_states, odom)."""
+        return tuple(subscription.lost for subscription in self._subscriptions)
 
     def destroy(self) -> None:
         """Stop the listener thread and remove the subscriptions."""
