@@ -13,7 +13,7 @@ without a middleware and usable from a bag reader.
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -67,6 +67,12 @@ def implausible(values: np.ndarray, kind: str) -> np.ndarray:
     """Mask of the entries of ``values`` that are NaN, inf or larger in magnitude than ``PLAUSIBLE[kind]``."""
     # The comparison is False for NaN: one test catches both faults.
     return ~(np.abs(values) <= PLAUSIBLE[kind])
+
+
+def _plausible(values: np.ndarray, kind: str) -> bool:
+    """No entry of ``values`` is :func:`implausible` (the test made at every message: two numpy calls)."""
+    # The largest magnitude is NaN if any entry is: the comparison is then False.
+    return bool(np.abs(values).max(initial=0.0) <= PLAUSIBLE[kind])
 
 
 class JointStateError(InputError):
@@ -232,12 +238,12 @@ class JointStateMap:
                                   "need them", "missing_velocity", [names[i] for i in rows])
         p, w = position[rows], velocity[rows]
         e = effort[rows] if effort.size else None
-        bad = implausible(p, "position") | implausible(w, "velocity")
-        if e is not None:
-            bad |= implausible(e, "effort")
-        if bad.any():
+        if not (_plausible(p, "position") and _plausible(w, "velocity") and (e is None or _plausible(e, "effort"))):
+            bad = implausible(p, "position") | implausible(w, "velocity")
+            if e is not None:
+                bad |= implausible(e, "effort")
             self._refuse_values(names, rows, bad, p, w, e)
-        self._check_stamp(stamp_ns, now_ns, self._joint_stamp[slots], [names[i] for i in rows])
+        self._check_stamp(stamp_ns, now_ns, self._joint_stamp[slots], lambda: [names[i] for i in rows])
         self.q[self._q_index[slots]] = p
         self.v[self._v_index[slots]] = w
         if e is not None:
@@ -260,19 +266,23 @@ class JointStateMap:
             f"{PLAUSIBLE['position']:g} rad or m, {PLAUSIBLE['velocity']:g} rad/s or m/s, "
             f"{PLAUSIBLE['effort']:g} N m or N)", "implausible", joints)
 
-    def _check_stamp(self, stamp_ns: int, now_ns: Optional[int], previous: np.ndarray, joints) -> None:
+    def _check_stamp(self, stamp_ns: int, now_ns: Optional[int], previous: np.ndarray,
+                     joints: Callable[[], List[str]]) -> None:
+        """Refuse ``stamp_ns`` if stale, ahead of the clock, or older than ``previous`` (the last accepted
+        stamps of the joints concerned); ``joints()`` names them (called on the way to an error only)."""
         # Staleness first: a message seconds old is better reported as stale than as out of order.
         if self.max_age_ns and now_ns is not None and now_ns - stamp_ns > self.max_age_ns:
             raise JointStateError(
                 f"stamp {stamp_ns * 1e-9:.6f} s is {(now_ns - stamp_ns) * 1e-9:.3f} s old "
-                f"(max_age {self.max_age_ns * 1e-9:g} s)", "stale", list(joints))
+                f"(max_age {self.max_age_ns * 1e-9:g} s)", "stale", joints())
         # A stamp from the future is refused before it can become the reference of the order check.
         if self._max_lead_ns is not None and now_ns is not None and stamp_ns - now_ns > self._max_lead_ns:
             raise JointStateError(
                 f"stamp {stamp_ns * 1e-9:.6f} s is {(stamp_ns - now_ns) * 1e-9:.6g} s ahead of the clock "
-                f"(tolerance {self._max_lead_ns * 1e-9:g} s)", "future", list(joints))
+                f"(tolerance {self._max_lead_ns * 1e-9:g} s)", "future", joints())
         if previous.size and stamp_ns < previous.max():
-            later = [joints[i] for i in np.flatnonzero(previous > stamp_ns)]
+            named = joints()
+            later = [named[i] for i in np.flatnonzero(previous > stamp_ns)]
             raise JointStateError(
                 f"stamp {stamp_ns * 1e-9:.6f} s is older than the last accepted one "
                 f"({previous.max() * 1e-9:.6f} s) for {describe(later)}", "out_of_order", later)
@@ -314,7 +324,7 @@ class JointStateMap:
             raise JointStateError(f"base orientation quaternion has norm {norm:.9g}, not 1", "bad_base",
                                   [rd.FREE_FLYER_JOINT])
         previous = np.array([self._base_stamp], dtype=np.int64)
-        self._check_stamp(stamp_ns, now_ns, previous, [rd.FREE_FLYER_JOINT])
+        self._check_stamp(stamp_ns, now_ns, previous, lambda: [rd.FREE_FLYER_JOINT])
         iq, iv = self._base_q, self._base_v
         self.q[iq : iq + 3] = position
         self.q[iq + 3 : iq + 7] = orientation / norm

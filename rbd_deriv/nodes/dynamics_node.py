@@ -292,15 +292,16 @@ class DynamicsNode(Node):
         if robot is None:
             self._refuse("no_model", "joint_states before any robot description")
             return
+        now_ns = self._now_ns()  # one clock read per message: it costs as much as the checks of the state
         try:
             robot.pipeline.state.update(message.name, message.position, message.velocity, message.effort,
-                                        stamp_to_ns(message.header.stamp), self._now_ns())
+                                        stamp_to_ns(message.header.stamp), now_ns)
         except InputError as error:
             self._refuse(getattr(error, "reason", "bad_message"), f"joint_states: {error}")
             return
         self._latest_frame = message.header.frame_id
         if self._p["publish_mode"] == "on_message":
-            self._compute_and_publish(robot, message.header)
+            self._compute_and_publish(robot, message.header, now_ns)
 
     def _on_odometry(self, message: Odometry) -> None:
         robot = self._robot
@@ -327,14 +328,17 @@ class DynamicsNode(Node):
         if robot is None or robot.pipeline.state.stamp_ns < 0:
             return
         state = robot.pipeline.state
-        age_ns = self._now_ns() - state.stamp_ns
+        now_ns = self._now_ns()
+        age_ns = now_ns - state.stamp_ns
         if state.max_age_ns and age_ns > state.max_age_ns:
             self._refuse("stale", f"latest state is {age_ns * 1e-9:.3f} s old")
             return
-        self._compute_and_publish(robot, Header(stamp=set_stamp(Time(), state.stamp_ns), frame_id=self._latest_frame))
+        self._compute_and_publish(robot, Header(stamp=set_stamp(Time(), state.stamp_ns), frame_id=self._latest_frame),
+                                  now_ns)
 
     # ------------------------------------------------------------------------------------- outputs
-    def _compute_and_publish(self, robot: _Robot, header: Header) -> None:
+    def _compute_and_publish(self, robot: _Robot, header: Header, now_ns: int) -> None:
+        """Outputs at the assembled state, published stamped ``header``; ``now_ns`` is when the input arrived."""
         started = time.perf_counter()
         try:
             outputs = robot.pipeline.outputs_from_state(self._selection)
@@ -359,8 +363,9 @@ class DynamicsNode(Node):
             self._pub_linearization.publish(message)
         self._outputs += 1
         self._outputs_total += 1
-        self._compute_times.append(time.perf_counter() - started)
-        self._latencies.append(ns_to_seconds(self._now_ns(), stamp_to_ns(header.stamp)))
+        elapsed = time.perf_counter() - started
+        self._compute_times.append(elapsed)
+        self._latencies.append(ns_to_seconds(now_ns, stamp_to_ns(header.stamp)) + elapsed)
 
     # -------------------------------------------------------------------------------------- service
     def _on_compute_derivatives(self, request, response):
