@@ -285,23 +285,25 @@ class DynamicsNode(Node):
         super().destroy_node()
 
     # ---------------------------------------------------------------------------------- robot state
-    def _on_joint_states(self, message: JointState) -> None:
+    def _on_joint_states(self, message: JointState) -> bool:
+        """Take one joint_states message (and in on_message mode answer it); return whether it was accepted."""
         self._inputs += 1
         self._inputs_total += 1
         robot = self._robot
         if robot is None:
             self._refuse("no_model", "joint_states before any robot description")
-            return
+            return False
         now_ns = self._now_ns()  # one clock read per message: it costs as much as the checks of the state
         try:
             robot.pipeline.state.update(message.name, message.position, message.velocity, message.effort,
                                         stamp_to_ns(message.header.stamp), now_ns)
         except InputError as error:
             self._refuse(getattr(error, "reason", "bad_message"), f"joint_states: {error}")
-            return
+            return False
         self._latest_frame = message.header.frame_id
         if self._p["publish_mode"] == "on_message":
             self._compute_and_publish(robot, message.header, now_ns)
+        return True
 
     def _on_odometry(self, message: Odometry) -> None:
         robot = self._robot

@@ -40,7 +40,7 @@ from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.messages import linearization_arrays, set_stamp, stamp_to_ns
 from rbd_deriv.msg import Linearization
 from rbd_deriv.nodes.parameters import MPC_NODE, declare_parameters, per_joint, updated_values
-from rbd_deriv.nodes.spin import PolledSubscription, guard, newest_covering, run_node
+from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, guard, run_node
 from rbd_deriv.refusals import shorten
 from rbd_deriv.urdf import bundled_urdf
 
@@ -107,12 +107,18 @@ class MpcNode(Node):
         if line:
             self.get_logger().warning(shorten(line))
 
-    def _take(self, kind: str, take: Callable, *args: Any) -> None:
-        """Hand one input to the loop; a refusal is counted there under ``kind`` and logged here."""
+    def _take(self, kind: str, take: Callable, *args: Any) -> bool:
+        """Hand one input to the loop; a refusal is counted there under ``kind`` and logged here.
+
+        Returns:
+            Whether the loop accepted it.
+        """
         try:
             take(*args)
         except RbdDerivError as error:
             self._log(self.loop.refuse(kind, error))
+            return False
+        return True
 
     # ----------------------------------------------------------------------------- parameters
     def _on_set_parameters(self, parameters: list) -> SetParametersResult:
@@ -132,8 +138,8 @@ class MpcNode(Node):
         return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------------------------- inputs
-    def _on_joint_states(self, message: JointState) -> None:
-        self._take("joint_states", self.loop.take_joint_states, message.name, message.position,
+    def _on_joint_states(self, message: JointState) -> bool:
+        return self._take("joint_states", self.loop.take_joint_states, message.name, message.position,
                    message.velocity, message.effort, stamp_to_ns(message.header.stamp), self._now_ns())
 
     def _on_compensation(self, message: JointState) -> None:
@@ -163,10 +169,10 @@ class MpcNode(Node):
         self.get_logger().info(f"new reference: {len(points)} points over {duration:.2f} s")
 
     def _read_inputs(self) -> None:
-        """Hand what arrived since the previous tick to the handlers: the newest message of each
-        joint, compensation and linearization (only those are deserialized)."""
-        for message in newest_covering(self.joint_states_input.take(serialized=True), JointState, self._joint_set):
-            self._on_joint_states(message)
+        """Hand what arrived since the previous tick to the handlers: the newest accepted message of each
+        joint (:func:`apply_newest`), the newest compensation and linearization (only those are deserialized)."""
+        apply_newest(self.joint_states_input.take(serialized=True), JointState, self._joint_set,
+                     self._guard(self._on_joint_states))
         for subscription, handler in self.newest_inputs:
             serialized = subscription.take(serialized=True)
             if serialized:
