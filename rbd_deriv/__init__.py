@@ -16,6 +16,12 @@ import os
 # Read when the OpenMP runtime starts (the first batched call), so it must be set before.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# Before any kernel module: choose the cache of compiled kernels for these sources and this machine, and fill it
+# if it is empty (saying so on stderr), so that the imports below load machine code.
+from rbd_deriv import jit_cache  # noqa: E402
+
+jit_cache.activate()
+
 from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError  # noqa: E402
 from rbd_deriv.urdf import FREE_FLYER_JOINT, JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE, bundled_urdf  # noqa: E402
 from rbd_deriv.model import Data, Model, load_urdf  # noqa: E402

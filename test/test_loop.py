@@ -350,7 +350,7 @@ def test_closed_loop_with_delay_tracks_a_moving_reference(model):
     from rbd_deriv.sim import make_plant
 
     limit = np.asarray(model.effort_limit)
-    plant = make_plant("builtin", str(bundled_urdf("rbd_arm7")), dt=1e-3, damping=0.001 * limit,
+    plant = make_plant("mujoco", str(bundled_urdf("rbd_arm7")), dt=1e-3, damping=0.001 * limit,
                        friction=0.002 * limit, model=model)
     center = np.array([0.0, 0.5, 0.0, -1.2, 0.0, 0.8, 0.0])
     plant.reset(center)

@@ -39,6 +39,10 @@ class SimNode(Node):
     """Wires the plant to ROS: parameters, command subscription, joint_states publisher."""
 
     def __init__(self) -> None:
+        # rclpy destroys a context's nodes at shutdown, this one too when the rest of __init__ fails (MuJoCo
+        # missing, a bad URDF): stop() must then find no thread rather than no attribute.
+        self._running = False
+        self._thread: threading.Thread | None = None
         super().__init__("sim_node")
         p = declare_parameters(self, SIM_NODE)
         urdf_path = p["urdf_path"] or str(bundled_urdf("rbd_arm7"))
@@ -91,7 +95,12 @@ class SimNode(Node):
             next_time += steps * period
             if now - next_time > MAX_CATCH_UP_STEPS * period:
                 next_time = now  # too far behind: slow down rather than jump
-            self._publish()
+            try:
+                self._publish()
+            except Exception:  # noqa: BLE001 - Ctrl-C shut the context down between ok() and publish
+                if rclpy.ok():
+                    raise
+                return
             delay = next_time - time.monotonic()
             if delay > 0.0:
                 time.sleep(delay)
@@ -108,7 +117,8 @@ class SimNode(Node):
     def stop(self) -> None:
         """Stop the physics thread."""
         self._running = False
-        self._thread.join(timeout=1.0)
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
 
     def destroy_node(self) -> None:
         """Stop the physics thread, then the node."""
