@@ -33,8 +33,7 @@ def model():
 
 
 def make_loop(model, mode="held", **settings):
-    # A fixed tick latency: the measured one depends on the machine.
-    settings = {"disturbance_time_constant": 0.0, "predict_delay": False, "tick_latency": 0.0, **settings}
+    settings = {"disturbance_time_constant": 0.0, "predict_delay": False, **settings}
     loop = ControlLoop(model, MPCProblem.from_model(model, horizon=10, dt=DT, mode=mode), LoopSettings(**settings))
     loop.warm_up()
     return loop
@@ -213,37 +212,6 @@ def test_prediction_carries_the_state_to_when_the_command_acts(model):
     q_expected, v_expected, reached = predict_state(model, model.create_data(), Q, v, 0.005, 0.010, history, 0.004)
     assert reached == 0.010
     assert_close(second.plan.states[0], np.r_[q_expected, v_expected], what="predicted first knot")
-
-
-def test_the_prediction_covers_the_tick_itself(model):
-    """The command leaves when the solve is over: the state is carried to then, and the command is taken to act
-    from then in the next predictions."""
-    loop = make_loop(model, predict_delay=True, command_delay=0.004, tick_latency=0.003)
-    t0 = 5 * 10**9
-    v = np.linspace(-0.5, 0.5, model.nv)
-    feed(loop, model, Q, v, t0)
-    first = loop.tick(t0)
-    feed(loop, model, Q, v, t0 + 10 * MS)
-    second = loop.tick(t0 + 11 * MS)
-    assert second.plan_start_ns == t0 + 18 * MS  # now + tick latency + command_delay
-    history = CommandHistory()
-    history.record(0.003, first.command)  # sent 3 ms after the first tick's clock reading
-    q_expected, v_expected, reached = predict_state(model, model.create_data(), Q, v, 0.010, 0.018, history, 0.004)
-    assert reached == 0.018
-    assert_close(second.plan.states[0], np.r_[q_expected, v_expected], what="predicted first knot")
-
-
-def test_the_tick_latency_is_measured_when_not_given(model):
-    loop = make_loop(model, predict_delay=True, tick_latency=None)
-    t0 = 5 * 10**9
-    for k in range(30):
-        feed(loop, model, Q, np.zeros(model.nv), t0 + k * 5 * MS)
-        loop.tick(t0 + k * 5 * MS)
-    durations = np.asarray(loop.tick_times)
-    # A running average of the ticks' durations: between the shortest and the longest of them.
-    assert durations.min() * 0.5 <= loop.latency <= durations.max()
-    with pytest.raises(rd.InputError, match="tick_latency"):
-        LoopSettings(tick_latency=1.0)
 
 
 def test_refused_inputs_leave_the_last_good_ones(model):

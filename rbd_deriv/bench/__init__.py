@@ -19,5 +19,6 @@ SUBCOMMANDS: Dict[str, str] = {
     "bag-play": "rbd_deriv.bench.bag_play",
     "startup": "rbd_deriv.bench.startup",
     "soak": "rbd_deriv.nodes.soak",
+    "loaded-loop": "rbd_deriv.bench.loaded_loop",
 }
 """Subcommand name -> module path (the module defines ``main(argv)``)."""

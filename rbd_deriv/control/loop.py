@@ -49,10 +49,6 @@ STATISTICS_WINDOW = 2000
 #: Distinct joint-name lists of compensation messages whose column order is remembered.
 LAYOUT_CACHE_SIZE = 16
 
-#: Weight of the newest tick in the running estimate of how long a tick takes (its command leaves that much
-#: after the clock was read): about the last ten ticks count.
-LATENCY_FILTER = 0.1
-
 #: Largest compensation torque taken, as a multiple of each joint's effort limit: gravity may exceed what
 #: the drives give (the hold then saturates), but not by orders of magnitude.
 COMPENSATION_BOUND = 10.0
@@ -72,10 +68,6 @@ class LoopSettings:
         disturbance_bound: Largest observer estimate, a fraction of each effort limit, in (0, 1].
         max_stamp_lead: Inputs stamped ahead of the clock by more than this [s] are refused (``future``):
             a state from the future would otherwise make every later one out of order.
-        tick_latency: Time [s] from the tick's clock reading to its command leaving (the solve): the
-            prediction carries the state that much further, and the command is taken as sent then. None:
-            measured, a running average of the ticks' durations (on a loaded machine a solve takes longer,
-            and the command acts later than the tick's clock reading says).
     """
 
     rate_hz: float = 200.0
@@ -86,7 +78,6 @@ class LoopSettings:
     disturbance_time_constant: float = 0.01
     disturbance_bound: float = 0.2
     max_stamp_lead: float = 0.1
-    tick_latency: Optional[float] = None
 
     def __post_init__(self) -> None:
         def finite(value: Any) -> bool:
@@ -106,10 +97,6 @@ class LoopSettings:
                              "disturbance_bound")
         if not (finite(self.max_stamp_lead) and self.max_stamp_lead >= 0.0):
             raise InputError(f"max_stamp_lead must be >= 0, got {self.max_stamp_lead!r}", "max_stamp_lead")
-        if self.tick_latency is not None and not (finite(self.tick_latency) and
-                                                  0.0 <= self.tick_latency < self.state_timeout):
-            raise InputError(f"tick_latency must be None or in [0, state_timeout), got {self.tick_latency!r}",
-                             "tick_latency")
 
 
 @dataclass(frozen=True)
@@ -146,8 +133,6 @@ class ControlLoop:
     Attributes:
         controller: The solver facade.
         state: The joint-state map the inputs fill.
-        latency: Time [s] a tick's command is taken to leave after the tick's clock reading
-            (``settings.tick_latency``, or the running average of the ticks' durations).
         refusals: Refused inputs and tick failures by reason.
         sources: Commands by source.
     """
@@ -197,7 +182,6 @@ class ControlLoop:
         self.last_plan: Optional[Plan] = None
         self.ticks = 0
         self._window_ticks = 0
-        self.latency = 0.0 if settings.tick_latency is None else settings.tick_latency
 
     # ------------------------------------------------------------------------------------------ time
     def _seconds(self, ns: int) -> float:
@@ -380,17 +364,13 @@ class ControlLoop:
         command, source = select_command(
             None if plan is None else plan.torque, plan is not None and plan.ok, state_fresh, linearization_fresh,
             self._compensation_or_gravity(q, now), self.lower, self.upper)
-        # Sent once the tick is over: the time the prediction of the next ticks must see it start acting.
-        self.history.record(now + self.latency, command)
+        self.history.record(now, command)
         self.last_command = command
         self.sources[source] += 1
         self.last_source = source
         self.ticks += 1
         self._window_ticks += 1
-        duration = time.perf_counter() - started
-        self.tick_times.append(duration)
-        if self.settings.tick_latency is None:
-            self.latency += LATENCY_FILTER * (min(duration, settings.state_timeout) - self.latency)
+        self.tick_times.append(time.perf_counter() - started)
         good = plan if plan is not None and plan.ok else None
         return TickResult(command, source, previous, good, self._epoch_ns + int(round(solve_from * 1e9)), trouble)
 
@@ -409,12 +389,11 @@ class ControlLoop:
     def _initial_state(self, q: np.ndarray, v: np.ndarray, state_time: float, now: float,
                        disturbance: Optional[np.ndarray]) -> Tuple[np.ndarray, float]:
         """The state the tick solves from and its time [s]: the measurement, or (predict_delay) the
-        measurement carried forward to when this tick's command acts: once the tick is over
-        (:attr:`latency`) and the actuators have taken it (``command_delay``)."""
+        measurement carried forward to when this tick's command acts."""
         if not self.settings.predict_delay:
             return np.concatenate([q, v]), state_time
         delay = self.settings.command_delay
-        q_next, v_next, reached = predict_state(self.model, self.data, q, v, state_time, now + self.latency + delay,
+        q_next, v_next, reached = predict_state(self.model, self.data, q, v, state_time, now + delay,
                                                 self.history, delay, disturbance)
         return np.concatenate([q_next, v_next]), reached
 
