@@ -10,10 +10,9 @@ The library imports no ROS package; the nodes live in :mod:`rbd_deriv.nodes`.
 
 import os
 
-# numba's OpenMP worker threads spin while they wait by default. On a machine with other busy processes (a
-# robot computer running its nodes) the spinning threads take the cores the work needs: a batched call of 32
-# states measured 6x slower than one thread alone. Passive waiting costs microseconds per call instead.
-# Read when the OpenMP runtime starts (the first batched call), so it must be set before.
+# numba.get_num_threads(), which sizes the batches, starts numba's OpenMP thread pool, whose threads spin
+# while they wait by default: on a robot computer they would take the cores its other processes need. Read
+# when that pool starts (the first batched call), so it must be set before.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Before any kernel module: choose the cache of compiled kernels for these sources and this machine, and fill it
@@ -23,10 +22,10 @@ from rbd_deriv import jit_cache  # noqa: E402
 jit_cache.activate()
 
 from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError  # noqa: E402
-from rbd_deriv.urdf import FREE_FLYER_JOINT, JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE, bundled_urdf  # noqa: E402
-from rbd_deriv.model import Data, Model, load_urdf  # noqa: E402
-from rbd_deriv.kinematics import forward_kinematics, frame_placement  # noqa: E402
-from rbd_deriv.configuration import (  # noqa: E402
+from rbd_deriv.core.urdf import FREE_FLYER_JOINT, JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE, bundled_urdf  # noqa: E402
+from rbd_deriv.core.model import Data, Model, load_urdf  # noqa: E402
+from rbd_deriv.core.kinematics import forward_kinematics, frame_placement  # noqa: E402
+from rbd_deriv.core.configuration import (  # noqa: E402
     difference,
     dintegrate_dq,
     dintegrate_dv,
@@ -34,20 +33,13 @@ from rbd_deriv.configuration import (  # noqa: E402
     neutral,
     random_configuration,
 )
-from rbd_deriv.rnea import gravity_torques, nonlinear_effects, rnea  # noqa: E402
-from rbd_deriv.crba import crba  # noqa: E402
-from rbd_deriv.aba import aba  # noqa: E402
-from rbd_deriv.minverse import minverse  # noqa: E402
-from rbd_deriv.rnea_derivatives import rnea_derivatives  # noqa: E402
-from rbd_deriv.aba_derivatives import aba_derivatives  # noqa: E402
-from rbd_deriv.linearization import linearize  # noqa: E402
-from rbd_deriv.batch import (  # noqa: E402
-    aba_batch,
-    aba_derivatives_batch,
-    linearize_batch,
-    rnea_batch,
-    rnea_derivatives_batch,
-)
+from rbd_deriv.core.rnea import gravity_torques, nonlinear_effects, rnea, rnea_batch  # noqa: E402
+from rbd_deriv.core.crba import crba  # noqa: E402
+from rbd_deriv.core.aba import aba, aba_batch  # noqa: E402
+from rbd_deriv.core.minverse import minverse  # noqa: E402
+from rbd_deriv.core.rnea_derivatives import rnea_derivatives, rnea_derivatives_batch  # noqa: E402
+from rbd_deriv.core.aba_derivatives import aba_derivatives, aba_derivatives_batch  # noqa: E402
+from rbd_deriv.core.linearization import linearize, linearize_batch  # noqa: E402
 
 __all__ = [
     "Data", "Model", "load_urdf", "bundled_urdf", "InputError", "ModelError", "RbdDerivError", "URDFError",

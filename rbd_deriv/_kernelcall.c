@@ -1,32 +1,25 @@
 /* Calling the compiled kernels from Python without numba's dispatcher.
  *
  * numba's dispatcher types every argument and unboxes every array on each call: about 0.1-0.2 us per
- * array, close to 1 us for a kernel of four arrays. That is more than a whole forward kinematics of a
- * six-joint arm. A Kernel object holds the address of a numba cfunc of the fixed C signature
+ * array, close to 1 us for a kernel of four arrays, more than a whole forward kinematics of a six-joint
+ * arm. A Kernel object holds the address of a kernel's C entry, a numba cfunc of the fixed signature
  *
- *     int64_t kernel(void **data, int64_t *dims)
+ *     int64_t entry(void **data, int64_t *dims)
  *
- * (see rbd_deriv/native.py) and the expected type of each argument, one letter per argument:
+ * (or a callable that gives the address at the first call: a kernel compiled when first needed), and the
+ * kernel's argument spec, one letter (and digit) per argument: the grammar, with what each letter
+ * means, is in rbd_deriv/core/calling.py. A call checks every argument against its letter (an ndarray of
+ * that dtype, native byte order, aligned, C-contiguous, that many dimensions, writable if the kernel writes
+ * it; a Python float or int for a scalar), writes its data pointer into data[k] and its shape into
+ * dims[3k..3k+2] (missing dimensions are 1), releases the GIL (unless the Kernel was made for a kernel of a
+ * few microseconds, which would not give another thread time to run) and calls the entry. A read-only array whose
+ * memory overlaps a written one is refused too: the kernel would overwrite it while reading it. Shapes are
+ * not checked here: the kernels check them and return a status. Anything refused raises TypeError, which the
+ * Python callers catch to convert the arguments. (An 'n' that sizes an 'N' array and is negative or too
+ * large raises ValueError or OverflowError instead: the callers pass model sizes there.)
  *
- *     'i' int64 array, 'f' float64 array, 'b' bool array, each followed by its number of dimensions
- *     (1-3); 'F' and 'I' a float64 and an int64 array the kernel writes (the workspace, an output);
- *     'd' a float (passed as a pointer to a double); 'n' an integer (a pointer to an int64);
- *     'N' followed by the position j (one digit) of an earlier array or 'n' argument: a new float64 array
- *     of argument j's shape, or of length argument j if that is an int ('n'), which the call allocates
- *     (the caller does not pass it) and the kernel writes. A Kernel with an 'N' returns that array when
- *     the kernel's status is 0, and the status (an int) otherwise.
- *
- * A call checks every argument against its letter (an ndarray of that dtype, native byte order, aligned,
- * C-contiguous, that many dimensions; writable for 'F'), writes its data pointer into data[k] and its
- * shape into dims[3k..3k+2] (missing dimensions are 1), releases the GIL and calls the kernel. A read-only
- * array whose memory overlaps a written one (a result view of the same Data given back as an input) is
- * refused too: the kernel would overwrite it while reading it. Shapes are not checked here: the kernels
- * check them and return a status. Anything refused raises TypeError, which the Python wrappers catch to
- * convert (copy) the arguments, as they do for numba's dispatcher. (An 'n' that sizes an 'N' array and is
- * negative or too large raises ValueError or OverflowError instead: the wrappers pass model sizes there.)
- *
- * parallel(kernel, count, threads, *arguments) runs a kernel over `count` independent items (the states of
- * a batch) on the calling thread and on up to threads - 1 worker threads of this module; see the part
+ * parallel(kernel, count, threads, status, *arguments) runs a kernel over `count` items (the states of a
+ * batch) on the calling thread and on up to threads - 1 worker threads of this module; see the part
  * "Batches over worker threads" below.
  */
 #define PY_SSIZE_T_CLEAN
@@ -51,9 +44,11 @@ typedef int64_t (*kernel_fn)(void **data, int64_t *dims);
 
 typedef struct {
     PyObject_HEAD
-    kernel_fn fn;
+    kernel_fn fn;          /* NULL until `resolver` has given the address */
+    PyObject *resolver;    /* a callable returning the address (a kernel compiled at its first call), or NULL */
+    int release_gil;       /* 0 for kernels of a few microseconds: the release and the retake would cost more */
     Py_ssize_t nargs;
-    char kind[MAX_ARGS];  /* 'i', 'f', 'b', 'F', 'I', 'd', 'n' or 'N' */
+    char kind[MAX_ARGS];  /* 'i', 'f', 'b', 'F', 'I', 'W', 'd', 'n' or 'N' */
     int ndim[MAX_ARGS];
     int new_at, new_like;  /* position of the 'N' argument (-1: none) and of the argument it is shaped like */
     vectorcallfunc vectorcall;
@@ -61,18 +56,19 @@ typedef struct {
 
 static int expected_type(char kind)
 {
-    return (kind == 'i' || kind == 'I') ? NPY_INT64 : (kind == 'f' || kind == 'F') ? NPY_FLOAT64 : NPY_BOOL;
+    return (kind == 'i' || kind == 'I') ? NPY_INT64 : (kind == 'f' || kind == 'F' || kind == 'W') ? NPY_FLOAT64
+                                                                                                   : NPY_BOOL;
 }
 
 static int written(char kind)
 {
-    return kind == 'F' || kind == 'I' || kind == 'N';
+    return kind == 'F' || kind == 'I' || kind == 'W' || kind == 'N';
 }
 
 static const char *type_name(char kind)
 {
     return kind == 'i' ? "int64" : kind == 'I' ? "writable int64" : kind == 'b' ? "bool"
-         : kind == 'F' ? "writable float64" : "float64";
+         : (kind == 'F' || kind == 'W') ? "writable float64" : "float64";
 }
 
 /* The scalar arguments' values, which data[k] points at during a call. */
@@ -95,11 +91,18 @@ static int overlaps_written(KernelObject *self, PyArrayObject *const *arrays, Py
     return 0;
 }
 
+/* How a batch gives an argument (see "Batches over worker threads"): per item, per thread, or shared. */
+typedef struct {
+    int64_t count, threads;  /* count < 0: a single call */
+    int64_t item_stride[MAX_ARGS], slot_stride[MAX_ARGS];  /* bytes from one item's (thread's) data to the next */
+} Lifting;
+
 /* Check the arguments against the kernel's spec and fill data and dims (see the top of this file). With an
- * 'N' in the spec, `created` receives the new array (a new reference); callers that cannot return it pass
- * NULL, and such a kernel is refused. Returns 0, or -1 with an exception set (and nothing created). */
+ * 'N' in the spec, `created` receives the new array (a new reference); batches pass NULL, and such a kernel
+ * is refused. With `lifting` (a batch), an array may have one more leading dimension (see parallel()).
+ * Returns 0, or -1 with an exception set (and nothing created). */
 static int fill_arguments(KernelObject *self, PyObject *const *args, Py_ssize_t nargs, void **data, int64_t *dims,
-                          Scalar *scalars, PyArrayObject **created)
+                          Scalar *scalars, PyArrayObject **created, Lifting *lifting)
 {
     Py_ssize_t expected = self->nargs - (self->new_at >= 0);
     if (self->new_at >= 0 && created == NULL) {
@@ -115,6 +118,8 @@ static int fill_arguments(KernelObject *self, PyObject *const *args, Py_ssize_t 
         char kind = self->kind[k];
         arrays[k] = NULL;
         dims[3 * k] = dims[3 * k + 1] = dims[3 * k + 2] = 1;
+        if (lifting != NULL)
+            lifting->item_stride[k] = lifting->slot_stride[k] = 0;
         if (kind == 'N')
             continue;  /* made below, once every argument is known to be good */
         PyObject *arg = args[p++];
@@ -139,19 +144,39 @@ static int fill_arguments(KernelObject *self, PyObject *const *args, Py_ssize_t 
         if (!PyArray_Check(arg))
             goto wrong_type;
         PyArrayObject *array = (PyArrayObject *)arg;
-        if (PyArray_TYPE(array) != expected_type(kind) || PyArray_NDIM(array) != self->ndim[k]
-            || !PyArray_ISBEHAVED_RO(array) || !PyArray_IS_C_CONTIGUOUS(array)
-            || (written(kind) && !PyArray_ISWRITEABLE(array)))
+        int ndim = PyArray_NDIM(array), first = 0;  /* first: the dimension one item's shape starts at */
+        const npy_intp *shape = PyArray_DIMS(array);
+        if (PyArray_TYPE(array) != expected_type(kind) || !PyArray_ISBEHAVED_RO(array)
+            || !PyArray_IS_C_CONTIGUOUS(array) || (written(kind) && !PyArray_ISWRITEABLE(array)))
             goto wrong_type;
+        if (lifting != NULL && kind == 'W') {  /* one row per thread */
+            if (ndim != 2 || shape[0] < lifting->threads)
+                goto wrong_batch;
+            lifting->slot_stride[k] = (int64_t)PyArray_STRIDES(array)[0];
+            first = 1;
+        } else if (lifting != NULL && ndim == self->ndim[k] + 1) {  /* one row per item */
+            if (shape[0] != lifting->count)
+                goto wrong_batch;
+            lifting->item_stride[k] = (int64_t)PyArray_STRIDES(array)[0];
+            first = 1;
+        } else if (ndim != self->ndim[k]) {
+            goto wrong_type;
+        } else if (lifting != NULL && written(kind)) {  /* shared by all items: only inputs may be */
+            goto wrong_batch;
+        }
         arrays[k] = array;
         data[k] = PyArray_DATA(array);
-        const npy_intp *shape = PyArray_DIMS(array);
-        for (int d = 0; d < self->ndim[k]; ++d)
-            dims[3 * k + d] = (int64_t)shape[d];
+        for (int d = first; d < ndim; ++d)
+            dims[3 * k + d - first] = (int64_t)shape[d];
         continue;
     wrong_type:
         PyErr_Format(PyExc_TypeError, "kernel argument %zd: expected a C-contiguous %s array of %d dimension(s)",
                      p - 1, type_name(kind), self->ndim[k]);
+        return -1;
+    wrong_batch:
+        PyErr_Format(PyExc_TypeError, "kernel argument %zd: a batch takes %s", p - 1,
+                     kind == 'W' ? "one workspace row per thread" : written(kind) ? "one output row per item"
+                                                                       : "one row per item, or one for all");
         return -1;
     }
     for (Py_ssize_t k = 0; k < self->nargs; ++k) {
@@ -195,20 +220,47 @@ static int no_keywords(PyObject *kwnames)
     return 0;
 }
 
+/* The entry's address from the resolver, at the first call (with the GIL). Returns 0, or -1 with an
+ * exception set. */
+static int resolve(KernelObject *self)
+{
+    if (self->fn != NULL)
+        return 0;
+    PyObject *address = PyObject_CallNoArgs(self->resolver);
+    if (address == NULL)
+        return -1;
+    void *fn = PyLong_AsVoidPtr(address);
+    Py_DECREF(address);
+    if (fn == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "Kernel: the resolver gave a null address");
+        return -1;
+    }
+    self->fn = (kernel_fn)fn;
+    Py_CLEAR(self->resolver);
+    return 0;
+}
+
 static PyObject *kernel_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     KernelObject *self = (KernelObject *)callable;
+    if (self->fn == NULL && resolve(self) < 0)
+        return NULL;
     void *data[MAX_ARGS];
     int64_t dims[3 * MAX_ARGS];
     Scalar scalars[MAX_ARGS];
     PyArrayObject *created = NULL;
     if (no_keywords(kwnames) < 0
-        || fill_arguments(self, args, PyVectorcall_NARGS(nargsf), data, dims, scalars, &created) < 0)
+        || fill_arguments(self, args, PyVectorcall_NARGS(nargsf), data, dims, scalars, &created, NULL) < 0)
         return NULL;
     int64_t status;
-    Py_BEGIN_ALLOW_THREADS
-    status = self->fn(data, dims);
-    Py_END_ALLOW_THREADS
+    if (self->release_gil) {
+        Py_BEGIN_ALLOW_THREADS
+        status = self->fn(data, dims);
+        Py_END_ALLOW_THREADS
+    } else {
+        status = self->fn(data, dims);
+    }
     if (created != NULL) {
         if (status == 0)
             return (PyObject *)created;
@@ -221,22 +273,32 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     PyObject *address;
     const char *spec;
+    int release_gil = 1;
     if (kwds != NULL && PyDict_GET_SIZE(kwds) > 0) {
-        PyErr_SetString(PyExc_TypeError, "Kernel(address, spec) takes positional arguments");
+        PyErr_SetString(PyExc_TypeError, "Kernel(address, spec, release_gil=True) takes positional arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "Os:Kernel", &address, &spec))
+    if (!PyArg_ParseTuple(args, "Os|p:Kernel", &address, &spec, &release_gil))
         return NULL;
-    void *fn = PyLong_AsVoidPtr(address);
-    if (fn == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "Kernel: null address");
-        return NULL;
+    void *fn = NULL;
+    if (!PyCallable_Check(address)) {
+        fn = PyLong_AsVoidPtr(address);
+        if (fn == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "Kernel: null address");
+            return NULL;
+        }
     }
     KernelObject *self = (KernelObject *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     self->fn = (kernel_fn)fn;
+    self->release_gil = release_gil;
+    self->resolver = NULL;
+    if (fn == NULL) {
+        Py_INCREF(address);
+        self->resolver = address;
+    }
     self->nargs = 0;
     self->new_at = self->new_like = -1;
     self->vectorcall = kernel_vectorcall;
@@ -246,7 +308,8 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         char kind = *c;
         if (kind == 'N') {  /* a new array shaped like the earlier array argument c[1] */
             int like = c[1] - '0';
-            if (self->new_at >= 0 || like < 0 || like >= self->nargs || self->kind[like] == 'd')
+            if (self->new_at >= 0 || like < 0 || like >= self->nargs || self->kind[like] == 'd'
+                || self->kind[like] == 'W')
                 goto bad_spec;
             self->new_at = (int)self->nargs;
             self->new_like = like;
@@ -258,6 +321,11 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (kind == 'd' || kind == 'n') {
             self->kind[self->nargs] = kind;
             self->ndim[self->nargs++] = 0;
+            continue;
+        }
+        if (kind == 'W') {  /* the workspace: a float64 (n,) array the kernel writes */
+            self->kind[self->nargs] = kind;
+            self->ndim[self->nargs++] = 1;
             continue;
         }
         if ((kind != 'i' && kind != 'f' && kind != 'b' && kind != 'F' && kind != 'I') || c[1] < '1' || c[1] > '3')
@@ -278,28 +346,39 @@ static PyObject *kernel_call(PyObject *self, PyObject *args, PyObject *kwds)
     return PyVectorcall_Call(self, args, kwds);
 }
 
+static void kernel_dealloc(PyObject *self)
+{
+    Py_CLEAR(((KernelObject *)self)->resolver);
+    Py_TYPE(self)->tp_free(self);
+}
+
 static PyTypeObject KernelType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "rbd_deriv._kernelcall.Kernel",
-    .tp_doc = "Kernel(address, spec): a numba cfunc int64(void**, int64*) called with checked ndarrays.",
+    .tp_doc = "Kernel(address, spec, release_gil=True): a numba cfunc int64(void**, int64*) called with checked "
+              "ndarrays, without the GIL unless release_gil is false. The address may be given by a callable, called "
+              "at the first call (a kernel compiled when first needed).",
     .tp_basicsize = sizeof(KernelObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = kernel_new,
+    .tp_dealloc = kernel_dealloc,
     .tp_call = kernel_call,
     .tp_vectorcall_offset = offsetof(KernelObject, vectorcall),
 };
 
 /* ---- Batches over worker threads ----------------------------------------------------------------------
  *
- * parallel(kernel, count, threads, *arguments) calls the kernel with the checked arguments followed by one
- * more, data[nargs]: a pointer to three int64 {slot, begin, end}. The kernel handles items [begin, end) with
- * the per-thread resources of `slot` (its workspace row), 0 <= slot < threads. Items are handed out one at a
- * time from a shared counter, and the calling thread takes part, so a worker that is slow to wake only means
- * the caller does more of the items: a batch is never much slower than on the calling thread alone.
+ * parallel(kernel, count, threads, status, *arguments) calls the kernel once per item k < count, each call
+ * checked as a single call would be, with these arguments: an array given with one more leading dimension
+ * of length `count` is per item (item k gets row k); the workspace ('W') is given as a (threads or more, n)
+ * array, and each thread uses its own row; an input given as for a single call is shared by all items.
+ * status[k] (an int64 (count,) array) receives item k's status. Items are handed out one at a time from a
+ * shared counter, and the calling thread takes part, so a worker that is slow to wake only means the caller
+ * does more of the items: a batch is never much slower than on the calling thread alone.
  *
  * The workers (threads - 1 of them at most, started on first use and kept) spin for a while after a batch,
  * so that batches that keep coming find them awake, then poll, then sleep on a condition variable (see
- * note_batch_start and wait_for_batch; the times are rbd_deriv.constants.BATCH_WORKER_*). One batch runs
+ * note_batch_start and wait_for_batch; the times are rbd_deriv.core.constants.BATCH_WORKER_*). One batch runs
  * over the workers at a time; a concurrent call runs on its own thread.
  *
  * A batch is published as a new value of `state` (generation * 2 + 1, "open") and closed by clearing the
@@ -323,9 +402,11 @@ static PyTypeObject KernelType = {
 
 typedef struct {
     kernel_fn fn;
-    Py_ssize_t nargs;  /* the kernel's arguments; data[nargs] is the item range */
-    void **data;
+    Py_ssize_t nargs;
+    void **data;       /* item 0's arguments on thread slot 0 */
     int64_t *dims;
+    const Lifting *lifting;
+    int64_t *status;   /* one per item */
     int64_t count, threads;
     atomic_llong next;    /* next item to hand out */
     atomic_llong slots;   /* next workspace slot for a worker (slot 0 is the caller's) */
@@ -365,20 +446,22 @@ static double now_seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Take items until none is left, [begin, begin + 1) at a time, with the workspace of `slot`. */
+/* Take items until none is left, one at a time, with the workspace row of `slot`. */
 static void run_items(Batch *batch, long long slot)
 {
-    void *data[MAX_ARGS + 1];
-    int64_t range[3] = {slot, 0, 0};
-    memcpy(data, batch->data, sizeof(void *) * (size_t)batch->nargs);
-    data[batch->nargs] = range;
+    void *data[MAX_ARGS];
+    char *first[MAX_ARGS];  /* item 0's data on this thread */
+    const Lifting *lifting = batch->lifting;
+    for (Py_ssize_t k = 0; k < batch->nargs; ++k)
+        first[k] = (char *)batch->data[k] + slot * lifting->slot_stride[k];
     for (;;) {
-        long long begin = atomic_fetch_add(&batch->next, 1);
-        if (begin >= batch->count)
+        long long item = atomic_fetch_add(&batch->next, 1);
+        if (item >= batch->count)
             return;
-        range[1] = begin;
-        range[2] = begin + 1;
+        for (Py_ssize_t k = 0; k < batch->nargs; ++k)
+            data[k] = first[k] + item * lifting->item_stride[k];
         int64_t status = batch->fn(data, batch->dims);
+        batch->status[item] = status;
         if (status != 0) {
             long long none = 0;
             atomic_compare_exchange_strong(&batch->failed, &none, (long long)status);
@@ -398,9 +481,8 @@ static int batch_is_new(unsigned long long state, unsigned long long seen)
  *      duration, whichever is longer (an MPC's next iteration after its QP solve; the next long batch);
  *   3. look after sleeps twice as long each time, until linger_seconds;
  *   4. sleep until a batch wakes the worker.
- * A worker that polls needs no wake-up. Waking a sleeping thread costs its waker a system call, and on a
- * virtual machine whose other CPU is halted that was 17 us typically and 0.5 ms one time in ten: more than
- * a whole batch. */
+ * A worker that polls needs no wake-up. Waking a sleeping thread costs its waker a system call, which on a
+ * virtual machine can take longer than a whole batch (docs/performance.md). */
 static unsigned long long wait_for_batch(unsigned long long seen)
 {
     unsigned long long state;
@@ -487,8 +569,7 @@ static void start_workers(int wanted)
  * batches all came within spin_max_seconds of the one before (a replay, an MPC's iterations, a benchmark's
  * blocks), twice the longest of those intervals, at most spin_max_seconds; otherwise (a controller's tick
  * every few milliseconds) zero, which leaves spin_seconds. Spinning until a batch that comes only later
- * costs the next threaded batches: on this VM, 2 ms of spinning after each ur5 batch of a 5 ms tick tripled
- * their p90 (1.7 ms against 0.6). */
+ * takes the core the caller needs in between, and so slows the next threaded batches (docs/performance.md). */
 static void note_batch_start(double now)
 {
     double longest = 0.0, later = now;
@@ -507,17 +588,18 @@ static void note_batch_start(double now)
 }
 
 /* Run the batch on this thread and the workers. Called without the GIL, with `busy` held. */
-static int64_t run_batch(kernel_fn fn, Py_ssize_t nargs, void **data, int64_t *dims, int64_t count,
-                         int64_t threads)
+static int64_t run_batch(const Batch *work)
 {
     Batch *batch = &pool.batch;
-    start_workers((int)(threads - 1));
-    batch->fn = fn;
-    batch->nargs = nargs;
-    batch->data = data;
-    batch->dims = dims;
-    batch->count = count;
-    batch->threads = threads;
+    start_workers((int)(work->threads - 1));
+    batch->fn = work->fn;
+    batch->nargs = work->nargs;
+    batch->data = work->data;
+    batch->dims = work->dims;
+    batch->lifting = work->lifting;
+    batch->status = work->status;
+    batch->count = work->count;
+    batch->threads = work->threads;
     atomic_store(&batch->next, 0);
     atomic_store(&batch->slots, 1);
     atomic_store(&batch->failed, 0);
@@ -557,11 +639,13 @@ static void pool_after_fork_in_child(void)
 static PyObject *parallel(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs < 3 || !PyObject_TypeCheck(args[0], &KernelType)) {
-        PyErr_SetString(PyExc_TypeError, "parallel(kernel, count, threads, *arguments)");
+    if (nargs < 4 || !PyObject_TypeCheck(args[0], &KernelType)) {
+        PyErr_SetString(PyExc_TypeError, "parallel(kernel, count, threads, status, *arguments)");
         return NULL;
     }
     KernelObject *self = (KernelObject *)args[0];
+    if (self->fn == NULL && resolve(self) < 0)
+        return NULL;
     long long count = PyLong_AsLongLong(args[1]);
     if (count == -1 && PyErr_Occurred())
         return NULL;
@@ -572,23 +656,33 @@ static PyObject *parallel(PyObject *module, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_ValueError, "parallel: count >= 0 and threads >= 1");
         return NULL;
     }
-    void *data[MAX_ARGS + 1];
-    int64_t dims[3 * (MAX_ARGS + 1)];
-    Scalar scalars[MAX_ARGS];
-    Py_ssize_t kernel_nargs = nargs - 3;
-    if (fill_arguments(self, args + 3, kernel_nargs, data, dims, scalars, NULL) < 0)
+    PyArrayObject *statuses = (PyArrayObject *)args[3];
+    if (!PyArray_Check(args[3]) || PyArray_TYPE(statuses) != NPY_INT64 || PyArray_NDIM(statuses) != 1
+        || PyArray_DIM(statuses, 0) != count || !PyArray_ISBEHAVED(statuses) || !PyArray_IS_C_CONTIGUOUS(statuses)) {
+        PyErr_SetString(PyExc_TypeError, "parallel: status must be a writable C-contiguous int64 (count,) array");
         return NULL;
-    int64_t range[3] = {0, 0, count};
-    data[kernel_nargs] = range;
-    dims[3 * kernel_nargs] = 3;
-    dims[3 * kernel_nargs + 1] = dims[3 * kernel_nargs + 2] = 1;
+    }
+    if (threads > count)
+        threads = count > 0 ? count : 1;
+    void *data[MAX_ARGS];
+    int64_t dims[3 * MAX_ARGS];
+    Scalar scalars[MAX_ARGS];
+    Lifting lifting = {.count = count, .threads = threads};
+    if (fill_arguments(self, args + 4, nargs - 4, data, dims, scalars, NULL, &lifting) < 0)
+        return NULL;
+    Batch work = {.fn = self->fn, .nargs = self->nargs, .data = data, .dims = dims, .lifting = &lifting,
+                  .status = (int64_t *)PyArray_DATA(statuses), .count = count, .threads = threads};
+    atomic_init(&work.next, 0);
+    atomic_init(&work.slots, 1);
+    atomic_init(&work.failed, 0);
     int64_t status = 0;
     Py_BEGIN_ALLOW_THREADS
-    if (threads > 1 && count > 1 && pthread_mutex_trylock(&pool.busy) == 0) {
-        status = run_batch(self->fn, kernel_nargs, data, dims, count, threads < count ? threads : count);
+    if (threads > 1 && pthread_mutex_trylock(&pool.busy) == 0) {
+        status = run_batch(&work);
         pthread_mutex_unlock(&pool.busy);
-    } else if (count > 0) {
-        status = self->fn(data, dims);
+    } else {  /* alone, or another batch holds the workers: on this thread, with workspace row 0 */
+        run_items(&work, 0);
+        status = (int64_t)atomic_load(&work.failed);
     }
     Py_END_ALLOW_THREADS
     return PyLong_FromLongLong((long long)status);
@@ -629,9 +723,9 @@ static PyObject *worker_count(PyObject *module, PyObject *unused)
 
 static PyMethodDef kernelcall_methods[] = {
     {"parallel", (PyCFunction)(void (*)(void))parallel, METH_FASTCALL,
-     "parallel(kernel, count, threads, *arguments) -> status: the kernel over count items on the calling "
-     "thread and up to threads - 1 workers (0, or a nonzero status of a kernel call: the first in time, "
-     "not necessarily that of the lowest item)."},
+     "parallel(kernel, count, threads, status, *arguments) -> status: the kernel over count items on the "
+     "calling thread and up to threads - 1 workers; status[k] receives item k's status (returns 0, or a "
+     "nonzero status of a kernel call: the first in time, not necessarily that of the lowest item)."},
     {"set_worker_wait", (PyCFunction)(void (*)(void))set_worker_wait, METH_FASTCALL,
      "set_worker_wait(spin_seconds, spin_max_seconds, poll_seconds, steady_seconds, linger_seconds): idle "
      "workers spin (up to spin_max_seconds while batches keep coming), then look every poll_seconds until "
@@ -642,7 +736,7 @@ static PyMethodDef kernelcall_methods[] = {
 };
 
 static struct PyModuleDef kernelcall_module = {
-    PyModuleDef_HEAD_INIT, "_kernelcall", "Direct calls of the compiled kernels (see rbd_deriv.native).", -1,
+    PyModuleDef_HEAD_INIT, "_kernelcall", "Direct calls of the compiled kernels (see rbd_deriv.core.calling).", -1,
     kernelcall_methods, NULL, NULL, NULL, NULL,
 };
 

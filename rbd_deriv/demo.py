@@ -59,7 +59,7 @@ STARTUP_TIMEOUT = 180.0
 def config_folder() -> Path:
     """The package's config/ folder: beside the bundled robots' urdf/ folder, wherever the package found it
     (a source checkout, a colcon install's share folder, a pip install's prefix)."""
-    from rbd_deriv.urdf import bundled_urdf
+    from rbd_deriv import bundled_urdf
 
     return bundled_urdf("rbd_arm7").parent.parent / "config"
 
@@ -235,7 +235,7 @@ def publish_reference_only(duration: float) -> int:
 
     import rbd_deriv as rd
     from rbd_deriv.control import SinusoidReference
-    from rbd_deriv.urdf import bundled_urdf
+    from rbd_deriv import bundled_urdf
 
     joint_names = list(rd.load_urdf(str(bundled_urdf("rbd_arm7"))).joint_names)
     rclpy.init()
@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import rbd_deriv as rd
     from rbd_deriv.control import SinusoidReference
-    from rbd_deriv.urdf import bundled_urdf
+    from rbd_deriv import bundled_urdf
 
     urdf = str(bundled_urdf("rbd_arm7"))
     model = rd.load_urdf(urdf)

@@ -270,7 +270,7 @@ def activate() -> None:
         STATE.folder = Path(building)
         STATE.key = STATE.folder.name
         # The C entries are compiled when the build gets to them, not at import: the modules must not take
-        # their addresses then (rbd_deriv.native serves the kernels through numba's dispatcher instead).
+        # their addresses then (rbd_deriv.core.calling serves the kernels through numba's dispatcher instead).
         os.environ["RBD_DERIV_DISPATCHER"] = "1"
         _install_locator()
         defer_compilation()

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv import constants
+from rbd_deriv.core import constants
 from rbd_deriv.exceptions import InputError
 
 __all__ = ["JointStateError", "JointStateMap", "PLAUSIBLE", "REASONS", "describe", "implausible", "velocity_names"]

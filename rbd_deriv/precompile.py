@@ -5,8 +5,9 @@ package, and the first start of a node, load machine code instead of compiling i
 its locks are :mod:`rbd_deriv.jit_cache`; running this module is ``import rbd_deriv``, which builds the
 key's folder when it is not complete, plus a report. Options:
 
-    --check   also import every module that defines kernels and fail (exit 1) if a kernel had to be
-              compiled rather than loaded: what a build must leave behind.
+    --check   also import every module that defines kernels, load the kernels compiled at their first call,
+              and fail (exit 1) if a kernel had to be compiled rather than loaded: what a build must leave
+              behind.
 
 The build itself runs in this module too, in a process started by :func:`rbd_deriv.jit_cache.build` (the
 variable :data:`~rbd_deriv.jit_cache.ROLE_VARIABLE` set): it imports every module of the package with the
@@ -157,11 +158,15 @@ def build_folder() -> int:
 
 def compiled_at_import() -> List[str]:
     """Kernels of the imported modules that were compiled in this process instead of loaded from the cache:
-    a Dispatcher with a cache miss, a CFunc compiled without a cache hit."""
+    a Dispatcher with a cache miss, a CFunc compiled without a cache hit (the core's registered C entries
+    included)."""
     from numba.core.ccallback import CFunc
     from numba.core.dispatcher import Dispatcher
 
-    compiled = []
+    from rbd_deriv.core import calling
+
+    compiled = [f"{name} (C entry)" for name, registered in calling.REGISTRY.items()
+                if registered.loaded_entry is not None and registered.loaded_entry.cache_hits == 0]
     for name, module in list(sys.modules.items()):
         if not name.startswith("rbd_deriv.") or module is None:
             continue
@@ -201,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not arguments.check:
         return 0
     discover_modules()
+    from rbd_deriv.core import calling
+
+    calling.compile_all()  # the kernels compiled at their first call must be in the cache too
     compiled = compiled_at_import()
     if compiled:
         print(f"compiled at import instead of loaded ({len(compiled)}): {', '.join(sorted(compiled))}")

@@ -11,7 +11,7 @@ Tolerances (:func:`rbd_deriv.testing.assert_close`), entry by entry:
 * complex-step derivatives: the same with 1e-10;
 * central finite differences: 1e-6 relative (their measured error is below 1e-7,
   see :mod:`rbd_deriv.testing.finite_diff`);
-* batched versus single calls: 1e-12.
+* batched versus single calls: byte for byte (the same compiled kernel runs both).
 
 Robots (each fixed base and with a free flyer): ``robot`` the seven example robots
 (Romeo with its massless hands given a little mass, see

@@ -1,4 +1,4 @@
-"""Forward dynamics (rbd_deriv.aba) against Pinocchio, the reference and inverse dynamics."""
+"""Forward dynamics (rbd_deriv.core.aba) against Pinocchio, the reference and inverse dynamics."""
 
 from __future__ import annotations
 

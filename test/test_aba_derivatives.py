@@ -1,4 +1,4 @@
-"""Analytical derivatives of forward dynamics (rbd_deriv.aba_derivatives).
+"""Analytical derivatives of forward dynamics (rbd_deriv.core.aba_derivatives).
 
 Oracles: Pinocchio's computeABADerivatives (1e-9), the complex-step derivative
 of the reference forward dynamics (1e-10),

@@ -1,15 +1,13 @@
-"""Batched algorithms (rbd_deriv batch functions): each row equals the single call
-on the same state, to 1e-12 (the kernels are the same; only the loop differs)."""
+"""Batched algorithms (rbd_deriv.core.batch and the batch functions of the algorithm modules): each row equals
+the single call on the same state, byte for byte (a batch runs the single call's C entry once per state)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.testing import assert_close
 
 BATCH = 5
-SAME = 1e-12
 
 
 def _batch(case, count=BATCH):
@@ -39,7 +37,7 @@ def _check(case):
             single = single if isinstance(single, tuple) else (single,)
             for output, many, one in zip(outputs, batched, single):
                 assert many.shape == (BATCH,) + one.shape
-                assert_close(many[k], one, rtol=SAME, what=f"{batch_name} {output}[{k}]")
+                np.testing.assert_array_equal(many[k], one, err_msg=f"{batch_name} {output}[{k}]")
 
     dt = 0.01
     A, B, X_next = rd.linearize_batch(model, Q, V, U, dt)
@@ -48,9 +46,9 @@ def _check(case):
     assert X_next.shape == (BATCH, model.nq + model.nv)
     for k in range(BATCH):
         single_A, single_B = rd.linearize(model, data, Q[k], V[k], U[k], dt)
-        assert_close(A[k], single_A, rtol=SAME, what=f"linearize_batch A[{k}]")
-        assert_close(B[k], single_B, rtol=SAME, what=f"linearize_batch B[{k}]")
-        assert_close(X_next[k], data.x_next, rtol=SAME, what=f"linearize_batch x_next[{k}]")
+        np.testing.assert_array_equal(A[k], single_A, err_msg=f"linearize_batch A[{k}]")
+        np.testing.assert_array_equal(B[k], single_B, err_msg=f"linearize_batch B[{k}]")
+        np.testing.assert_array_equal(X_next[k], data.x_next, err_msg=f"linearize_batch x_next[{k}]")
 
 
 def test_batch_equals_loop(any_robot):
@@ -73,7 +71,7 @@ def test_batch_of_one_and_non_contiguous_inputs(small_robot):
     Q, V, U = _batch(small_robot, 6)
     single = rd.rnea_batch(model, Q[:1], V[:1], U[:1])
     assert single.shape == (1, model.nv)
-    assert_close(single[0], rd.rnea(model, data, Q[0], V[0], U[0]), rtol=SAME)
+    np.testing.assert_array_equal(single[0], rd.rnea(model, data, Q[0], V[0], U[0]))
     strided = rd.aba_batch(model, Q[::2], V[::2], U[::2])
     contiguous = rd.aba_batch(model, Q[::2].copy(), V[::2].copy(), U[::2].copy())
     np.testing.assert_array_equal(strided, contiguous)
@@ -83,10 +81,9 @@ def test_workspaces_are_reused_and_never_shared(small_robot):
     """A batch call takes its workspaces from the model's pool and gives them back: later calls reuse them
     (no new allocation), and calls running at once from several threads each get their own set (their
     results equal the same calls made one after another)."""
-    import importlib
     import threading
 
-    batch = importlib.import_module("rbd_deriv.batch")
+    from rbd_deriv.core import batch
     model = small_robot.model
     Q, V, U = _batch(small_robot, 8)
     expected = [rd.aba_derivatives_batch(model, Q, V, U)]

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import os
+import time
 import types
 
 import numpy as np
@@ -76,6 +77,18 @@ def test_time_cases_interleaves_and_reports_every_case():
         timing.time_cases([timing.Case("a", call_a), timing.Case("a", call_b)], repeat=1, block_seconds=1e-4)
     with pytest.raises(ValueError):
         timing.time_cases([timing.Case("a", call_a)], repeat=0, block_seconds=1e-4)
+
+
+def test_a_slow_first_call_does_not_set_the_block_length():
+    """A call that is slow once (a kernel compiled at its first call) still gets blocks of many calls."""
+    state = {"first": True}
+
+    def compiles_once():
+        if state["first"]:
+            state["first"] = False
+            time.sleep(0.05)
+
+    assert timing.calibrate_number(timing.make_timer(timing.Case("lazy", compiles_once)), 1e-3) > 10
 
 
 def test_time_budget_lowers_the_number_of_blocks_but_not_below_the_minimum():

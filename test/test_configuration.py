@@ -1,4 +1,4 @@
-"""Configuration space (rbd_deriv.configuration): neutral, integrate, difference, their Jacobians,
+"""Configuration space (rbd_deriv.core.configuration): neutral, integrate, difference, their Jacobians,
 random configurations; compared with Pinocchio's Lie-group operations."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Joint-space inertia matrix (rbd_deriv.crba) against Pinocchio and identities."""
+"""Joint-space inertia matrix (rbd_deriv.core.crba) against Pinocchio and identities."""
 
 from __future__ import annotations
 

@@ -21,6 +21,8 @@ import pytest
 
 import rbd_deriv as rd
 from rbd_deriv import jit_cache
+from rbd_deriv.core import constants as core_constants
+from rbd_deriv.core import kinematics
 from rbd_deriv.testing.editable import hook_free_path
 
 PACKAGE = Path(rd.__file__).resolve().parent
@@ -58,7 +60,7 @@ def test_key_follows_every_library_source_but_not_the_ros_layer(tmp_path):
     assert jit_cache.build_key(copy)[0] == key, "the key depends on the content, not the location"
     assert description["numba"] and description["cpu"] and description["target"]
 
-    constants = copy / "constants.py"
+    constants = copy / "core" / "constants.py"
     text = constants.read_text()
     constants.write_text(text.replace(CONSTANT_LINE, "QUATERNION_TOLERANCE = 2e-6"))
     changed = jit_cache.build_key(copy)[0]
@@ -68,7 +70,7 @@ def test_key_follows_every_library_source_but_not_the_ros_layer(tmp_path):
 
     (copy / "nodes" / "dynamics_node.py").write_text("# edited\n", encoding="utf-8")
     assert jit_cache.build_key(copy)[0] == key, "the ROS layer is not compiled into kernels"
-    (copy / "batch.py").write_text((copy / "batch.py").read_text() + "\n# edited\n")
+    (copy / "core" / "batch.py").write_text((copy / "core" / "batch.py").read_text() + "\n# edited\n")
     assert jit_cache.build_key(copy)[0] != key
 
 
@@ -76,10 +78,12 @@ def test_this_process_loads_kernels_from_its_complete_key_folder():
     folder = jit_cache.STATE.folder
     assert folder is not None and folder.name == jit_cache.build_key()[0]
     assert (folder / jit_cache.COMPLETE).is_file()
-    # The kernels' numba caches sit in the key folder, mirroring the package's subfolders.
-    cache_path = Path(rd.kinematics._forward_kinematics_kernel.stats.cache_path)
-    assert cache_path == folder
-    assert any(folder.glob("kinematics._forward_kinematics_kernel-*.nbi"))
+    # The kernels' numba caches sit in the key folder, mirroring the package's subfolders; a kernel's C entry
+    # beside the kernel.
+    cache_path = Path(kinematics._forward_kinematics_kernel.stats.cache_path)
+    assert cache_path == folder / "core"
+    assert any(cache_path.glob("kinematics._forward_kinematics_kernel-*.nbi"))
+    assert any(cache_path.glob("kinematics._forward_kinematics_kernel_entry-*.nbi"))
 
 
 def test_cache_root_choice(tmp_path, monkeypatch):
@@ -113,7 +117,7 @@ def test_prune_keeps_the_current_key_and_folders_being_built(tmp_path):
 
 def test_three_processes_on_an_empty_cache_compile_once_and_run_a_changed_constant(tmp_path):
     copy = copy_package(tmp_path / "source")
-    constants = copy / "constants.py"
+    constants = copy / "core" / "constants.py"
     assert CONSTANT_LINE in constants.read_text(), "the probed constant moved: update this test"
     constants.write_text(constants.read_text().replace(CONSTANT_LINE, "QUATERNION_TOLERANCE = 0.5"))
     cache = tmp_path / "cache"
@@ -144,4 +148,4 @@ def test_three_processes_on_an_empty_cache_compile_once_and_run_a_changed_consta
     q[3:7] *= 1.01
     with pytest.raises(rd.InputError, match="quaternion"):
         rd.forward_kinematics(model, model.create_data(), q)
-    assert np.isclose(rd.constants.QUATERNION_TOLERANCE, 1e-6)
+    assert np.isclose(core_constants.QUATERNION_TOLERANCE, 1e-6)

@@ -1,4 +1,4 @@
-"""Forward kinematics (rbd_deriv.kinematics): joint and frame placements against Pinocchio."""
+"""Forward kinematics (rbd_deriv.core.kinematics): joint and frame placements against Pinocchio."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Inverse of the joint-space inertia matrix (rbd_deriv.minverse) against Pinocchio and M."""
+"""Inverse of the joint-space inertia matrix (rbd_deriv.core.minverse) against Pinocchio and M."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""URDF loading (rbd_deriv.urdf, rbd_deriv.model): layout, parameters and refusals.
+"""URDF loading (rbd_deriv.core.urdf, rbd_deriv.core.model): layout, parameters and refusals.
 
 The layout (joint order, nq/nv per joint) is checked against Pinocchio by the
 ``robot`` fixture itself (:meth:`PinocchioBridge.check_model`); here the model's

@@ -284,7 +284,7 @@ def test_a_urdf_joint_named_like_the_free_flyer_is_refused_with_floating_base(ar
 
 
 @pytest.mark.xfail(strict=True, reason="the URDF parser does not refuse the collision yet: the free flyer and "
-                                       "the URDF joint both take the name (rbd_deriv/urdf.py, parse_urdf)")
+                                       "the URDF joint both take the name (rbd_deriv/core/urdf.py, parse_urdf)")
 def test_the_parser_refuses_a_urdf_joint_named_like_the_free_flyer(arm_text):
     renamed = arm_text.replace('"joint1"', f'"{rd.FREE_FLYER_JOINT}"')
     with pytest.raises(rd.URDFError, match=rd.FREE_FLYER_JOINT):

@@ -1,4 +1,4 @@
-"""Inverse dynamics (rbd_deriv.rnea): rnea, nonlinear_effects, gravity_torques against Pinocchio
+"""Inverse dynamics (rbd_deriv.core.rnea): rnea, nonlinear_effects, gravity_torques against Pinocchio
 and against the plain reference implementation."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Analytical derivatives of inverse dynamics (rbd_deriv.rnea_derivatives).
+"""Analytical derivatives of inverse dynamics (rbd_deriv.core.rnea_derivatives).
 
 Oracles: Pinocchio's computeRNEADerivatives (1e-9), the complex-step derivative
 of the plain reference RNEA (1e-10), central finite differences on the manifold

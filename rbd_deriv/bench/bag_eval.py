@@ -32,7 +32,7 @@ import numpy as np
 
 import rbd_deriv as rd
 from rbd_deriv.replay import bagio, synthetic
-from rbd_deriv.urdf import bundled_urdf
+from rbd_deriv import bundled_urdf
 
 __all__ = ["main", "make_recording"]
 

@@ -46,7 +46,7 @@ def _environment(cache: Path) -> Dict[str, str]:
 def measure(repeat: int = 3, jobs: Optional[int] = None) -> Dict[str, Any]:
     """The three measurements [s] and the load average before and after."""
     from rbd_deriv.bench.latency import first_linearization
-    from rbd_deriv.urdf import bundled_urdf
+    from rbd_deriv import bundled_urdf
 
     results: Dict[str, Any] = {"load_before": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="rbd_deriv_startup_") as folder:

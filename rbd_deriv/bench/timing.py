@@ -103,13 +103,15 @@ def make_timer(case: Case) -> timeit.Timer:
 def calibrate_number(timer: timeit.Timer, block_seconds: float) -> int:
     """Return how many calls fill one block of about ``block_seconds`` [s] (at least 1).
 
-    The first measurement also serves as warm-up (JIT dispatch caches, first-touch allocations).
+    One untimed call comes first: a first call can compile its kernel (those compiled at their first call)
+    or load it from numba's cache, and must not make the blocks one call long.
     """
     return _calibrate(timer, block_seconds)[0]
 
 
 def _calibrate(timer: timeit.Timer, block_seconds: float) -> Tuple[int, float]:
     # Returns (calls per block, expected block duration [s]).
+    timer.timeit(1)
     number = 1
     while True:
         elapsed = timer.timeit(number)

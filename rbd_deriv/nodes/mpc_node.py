@@ -35,6 +35,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 import rbd_deriv as rd
+from rbd_deriv import bundled_urdf
 from rbd_deriv.control import CommandSource, ControlLoop, LoopSettings, MPCProblem, Plan
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.messages import linearization_arrays, set_stamp, stamp_to_ns
@@ -42,7 +43,6 @@ from rbd_deriv.msg import Linearization
 from rbd_deriv.nodes.parameters import MPC_NODE, declare_parameters, per_joint, updated_values
 from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, guard, run_node
 from rbd_deriv.refusals import shorten
-from rbd_deriv.urdf import bundled_urdf
 
 # The tick reads what arrived since the previous tick (PolledSubscription): no executor callback per
 # 1 kHz joint_states message. The depth covers 100 ms of a 1 kHz topic split across several

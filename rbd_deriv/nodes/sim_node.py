@@ -28,7 +28,7 @@ import rbd_deriv as rd
 from rbd_deriv.nodes.parameters import SIM_NODE, declare_parameters, per_joint
 from rbd_deriv.nodes.spin import run_node
 from rbd_deriv.sim import make_plant
-from rbd_deriv.urdf import bundled_urdf
+from rbd_deriv import bundled_urdf
 
 #: Largest number of physics steps taken at once to catch up with the wall clock; beyond it the
 #: simulation slows down instead of jumping.

@@ -96,7 +96,7 @@ def rnea_derivatives(
     model: Any, data: Any, q: Vector, v: Vector, a: Vector, fext: Optional[np.ndarray] = None,
     eps: float = DEFAULT_STEP,
 ) -> Tuple[np.ndarray, np.ndarray]:
-    """(dtau_dq, dtau_dv), each (nv, nv), from ``rbd_deriv.rnea`` by central differences."""
+    """(dtau_dq, dtau_dv), each (nv, nv), from ``rd.rnea`` by central differences."""
     rd = _rd()
 
     def tau_of_q(qq):
@@ -114,7 +114,7 @@ def aba_derivatives(
     model: Any, data: Any, q: Vector, v: Vector, tau: Vector, fext: Optional[np.ndarray] = None,
     eps: float = FORWARD_DYNAMICS_STEP,
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dddq_dq, dddq_dv, dddq_dtau), each (nv, nv), from ``rbd_deriv.aba`` by central differences."""
+    """(dddq_dq, dddq_dv, dddq_dtau), each (nv, nv), from ``rd.aba`` by central differences."""
     rd = _rd()
 
     def ddq_of_q(qq):

@@ -300,7 +300,7 @@ class PinocchioBridge:
         Lets the reference be checked against Pinocchio without this package's loader.
         """
         from rbd_deriv.testing.reference import TreeArrays
-        from rbd_deriv.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE
+        from rbd_deriv.core.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE
 
         model = self.model
         data = model.createData()

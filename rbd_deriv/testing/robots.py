@@ -2,7 +2,7 @@
 
 ``EXAMPLE_ROBOTS`` maps a short robot name to the URDF shipped by the
 ``example-robot-data`` package (installed by pip under ``cmeel.prefix``);
-:func:`bundled_urdf` (from :mod:`rbd_deriv.urdf`) finds the URDF files that ship with this package.
+:func:`bundled_urdf` (from :mod:`rbd_deriv.core.urdf`) finds the URDF files that ship with this package.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
-from rbd_deriv.urdf import bundled_urdf  # re-exported: tests and benchmarks take robots from here
+from rbd_deriv.core.urdf import bundled_urdf  # re-exported: tests and benchmarks take robots from here
 
 __all__ = [
     "EXAMPLE_ROBOTS",

@@ -2,7 +2,7 @@
 
 IDSVA, Algorithm 1 of Singh, Russell & Wensing ("Efficient Analytical Derivatives of Rigid-Body Dynamics using
 Spatial Vector Algebra"), all quantities in the world frame. After the forward pass of
-:mod:`rbd_deriv.kinematics` (v_i, a_i, S_i, Sdot_i, Psid_i, Psidd_i), per body:
+:mod:`rbd_deriv.core.kinematics` (v_i, a_i, S_i, Sdot_i, Psid_i, Psidd_i), per body:
 
     I^C_i = I_i,   B^C_i = 1/2 [(v_i x*) I_i - I_i (v_i x) + (I_i v_i) xbar*],   f^C_i = I_i a_i + v_i x* I_i v_i - f^ext_i
 
@@ -24,32 +24,22 @@ along integrate(q, eps e_j). External forces are fixed in their joint frames, so
 
 from __future__ import annotations
 
-from numba import cfunc, njit, types
+from numba import njit
 
-from rbd_deriv.crba import symmetrize_upper
-from rbd_deriv.kinematics import (
-    FK_DERIVATIVES,
-    MAT_T,
-    MF_T,
-    MI_T,
-    STATUS_WORKSPACE,
-    VEC_T,
-    call_kernel,
-    check_inputs,
-    foreign_workspace,
-    forward_pass,
-    raise_for_status,
-)
-from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
-from rbd_deriv.rnea import body_forces
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
-from rbd_deriv.spatial import (
-    _NJIT,
-    copy_6x6_set,
+from rbd_deriv.core.batch import run_batch
+from rbd_deriv.core.calling import ARG_FEXT, check_state_matrices, register
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.crba import symmetrize_upper, zero_outside_subtrees
+from rbd_deriv.core.kinematics import FK_DERIVATIVES, forward_pass
+from rbd_deriv.core.layout import (
+    MI_IDX_V,
+    MI_NJ,
+    MI_NV,
+    MI_NVTOT,
+    MI_PARENT,
+    MI_SUBTREE_END,
     R_BC,
-    R_DTAU,
     R_IC,
-    R_M,
     R_OF,
     R_OI,
     R_OV,
@@ -62,14 +52,16 @@ from rbd_deriv.spatial import (
     R_T3,
     R_T4,
     R_TAU,
-    force_cross_add,
     region1,
     region2,
     region3,
 )
+from rbd_deriv.core.model import Data, Model
+from rbd_deriv.core.rnea import body_forces
+from rbd_deriv.core.spatial import force_cross_add, inertia_matrix
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def coriolis_factor(I, v, out):
     """out = B(I, v) = 1/2 [(v x*) I - I (v x) + (I v) xbar*] (6x6), Singh et al. eq. 28.
 
@@ -109,11 +101,11 @@ def coriolis_factor(I, v, out):
         out[off_r + 2, off_c + 1] -= a0
 
 
-@njit(**_NJIT)
-def rnea_derivatives_into(mi, ws, tau, dtau, M):
-    """IDSVA backward pass after forward_pass order 2: tau (nv,), dtau = [dtau/dq, dtau/dv] (nv, 2nv), M."""
+@njit(**JIT_OPTIONS)
+def rnea_derivatives_into(mi, ws, tau, dtau_dq, dtau_dv, M):
+    """IDSVA backward pass after forward_pass order 2: tau (nv,), dtau/dq, dtau/dv and M (nv, nv)."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
-    oI = region3(mi, ws, R_OI, nj, 6, 6)
+    oI = region2(mi, ws, R_OI, nj, 10)
     IC = region3(mi, ws, R_IC, nj, 6, 6)
     BC = region3(mi, ws, R_BC, nj, 6, 6)
     ov = region2(mi, ws, R_OV, nj, 6)
@@ -128,11 +120,13 @@ def rnea_derivatives_into(mi, ws, tau, dtau, M):
     t4 = region2(mi, ws, R_T4, nv, 6)
     body_forces(mi, ws)
     for i in range(1, nj):
-        coriolis_factor(oI[i], ov[i], BC[i])
-    copy_6x6_set(oI, IC, nj)
+        inertia_matrix(oI[i], IC[i])
+        coriolis_factor(IC[i], ov[i], BC[i])
     for r in range(nv):
-        for c in range(2 * nv):
-            dtau[r, c] = 0.0
+        for c in range(nv):
+            dtau_dq[r, c] = 0.0
+            dtau_dv[r, c] = 0.0
+    zero_outside_subtrees(mi, M)
     for i in range(nj - 1, 0, -1):
         iv, nvj, end, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_SUBTREE_END], mi[i, MI_PARENT]
         ICi, BCi = IC[i], BC[i]
@@ -171,10 +165,10 @@ def rnea_derivatives_into(mi, ws, tau, dtau, M):
             for k in range(iv, end):
                 M[r, k] = s0 * t1[k, 0] + s1 * t1[k, 1] + s2 * t1[k, 2] + s3 * t1[k, 3] + s4 * t1[k, 4] + s5 * t1[k, 5]
             for k in range(iv + nvj, end):
-                dtau[r, k] = (s0 * t3[k, 0] + s1 * t3[k, 1] + s2 * t3[k, 2]
-                              + s3 * t3[k, 3] + s4 * t3[k, 4] + s5 * t3[k, 5])
-                dtau[r, nv + k] = (s0 * t2[k, 0] + s1 * t2[k, 1] + s2 * t2[k, 2]
-                                   + s3 * t2[k, 3] + s4 * t2[k, 4] + s5 * t2[k, 5])
+                dtau_dq[r, k] = (s0 * t3[k, 0] + s1 * t3[k, 1] + s2 * t3[k, 2]
+                                 + s3 * t3[k, 3] + s4 * t3[k, 4] + s5 * t3[k, 5])
+                dtau_dv[r, k] = (s0 * t2[k, 0] + s1 * t2[k, 1] + s2 * t2[k, 2]
+                                 + s3 * t2[k, 3] + s4 * t2[k, 4] + s5 * t2[k, 5])
         # The joint's own block takes the second form: for a multi-dof joint the S x* f^C term of t3 is
         # cancelled by the rotation of S_i itself (the rigid motion of the subtree leaves S_i^T f^C unchanged
         # but for gravity, which Psidd carries). For one dof both forms agree.
@@ -186,10 +180,10 @@ def rnea_derivatives_into(mi, ws, tau, dtau, M):
             for k in range(iv, end):
                 a0, a1, a2, a3, a4, a5 = t4[k, 0], t4[k, 1], t4[k, 2], t4[k, 3], t4[k, 4], t4[k, 5]
                 g0, g1, g2, g3, g4, g5 = t1[k, 0], t1[k, 1], t1[k, 2], t1[k, 3], t1[k, 4], t1[k, 5]
-                dtau[k, c] = (a0 * d0 + a1 * d1 + a2 * d2 + a3 * d3 + a4 * d4 + a5 * d5
-                              + g0 * p0 + g1 * p1 + g2 * p2 + g3 * p3 + g4 * p4 + g5 * p5)
-                dtau[k, nv + c] = (a0 * s0 + a1 * s1 + a2 * s2 + a3 * s3 + a4 * s4 + a5 * s5
-                                   + g0 * e0 + g1 * e1 + g2 * e2 + g3 * e3 + g4 * e4 + g5 * e5)
+                dtau_dq[k, c] = (a0 * d0 + a1 * d1 + a2 * d2 + a3 * d3 + a4 * d4 + a5 * d5
+                                 + g0 * p0 + g1 * p1 + g2 * p2 + g3 * p3 + g4 * p4 + g5 * p5)
+                dtau_dv[k, c] = (a0 * s0 + a1 * s1 + a2 * s2 + a3 * s3 + a4 * s4 + a5 * s5
+                                 + g0 * e0 + g1 * e1 + g2 * e2 + g3 * e3 + g4 * e4 + g5 * e5)
         if parent > 0:
             for r in range(6):
                 fC[parent, r] += fC[i, r]
@@ -199,32 +193,19 @@ def rnea_derivatives_into(mi, ws, tau, dtau, M):
     symmetrize_upper(M)
 
 
-_DERIV_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T, VEC_T, VEC_T, MAT_T)
-
-
-@njit(_DERIV_SIG, **_NJIT)
-def _rnea_derivatives_kernel(mi, mf, ws, q, v, a, fext):
-    if foreign_workspace(mi, ws):
-        return STATUS_WORKSPACE
-    status = check_inputs(mi, q, v, a, fext)
-    if status != 0:
-        return status
+@njit(**JIT_OPTIONS)
+def _rnea_derivatives_kernel(mi, mf, ws, q, v, a, fext, dtau_dq, dtau_dv, M):
     nv = mi[0, MI_NVTOT]
-    forward_pass(mi, mf, ws, q, v, a, fext, FK_DERIVATIVES)
-    rnea_derivatives_into(mi, ws, region1(mi, ws, R_TAU, nv), region2(mi, ws, R_DTAU, nv, 2 * nv),
-                          region2(mi, ws, R_M, nv, nv))
-    return 0
+    code = check_state_matrices(mi, ws, q, v, a, fext, ARG_FEXT + 1, dtau_dq, dtau_dv, M)
+    if code == 0:
+        forward_pass(mi, mf, ws, q, v, a, fext, FK_DERIVATIVES)
+        rnea_derivatives_into(mi, ws, region1(mi, ws, R_TAU, nv), dtau_dq, dtau_dv, M)
+    return code
 
 
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _rnea_derivatives_entry(data, dims):
-    try:
-        return _rnea_derivatives_kernel(*dynamics_arrays(data, dims))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
-
-
-_rnea_derivatives_call = entry(_rnea_derivatives_kernel, _rnea_derivatives_entry, "i2f2F1f1f1f1f2")
+RNEA_DERIVATIVES = register(_rnea_derivatives_kernel,
+                            "mi:i2 mf:f2 data:W q:f1 v:f1 a:f1 fext:f2 dtau_dq:F2 dtau_dv:F2 M:F2")
+_rnea_derivatives = RNEA_DERIVATIVES.call
 
 
 def rnea_derivatives(model: Model, data: Data, q, v, a, fext=None):
@@ -241,10 +222,15 @@ def rnea_derivatives(model: Model, data: Data, q, v, a, fext=None):
         the tangent space of q. data.tau holds rnea(q, v, a, fext) as a by-product.
     """
     try:
-        status = _rnea_derivatives_call(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext)
+        code = _rnea_derivatives(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext,
+                                     data._dtau_dq, data._dtau_dv, data._M)
     except (TypeError, AttributeError):
-        status = call_kernel(_rnea_derivatives_call, model, data, (q, v, a, fext), ("q", "v", "a", "fext"),
-                             (1, 1, 1, 2))
-    if status:
-        raise_for_status(model, status)
+        code = RNEA_DERIVATIVES.call_converted(model, data, q, v, a, fext)
+    if code:
+        raise RNEA_DERIVATIVES.error(model, code)
     return data.dtau_dq, data.dtau_dv, data.M
+
+
+def rnea_derivatives_batch(model: Model, Q, V, A):
+    """rnea_derivatives at K states -> (dtau_dq, dtau_dv, M), each (K, nv, nv)."""
+    return tuple(run_batch(RNEA_DERIVATIVES, model, Q, V, A, None))

@@ -17,40 +17,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import cfunc, njit, types
+from numba import njit
 
-from rbd_deriv import constants
+from rbd_deriv.core import constants
+from rbd_deriv.core.calling import check_length, check_model, check_quaternions, check_shape, check_vector, register
+from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING
+from rbd_deriv.core.layout import MI_IDX_Q, MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE
+from rbd_deriv.core.model import Model
+from rbd_deriv.core.urdf import JOINT_FREEFLYER
 from rbd_deriv.exceptions import InputError
-from rbd_deriv.kinematics import (
-    MI_T,
-    STATUS_QUATERNION_SECOND,
-    STATUS_SCALE,
-    VEC_T,
-    as_input_array,
-    check_quaternions,
-    check_model,
-    check_vector,
-    raise_for_status,
-)
-from rbd_deriv.model import MI_IDX_Q, MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, Model
-from rbd_deriv.native import (
-    ENTRY_OPTIONS,
-    ENTRY_SIG,
-    STATUS_INTERNAL,
-    arg_bool1,
-    arg_float1,
-    arg_float2,
-    arg_int2,
-    entry,
-)
-from rbd_deriv.spatial import _NJIT
-from rbd_deriv.urdf import JOINT_FREEFLYER
 
 _SMALL = constants.SMALL_ANGLE
 _SMALL_Q = constants.SMALL_ANGLE_JACOBIAN
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _exp3_coefficients(theta2):
     """sin(t)/t, (1 - cos t)/t^2, (t - sin t)/t^3 for t^2 = theta2."""
     if theta2 < _SMALL * _SMALL:
@@ -62,14 +43,14 @@ def _exp3_coefficients(theta2):
     return s / t, (1.0 - c) / theta2, (t - s) / (theta2 * t)
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _skew(w, out):
     out[0, 0], out[0, 1], out[0, 2] = 0.0, -w[2], w[1]
     out[1, 0], out[1, 1], out[1, 2] = w[2], 0.0, -w[0]
     out[2, 0], out[2, 1], out[2, 2] = -w[1], w[0], 0.0
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def _so3_series(w, ca, cb, out):
     """out = I + ca [w]x + cb [w]x^2 (3x3)."""
     W = np.empty((3, 3))
@@ -80,7 +61,7 @@ def _so3_series(w, ca, cb, out):
             out[r, c] = (1.0 if r == c else 0.0) + ca * W[r, c] + cb * W2[r, c]
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def integrate_into(mi, q, v, out):
     """out (nq,) = q (+) v."""
     nj = mi[0, MI_NJ]
@@ -119,7 +100,7 @@ def integrate_into(mi, q, v, out):
         out[iq + 3], out[iq + 4], out[iq + 5], out[iq + 6] = rx / n1, ry / n1, rz / n1, rw / n1
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def difference_into(mi, continuous, q0, q1, out):
     """out (nv,) = q1 (-) q0 (continuous joints wrap to (-pi, pi])."""
     nj = mi[0, MI_NJ]
@@ -166,7 +147,7 @@ def difference_into(mi, continuous, q0, q1, out):
         out[iv + 3], out[iv + 4], out[iv + 5] = wx, wy, wz
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _q_coefficients(theta2):
     """(t - sin t)/t^3, (t^2 + 2 cos t - 2)/(2 t^4), (2t - 3 sin t + t cos t)/(2 t^5)."""
     if theta2 < _SMALL_Q * _SMALL_Q:
@@ -180,7 +161,7 @@ def _q_coefficients(theta2):
             (2.0 * t - 3.0 * s + t * c) / (2.0 * theta2 * theta2 * t))
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def _left_jacobian_se3(rho, phi, out):
     """out (6x6) = Jl(xi) of exp6 for xi = [rho; phi] (Barfoot eq. 7.85-7.86)."""
     theta2 = phi[0] ** 2 + phi[1] ** 2 + phi[2] ** 2
@@ -208,7 +189,7 @@ def _left_jacobian_se3(rho, phi, out):
             out[r, 3 + c] = Q[r, c]
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def dintegrate_into(mi, v, Jq, Jv):
     """Jq = d(q (+) v)/dq and Jv = d(q (+) v)/dv (nv, nv), tangent space; block diagonal per joint."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
@@ -249,103 +230,66 @@ def dintegrate_into(mi, v, Jq, Jv):
 
 # --- public API -----------------------------------------------------------------------------------------
 
-@njit(**_NJIT)
+
+@njit(**JIT_OPTIONS)
 def check_configuration(mi, q, v):
-    """check_inputs for q (nq,) and a tangent vector v (nv,) only."""
-    status = check_vector(q, mi[0, MI_NQTOT], 0)
-    if status == 0:
-        status = check_vector(v, mi[0, MI_NVTOT], 1)
-    if status == 0:
-        status = check_quaternions(mi, q)
-    return status
+    """The checks of a kernel (mi, q, v, ...): q (shape, finite, quaternions) and the tangent vector v."""
+    code = check_vector(q, mi[0, MI_NQTOT], 1)
+    if code == 0:
+        code = check_vector(v, mi[0, MI_NVTOT], 2)
+    if code == 0:
+        code = check_quaternions(mi, q, 1)
+    return code
 
 
-_INT_SIG = types.int64(MI_T, VEC_T, VEC_T, VEC_T)
+@njit(**JIT_OPTIONS)
+def _integrate_kernel(mi, q, v, q_next):
+    code = check_configuration(mi, q, v)
+    if code == 0:
+        integrate_into(mi, q, v, q_next)
+    return code
 
 
-@njit(_INT_SIG, **_NJIT)
-def _integrate_kernel(mi, q, v, out):
-    status = check_configuration(mi, q, v)
-    if status != 0:
-        return status
-    integrate_into(mi, q, v, out)
-    return 0
+INTEGRATE = register(_integrate_kernel, "mi:i2 q:f1 v:f1 q_next:N(q)", release_gil=False)
+_integrate = INTEGRATE.call
 
 
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _integrate_entry(data, dims):
-    try:
-        return _integrate_kernel(arg_int2(data, dims, 0), arg_float1(data, dims, 1), arg_float1(data, dims, 2),
-                                 arg_float1(data, dims, 3))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
-
-
-_integrate_call = entry(_integrate_kernel, _integrate_entry, "i2f1f1N1")  # returns out (shaped like q)
-
-
-_DIFF_SIG = types.int64(MI_T, types.Array(types.boolean, 1, "C", readonly=True), VEC_T, VEC_T, VEC_T)
-
-
-@njit(_DIFF_SIG, **_NJIT)
-def _difference_kernel(mi, continuous, q0, q1, out):
+@njit(**JIT_OPTIONS)
+def _difference_kernel(mi, continuous, q0, q1, nv, v):
     nq = mi[0, MI_NQTOT]
-    status = check_vector(q0, nq, 0)
-    if status == 0:
-        status = check_vector(q1, nq, 1)
-    if status != 0:
-        return status
-    status = check_quaternions(mi, q0)
-    if status == 0:
-        status = check_quaternions(mi, q1)
-        if status != 0:  # a quaternion of q1: its own code, so that the message names q1
-            return STATUS_QUATERNION_SECOND * STATUS_SCALE + status % STATUS_SCALE
-    if status != 0:
-        return status
-    difference_into(mi, continuous, q0, q1, out)
-    return 0
+    code = check_vector(q0, nq, 2)
+    if code == 0:
+        code = check_vector(q1, nq, 3)
+    if code == 0:
+        code = check_quaternions(mi, q0, 2)
+    if code == 0:
+        code = check_quaternions(mi, q1, 3)
+    if code == 0:
+        code = check_length(v, mi[0, MI_NVTOT], 5)
+    if code == 0:
+        difference_into(mi, continuous, q0, q1, v)
+    return code
 
 
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _difference_entry(data, dims):
-    # Arguments (mi, continuous, q0, q1, nv, out): the extension makes out, of length nv, and returns it.
-    try:
-        return _difference_kernel(arg_int2(data, dims, 0), arg_bool1(data, dims, 1), arg_float1(data, dims, 2),
-                                  arg_float1(data, dims, 3), arg_float1(data, dims, 5))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
+DIFFERENCE = register(_difference_kernel, "mi:i2 continuous:b1 q0:f1 q1:f1 nv:n v:N(nv)", lazy=True, release_gil=False)
+_difference = DIFFERENCE.call
 
 
-_difference_call = entry(_difference_kernel, _difference_entry, "i2b1f1f1nN4")  # returns out (nv,)
-
-
-_DINT_SIG = types.int64(MI_T, VEC_T, VEC_T, types.Array(types.float64, 2, "C"), types.Array(types.float64, 2, "C"))
-
-
-@njit(_DINT_SIG, **_NJIT)
+@njit(**JIT_OPTIONS)
 def _dintegrate_kernel(mi, q, v, Jq, Jv):
-    status = check_configuration(mi, q, v)
-    if status != 0:
-        return status
-    dintegrate_into(mi, v, Jq, Jv)
-    return 0
+    nv = mi[0, MI_NVTOT]
+    code = check_configuration(mi, q, v)
+    if code == 0:
+        code = check_shape(Jq, nv, nv, 3)
+    if code == 0:
+        code = check_shape(Jv, nv, nv, 4)
+    if code == 0:
+        dintegrate_into(mi, v, Jq, Jv)
+    return code
 
 
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _dintegrate_entry(data, dims):
-    try:
-        return _dintegrate_kernel(arg_int2(data, dims, 0), arg_float1(data, dims, 1), arg_float1(data, dims, 2),
-                                  arg_float2(data, dims, 3), arg_float2(data, dims, 4))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
-
-
-_dintegrate_call = entry(_dintegrate_kernel, _dintegrate_entry, "i2f1f1F2F2")
-
-
-def _converted(arrays, names):
-    """The arguments of a call the kernel refused, converted (or InputError naming the bad one)."""
-    return [as_input_array(x, name, 1) for x, name in zip(arrays, names)]
+DINTEGRATE = register(_dintegrate_kernel, "mi:i2 q:f1 v:f1 Jq:F2 Jv:F2", lazy=True, release_gil=False)
+_dintegrate = DINTEGRATE.call
 
 
 def neutral(model: Model) -> np.ndarray:
@@ -364,53 +308,44 @@ def integrate(model: Model, q, v) -> np.ndarray:
         (nq,) new array.
     """
     try:
-        out = _integrate_call(model.mi, q, v)
-    except TypeError:
-        check_model(model)
-        out = _integrate_call(model.mi, *_converted((q, v), ("q", "v")))
-    except AttributeError:
-        check_model(model)  # raises InputError for anything but a Model
-        raise
-    if type(out) is int:  # the kernel's status
-        raise_for_status(model, out)
-    return out
+        result = _integrate(model.mi, q, v)
+    except (TypeError, AttributeError):
+        result = INTEGRATE.call_converted(model, None, q, v)
+    if type(result) is int:  # the kernel's status
+        raise INTEGRATE.error(model, result)
+    return result
 
 
 def difference(model: Model, q0, q1) -> np.ndarray:
     """q1 (-) q0: the tangent vector v (nv,) such that integrate(q0, v) == q1 (continuous joints wrap)."""
     try:
-        out = _difference_call(model.mi, model.continuous, q0, q1, model.nv)
-    except TypeError:
-        check_model(model)
-        out = _difference_call(model.mi, model.continuous, *_converted((q0, q1), ("q0", "q1")), model.nv)
-    except AttributeError:
-        check_model(model)
-        raise
-    if type(out) is int:  # the kernel's status
-        raise_for_status(model, out, names=("q0", "q1"))
-    return out
+        result = _difference(model.mi, model.continuous, q0, q1, model.nv)
+    except (TypeError, AttributeError):
+        result = DIFFERENCE.call_converted(model, None, q0, q1)
+    if type(result) is int:  # the kernel's status
+        raise DIFFERENCE.error(model, result)
+    return result
 
 
 def dintegrate_dq(model: Model, q, v) -> np.ndarray:
     """Jacobian (nv, nv) of integrate(q, v) with respect to q, in the tangent spaces."""
-    return _dintegrate(model, q, v)[0]
+    return _integrate_jacobians(model, q, v)[0]
 
 
 def dintegrate_dv(model: Model, q, v) -> np.ndarray:
     """Jacobian (nv, nv) of integrate(q, v) with respect to v, in the tangent spaces."""
-    return _dintegrate(model, q, v)[1]
+    return _integrate_jacobians(model, q, v)[1]
 
 
-def _dintegrate(model: Model, q, v):
+def _integrate_jacobians(model: Model, q, v):
     check_model(model)
-    Jq = np.empty((model.nv, model.nv))
-    Jv = np.empty((model.nv, model.nv))
+    Jq, Jv = np.empty((model.nv, model.nv)), np.empty((model.nv, model.nv))
     try:
-        status = _dintegrate_call(model.mi, q, v, Jq, Jv)
+        code = _dintegrate(model.mi, q, v, Jq, Jv)
     except TypeError:
-        status = _dintegrate_call(model.mi, *_converted((q, v), ("q", "v")), Jq, Jv)
-    if status:
-        raise_for_status(model, status)
+        code = DINTEGRATE.call_converted(model, None, q, v, Jq, Jv)
+    if code:
+        raise DINTEGRATE.error(model, code)
     return Jq, Jv
 
 

@@ -1,6 +1,6 @@
 """Articulated-body algorithm (forward dynamics), world frame.
 
-Featherstone, RBDA sec. 7.3, written on the world-frame quantities of :mod:`rbd_deriv.kinematics`
+Featherstone, RBDA sec. 7.3, written on the world-frame quantities of :mod:`rbd_deriv.core.kinematics`
 (no frame changes between bodies):
 
     forward:   v_i, c_i = Sdot_i qd_i;  I^A_i = I_i;  p^A_i = v_i x* I_i v_i - f^ext_i
@@ -13,28 +13,20 @@ Featherstone, RBDA sec. 7.3, written on the world-frame quantities of :mod:`rbd_
 from __future__ import annotations
 
 import numpy as np
-from numba import cfunc, njit, types
+from numba import njit
 
-from rbd_deriv.kinematics import (
-    STATUS_WORKSPACE,
-    foreign_workspace,
-    MAT_T,
-    MF_T,
-    MI_T,
-    VEC_T,
-    call_kernel,
-    check_inputs,
-    FK_VELOCITY,
-    forward_pass,
-    raise_for_status,
-)
-from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, Data, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, dynamics_arrays, entry
-from rbd_deriv.spatial import (
-    _NJIT,
-    copy_6x6_set,
+from rbd_deriv.core.batch import run_batch
+from rbd_deriv.core.calling import STATUS_SINGULAR, check_length, check_state, register, status
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.kinematics import FK_VELOCITY, forward_pass
+from rbd_deriv.core.layout import (
+    MI_IDX_V,
+    MI_NJ,
+    MI_NV,
+    MI_NVTOT,
+    MI_PARENT,
+    NV_FREE_FLYER,
     R_C,
-    R_DDQ,
     R_DINV,
     R_FEXTW,
     R_IA,
@@ -46,17 +38,15 @@ from rbd_deriv.spatial import (
     R_SCRATCH,
     R_U,
     R_UVEC,
-    dot6,
-    dot_rows,
-    force_cross_add,
-    mat6_vec,
     region1,
     region2,
     region3,
 )
+from rbd_deriv.core.model import Data, Model
+from rbd_deriv.core.spatial import dot6, dot_rows, force_cross_add, inertia_matrix, inertia_times, mat6_vec
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def spd_inverse(D, n, out):
     """out[:n, :n] = D[:n, :n]^-1 for a small symmetric positive-definite block (Cholesky), without
     allocating: D = L L^T with L in out's lower triangle, L inverted in place, then D^-1 = L^-T L^-1 formed
@@ -102,7 +92,7 @@ def spd_inverse(D, n, out):
     return True
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
     """articulated_inertias for a one-dof joint: D, U and u are scalars or single 6-vectors."""
     D = dot_rows(S, iv, U, iv)
@@ -115,14 +105,14 @@ def _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
     # U and c in scalars: IA, U and c share the workspace, so stores would otherwise force reloads.
     u0, u1, u2, u3, u4, u5 = U[iv, 0], U[iv, 1], U[iv, 2], U[iv, 3], U[iv, 4], U[iv, 5]
     Ii, Ip = IA[i], IA[parent]
+    # I^A - U D^-1 U^T is symmetric: the upper triangle is computed, each entry stored on both sides.
     for r in range(6):
         ur = U[iv, r] * dinv
-        Ip[r, 0] += Ii[r, 0] - ur * u0
-        Ip[r, 1] += Ii[r, 1] - ur * u1
-        Ip[r, 2] += Ii[r, 2] - ur * u2
-        Ip[r, 3] += Ii[r, 3] - ur * u3
-        Ip[r, 4] += Ii[r, 4] - ur * u4
-        Ip[r, 5] += Ii[r, 5] - ur * u5
+        for k in range(r, 6):
+            x = Ii[r, k] - ur * U[iv, k]
+            Ip[r, k] += x
+            if k != r:
+                Ip[k, r] += x
     if with_bias:
         # pa = pA + Ia c + U D^-1 u, with Ia c = IA c - U D^-1 (U^T c).
         c0, c1, c2, c3, c4, c5 = c[i, 0], c[i, 1], c[i, 2], c[i, 3], c[i, 4], c[i, 5]
@@ -133,12 +123,12 @@ def _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
     return True
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def articulated_inertias(mi, ws, with_bias, tau):
     """ABA backward pass: U, D^-1, u and the articulated inertias (and bias forces when with_bias).
 
     Expects forward_pass (order >= 1 when with_bias) and IA = I, pA initialised by the caller.
-    Returns False if an articulated inertia is singular."""
+    Returns 0, or the joint whose articulated inertia is singular along its motion."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     IA = region3(mi, ws, R_IA, nj, 6, 6)
     pA = region2(mi, ws, R_PA, nj, 6)
@@ -158,13 +148,14 @@ def articulated_inertias(mi, ws, with_bias, tau):
                 u[iv + d] = tau[iv + d] - dot6(S[iv + d], pA[i])
         if nvj == 1:
             if not _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
-                return False
+                return i
             continue
+        nvj = NV_FREE_FLYER  # the only joint of several dofs: loops of constant length, unrolled
         for r in range(nvj):
             for d in range(nvj):
                 D[r, d] = dot6(S[iv + r], U[iv + d])
         if not spd_inverse(D, nvj, Dinv[i]):
-            return False
+            return i
         if parent == 0:
             continue
         # Ia = IA - U Dinv U^T, accumulated into the parent directly.
@@ -191,15 +182,16 @@ def articulated_inertias(mi, ws, with_bias, tau):
                         t += Dinv[i, d, e] * w[e]
                     s += U[iv + d, r] * t
                 pA[parent, r] += s
-    return True
+    return 0
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def aba_into(mi, mf, ws, q, v, tau, fext, ddq):
-    """Full ABA into ddq (nv,), inputs already checked. Returns False on a singular articulated inertia."""
+    """Full ABA into ddq (nv,), inputs already checked. Returns 0, or the joint whose articulated inertia is
+    singular."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     forward_pass(mi, mf, ws, q, v, v, fext, FK_VELOCITY)
-    oI = region3(mi, ws, R_OI, nj, 6, 6)
+    oI = region2(mi, ws, R_OI, nj, 10)
     ov = region2(mi, ws, R_OV, nj, 6)
     oa = region2(mi, ws, R_OA, nj, 6)
     IA = region3(mi, ws, R_IA, nj, 6, 6)
@@ -212,14 +204,17 @@ def aba_into(mi, mf, ws, q, v, tau, fext, ddq):
     c = region2(mi, ws, R_C, nj, 6)
     h = region1(mi, ws, R_SCRATCH, 64)[42:48]
     w = region1(mi, ws, R_SCRATCH, 64)[48:54]
-    copy_6x6_set(oI, IA, nj)
     for i in range(1, nj):
-        mat6_vec(oI[i], ov[i], h)
+        inertia_matrix(oI[i], IA[i])
+        # p^A = v x* I v - f^ext
+        h[0], h[1], h[2], h[3], h[4], h[5] = inertia_times(oI[i], ov[i, 0], ov[i, 1], ov[i, 2], ov[i, 3], ov[i, 4],
+                                                           ov[i, 5])
         for k in range(6):
             pA[i, k] = -fext_world[i, k]
         force_cross_add(ov[i], h, 1.0, pA[i])
-    if not articulated_inertias(mi, ws, True, tau):
-        return False
+    singular = articulated_inertias(mi, ws, True, tau)
+    if singular:
+        return singular
     for k in range(6):
         oa[0, k] = -mf[0, k]
     for i in range(1, nj):
@@ -236,48 +231,23 @@ def aba_into(mi, mf, ws, q, v, tau, fext, ddq):
         for d in range(nvj):
             for k in range(6):
                 oa[i, k] += S[iv + d, k] * ddq[iv + d]
-    return True
-
-
-STATUS_SINGULAR = 4 * 1_000_000
-
-_ABA_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T, VEC_T, VEC_T, MAT_T)
-
-
-@njit(_ABA_SIG, **_NJIT)
-def _aba_kernel(mi, mf, ws, q, v, tau, fext):
-    if foreign_workspace(mi, ws):
-        return STATUS_WORKSPACE
-    status = check_inputs(mi, q, v, tau, fext)
-    if status != 0:
-        return status
-    if not aba_into(mi, mf, ws, q, v, tau, fext, region1(mi, ws, R_DDQ, mi[0, MI_NVTOT])):
-        return STATUS_SINGULAR
     return 0
 
 
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _aba_entry(data, dims):
-    try:
-        return _aba_kernel(*dynamics_arrays(data, dims))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
+@njit(**JIT_OPTIONS)
+def _aba_kernel(mi, mf, ws, q, v, tau, fext, ddq):
+    code = check_state(mi, ws, q, v, tau, fext)
+    if code == 0:
+        code = check_length(ddq, mi[0, MI_NVTOT], 7)
+    if code == 0:
+        singular = aba_into(mi, mf, ws, q, v, tau, fext, ddq)
+        if singular:
+            code = status(STATUS_SINGULAR, 0, singular)
+    return code
 
 
-_aba_call = entry(_aba_kernel, _aba_entry, "i2f2F1f1f1f1f2")
-
-
-def raise_for_dynamics_status(model: Model, status: int, names) -> None:
-    """raise_for_status, plus the singular articulated inertia case of the ABA family."""
-    if status == STATUS_SINGULAR:
-        from rbd_deriv.exceptions import ModelError
-
-        raise ModelError("the mass matrix is singular at this configuration (a joint moves bodies with no"
-                         " inertia along its motion here)")
-    raise_for_status(model, status, names)
-
-
-_ABA_NAMES = ("q", "v", "tau", "fext")
+ABA = register(_aba_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 ddq:F1")
+_aba = ABA.call
 
 
 def aba(model: Model, data: Data, q, v, tau, fext=None) -> np.ndarray:
@@ -293,9 +263,14 @@ def aba(model: Model, data: Data, q, v, tau, fext=None) -> np.ndarray:
         data.ddq (nv,) acceleration [rad/s^2, m/s^2].
     """
     try:
-        status = _aba_call(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext)
+        code = _aba(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, data._ddq)
     except (TypeError, AttributeError):
-        status = call_kernel(_aba_call, model, data, (q, v, tau, fext), _ABA_NAMES, (1, 1, 1, 2))
-    if status:
-        raise_for_dynamics_status(model, status, _ABA_NAMES)
+        code = ABA.call_converted(model, data, q, v, tau, fext)
+    if code:
+        raise ABA.error(model, code)
     return data.ddq
+
+
+def aba_batch(model: Model, Q, V, TAU) -> np.ndarray:
+    """aba at K states. Q (K, nq), V (K, nv), TAU (K, nv) -> ddq (K, nv) [rad/s^2, m/s^2]."""
+    return run_batch(ABA, model, Q, V, TAU, None)[0]

@@ -16,43 +16,37 @@ from __future__ import annotations
 
 import math
 
-from numba import cfunc, njit, types
+from numba import njit
 
-from rbd_deriv.aba import STATUS_SINGULAR, raise_for_dynamics_status
-from rbd_deriv.aba_derivatives import aba_derivatives_into
-from rbd_deriv.configuration import dintegrate_into, integrate_into
-from rbd_deriv.exceptions import InputError
-from rbd_deriv.kinematics import (
-    MAT_T,
-    MF_T,
-    MI_T,
-    STATUS_WORKSPACE,
-    VEC_T,
-    call_kernel,
-    check_inputs,
-    foreign_workspace,
-)
-from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, Data, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, arg_double, dynamics_arrays, entry
-from rbd_deriv.spatial import (
-    _NJIT,
-    R_A,
-    R_B,
-    R_DDDQ,
+from rbd_deriv.core.aba_derivatives import aba_derivatives_into
+from rbd_deriv.core.batch import run_batch
+from rbd_deriv.core.calling import STATUS_SINGULAR, check_length, check_shape, check_state, register, status
+from rbd_deriv.core.configuration import dintegrate_into, integrate_into
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.layout import (
+    MI_IDX_V,
+    MI_NJ,
+    MI_NQTOT,
+    MI_NVTOT,
+    MI_TYPE,
+    R_DDDQ_DQ,
+    R_DDDQ_DV,
     R_DDQ,
     R_JQ,
     R_JV,
     R_MINV,
     R_STEP,
     R_VNEXT,
-    R_XNEXT,
+    as_readonly,
     region1,
     region2,
 )
-from rbd_deriv.urdf import JOINT_FREEFLYER
+from rbd_deriv.core.model import Data, Model
+from rbd_deriv.core.urdf import JOINT_FREEFLYER
+from rbd_deriv.exceptions import InputError
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _apply_integrate_jacobian(mi, J, X, scale, out):
     """out = scale * J X for the block-diagonal integrate Jacobian J (identity outside free-flyer blocks)."""
     nj = mi[0, MI_NJ]
@@ -71,32 +65,32 @@ def _apply_integrate_jacobian(mi, J, X, scale, out):
                 out[iv + r, c] = scale * s
 
 
-@njit(**_NJIT)
-def linearize_into(mi, mf, ws, q, v, tau, fext, dt):
-    """A, B, x+ into their regions. Returns False on a singular inertia."""
+@njit(**JIT_OPTIONS)
+def linearize_into(mi, mf, ws, q, v, tau, fext, dt, A, B, x_next):
+    """A, B and x+. Returns 0, or the joint whose articulated inertia is singular."""
     nv, nq = mi[0, MI_NVTOT], mi[0, MI_NQTOT]
-    if not aba_derivatives_into(mi, mf, ws, q, v, tau, fext):
-        return False
-    ddq = region1(mi, ws, R_DDQ, nv)
-    dddq = region2(mi, ws, R_DDDQ, nv, 2 * nv)
+    dddq_dq = region2(mi, ws, R_DDDQ_DQ, nv, nv)
+    dddq_dv = region2(mi, ws, R_DDDQ_DV, nv, nv)
     Minv = region2(mi, ws, R_MINV, nv, nv)
+    singular = aba_derivatives_into(mi, mf, ws, q, v, tau, fext, dddq_dq, dddq_dv, Minv)
+    if singular:
+        return singular
+    ddq = region1(mi, ws, R_DDQ, nv)
     v_next = region1(mi, ws, R_VNEXT, nv)
     step = region1(mi, ws, R_STEP, nv)
-    x_next = region1(mi, ws, R_XNEXT, nq + nv)
     Jq = region2(mi, ws, R_JQ, nv, nv)
     Jv = region2(mi, ws, R_JV, nv, nv)
-    A = region2(mi, ws, R_A, 2 * nv, 2 * nv)
-    B = region2(mi, ws, R_B, 2 * nv, nv)
     for k in range(nv):
         v_next[k] = v[k] + dt * ddq[k]
         step[k] = dt * v_next[k]
         x_next[nq + k] = v_next[k]
-    integrate_into(mi, q, step, x_next[:nq])
-    dintegrate_into(mi, step, Jq, Jv)
+    integrate_into(mi, q, as_readonly(step), x_next[:nq])
+    dintegrate_into(mi, as_readonly(step), Jq, Jv)
     # Bottom rows: [dt dFD/dq, I + dt dFD/dv] and dt M^-1.
     for r in range(nv):
-        for c in range(2 * nv):
-            A[nv + r, c] = dt * dddq[r, c]
+        for c in range(nv):
+            A[nv + r, c] = dt * dddq_dq[r, c]
+            A[nv + r, nv + c] = dt * dddq_dv[r, c]
         A[nv + r, nv + r] += 1.0
         for c in range(nv):
             B[nv + r, c] = dt * Minv[r, c]
@@ -106,37 +100,28 @@ def linearize_into(mi, mf, ws, q, v, tau, fext, dt):
     for r in range(nv):
         for c in range(nv):
             A[r, c] += Jq[r, c]
-    return True
-
-
-_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T, VEC_T, VEC_T, MAT_T, types.float64)
-
-
-@njit(_SIG, **_NJIT)
-def _linearize_kernel(mi, mf, ws, q, v, tau, fext, dt):
-    if foreign_workspace(mi, ws):
-        return STATUS_WORKSPACE
-    status = check_inputs(mi, q, v, tau, fext)
-    if status != 0:
-        return status
-    if not linearize_into(mi, mf, ws, q, v, tau, fext, dt):
-        return STATUS_SINGULAR
     return 0
 
 
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _linearize_entry(data, dims):
-    try:
-        mi, mf, ws, q, v, tau, fext = dynamics_arrays(data, dims)
-        return _linearize_kernel(mi, mf, ws, q, v, tau, fext, arg_double(data, dims, 7))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
+@njit(**JIT_OPTIONS)
+def _linearize_kernel(mi, mf, ws, q, v, tau, fext, dt, A, B, x_next):
+    nv, nq = mi[0, MI_NVTOT], mi[0, MI_NQTOT]
+    code = check_state(mi, ws, q, v, tau, fext)
+    if code == 0:
+        code = check_shape(A, 2 * nv, 2 * nv, 8)
+    if code == 0:
+        code = check_shape(B, 2 * nv, nv, 9)
+    if code == 0:
+        code = check_length(x_next, nq + nv, 10)
+    if code == 0:
+        singular = linearize_into(mi, mf, ws, q, v, tau, fext, dt, A, B, x_next)
+        if singular:
+            code = status(STATUS_SINGULAR, 0, singular)
+    return code
 
 
-_linearize_call = entry(_linearize_kernel, _linearize_entry, "i2f2F1f1f1f1f2d")
-
-
-_NAMES = ("q", "v", "tau", "fext")
+LINEARIZE = register(_linearize_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 dt:d A:F2 B:F2 x_next:F1")
+_linearize = LINEARIZE.call
 
 
 def check_time_step(dt) -> float:
@@ -166,10 +151,15 @@ def linearize(model: Model, data: Data, q, v, tau, dt, fext=None):
     """
     dt = check_time_step(dt)
     try:
-        status = _linearize_call(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, dt)
+        code = _linearize(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, dt,
+                              data._A, data._B, data._x_next)
     except (TypeError, AttributeError):
-        status = call_kernel(lambda mi, mf, ws, *arrays: _linearize_call(mi, mf, ws, *arrays, dt), model, data,
-                             (q, v, tau, fext), _NAMES, (1, 1, 1, 2))
-    if status:
-        raise_for_dynamics_status(model, status, _NAMES)
+        code = LINEARIZE.call_converted(model, data, q, v, tau, fext, dt)
+    if code:
+        raise LINEARIZE.error(model, code)
     return data.A, data.B
+
+
+def linearize_batch(model: Model, Q, V, TAU, dt):
+    """linearize at K states with time step dt [s] -> (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv))."""
+    return tuple(run_batch(LINEARIZE, model, Q, V, TAU, None, check_time_step(dt)))

@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import cfunc, njit, types
+from numba import njit
 
-from rbd_deriv import constants
-from rbd_deriv.exceptions import InputError
-from rbd_deriv.model import (
+from rbd_deriv.core.calling import STATUS_SHAPE, check_position, register, status
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.layout import (
     MF_AXIS,
     MF_INERTIA,
     MF_POS,
@@ -30,18 +30,10 @@ from rbd_deriv.model import (
     MI_IDX_Q,
     MI_IDX_V,
     MI_NJ,
-    MI_NQTOT,
     MI_NV,
     MI_NVTOT,
     MI_PARENT,
     MI_TYPE,
-    MI_WORKSPACE,
-    Data,
-    Model,
-)
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
-from rbd_deriv.spatial import (
-    _NJIT,
     R_C,
     R_FEXTW,
     R_OA,
@@ -53,94 +45,19 @@ from rbd_deriv.spatial import (
     R_S,
     R_SCRATCH,
     R_SDOT,
-    act_force,
-    act_inertia,
-    motion_cross,
     region1,
     region2,
     region3,
+    zero_forces,
+    zero_velocity,
 )
-from rbd_deriv.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE
-
-# Kernel status codes: 0 is success; otherwise STATUS_* * STATUS_SCALE + detail (argument or joint index).
-STATUS_SCALE = 1_000_000
-STATUS_SHAPE, STATUS_NONFINITE, STATUS_QUATERNION = 1, 2, 3
-STATUS_WORKSPACE = 5 * STATUS_SCALE
-STATUS_QUATERNION_SECOND = 6  # a quaternion of the second configuration argument (difference's q1)
-
-# Numba types of kernel arguments: model arrays are read-only, user arrays are contiguous float64.
-MI_T = types.Array(types.int64, 2, "C", readonly=True)
-MF_T = types.Array(types.float64, 2, "C", readonly=True)
-VEC_T = types.Array(types.float64, 1, "C")
-MAT_T = types.Array(types.float64, 2, "C")
+from rbd_deriv.core.model import Data, Model
+from rbd_deriv.core.spatial import act_force, inertia_to_world, motion_cross
+from rbd_deriv.core.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE
+from rbd_deriv.exceptions import InputError
 
 
-@njit(**_NJIT)
-def check_vector(x, n, argument):
-    if x.shape[0] != n:
-        return STATUS_SHAPE * STATUS_SCALE + argument
-    for k in range(n):
-        if not np.isfinite(x[k]):
-            return STATUS_NONFINITE * STATUS_SCALE + argument
-    return 0
-
-
-@njit(**_NJIT)
-def foreign_workspace(mi, ws):
-    """True when ws is not the size of this model's workspace (a Data of another model): checked before any
-    view of ws is taken."""
-    return ws.shape[0] != mi[0, MI_WORKSPACE]
-
-
-@njit(**_NJIT)
-def check_inputs(mi, q, v, a, fext):
-    """Validate (q, v, a, fext) before any computation. Returns 0 or a status code.
-
-    The detail of a status is the argument position (0 q, 1 v, 2 a, 3 fext) or, for a quaternion,
-    the joint index. Inputs not used by a kernel are passed as zero arrays of the right size.
-    """
-    nj, nv, nq = mi[0, MI_NJ], mi[0, MI_NVTOT], mi[0, MI_NQTOT]
-    status = check_vector(q, nq, 0)
-    if status == 0:
-        status = check_vector(v, nv, 1)
-    if status == 0:
-        status = check_vector(a, nv, 2)
-    if status != 0:
-        return status
-    if fext.shape[0] != nj or fext.shape[1] != 6:
-        return STATUS_SHAPE * STATUS_SCALE + 3
-    for i in range(nj):
-        for k in range(6):
-            if not np.isfinite(fext[i, k]):
-                return STATUS_NONFINITE * STATUS_SCALE + 3
-    return check_quaternions(mi, q)
-
-
-@njit(**_NJIT)
-def check_position_call(mi, ws, q):
-    """Status of a kernel call that takes only q: the workspace first, then q (shape, finite, unit
-    quaternions)."""
-    if foreign_workspace(mi, ws):
-        return STATUS_WORKSPACE
-    status = check_vector(q, mi[0, MI_NQTOT], 0)
-    if status == 0:
-        status = check_quaternions(mi, q)
-    return status
-
-
-@njit(**_NJIT)
-def check_quaternions(mi, q):
-    """STATUS_QUATERNION for the first free flyer whose quaternion is not unit norm, else 0."""
-    for i in range(1, mi[0, MI_NJ]):
-        if mi[i, MI_TYPE] == JOINT_FREEFLYER:
-            iq = mi[i, MI_IDX_Q]
-            n2 = q[iq + 3] ** 2 + q[iq + 4] ** 2 + q[iq + 5] ** 2 + q[iq + 6] ** 2
-            if abs(np.sqrt(n2) - 1.0) > constants.QUATERNION_TOLERANCE:
-                return STATUS_QUATERNION * STATUS_SCALE + i
-    return 0
-
-
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def joint_placement(mi, mf, q, i, oMp, out):
     """out (4x4) = 0M_i = 0M_parent M_tree M_J(q) for joint i, with 0M_parent given as oMp."""
     b = MF_ROT
@@ -202,7 +119,7 @@ def joint_placement(mi, mf, q, i, oMp, out):
     out[2, 2] = r20 * j02 + r21 * j12 + r22 * j22
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def motion_subspace(mi, mf, i, oM, S):
     """Write the world-frame motion subspace columns of joint i into rows idx_v.. of S (nv, 6)."""
     jtype = mi[i, MI_TYPE]
@@ -234,11 +151,11 @@ def motion_subspace(mi, mf, i, oM, S):
 FK_POSITION, FK_VELOCITY, FK_ACCELERATION, FK_DERIVATIVES = 0, 1, 2, 3
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def forward_pass(mi, mf, ws, q, v, a, fext, level):
     """World-frame kinematics up to ``level``:
 
-    FK_POSITION: placements oMi, motion subspaces S, body inertias oI;
+    FK_POSITION: placements oMi, motion subspaces S, body inertias oI (10 parameters each);
     FK_VELOCITY: + external forces in the world frame, velocities ov and c_i = v_i x (S_i qd_i);
     FK_ACCELERATION: + accelerations oa (a_0 = -g);
     FK_DERIVATIVES: + Sdot, Psid, Psidd, the motion sets of the derivative algorithms.
@@ -246,7 +163,7 @@ def forward_pass(mi, mf, ws, q, v, a, fext, level):
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     oMi = region3(mi, ws, R_OMI, nj, 4, 4)
     S = region2(mi, ws, R_S, nv, 6)
-    oI = region3(mi, ws, R_OI, nj, 6, 6)
+    oI = region2(mi, ws, R_OI, nj, 10)
     fext_world = region2(mi, ws, R_FEXTW, nj, 6)
     ov = region2(mi, ws, R_OV, nj, 6)
     c = region2(mi, ws, R_C, nj, 6)
@@ -257,7 +174,7 @@ def forward_pass(mi, mf, ws, q, v, a, fext, level):
         parent = mi[i, MI_PARENT]
         joint_placement(mi, mf, q, i, oMi[parent], oMi[i])
         motion_subspace(mi, mf, i, oMi[i], S)
-        act_inertia(oMi[i], mf[i, MF_INERTIA:], oI[i])
+        inertia_to_world(oMi[i], mf[i, MF_INERTIA:], oI[i])
         if level == FK_POSITION:
             continue
         act_force(oMi[i], fext[i], fext_world[i])
@@ -275,7 +192,14 @@ def forward_pass(mi, mf, ws, q, v, a, fext, level):
         acceleration_pass(mi, mf, ws, a, level >= FK_DERIVATIVES)
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
+def position_pass(mi, mf, ws, q):
+    """forward_pass at FK_POSITION (placements, motion subspaces, inertias), which needs no velocity."""
+    zero = zero_velocity(mi, ws)
+    forward_pass(mi, mf, ws, q, zero, zero, zero_forces(mi, ws), FK_POSITION)
+
+
+@njit(**JIT_OPTIONS)
 def motion_sets(mi, ws):
     """Sdot_i = v_i x S_i and Psid_i = v_lambda(i) x S_i for every dof, once velocities are known."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
@@ -290,7 +214,7 @@ def motion_sets(mi, ws):
             motion_cross(ov[parent], S[d], Psid[d])
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def acceleration_pass(mi, mf, ws, a, with_sets):
     """Accelerations a_i = a_lambda(i) + c_i + S_i qdd_i (a_0 = -g), once velocities are known;
     with_sets: also Psidd_i = a_lambda(i) x S_i + v_lambda(i) x Psid_i (needs motion_sets)."""
@@ -320,97 +244,24 @@ def acceleration_pass(mi, mf, ws, a, with_sets):
                 Psidd[d, k] += tmp[k]
 
 
-_FK_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T)
-
-
-@njit(_FK_SIG, **_NJIT)
-def _forward_kinematics_kernel(mi, mf, ws, q):
-    status = check_position_call(mi, ws, q)
-    if status != 0:
-        return status
-    nj = mi[0, MI_NJ]
-    oMi = region3(mi, ws, R_OMI, nj, 4, 4)
-    for i in range(1, nj):
+@njit(**JIT_OPTIONS)
+def _forward_kinematics_kernel(mi, mf, ws, q, oMi):
+    code = check_position(mi, ws, q)
+    if code == 0 and oMi.shape[0] != mi[0, MI_NJ]:
+        code = status(STATUS_SHAPE, 4, 0)
+    if code != 0:
+        return code
+    for r in range(4):
+        for c in range(4):
+            oMi[0, r, c] = 1.0 if r == c else 0.0
+    for i in range(1, mi[0, MI_NJ]):
         joint_placement(mi, mf, q, i, oMi[mi[i, MI_PARENT]], oMi[i])
     return 0
 
 
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _forward_kinematics_entry(data, dims):
-    try:
-        return _forward_kinematics_kernel(*position_arrays(data, dims))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
-
-
-_forward_kinematics_call = entry(_forward_kinematics_kernel, _forward_kinematics_entry, "i2f2F1f1")
-
-
-ARGUMENT_NAMES = ("q", "v", "a", "fext")
-
-
-def raise_for_status(model: Model, status: int, names=ARGUMENT_NAMES) -> None:
-    """Turn a kernel status code into an :class:`InputError` naming the argument or joint."""
-    if status == STATUS_WORKSPACE:
-        raise InputError("data: not a workspace of this model (use model.create_data())", "data")
-    if status == STATUS_INTERNAL:
-        raise RuntimeError("rbd_deriv: a kernel failed internally (a workspace view or a batch's slot out of"
-                           " bounds); please report")
-    kind, detail = divmod(int(status), STATUS_SCALE)
-    if kind in (STATUS_QUATERNION, STATUS_QUATERNION_SECOND):
-        name = model.joint_names[detail - 1]
-        argument = names[0] if kind == STATUS_QUATERNION else names[1]
-        raise InputError(
-            f"{argument}: the quaternion of joint {name!r} is not unit norm (tolerance"
-            f" {constants.QUATERNION_TOLERANCE}); normalize it", argument)
-    argument = names[detail]
-    if kind == STATUS_SHAPE:
-        expected = f"({model.nq},)" if argument in ("q", "q0", "q1") else f"({model.nv},)"
-        if argument == "fext":
-            expected = f"({model.njoints}, 6)"
-        raise InputError(f"{argument}: wrong shape, expected {expected}", argument)
-    raise InputError(f"{argument}: contains NaN or inf", argument)
-
-
-def as_input_array(x, name: str, ndim: int) -> np.ndarray:
-    """Convert an argument to the contiguous, writable float64 array the kernels take (copying only when
-    needed), or raise InputError."""
-    try:
-        complex_values = np.iscomplexobj(x)
-        array = None if complex_values else np.asarray(x, dtype=np.float64, order="C")
-    except (TypeError, ValueError) as err:  # ragged nested lists, strings, objects
-        raise InputError(f"{name}: expected an array of numbers ({err})", name) from err
-    if complex_values:
-        raise InputError(f"{name}: expected real numbers, got complex values", name)
-    if not (array.flags.writeable and array.flags.aligned):  # the kernels refuse both
-        array = array.copy()
-    if array.ndim != ndim:
-        raise InputError(f"{name}: expected a {ndim}-D array, got shape {array.shape}", name)
-    return array
-
-
-def check_model(model) -> None:
-    """InputError unless ``model`` is a Model."""
-    if not isinstance(model, Model):
-        raise InputError(f"model: expected a Model (rbd_deriv.load_urdf), got {type(model).__name__}", "model")
-
-
-def call_kernel(kernel, model: Model, data: Data, arrays, names, ndims):
-    """Run ``kernel(mi, mf, ws, *arrays)``, converting the arrays when their type does not match.
-
-    The fast path is the direct call; the conversion (and its clear errors) runs only when numba refuses
-    the argument types (a list, an int array, a read-only or strided view...).
-    """
-    check_model(model)
-    if not isinstance(data, Data):
-        raise InputError("data: not a workspace of this model (use model.create_data())", "data")
-    # fext=None (no external force) is the workspace's zero force set.
-    arrays = [data._zero_fext if x is None and name == "fext" else x for x, name in zip(arrays, names)]
-    try:
-        return kernel(model.mi, model.mf, data.ws, *arrays)
-    except TypeError:
-        converted = [as_input_array(x, n, d) for x, n, d in zip(arrays, names, ndims)]
-        return kernel(model.mi, model.mf, data.ws, *converted)
+FORWARD_KINEMATICS = register(_forward_kinematics_kernel, "mi:i2 mf:f2 data:W q:f1 oMi:F3", lazy=True,
+                              release_gil=False)
+_forward_kinematics = FORWARD_KINEMATICS.call
 
 
 def forward_kinematics(model: Model, data: Data, q) -> np.ndarray:
@@ -423,11 +274,11 @@ def forward_kinematics(model: Model, data: Data, q) -> np.ndarray:
         data.oMi (njoints, 4, 4): homogeneous placements, row 0 the universe (identity).
     """
     try:
-        status = _forward_kinematics_call(model.mi, model.mf, data.ws, q)
+        code = _forward_kinematics(model.mi, model.mf, data.ws, q, data._oMi)
     except (TypeError, AttributeError):
-        status = call_kernel(_forward_kinematics_call, model, data, (q,), ("q",), (1,))
-    if status:
-        raise_for_status(model, status)
+        code = FORWARD_KINEMATICS.call_converted(model, data, q)
+    if code:
+        raise FORWARD_KINEMATICS.error(model, code)
     return data.oMi
 
 

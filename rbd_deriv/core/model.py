@@ -1,22 +1,14 @@
 """Model (immutable robot description) and Data (preallocated workspace).
 
-A :class:`Model` holds the kinematic tree as flat per-joint arrays, the form the numba kernels read:
-
-* ``model.mi`` int64 (njoints, MI_COLS): per joint its type, parent, first q and v index, nq, nv and the end
-  of its subtree in v (the depth-first order makes every subtree a contiguous range of v). Row 0 (the
-  universe) holds the sizes and the offsets of the workspace regions instead.
-* ``model.mf`` float64 (njoints, MF_COLS): per joint the placement in its parent (rotation row-major, then
-  translation), the unit axis, and the inertia of its body in the joint frame as 10 numbers: mass, first
-  moment h = m c (3), rotational inertia about the joint-frame origin (Ixx Ixy Ixz Iyy Iyz Izz). Row 0 holds
-  the gravity (6,) [linear, angular].
-
-A :class:`Data` holds one flat float64 array ``ws``; every intermediate quantity and result is a named view
-into it (``data.tau``, ``data.M``, ``data.oMi``...), allocated once. One Data per thread: the algorithms never
-write the Model (setting ``model.gravity`` does: do it before sharing the model among threads).
+A :class:`Model` holds the kinematic tree as the flat per-joint arrays ``mi`` and ``mf`` that the kernels read
+(their columns: :mod:`rbd_deriv.core.layout`). A :class:`Data` holds one flat float64 array ``ws``; every
+intermediate quantity and result is a named view into it (``data.tau``, ``data.M``, ``data.oMi``...),
+allocated once. One Data per thread: the algorithms never write the Model (setting ``model.gravity`` does: do
+it before sharing the model among threads).
 
 Conventions are Pinocchio's: spatial vectors [linear, angular]; joints depth-first, the children of a link
-sorted by joint name; free flyer ``root_joint`` with q = [x y z qx qy qz qw] and v = [linear, angular] in the body frame.
-A continuous joint uses one angle (nq = 1).
+sorted by joint name; free flyer ``root_joint`` with q = [x y z qx qy qz qw] and v = [linear, angular] in the
+body frame. A continuous joint uses one angle (nq = 1).
 """
 
 from __future__ import annotations
@@ -25,81 +17,38 @@ import math
 
 import numpy as np
 
-from rbd_deriv import constants
-from rbd_deriv.exceptions import ModelError
-from rbd_deriv.urdf import (
+from rbd_deriv.core import constants
+from rbd_deriv.core.layout import (
+    MF_AXIS,
+    MF_COLS,
+    MF_INERTIA,
+    MF_POS,
+    MF_ROT,
+    MI_COLS,
+    MI_IDX_Q,
+    MI_IDX_V,
+    MI_NJ,
+    MI_NQ,
+    MI_NQTOT,
+    MI_NV,
+    MI_NVTOT,
+    MI_OFFSETS,
+    MI_PARENT,
+    MI_SUBTREE_END,
+    MI_TYPE,
+    MI_WORKSPACE,
+    REGION_INDEX,
+    region_sizes,
+)
+from rbd_deriv.core.urdf import (
     JOINT_FREEFLYER,
     JOINT_PRISMATIC,
     JOINT_REVOLUTE,
     TreeDescription,
     parse_urdf,
+    transform_inertia,
 )
-
-# Columns of model.mi (joint rows).
-MI_TYPE, MI_PARENT, MI_IDX_Q, MI_IDX_V, MI_NQ, MI_NV, MI_SUBTREE_END = range(7)
-# Columns of model.mi row 0: sizes, then workspace offsets.
-MI_NJ, MI_NVTOT, MI_NQTOT = 0, 1, 2
-
-# Columns of model.mf.
-MF_ROT, MF_POS, MF_AXIS, MF_INERTIA = 0, 9, 12, 15
-MF_COLS = MF_INERTIA + 10
-
-# Workspace regions: name -> shape as a function of (nj, nv, nq). Order fixes the offsets.
-# Joint-indexed regions have njoints rows; dof-indexed regions have nv rows (one motion vector per dof).
-REGIONS = (
-    ("oMi", lambda nj, nv, nq: (nj, 4, 4)),  # placement of each joint frame in the world
-    ("liMi", lambda nj, nv, nq: (nj, 4, 4)),  # placement of each joint frame in its parent's (rnea)
-    ("ov", lambda nj, nv, nq: (nj, 6)),  # spatial velocity, world frame
-    ("oa", lambda nj, nv, nq: (nj, 6)),  # spatial acceleration (gravity included), world frame
-    ("of", lambda nj, nv, nq: (nj, 6)),  # force transmitted by each joint (subtree sum), world frame
-    ("oI", lambda nj, nv, nq: (nj, 6, 6)),  # body spatial inertia, world frame
-    ("IC", lambda nj, nv, nq: (nj, 6, 6)),  # composite (subtree) inertia, world frame
-    ("BC", lambda nj, nv, nq: (nj, 6, 6)),  # composite Coriolis factor B (IDSVA), world frame
-    ("IA", lambda nj, nv, nq: (nj, 6, 6)),  # articulated-body inertia, world frame
-    ("pA", lambda nj, nv, nq: (nj, 6)),  # articulated bias force, world frame
-    ("Dinv", lambda nj, nv, nq: (nj, 6, 6)),  # inverse of S^T IA S per joint (top-left nv_j block)
-    ("c", lambda nj, nv, nq: (nj, 6)),  # velocity-product acceleration Sdot qd, world frame
-    ("fext_world", lambda nj, nv, nq: (nj, 6)),  # external forces expressed in the world frame
-    ("S", lambda nj, nv, nq: (nv, 6)),  # motion subspace, one column per dof, world frame
-    ("Sdot", lambda nj, nv, nq: (nv, 6)),  # v_i x S_i
-    ("Psid", lambda nj, nv, nq: (nv, 6)),  # v_parent x S_i
-    ("Psidd", lambda nj, nv, nq: (nv, 6)),  # a_parent x S_i + v_parent x Psid_i
-    ("t1", lambda nj, nv, nq: (nv, 6)),
-    ("t2", lambda nj, nv, nq: (nv, 6)),
-    ("t3", lambda nj, nv, nq: (nv, 6)),
-    ("t4", lambda nj, nv, nq: (nv, 6)),
-    ("U", lambda nj, nv, nq: (nv, 6)),  # IA S
-    ("u", lambda nj, nv, nq: (nv,)),
-    ("F", lambda nj, nv, nq: (nj, nv, 6)),  # force/acceleration sets of the M^-1 algorithm, one 6-vector per dof
-    ("tau", lambda nj, nv, nq: (nv,)),
-    ("ddq", lambda nj, nv, nq: (nv,)),
-    ("nle", lambda nj, nv, nq: (nv,)),
-    ("g", lambda nj, nv, nq: (nv,)),
-    ("M", lambda nj, nv, nq: (nv, nv)),
-    ("Minv", lambda nj, nv, nq: (nv, nv)),
-    ("dtau", lambda nj, nv, nq: (nv, 2 * nv)),  # [dtau/dq, dtau/dv]
-    ("dddq", lambda nj, nv, nq: (nv, 2 * nv)),  # [dddq/dq, dddq/dv]
-    ("A", lambda nj, nv, nq: (2 * nv, 2 * nv)),
-    ("B", lambda nj, nv, nq: (2 * nv, nv)),
-    ("x_next", lambda nj, nv, nq: (nq + nv,)),
-    ("v_next", lambda nj, nv, nq: (nv,)),
-    ("step", lambda nj, nv, nq: (nv,)),  # dt * v_next, the tangent step of the Euler integrator
-    ("Jq", lambda nj, nv, nq: (nv, nv)),  # d integrate / dq
-    ("Jv", lambda nj, nv, nq: (nv, nv)),  # d integrate / dv
-    ("scratch", lambda nj, nv, nq: (64,)),  # small temporaries of the kernels (no allocation in loops)
-    ("zero_nv", lambda nj, nv, nq: (nv,)),  # stays zero: the "no velocity/acceleration" input
-    ("zero_fext", lambda nj, nv, nq: (nj, 6)),  # stays zero: the "no external force" input
-)
-REGION_INDEX = {name: k for k, (name, _) in enumerate(REGIONS)}
-MI_OFFSETS = 4  # first column of row 0 holding region offsets
-MI_WORKSPACE = 3  # column of row 0 holding the workspace size, checked by every kernel
-MI_COLS = max(7, MI_OFFSETS + len(REGIONS))
-
-
-def _region_sizes(nj: int, nv: int, nq: int):
-    for name, shape in REGIONS:
-        dims = shape(nj, nv, nq)
-        yield name, dims, int(np.prod(dims))
+from rbd_deriv.exceptions import ModelError
 
 
 class Model:
@@ -162,7 +111,7 @@ class Model:
 
         mi[0, MI_NJ], mi[0, MI_NVTOT], mi[0, MI_NQTOT] = nj, iv, iq
         offset = 0
-        for k, (_, _, size) in enumerate(_region_sizes(nj, iv, iq)):
+        for k, (_, _, size) in enumerate(region_sizes(nj, iv, iq)):
             mi[0, MI_OFFSETS + k] = offset
             offset += size
         self.workspace_size = offset
@@ -254,17 +203,23 @@ class Model:
             array.setflags(write=False)
 
     def _check_mass(self, joints) -> None:
-        # A joint whose subtree cannot resist its motion makes M singular: refuse it now rather than
-        # return inf from ABA later. Checked at the neutral configuration, with exact spatial algebra.
-        from rbd_deriv.configuration import neutral
-        from rbd_deriv.crba import crba
-
-        data = self.create_data()
-        M = crba(self, data, neutral(self))
-        for k, joint in enumerate(joints, start=1):
-            iv, nvj = self.idx_v[joint.name], self.nv_joint[joint.name]
-            block = M[iv : iv + nvj, iv : iv + nvj]
-            if np.linalg.eigvalsh(block).min() <= constants.SINGULAR_INERTIA:
+        # A joint whose subtree cannot resist its motion makes M singular: refuse it now rather than return
+        # inf from ABA later. Its diagonal block of M at the neutral configuration is S^T I^C S, with I^C the
+        # composite inertia of its subtree in its own frame (children's composites moved up by their
+        # placements, where the neutral joint motions are the identity).
+        composite = [np.asarray(joint.inertia, dtype=float).copy() for joint in joints]
+        for k in range(len(joints) - 1, -1, -1):
+            parent = joints[k].parent
+            if parent > 0:
+                composite[parent - 1] += transform_inertia(joints[k].placement, composite[k])
+        for joint, inertia in zip(joints, composite):
+            if joint.jtype == JOINT_FREEFLYER:
+                S = np.eye(6)
+            else:
+                S = np.zeros((6, 1))
+                rows = slice(3, 6) if joint.jtype == JOINT_REVOLUTE else slice(0, 3)  # [linear, angular]
+                S[rows, 0] = joint.axis
+            if np.linalg.eigvalsh(S.T @ inertia @ S).min() <= constants.SINGULAR_INERTIA:
                 raise ModelError(
                     f"joint {joint.name!r} moves bodies with no mass or inertia along its motion"
                     " (the mass matrix would be singular); give its child link an <inertial>",
@@ -277,6 +232,12 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model({self.name!r}, nq={self.nq}, nv={self.nv}, njoints={self.njoints})"
+
+
+RESULTS = ("oMi", "tau", "ddq", "nle", "g", "M", "Minv", "dtau_dq", "dtau_dv", "dddq_dq", "dddq_dv", "A", "B",
+           "x_next")
+"""The regions that hold public results: read-only for the user, written by the kernels through
+:meth:`Data.output`."""
 
 
 class Data:
@@ -297,18 +258,24 @@ class Data:
     def __init__(self, model: Model) -> None:
         self.ws = np.zeros(model.workspace_size)
         offset = 0
-        for name, dims, size in _region_sizes(model.njoints, model.nv, model.nq):
-            # The zero inputs stay zero only if nobody writes them: private.
-            setattr(self, "_" + name if name.startswith("zero_") else name, self.ws[offset : offset + size].reshape(dims))
+        for name, dims, size in region_sizes(model.njoints, model.nv, model.nq):
+            view = self.ws[offset : offset + size].reshape(dims)
             offset += size
-        nv = model.nv
-        self.dtau_dq, self.dtau_dv = self.dtau[:, :nv], self.dtau[:, nv:]
-        self.dddq_dq, self.dddq_dv = self.dddq[:, :nv], self.dddq[:, nv:]
+            if name.startswith("zero_"):  # they stay zero only if nobody writes them: private
+                setattr(self, "_" + name, view)
+                continue
+            setattr(self, name, view)
+            if name in RESULTS:
+                # The kernels write a result through a private writable view; the public one is read-only.
+                setattr(self, "_" + name, view)
+                public = view.view()
+                public.setflags(write=False)
+                setattr(self, name, public)
         Data.initialize(model, self.ws)
-        # Public results are read-only views: the kernels write through ws.
-        for name in ("oMi", "tau", "ddq", "nle", "g", "M", "Minv", "dtau_dq", "dtau_dv", "dddq_dq",
-                     "dddq_dv", "A", "B", "x_next"):
-            getattr(self, name).setflags(write=False)
+
+    def output(self, name: str) -> np.ndarray:
+        """The writable view of result ``name`` that a kernel takes as its output argument."""
+        return getattr(self, "_" + name)
 
 
 def load_urdf(path_or_xml: str, floating_base: bool = False, gravity=None) -> Model:

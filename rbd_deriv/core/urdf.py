@@ -4,7 +4,7 @@ Reads a URDF (file path or XML string) with urdf_parser_py and produces a :class
 movable joints in Pinocchio's order (depth-first from the root link; the children of a link sorted by joint
 name, which is the order urdfdom hands them to Pinocchio, whatever their order in the document), fixed
 joints merged into the body of their nearest movable ancestor, and frames for every link and joint.
-:mod:`rbd_deriv.model` packs it into the arrays the kernels read.
+:mod:`rbd_deriv.core.model` packs it into the arrays the kernels read.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rbd_deriv import constants
+from rbd_deriv.core import constants
 from rbd_deriv.exceptions import ModelError, URDFError
 
 JOINT_REVOLUTE = 0

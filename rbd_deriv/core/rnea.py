@@ -7,7 +7,7 @@ RNEA (Featherstone, RBDA sec. 5.3; the RNEA write-up in the project's references
     backward:  f_lambda(i) += f_i,     tau_i = S_i^T f_i
 
 in the joint frames for rnea itself (:func:`rnea_into`), and on the world-frame quantities of
-:mod:`rbd_deriv.kinematics` for the derivative algorithms (:func:`body_forces`).
+:mod:`rbd_deriv.core.kinematics` for the derivative algorithms (:func:`body_forces`).
 
 External forces f^ext are given per joint in the joint's local frame, [linear, angular], row 0 the
 universe (ignored), as Pinocchio's ``fext``; they act on the body carried by the joint.
@@ -16,61 +16,44 @@ universe (ignored), as Pinocchio's ``fext``; they act on the body carried by the
 from __future__ import annotations
 
 import numpy as np
-from numba import cfunc, njit, types
+from numba import njit
 
-from rbd_deriv.kinematics import (
-    MAT_T,
-    MF_T,
-    MI_T,
-    STATUS_WORKSPACE,
-    VEC_T,
-    call_kernel,
-    check_position_call,
-    check_inputs,
-    foreign_workspace,
-    joint_placement,
-    raise_for_status,
-)
-from rbd_deriv.model import MF_AXIS, MF_INERTIA, MI_IDX_V, MI_NJ, MI_NVTOT, MI_PARENT, MI_TYPE, Data, Model
-from rbd_deriv.native import (
-    ENTRY_OPTIONS,
-    ENTRY_SIG,
-    STATUS_INTERNAL,
-    arg_float1,
-    dynamics_arrays,
-    entry,
-    position_arrays,
-)
-from rbd_deriv.spatial import (
-    _NJIT,
+from rbd_deriv.core.batch import run_batch
+from rbd_deriv.core.calling import ARG_V, check_length, check_position, check_state, check_vector, register
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.kinematics import joint_placement
+from rbd_deriv.core.layout import (
+    MF_AXIS,
+    MF_INERTIA,
+    MI_IDX_V,
+    MI_NJ,
+    MI_NVTOT,
+    MI_PARENT,
+    MI_TYPE,
     R_FEXTW,
-    R_G,
     R_LIMI,
-    R_NLE,
     R_OA,
     R_OF,
     R_OI,
     R_OMI,
     R_OV,
     R_SCRATCH,
-    R_TAU,
-    R_ZERO_FEXT,
-    R_ZERO_NV,
-    force_cross_add,
-    mat6_vec,
-    motion_cross,
     region1,
     region2,
     region3,
+    zero_forces,
+    zero_velocity,
 )
-from rbd_deriv.urdf import JOINT_PRISMATIC, JOINT_REVOLUTE
+from rbd_deriv.core.model import Data, Model
+from rbd_deriv.core.spatial import force_cross_add, inertia_times, motion_cross
+from rbd_deriv.core.urdf import JOINT_PRISMATIC, JOINT_REVOLUTE
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def body_forces(mi, ws):
     """of_i = I_i a_i + v_i x* I_i v_i - f_i^ext for every body (world frame), before accumulation."""
     nj = mi[0, MI_NJ]
-    oI = region3(mi, ws, R_OI, nj, 6, 6)
+    oI = region2(mi, ws, R_OI, nj, 10)
     ov = region2(mi, ws, R_OV, nj, 6)
     oa = region2(mi, ws, R_OA, nj, 6)
     of = region2(mi, ws, R_OF, nj, 6)
@@ -79,14 +62,16 @@ def body_forces(mi, ws):
     for k in range(6):
         of[0, k] = 0.0
     for i in range(1, nj):
-        mat6_vec(oI[i], oa[i], of[i])
-        mat6_vec(oI[i], ov[i], h)
+        I = oI[i]
+        f0, f1, f2, f3, f4, f5 = inertia_times(I, oa[i, 0], oa[i, 1], oa[i, 2], oa[i, 3], oa[i, 4], oa[i, 5])
+        of[i, 0], of[i, 1], of[i, 2] = f0 - fext_world[i, 0], f1 - fext_world[i, 1], f2 - fext_world[i, 2]
+        of[i, 3], of[i, 4], of[i, 5] = f3 - fext_world[i, 3], f4 - fext_world[i, 4], f5 - fext_world[i, 5]
+        h[0], h[1], h[2], h[3], h[4], h[5] = inertia_times(I, ov[i, 0], ov[i, 1], ov[i, 2], ov[i, 3], ov[i, 4],
+                                                           ov[i, 5])
         force_cross_add(ov[i], h, 1.0, of[i])
-        for k in range(6):
-            of[i, k] -= fext_world[i, k]
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def rnea_into(mi, mf, ws, q, v, a, fext, out):
     """RNEA into ``out`` (nv,), inputs already checked.
 
@@ -172,7 +157,7 @@ def rnea_into(mi, mf, ws, q, v, a, fext, out):
             _force_to_parent_add(liMi[i], fl[i], fl[parent])
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _motion_to_child(M, m, out):
     """out = M^-1 m: a motion given in the parent frame, expressed in the child frame of placement M."""
     wx, wy, wz = m[3], m[4], m[5]
@@ -186,7 +171,7 @@ def _motion_to_child(M, m, out):
         out[3 + k] = M[0, k] * wx + M[1, k] * wy + M[2, k] * wz
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _force_to_parent_add(M, f, out):
     """out += M f: a force given in the child frame of placement M, expressed in the parent frame."""
     fx = M[0, 0] * f[0] + M[0, 1] * f[1] + M[0, 2] * f[2]
@@ -201,7 +186,7 @@ def _force_to_parent_add(M, f, out):
     out[5] += M[2, 0] * f[3] + M[2, 1] * f[4] + M[2, 2] * f[5] + px * fy - py * fx
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _body_force(mf, i, v, a, fext, out):
     """out = I a + v x* (I v) - fext in the joint frame, I from its 10 parameters (mass, h = m c, Io)."""
     b = MF_INERTIA
@@ -227,29 +212,18 @@ def _body_force(mf, i, v, a, fext, out):
               + wx * ny - wy * nx + vx * fy - vy * fx - fext[5])
 
 
-_RNEA_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T, VEC_T, VEC_T, MAT_T)
+@njit(**JIT_OPTIONS)
+def _rnea_kernel(mi, mf, ws, q, v, a, fext, tau):
+    code = check_state(mi, ws, q, v, a, fext)
+    if code == 0:
+        code = check_length(tau, mi[0, MI_NVTOT], 7)
+    if code == 0:
+        rnea_into(mi, mf, ws, q, v, a, fext, tau)
+    return code
 
 
-@njit(_RNEA_SIG, **_NJIT)
-def _rnea_kernel(mi, mf, ws, q, v, a, fext):
-    if foreign_workspace(mi, ws):
-        return STATUS_WORKSPACE
-    status = check_inputs(mi, q, v, a, fext)
-    if status != 0:
-        return status
-    rnea_into(mi, mf, ws, q, v, a, fext, region1(mi, ws, R_TAU, mi[0, MI_NVTOT]))
-    return 0
-
-
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _rnea_entry(data, dims):
-    try:
-        return _rnea_kernel(*dynamics_arrays(data, dims))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
-
-
-_rnea_call = entry(_rnea_kernel, _rnea_entry, "i2f2F1f1f1f1f2")
+RNEA = register(_rnea_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 a:f1 fext:f2 tau:F1", release_gil=False)
+_rnea = RNEA.call
 
 
 def rnea(model: Model, data: Data, q, v, a, fext=None) -> np.ndarray:
@@ -265,41 +239,33 @@ def rnea(model: Model, data: Data, q, v, a, fext=None) -> np.ndarray:
         data.tau (nv,) joint torques/forces [N m, N].
     """
     try:
-        status = _rnea_call(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext)
+        code = _rnea(model.mi, model.mf, data.ws, q, v, a, data._zero_fext if fext is None else fext, data._tau)
     except (TypeError, AttributeError):
-        status = call_kernel(_rnea_call, model, data, (q, v, a, fext), ("q", "v", "a", "fext"), (1, 1, 1, 2))
-    if status:
-        raise_for_status(model, status)
+        code = RNEA.call_converted(model, data, q, v, a, fext)
+    if code:
+        raise RNEA.error(model, code)
     return data.tau
 
 
-_NLE_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T, VEC_T)
+def rnea_batch(model: Model, Q, V, A) -> np.ndarray:
+    """rnea at K states. Q (K, nq), V (K, nv), A (K, nv) -> tau (K, nv) [N m, N]."""
+    return run_batch(RNEA, model, Q, V, A, None)[0]
 
 
-@njit(_NLE_SIG, **_NJIT)
-def _nle_kernel(mi, mf, ws, q, v):
-    if foreign_workspace(mi, ws):
-        return STATUS_WORKSPACE
-    nv = mi[0, MI_NVTOT]
-    zero = region1(mi, ws, R_ZERO_NV, nv)
-    fext = region2(mi, ws, R_ZERO_FEXT, mi[0, MI_NJ], 6)
-    status = check_inputs(mi, q, v, zero, fext)
-    if status != 0:
-        return status
-    rnea_into(mi, mf, ws, q, v, zero, fext, region1(mi, ws, R_NLE, nv))
-    return 0
+@njit(**JIT_OPTIONS)
+def _nle_kernel(mi, mf, ws, q, v, nle):
+    code = check_position(mi, ws, q)
+    if code == 0:
+        code = check_vector(v, mi[0, MI_NVTOT], ARG_V)
+    if code == 0:
+        code = check_length(nle, mi[0, MI_NVTOT], 5)
+    if code == 0:
+        rnea_into(mi, mf, ws, q, v, zero_velocity(mi, ws), zero_forces(mi, ws), nle)
+    return code
 
 
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _nle_entry(data, dims):
-    try:
-        mi, mf, ws, q = position_arrays(data, dims)
-        return _nle_kernel(mi, mf, ws, q, arg_float1(data, dims, 4))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
-
-
-_nle_call = entry(_nle_kernel, _nle_entry, "i2f2F1f1f1")
+NONLINEAR_EFFECTS = register(_nle_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 nle:F1", lazy=True, release_gil=False)
+_nonlinear_effects = NONLINEAR_EFFECTS.call
 
 
 def nonlinear_effects(model: Model, data: Data, q, v) -> np.ndarray:
@@ -309,38 +275,27 @@ def nonlinear_effects(model: Model, data: Data, q, v) -> np.ndarray:
         data.nle (nv,) [N m, N].
     """
     try:
-        status = _nle_call(model.mi, model.mf, data.ws, q, v)
+        code = _nonlinear_effects(model.mi, model.mf, data.ws, q, v, data._nle)
     except (TypeError, AttributeError):
-        status = call_kernel(_nle_call, model, data, (q, v), ("q", "v"), (1, 1))
-    if status:
-        raise_for_status(model, status)
+        code = NONLINEAR_EFFECTS.call_converted(model, data, q, v)
+    if code:
+        raise NONLINEAR_EFFECTS.error(model, code)
     return data.nle
 
 
-_G_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T)
+@njit(**JIT_OPTIONS)
+def _gravity_kernel(mi, mf, ws, q, g):
+    code = check_position(mi, ws, q)
+    if code == 0:
+        code = check_length(g, mi[0, MI_NVTOT], 4)
+    if code == 0:
+        zero = zero_velocity(mi, ws)
+        rnea_into(mi, mf, ws, q, zero, zero, zero_forces(mi, ws), g)
+    return code
 
 
-@njit(_G_SIG, **_NJIT)
-def _gravity_kernel(mi, mf, ws, q):
-    status = check_position_call(mi, ws, q)
-    if status != 0:
-        return status
-    nv = mi[0, MI_NVTOT]
-    zero = region1(mi, ws, R_ZERO_NV, nv)
-    fext = region2(mi, ws, R_ZERO_FEXT, mi[0, MI_NJ], 6)
-    rnea_into(mi, mf, ws, q, zero, zero, fext, region1(mi, ws, R_G, nv))
-    return 0
-
-
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _gravity_entry(data, dims):
-    try:
-        return _gravity_kernel(*position_arrays(data, dims))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
-
-
-_gravity_call = entry(_gravity_kernel, _gravity_entry, "i2f2F1f1")
+GRAVITY = register(_gravity_kernel, "mi:i2 mf:f2 data:W q:f1 g:F1", release_gil=False)
+_gravity = GRAVITY.call
 
 
 def gravity_torques(model: Model, data: Data, q) -> np.ndarray:
@@ -350,9 +305,9 @@ def gravity_torques(model: Model, data: Data, q) -> np.ndarray:
         data.g (nv,) [N m, N].
     """
     try:
-        status = _gravity_call(model.mi, model.mf, data.ws, q)
+        code = _gravity(model.mi, model.mf, data.ws, q, data._g)
     except (TypeError, AttributeError):
-        status = call_kernel(_gravity_call, model, data, (q,), ("q",), (1,))
-    if status:
-        raise_for_status(model, status)
+        code = GRAVITY.call_converted(model, data, q)
+    if code:
+        raise GRAVITY.error(model, code)
     return data.g

@@ -19,53 +19,53 @@ acceleration set; both share the (njoints, nv, 6) region ``F``. The lower triang
 from __future__ import annotations
 
 import numpy as np
-from numba import cfunc, njit, types
+from numba import njit
 
-from rbd_deriv.aba import STATUS_SINGULAR, articulated_inertias, raise_for_dynamics_status
-from rbd_deriv.crba import symmetrize_upper
-from rbd_deriv.kinematics import (
-    FK_POSITION,
-    MF_T,
-    MI_T,
-    VEC_T,
-    call_kernel,
-    check_position_call,
-    forward_pass,
-)
-from rbd_deriv.model import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, MI_SUBTREE_END, Data, Model
-from rbd_deriv.native import ENTRY_OPTIONS, ENTRY_SIG, STATUS_INTERNAL, entry, position_arrays
-from rbd_deriv.spatial import (
-    _NJIT,
-    copy_6x6_set,
+from rbd_deriv.core.aba import articulated_inertias
+from rbd_deriv.core.calling import STATUS_SINGULAR, check_position_matrix, register, status
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.crba import symmetrize_upper, zero_outside_subtrees
+from rbd_deriv.core.kinematics import position_pass
+from rbd_deriv.core.layout import (
+    MI_IDX_V,
+    MI_NJ,
+    MI_NV,
+    MI_NVTOT,
+    MI_PARENT,
+    MI_SUBTREE_END,
+    NV_FREE_FLYER,
     R_DINV,
     R_F,
     R_IA,
-    R_MINV,
     R_OI,
     R_S,
     R_SCRATCH,
     R_U,
-    R_ZERO_FEXT,
-    R_ZERO_NV,
     region1,
     region2,
     region3,
+    zero_velocity,
 )
+from rbd_deriv.core.model import Data, Model
+from rbd_deriv.core.spatial import inertia_matrix
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def minverse_into(mi, ws, Minv):
-    """M^-1 into Minv (nv, nv) after forward_pass order 0. Returns False on a singular inertia."""
-    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    """M^-1 into Minv (nv, nv) after forward_pass order 0. Returns 0, or the joint whose articulated inertia
+    is singular."""
+    nj = mi[0, MI_NJ]
     IA = region3(mi, ws, R_IA, nj, 6, 6)
-    copy_6x6_set(region3(mi, ws, R_OI, nj, 6, 6), IA, nj)
-    if not articulated_inertias(mi, ws, False, region1(mi, ws, R_ZERO_NV, nv)):
-        return False
-    minverse_from_articulated(mi, ws, Minv)
-    return True
+    oI = region2(mi, ws, R_OI, nj, 10)
+    for i in range(1, nj):
+        inertia_matrix(oI[i], IA[i])
+    singular = articulated_inertias(mi, ws, False, zero_velocity(mi, ws))
+    if singular == 0:
+        minverse_from_articulated(mi, ws, Minv)
+    return singular
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def minverse_from_articulated(mi, ws, Minv):
     """The force/acceleration-set sweeps of M^-1, once U and D^-1 are known (they do not depend on v or
     tau, so an ABA run at the same q provides them).
@@ -79,30 +79,30 @@ def minverse_from_articulated(mi, ws, Minv):
     U = region2(mi, ws, R_U, nv, 6)
     F = region3(mi, ws, R_F, nj, nv, 6)
     W = region1(mi, ws, R_SCRATCH, 64)[0:36].reshape((6, 6))
+    zero_outside_subtrees(mi, Minv)
     for i in range(nj - 1, 0, -1):
         iv, nvj, end, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_SUBTREE_END], mi[i, MI_PARENT]
         Fi = F[i]
-        for d in range(nvj):
-            for j in range(end, nv):
-                Minv[iv + d, j] = 0.0
         if nvj == 1:
             _backward_one_dof(Minv, Dinv[i, 0, 0], S[iv], U[iv], Fi, F[parent], iv, end, parent > 0)
         else:
-            _backward_multi_dof(Minv, Dinv[i], S, U, Fi, F[parent], W, iv, nvj, end, parent > 0)
-    # Forward sweep: the acceleration sets A overwrite F.
+            _backward_multi_dof(Minv, Dinv[i], S, U, Fi, F[parent], W, iv, end, parent > 0)
+    # Forward sweep: the acceleration sets A overwrite F. Only children read A_i: a leaf joint skips it.
     for i in range(1, nj):
         iv, nvj, parent = mi[i, MI_IDX_V], mi[i, MI_NV], mi[i, MI_PARENT]
         Fi = F[i]
         if nvj == 1:
-            _forward_one_dof(Minv, Dinv[i, 0, 0], S[iv], U[iv], Fi, F[parent], iv, nv, parent > 0)
+            has_children = mi[i, MI_SUBTREE_END] > iv + 1
+            _forward_one_dof(Minv, Dinv[i, 0, 0], S[iv], U[iv], Fi, F[parent], iv, nv, parent > 0, has_children)
         else:
-            _forward_multi_dof(Minv, Dinv[i], S, U, Fi, F[parent], W, iv, nvj, nv, parent > 0)
+            _forward_multi_dof(Minv, Dinv[i], S, U, Fi, F[parent], W, iv, nv, parent > 0)
     symmetrize_upper(Minv)
 
 
-@njit(**_NJIT)
-def _dinv_times(Dinv, V, iv, nvj, W):
-    """W[:nvj] = D^-1 V[iv:iv + nvj] (nvj x 6): a joint's D^-1 times its S or U."""
+@njit(**JIT_OPTIONS)
+def _dinv_times(Dinv, V, iv, W):
+    """W = D^-1 V[iv:iv + 6] (6 x 6): a free flyer's D^-1 times its S or U."""
+    nvj = NV_FREE_FLYER
     for d in range(nvj):
         for k in range(6):
             s = 0.0
@@ -111,10 +111,11 @@ def _dinv_times(Dinv, V, iv, nvj, W):
             W[d, k] = s
 
 
-@njit(**_NJIT)
-def _add_rows_times_column(V, Minv, iv, nvj, j, f0, f1, f2, f3, f4, f5):
-    """(f0..f5) + sum_d V[iv + d] M^-1[iv + d, j]: a joint's 6-vectors (S or U, rows iv..iv+nvj of V) times
-    column j of its rows of M^-1, added to a 6-vector held in scalars."""
+@njit(**JIT_OPTIONS)
+def _add_rows_times_column(V, Minv, iv, j, f0, f1, f2, f3, f4, f5):
+    """(f0..f5) + sum_d V[iv + d] M^-1[iv + d, j]: a free flyer's 6-vectors (S or U, rows iv..iv+6 of V)
+    times column j of its rows of M^-1, added to a 6-vector held in scalars."""
+    nvj = NV_FREE_FLYER
     for d in range(nvj):
         m = Minv[iv + d, j]
         f0 += V[iv + d, 0] * m
@@ -126,17 +127,18 @@ def _add_rows_times_column(V, Minv, iv, nvj, j, f0, f1, f2, f3, f4, f5):
     return f0, f1, f2, f3, f4, f5
 
 
-@njit(**_NJIT)
-def _backward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, end, has_parent):
-    """Backward step of a joint of nvj > 1 dofs (a free flyer): rows iv..iv+nvj of M^-1 on its subtree,
+@njit(**JIT_OPTIONS)
+def _backward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, end, has_parent):
+    """Backward step of a free flyer (nvj = NV_FREE_FLYER dofs): rows iv..iv+nvj of M^-1 on its subtree,
     and the parent's force set F_lambda[j] = F_i[j] + U M^-1[rows, j]. Each column's 6-vector is held in
     scalars while the rows are formed (W = D^-1 S^T, nvj x 6, is scratch)."""
+    nvj = NV_FREE_FLYER
     for d in range(nvj):
         for k in range(6):
             Fi[iv + d, k] = 0.0
         for e in range(nvj):
             Minv[iv + d, iv + e] = Dinv[d, e]
-    _dinv_times(Dinv, S, iv, nvj, W)
+    _dinv_times(Dinv, S, iv, W)
     for j in range(iv + nvj, end):
         f0, f1, f2, f3, f4, f5 = Fi[j, 0], Fi[j, 1], Fi[j, 2], Fi[j, 3], Fi[j, 4], Fi[j, 5]
         for d in range(nvj):
@@ -145,19 +147,20 @@ def _backward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, end, has_parent):
     if not has_parent:
         return
     for j in range(iv, end):
-        f0, f1, f2, f3, f4, f5 = _add_rows_times_column(U, Minv, iv, nvj, j, Fi[j, 0], Fi[j, 1], Fi[j, 2],
+        f0, f1, f2, f3, f4, f5 = _add_rows_times_column(U, Minv, iv, j, Fi[j, 0], Fi[j, 1], Fi[j, 2],
                                                         Fi[j, 3], Fi[j, 4], Fi[j, 5])
         Fp[j, 0], Fp[j, 1], Fp[j, 2], Fp[j, 3], Fp[j, 4], Fp[j, 5] = f0, f1, f2, f3, f4, f5
 
 
-@njit(**_NJIT)
-def _forward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, nv, has_parent):
-    """Forward step of a joint of nvj > 1 dofs on the columns j >= iv (W = D^-1 U^T is scratch):
+@njit(**JIT_OPTIONS)
+def _forward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nv, has_parent):
+    """Forward step of a free flyer on the columns j >= iv (W = D^-1 U^T is scratch):
 
         M^-1[rows, j] -= D^-1 U^T A_lambda[j],   A_i[j] = A_lambda[j] + S M^-1[rows, j]   (A_lambda = 0 at the root)
     """
+    nvj = NV_FREE_FLYER
     if has_parent:
-        _dinv_times(Dinv, U, iv, nvj, W)
+        _dinv_times(Dinv, U, iv, W)
     for j in range(iv, nv):
         f0 = f1 = f2 = f3 = f4 = f5 = 0.0
         if has_parent:
@@ -165,11 +168,11 @@ def _forward_multi_dof(Minv, Dinv, S, U, Fi, Fp, W, iv, nvj, nv, has_parent):
             for d in range(nvj):
                 Minv[iv + d, j] -= (W[d, 0] * f0 + W[d, 1] * f1 + W[d, 2] * f2
                                     + W[d, 3] * f3 + W[d, 4] * f4 + W[d, 5] * f5)
-        f0, f1, f2, f3, f4, f5 = _add_rows_times_column(S, Minv, iv, nvj, j, f0, f1, f2, f3, f4, f5)
+        f0, f1, f2, f3, f4, f5 = _add_rows_times_column(S, Minv, iv, j, f0, f1, f2, f3, f4, f5)
         Fi[j, 0], Fi[j, 1], Fi[j, 2], Fi[j, 3], Fi[j, 4], Fi[j, 5] = f0, f1, f2, f3, f4, f5
 
 
-@njit(**_NJIT)
+@njit(**JIT_OPTIONS)
 def _backward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, end, has_parent):
     """Backward step of a one-dof joint: row iv of M^-1 on its subtree, and the parent's force set.
 
@@ -194,12 +197,13 @@ def _backward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, end, has_parent):
         Fp[j, 3], Fp[j, 4], Fp[j, 5] = f3 + u3 * m, f4 + u4 * m, f5 + u5 * m
 
 
-@njit(**_NJIT)
-def _forward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, nv, has_parent):
+@njit(**JIT_OPTIONS)
+def _forward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, nv, has_parent, has_children):
     """Forward step of a one-dof joint on the columns j >= iv:
 
         M^-1[iv, j] -= D^-1 U^T A_lambda[j],   A_i[j] = A_lambda[j] + S M^-1[iv, j]   (A_lambda = 0 at the root)
-    """
+
+    A_i only when the joint has children."""
     s0, s1, s2, s3, s4, s5 = s[0], s[1], s[2], s[3], s[4], s[5]
     if not has_parent:
         for j in range(iv, nv):
@@ -208,6 +212,11 @@ def _forward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, nv, has_parent):
             Fi[j, 3], Fi[j, 4], Fi[j, 5] = s3 * m, s4 * m, s5 * m
         return
     w0, w1, w2, w3, w4, w5 = dinv * u[0], dinv * u[1], dinv * u[2], dinv * u[3], dinv * u[4], dinv * u[5]
+    if not has_children:
+        for j in range(iv, nv):
+            Minv[iv, j] -= (w0 * Fp[j, 0] + w1 * Fp[j, 1] + w2 * Fp[j, 2]
+                            + w3 * Fp[j, 3] + w4 * Fp[j, 4] + w5 * Fp[j, 5])
+        return
     for j in range(iv, nv):
         f0, f1, f2, f3, f4, f5 = Fp[j, 0], Fp[j, 1], Fp[j, 2], Fp[j, 3], Fp[j, 4], Fp[j, 5]
         m = Minv[iv, j] - (w0 * f0 + w1 * f1 + w2 * f2 + w3 * f3 + w4 * f4 + w5 * f5)
@@ -216,32 +225,19 @@ def _forward_one_dof(Minv, dinv, s, u, Fi, Fp, iv, nv, has_parent):
         Fi[j, 3], Fi[j, 4], Fi[j, 5] = f3 + s3 * m, f4 + s4 * m, f5 + s5 * m
 
 
-_MINV_SIG = types.int64(MI_T, MF_T, VEC_T, VEC_T)
+@njit(**JIT_OPTIONS)
+def _minverse_kernel(mi, mf, ws, q, Minv):
+    code = check_position_matrix(mi, ws, q, Minv)
+    if code == 0:
+        position_pass(mi, mf, ws, q)
+        singular = minverse_into(mi, ws, Minv)
+        if singular:
+            code = status(STATUS_SINGULAR, 0, singular)
+    return code
 
 
-@njit(_MINV_SIG, **_NJIT)
-def _minverse_kernel(mi, mf, ws, q):
-    status = check_position_call(mi, ws, q)
-    if status != 0:
-        return status
-    nv = mi[0, MI_NVTOT]
-    zero = region1(mi, ws, R_ZERO_NV, nv)
-    fext = region2(mi, ws, R_ZERO_FEXT, mi[0, MI_NJ], 6)
-    forward_pass(mi, mf, ws, q, zero, zero, fext, FK_POSITION)
-    if not minverse_into(mi, ws, region2(mi, ws, R_MINV, nv, nv)):
-        return STATUS_SINGULAR
-    return 0
-
-
-@cfunc(ENTRY_SIG, **ENTRY_OPTIONS)
-def _minverse_entry(data, dims):
-    try:
-        return _minverse_kernel(*position_arrays(data, dims))
-    except Exception:  # an exception inside a cfunc would come back as status 0
-        return STATUS_INTERNAL
-
-
-_minverse_call = entry(_minverse_kernel, _minverse_entry, "i2f2F1f1")
+MINVERSE = register(_minverse_kernel, "mi:i2 mf:f2 data:W q:f1 Minv:F2")
+_minverse = MINVERSE.call
 
 
 def minverse(model: Model, data: Data, q) -> np.ndarray:
@@ -254,9 +250,9 @@ def minverse(model: Model, data: Data, q) -> np.ndarray:
         data.Minv (nv, nv).
     """
     try:
-        status = _minverse_call(model.mi, model.mf, data.ws, q)
+        code = _minverse(model.mi, model.mf, data.ws, q, data._Minv)
     except (TypeError, AttributeError):
-        status = call_kernel(_minverse_call, model, data, (q,), ("q",), (1,))
-    if status:
-        raise_for_dynamics_status(model, status, ("q",))
+        code = MINVERSE.call_converted(model, data, q)
+    if code:
+        raise MINVERSE.error(model, code)
     return data.Minv
