@@ -5,7 +5,9 @@ as numbers. The functions are duck-typed on the messages' field names, so the sa
 generated rclpy messages of the nodes and the rosbags messages of :mod:`rbd_deriv.replay`:
 
 * packing builds a ``{field: value}`` dict: ``Type(**fields)`` makes a message of either kind, and
-  :func:`fill_message` writes the dict into an existing one (a node's preallocated message);
+  :func:`fill_message` writes the dict into an existing one; a node that sends the same message at every
+  state instead writes numbers straight into it, through numpy views of its fields
+  (:func:`linearization_views`, :func:`matrix_view`, :func:`float_views`);
 * unpacking reads a received message into arrays, checking its sizes against the model, and raises
   :class:`MessageError` (with a ``reason`` to count by) when they do not fit.
 
@@ -22,9 +24,9 @@ import numpy as np
 from rbd_deriv.exceptions import InputError
 
 __all__ = [
-    "MATRIX_NAMES", "MessageError", "fill_message", "linearization_arrays", "linearization_fields",
-    "linearization_sizes", "matrix_array", "matrix_fields", "ns_to_seconds", "ns_to_stamp",
-    "seconds_to_stamp", "set_stamp", "stamp_to_ns",
+    "MATRIX_NAMES", "MessageError", "fill_message", "float_views", "linearization_arrays", "linearization_fields",
+    "linearization_sizes", "linearization_views", "matrix_array", "matrix_fields", "matrix_view", "ns_to_seconds",
+    "ns_to_stamp", "seconds_to_stamp", "set_stamp", "stamp_to_ns",
 ]
 
 NS_PER_S = 1_000_000_000
@@ -111,6 +113,23 @@ def fill_message(message: Any, fields: Dict[str, Any]) -> Any:
     return message
 
 
+def float_views(message: Any, shapes: Dict[str, Tuple[int, ...]]) -> Dict[str, np.ndarray]:
+    """Numpy views, one per float64[] field of a generated rclpy ``message`` named in ``shapes``, each of
+    that shape (row-major), to write the message's numbers in place.
+
+    Each field is given zeroed storage (an ``array.array('d')``, what the generated message holds) that the
+    view shares: writing a view writes the message, and publishing it sends what was written, with no
+    packing per message. The field must not be assigned afterwards (the view would then write the old
+    storage).
+    """
+    views = {}
+    for name, shape in shapes.items():
+        setattr(message, name, array.array("d", bytes(8 * int(np.prod(shape)))))
+        # The field's own storage: a setter may keep a copy of what it is given.
+        views[name] = np.frombuffer(getattr(message, name), dtype=np.float64).reshape(shape)
+    return views
+
+
 def _field(message: Any, name: str) -> np.ndarray:
     return np.asarray(getattr(message, name), dtype=np.float64)
 
@@ -137,6 +156,16 @@ def linearization_fields(dt: float, x: Any, u: Any, A: Any, B: Any, x_next: Any)
     """
     return {"dt": float(dt), "x": _vector(x), "u": _vector(u), "a": _flat(A), "b": _flat(B),
             "x_next": _vector(x_next)}
+
+
+def linearization_views(message: Any, nq: int, nv: int) -> Dict[str, np.ndarray]:
+    """Writable views (:func:`float_views`) of a rclpy rbd_deriv/Linearization's numbers, keyed like the
+    arrays of :func:`linearization_fields`: ``x`` (nq + nv,), ``u`` (nv,), ``A`` (2 nv, 2 nv), ``B``
+    (2 nv, nv), ``x_next`` (nq + nv,). ``dt`` is a plain field, set as such."""
+    nx = 2 * nv
+    views = float_views(message, {"x": (nq + nv,), "u": (nv,), "a": (nx, nx), "b": (nx, nv), "x_next": (nq + nv,)})
+    views["A"], views["B"] = views.pop("a"), views.pop("b")
+    return views
 
 
 def linearization_arrays(message: Any, nq: int, nv: int,
@@ -183,6 +212,13 @@ def matrix_fields(values: Any, name: Optional[str] = None, names: Optional[Seque
     if names is not None:
         fields["names"] = list(names)
     return fields
+
+
+def matrix_view(message: Any, rows: int, cols: int) -> np.ndarray:
+    """A writable (rows, cols) view (:func:`float_views`) of a rclpy rbd_deriv/Matrix's ``data``; sets
+    ``rows`` and ``cols``."""
+    message.rows, message.cols = int(rows), int(cols)
+    return float_views(message, {"data": (rows, cols)})["data"]
 
 
 def matrix_array(message: Any, shape: Optional[Tuple[int, int]] = None) -> np.ndarray:

@@ -12,7 +12,10 @@ What :mod:`rbd_deriv.nodes.dynamics_node` computes, as a library that takes and 
 * :func:`warm_up` runs every algorithm once before the first input (numba compilation, model check).
 
 Every refusal raises an :class:`~rbd_deriv.exceptions.InputError` with a ``reason`` to count by:
-:class:`PipelineError` here, :class:`~rbd_deriv.joint_state_map.JointStateError` for the state.
+:class:`PipelineError` here, :class:`~rbd_deriv.joint_state_map.JointStateError` for the state. Nothing
+non-finite leaves the pipeline: inputs are checked for finite, physically plausible magnitudes
+(:data:`~rbd_deriv.joint_state_map.PLAUSIBLE`), and every result is checked once more before it is handed
+over (``non_finite_output``, with the input that caused it).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import numpy as np
 
 import rbd_deriv as rd
 from rbd_deriv.exceptions import InputError, RbdDerivError
-from rbd_deriv.joint_state_map import JointStateMap, velocity_names
+from rbd_deriv.joint_state_map import PLAUSIBLE, JointStateMap, describe, implausible, velocity_names
 
 __all__ = ["DERIVATIVES", "LINEARIZATION_INPUTS", "DynamicsOutputs", "DynamicsPipeline", "OutputSelection",
            "PipelineError", "replace_robot", "warm_up"]
@@ -42,15 +45,18 @@ DERIVATIVES = ("inverse_dynamics_derivatives", "forward_dynamics_derivatives", "
 
 
 class PipelineError(InputError):
-    """A description or a request is refused.
+    """A description, a request or a result is refused.
 
     Attributes:
-        reason: ``bad_description`` (empty, unreadable or unusable URDF), ``robot_changed`` (a description
-            with other joints while that is not allowed) or ``bad_request`` (a derivatives request).
+        reason: ``bad_description`` (empty, not XML, or an unusable URDF), ``robot_changed`` (a description
+            with other joints while that is not allowed), ``bad_request`` (a derivatives request),
+            ``unusable_state`` (a state the library refuses to compute at) or ``non_finite_output`` (a
+            result that is not finite: nothing of it may be sent).
     """
 
     def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message, argument="robot_description" if reason != "bad_request" else "request")
+        super().__init__(message, argument="request" if reason == "bad_request" else
+                         "state" if reason in ("unusable_state", "non_finite_output") else "robot_description")
         self.reason = reason
 
 
@@ -99,7 +105,7 @@ class OutputSelection:
         mass_matrix_inverse: M^-1(q).
         linearization: A, B and x+ of x+ = f(x, u).
         linearization_input: u: ``bias`` (the bias torques) or ``effort`` (the measured efforts).
-        dt: Step of the linearization [s], > 0.
+        dt: Step of the linearization [s], in (0, ``PLAUSIBLE["step"]``].
     """
 
     torques: bool = True
@@ -112,8 +118,8 @@ class OutputSelection:
         if self.linearization_input not in LINEARIZATION_INPUTS:
             raise InputError(f"linearization_input must be one of {', '.join(LINEARIZATION_INPUTS)}, got "
                              f"{self.linearization_input!r}", "linearization_input")
-        if not (isinstance(self.dt, (int, float)) and math.isfinite(self.dt) and self.dt > 0.0):
-            raise InputError(f"dt must be > 0, got {self.dt!r}", "dt")
+        if not (isinstance(self.dt, (int, float)) and 0.0 < self.dt <= PLAUSIBLE["step"]):
+            raise InputError(f"dt must be in (0, {PLAUSIBLE['step']:g}] s, got {self.dt!r}", "dt")
 
     @property
     def needs_effort(self) -> bool:
@@ -122,7 +128,10 @@ class OutputSelection:
 
 
 class DynamicsOutputs(NamedTuple):
-    """Outputs at one state; arrays owned by this object, None where not asked.
+    """Outputs at one state, None where not asked; every array is finite.
+
+    The arrays are views of the pipeline's output buffer, overwritten by its next :meth:`~DynamicsPipeline.outputs`:
+    copy what you keep (the node packs them into its messages at once).
 
     Attributes:
         bias: RNEA(q, v, 0) (nv,) [N m or N], whenever the torques or a bias-input linearization were asked.
@@ -148,6 +157,7 @@ class DynamicsPipeline:
             :meth:`JointStateMap.update_base`.
         strict_joint_names: Refuse joint_states naming joints the model does not have.
         max_state_age: Staleness bound of the joint-state map [s]; 0 disables.
+        max_stamp_lead: Largest lead of a stamp over the clock [s] the joint-state map accepts.
 
     Attributes:
         description: The text it was built from.
@@ -159,18 +169,34 @@ class DynamicsPipeline:
         lock: Held during every computation: the workspace serves one caller at a time.
 
     Raises:
-        PipelineError: ``bad_description``: empty, unreadable, or a model that cannot compute.
+        PipelineError: ``bad_description``: empty, not XML (a file is read by the caller, never named by a
+            description), joint names that collide (a URDF joint named like the free flyer), or a model
+            that cannot compute.
     """
 
     def __init__(self, description: str, floating_base: bool = False, strict_joint_names: bool = False,
-                 max_state_age: float = 0.0) -> None:
+                 max_state_age: float = 0.0, max_stamp_lead: float = math.inf) -> None:
         if not isinstance(description, str) or not description.strip():
             raise PipelineError("the robot description is empty", "bad_description")
+        # load_urdf also opens file paths: text from a topic or a parameter must never name a file.
+        if not description.lstrip("\ufeff \t\r\n").startswith("<"):
+            raise PipelineError(f"the robot description is not URDF XML (it starts with "
+                                f"{description.strip()[:40]!r}); give a file in urdf_path", "bad_description")
         try:
             self.model = rd.load_urdf(description, floating_base=floating_base)
+            names = list(self.model.joint_names)
+            if len(set(names)) != len(names):
+                repeated = sorted({n for n in names if names.count(n) > 1})
+                raise PipelineError(
+                    f"joint names collide: {describe(repeated)}" + (
+                        f" ({rd.FREE_FLYER_JOINT!r} is the free flyer that floating_base adds; rename the URDF's "
+                        "joint)" if rd.FREE_FLYER_JOINT in repeated else ""), "bad_description")
             self.data = self.model.create_data()
-            self.state = JointStateMap(self.model, strict=strict_joint_names, max_age=max_state_age)
+            self.state = JointStateMap(self.model, strict=strict_joint_names, max_age=max_state_age,
+                                       max_lead=max_stamp_lead)
             warm_up(self.model, self.data)
+        except PipelineError:
+            raise
         except (RbdDerivError, ValueError) as error:
             raise PipelineError(f"the robot description is unusable: {error}", "bad_description") from error
         self.description = description
@@ -180,6 +206,14 @@ class DynamicsPipeline:
         self._actuated_v = np.array([self.model.idx_v[n] for n in self.actuated_joint_names], dtype=np.int64)
         self._zero_v = np.zeros(self.model.nv)
         self.lock = threading.Lock()
+        self._buffer, self._out = _output_buffer(self.model.nq, self.model.nv, len(self.actuated_joint_names))
+        self._zeros = np.zeros_like(self._buffer)
+        # The actuated joints are the last coordinates (the free flyer, if any, comes first): their torques
+        # are then a view of the bias, no copy needed.
+        first = int(self._actuated_v[0]) if self._actuated_v.size else self.model.nv
+        self._torques_copied = not np.array_equal(self._actuated_v, np.arange(first, self.model.nv))
+        if not self._torques_copied:
+            self._out = self._out._replace(torques=self._out.bias[first:])
 
     def same_robot(self, other: "DynamicsPipeline") -> bool:
         """Same joints in the same order and the same configuration size: states carry over."""
@@ -187,7 +221,7 @@ class DynamicsPipeline:
 
     # ------------------------------------------------------------------------------------- outputs
     def outputs(self, q: Any, v: Any, selection: OutputSelection, effort: Any = None) -> DynamicsOutputs:
-        """The outputs ``selection`` asks for at the state (q (nq,), v (nv,)).
+        """The outputs ``selection`` asks for at the state (q (nq,), v (nv,)), in the output buffer.
 
         Args:
             effort: Measured efforts (nv,) [N m or N], the linearization input when
@@ -196,25 +230,58 @@ class DynamicsPipeline:
         Raises:
             InputError: A wrong shape, NaN or inf, a non-unit quaternion (nothing is computed), or no
                 effort where one is needed.
+            PipelineError: ``unusable_state``: the library refuses to compute there (an intermediate
+                overflows, a singular mass matrix); ``non_finite_output``: a result is not finite (the
+                message names the input).
         """
-        model, data = self.model, self.data
+        out = self._out
         needs_effort = selection.needs_effort
-        if needs_effort and effort is None:
-            raise InputError("the linearization input is the measured effort, but none was given", "effort")
+        if needs_effort:
+            if effort is None:
+                raise InputError("the linearization input is the measured effort, but none was given", "effort")
+            effort = np.asarray(effort, dtype=float)
+            if effort.shape != (self.model.nv,):
+                raise InputError(f"effort has shape {effort.shape}, the model needs ({self.model.nv},)", "effort")
         with self.lock:
-            bias = None
-            if selection.torques or (selection.linearization and not needs_effort):
-                bias = rd.rnea(model, data, q, v, self._zero_v).copy()
-            # Each call overwrites data's results: copy each before the next call.
-            minv = rd.minverse(model, data, q).copy() if selection.mass_matrix_inverse else None
-            linearization = None
-            if selection.linearization:
-                u = np.array(effort, dtype=float) if needs_effort else bias
-                A, B = rd.linearize(model, data, q, v, u, selection.dt)
-                linearization = {"dt": float(selection.dt), "x": np.concatenate((q, v)), "u": u, "A": A.copy(),
-                                 "B": B.copy(), "x_next": data.x_next.copy()}
-        torques = bias[self._actuated_v] if selection.torques else None
-        return DynamicsOutputs(bias, torques, minv, linearization)
+            try:
+                bias, linearization = self._compute(q, v, selection, effort if needs_effort else None)
+            except RbdDerivError as error:
+                self._buffer[:] = 0.0  # what is not recomputed next time must not fail its test
+                raise PipelineError(f"the library refuses to compute at "
+                                    f"{_quote(q=q, v=v, u=effort if needs_effort else None)}: {error}",
+                                    "unusable_state") from error
+            # One test for every output: NaN and inf times 0 are NaN, any finite value times 0 is 0; one
+            # dot product (BLAS) is the cheapest numpy call that reads them all.
+            if self._buffer.dot(self._zeros) != 0.0:
+                self._buffer[:] = 0.0
+                raise _non_finite("outputs", q=q, v=v, u=effort if needs_effort else None)
+        return DynamicsOutputs(bias, out.torques if selection.torques else None,
+                               out.mass_matrix_inverse if selection.mass_matrix_inverse else None, linearization)
+
+    def _compute(self, q: Any, v: Any, selection: OutputSelection, effort: Optional[np.ndarray]):
+        """Fill the output buffer; return the bias and the linearization's fields (None if not asked)."""
+        model, data, out = self.model, self.data, self._out
+        bias = None
+        if selection.torques or (selection.linearization and effort is None):
+            bias = out.bias
+            bias[:] = rd.rnea(model, data, q, v, self._zero_v)
+        # Each call overwrites data's results: each is copied to the buffer before the next call.
+        if selection.torques and self._torques_copied:
+            np.take(bias, self._actuated_v, out=out.torques)
+        if selection.mass_matrix_inverse:
+            out.mass_matrix_inverse[:] = rd.minverse(model, data, q)
+        linearization = None
+        if selection.linearization:
+            x, u = out.x, bias
+            if effort is not None:
+                u = out.u
+                u[:] = effort
+            A, B = rd.linearize(model, data, q, v, u, selection.dt)
+            x[: model.nq], x[model.nq :] = q, v
+            out.A[:], out.B[:], out.x_next[:] = A, B, data.x_next
+            linearization = {"dt": float(selection.dt), "x": x, "u": u, "A": out.A, "B": out.B,
+                             "x_next": out.x_next}
+        return bias, linearization
 
     def outputs_from_state(self, selection: OutputSelection) -> DynamicsOutputs:
         """:meth:`outputs` at the state assembled in :attr:`state`, if it can be used as a whole.
@@ -247,7 +314,9 @@ class DynamicsPipeline:
 
         Raises:
             PipelineError: ``bad_request``: nothing or something unknown asked, a vector of the wrong size,
-                NaN or inf, dt not > 0, or a state the library refuses (a non-unit quaternion...).
+                NaN, inf or an implausible magnitude (:data:`~rbd_deriv.joint_state_map.PLAUSIBLE`), dt
+                not in (0, ``PLAUSIBLE["step"]``], or a state the library refuses (a non-unit quaternion...);
+                ``non_finite_output``: a result is not finite.
         """
         wanted = set(wanted)
         if not wanted:
@@ -257,15 +326,16 @@ class DynamicsPipeline:
             raise PipelineError(f"unknown outputs {sorted(unknown)}; choose among {', '.join(DERIVATIVES)}",
                                 "bad_request")
         model, data = self.model, self.data
-        q = _request_vector("q", q, model.nq, "nq")
-        v = _request_vector("v", v, model.nv, "nv")
+        q = _request_vector("q", q, model.nq, "nq", "position")
+        v = _request_vector("v", v, model.nv, "nv", "velocity")
         needs_tau = bool(wanted & {"forward_dynamics_derivatives", "linearization"})
-        a = _request_vector("a", a, model.nv, "nv, for inverse-dynamics derivatives") \
+        a = _request_vector("a", a, model.nv, "nv, for inverse-dynamics derivatives", "acceleration") \
             if "inverse_dynamics_derivatives" in wanted else None
-        tau = _request_vector("tau", tau, model.nv, "nv, for forward dynamics and linearization") \
+        tau = _request_vector("tau", tau, model.nv, "nv, for forward dynamics and linearization", "effort") \
             if needs_tau else None
-        if "linearization" in wanted and not (math.isfinite(dt) and dt > 0.0):
-            raise PipelineError(f"dt must be > 0 for the linearization, got {dt}", "bad_request")
+        if "linearization" in wanted and not 0.0 < dt <= PLAUSIBLE["step"]:
+            raise PipelineError(f"dt must be in (0, {PLAUSIBLE['step']:g}] s for the linearization, got {dt}",
+                                "bad_request")
         answer: Dict[str, Any] = {}
         try:
             with self.lock:
@@ -286,16 +356,58 @@ class DynamicsPipeline:
                                                "A": A.copy(), "B": B.copy(), "x_next": data.x_next.copy()}
         except InputError as error:
             raise PipelineError(str(error), "bad_request") from error
+        arrays = [x for value in answer.values() for x in (value.values() if isinstance(value, dict) else [value])]
+        if not all(np.isfinite(x).all() for x in arrays):
+            raise _non_finite("derivatives", q=q, v=v, a=a, tau=tau, dt=dt)
         return answer
 
 
-def _request_vector(name: str, values: Any, size: int, why: str) -> np.ndarray:
+def _request_vector(name: str, values: Any, size: int, why: str, kind: str) -> np.ndarray:
     values = np.array(values, dtype=float).reshape(-1)
     if values.shape != (size,):
         raise PipelineError(f"{name} has {values.size} entries, the model needs {size} ({why})", "bad_request")
     if not np.isfinite(values).all():
         raise PipelineError(f"{name} contains NaN or inf", "bad_request")
+    bad = np.flatnonzero(implausible(values, kind))
+    if bad.size:
+        raise PipelineError(f"{name}[{bad[0]}] = {values[bad[0]]:g} is beyond any physical {kind} (bound "
+                            f"{PLAUSIBLE[kind]:g})", "bad_request")
     return values
+
+
+class _OutputViews(NamedTuple):
+    bias: np.ndarray
+    torques: np.ndarray
+    mass_matrix_inverse: np.ndarray
+    x: np.ndarray
+    u: np.ndarray
+    A: np.ndarray
+    B: np.ndarray
+    x_next: np.ndarray
+
+
+def _output_buffer(nq: int, nv: int, nu: int):
+    """One float64 buffer for every output (so that one test covers them all) and its views."""
+    shapes = _OutputViews(bias=(nv,), torques=(nu,), mass_matrix_inverse=(nv, nv), x=(nq + nv,), u=(nv,),
+                          A=(2 * nv, 2 * nv), B=(2 * nv, nv), x_next=(nq + nv,))
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    buffer = np.zeros(sum(sizes))
+    ends = np.cumsum(sizes)
+    views = [buffer[end - size : end].reshape(shape) for end, size, shape in zip(ends, sizes, shapes)]
+    return buffer, _OutputViews(*views)
+
+
+def _quote(**inputs: Any) -> str:
+    """``name=values, ...`` of the inputs that are not None, for a refusal's message."""
+    def values(x: Any) -> str:
+        x = np.asarray(x, dtype=float).reshape(-1)
+        return "[" + ", ".join(f"{e:.6g}" for e in x[:16]) + (f", ... {x.size - 16} more]" if x.size > 16 else "]")
+    return ", ".join(f"{name}={values(value)}" for name, value in inputs.items() if value is not None)
+
+
+def _non_finite(what: str, **inputs: Any) -> PipelineError:
+    """The refusal of a non-finite result, quoting the input it was computed from."""
+    return PipelineError(f"the {what} at {_quote(**inputs)} are not finite: nothing is sent", "non_finite_output")
 
 
 def replace_robot(current: Optional[DynamicsPipeline], candidate: DynamicsPipeline,

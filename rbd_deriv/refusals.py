@@ -2,7 +2,7 @@
 
 A node fed at 1 kHz must not log every bad message: :class:`Refusals` counts each refusal under its
 reason (the counts go to ``/diagnostics``) and hands back a log line at most once per period per reason,
-saying how many were refused meanwhile.
+saying how many were refused meanwhile, with the input quoted to a bounded length.
 """
 
 from __future__ import annotations
@@ -11,7 +11,18 @@ import collections
 import math
 from typing import Dict, Optional, Tuple
 
-__all__ = ["Refusals"]
+__all__ = ["LOG_TEXT_LIMIT", "Refusals", "shorten"]
+
+#: Most characters of a refusal's text in a log line: the text quotes the input, which a hostile or broken
+#: publisher may make megabytes long.
+LOG_TEXT_LIMIT = 1000
+
+
+def shorten(text: str, limit: int = LOG_TEXT_LIMIT) -> str:
+    """``text``, cut to ``limit`` characters with a note of how many were left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 class Refusals:
@@ -44,4 +55,4 @@ class Refusals:
             return None
         self._logged[reason] = (now, 0)
         extra = f" ({suppressed} more since the last report)" if suppressed else ""
-        return f"refused [{reason}, {self.counts[reason]} so far]: {text}{extra}"
+        return f"refused [{reason}, {self.counts[reason]} so far]: {shorten(str(text))}{extra}"

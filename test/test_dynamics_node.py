@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from std_msgs.msg import String  # noqa: E402
 
 import rbd_deriv as rd  # noqa: E402
 from rbd_deriv.msg import Linearization, Matrix  # noqa: E402
+from rbd_deriv.nodes import processes  # noqa: E402
 from rbd_deriv.srv import ComputeDerivatives  # noqa: E402
 from rbd_deriv.testing import assert_close  # noqa: E402
 from rbd_deriv.testing.robots import bundled_urdf  # noqa: E402
@@ -53,8 +53,7 @@ THROTTLE = 60.0  # the node logs each kind of fault at most once a minute in the
 
 def node_command() -> List[str]:
     """The console entry point next to this interpreter, else the module."""
-    script = shutil.which("dynamics_node", path=os.path.dirname(sys.executable))
-    return [script] if script else [sys.executable, "-m", "rbd_deriv.nodes.dynamics_node"]
+    return processes.node_command("dynamics_node", "rbd_deriv.nodes.dynamics_node")
 
 
 def stamp_of(ns: int) -> Time:
@@ -319,7 +318,7 @@ def test_service_answers_match_library(arm_node, arm_model):
     (dict(v=[0.0] * 9), "v has 9 entries"),
     (dict(tau=[]), "tau has 0 entries"),
     (dict(q=[math.nan] + [0.0] * 6), "NaN"),
-    (dict(dt=0.0), "dt must be > 0"),
+    (dict(dt=0.0), "dt must be in (0, 1] s"),
     (dict(linearization=False, forward_dynamics_derivatives=False), "nothing asked"),
 ])
 def test_service_refuses_bad_requests(arm_node, change, expected):
@@ -563,3 +562,275 @@ def test_stamps_are_judged_on_the_node_clock_with_sim_time(arm_model):
         assert int(after.get("rejected_stale", 0)) - int(before.get("rejected_stale", 0)) == 1
     finally:
         harness.close()
+
+
+# ------------------------------------------------------------------ reliability: one test per failure mode
+def rejected(counts: Dict[str, str], baseline: Dict[str, str], reason: str) -> int:
+    """How many more refusals of ``reason`` ``counts`` shows than ``baseline``."""
+    return int(counts.get(f"rejected_{reason}", 0)) - int(baseline.get(f"rejected_{reason}", 0))
+
+
+def serve_good_state(harness, model, rng, topics=("linearization", "mass_matrix_inverse", "bias_torques")):
+    """A good state is answered, every output right: the node serves after whatever came before."""
+    q, v = random_state(model, rng)
+    stamp = harness.publish_state(model.joint_names, q, v)
+    outputs = harness.wait_outputs(stamp, topics=topics)
+    if len(topics) == 3:
+        check_outputs_against_library(model, outputs, q, v, dt=float(outputs["linearization"].dt))
+    return stamp
+
+
+def test_stamps_from_the_future_are_refused_and_block_nothing(arm_node, arm_model):
+    model = arm_model
+    rng = np.random.default_rng(31)
+    serve_good_state(arm_node, model, rng)
+    baseline = arm_node.latest_diagnostics(arm_node.now_ns())
+    q, v = random_state(model, rng)
+    future = [arm_node.publish_state(model.joint_names, q, v, stamp_ns=arm_node.now_ns() + lead)
+              for lead in (2 * 1_000_000_000, 3600 * 1_000_000_000)]
+    # Every good message after them is served: they did not become the reference of the order check.
+    for _ in range(5):
+        serve_good_state(arm_node, model, rng)
+    for stamp in future:
+        assert arm_node.outputs_at(stamp) == {}
+    counts = arm_node.latest_diagnostics(arm_node.now_ns())
+    assert rejected(counts, baseline, "future") == 2 and rejected(counts, baseline, "out_of_order") == 0
+
+    # Timer mode: publishes from the latest good state, never from the refused one (ages not judged here:
+    # the timer repeats that state).
+    assert arm_node.set_parameter("max_state_age", 0.0)
+    assert arm_node.set_parameter("publish_mode", "timer")
+    try:
+        for attempt in range(40):  # the new subscription is matched after a moment: until a state gets in
+            q, v = random_state(model, rng)
+            good = arm_node.publish_state(model.joint_names, q, v)
+            arm_node.publish_state(model.joint_names, q, v, stamp_ns=good + 3600 * 1_000_000_000)
+            deadline = time.monotonic() + 0.5
+            while not arm_node.outputs_at(good) and time.monotonic() < deadline:
+                arm_node.executor.spin_once(timeout_sec=0.05)
+            if arm_node.outputs_at(good):
+                break
+        count = len(arm_node.received["linearization"])
+        arm_node.spin_until(lambda: len(arm_node.received["linearization"]) >= count + 3, REPLY_TIMEOUT, "timer")
+        assert {ns_of(m.header.stamp) for m in arm_node.received["linearization"][count:]} == {good}
+        np.testing.assert_array_equal(np.array(arm_node.received["linearization"][-1].x), np.concatenate((q, v)))
+    finally:
+        assert arm_node.set_parameter("publish_mode", "on_message")
+        assert arm_node.set_parameter("max_state_age", 0.5)
+
+
+def test_states_that_overflow_the_dynamics_publish_nothing(arm_node, arm_model):
+    """Finite input whose dynamics overflow (v >= 1e155 squares to inf; 1e308 efforts) is refused at the
+    door, whichever outputs are on; nothing non-finite is ever published."""
+    model = arm_model
+    rng = np.random.default_rng(32)
+    serve_good_state(arm_node, model, rng)
+    baseline = arm_node.latest_diagnostics(arm_node.now_ns())
+    q, v = random_state(model, rng)
+    refused = []
+    for bad_v in (1e155, 1e307):
+        w = v.copy()
+        w[3] = bad_v
+        refused.append(arm_node.publish_state(model.joint_names, q, w))
+    assert arm_node.set_parameter("linearization_input", "effort")
+    try:
+        refused.append(arm_node.publish_state(model.joint_names, q, v, effort=np.full(model.nv, 1e308)))
+        effort = rng.uniform(-5.0, 5.0, model.nv)
+        stamp = arm_node.publish_state(model.joint_names, q, v, effort=effort)
+        lin = arm_node.wait_outputs(stamp)["linearization"]
+        np.testing.assert_array_equal(np.array(lin.u), effort)
+    finally:
+        assert arm_node.set_parameter("linearization_input", "bias")
+    assert arm_node.set_parameter("publish_linearization", False)
+    try:
+        w = v.copy()
+        w[0] = 1e200
+        refused.append(arm_node.publish_state(model.joint_names, q, w))
+        serve_good_state(arm_node, model, rng, topics=("mass_matrix_inverse", "bias_torques"))
+    finally:
+        assert arm_node.set_parameter("publish_linearization", True)
+    serve_good_state(arm_node, model, rng)
+    for stamp in refused:
+        assert arm_node.outputs_at(stamp) == {}
+    for topic in ("linearization", "mass_matrix_inverse", "bias_torques"):
+        for message in arm_node.received[topic]:
+            numbers = message.effort if topic == "bias_torques" else \
+                message.data if topic == "mass_matrix_inverse" else list(message.a) + list(message.x_next)
+            assert np.isfinite(numbers).all(), f"non-finite {topic} published"
+    counts = arm_node.latest_diagnostics(arm_node.now_ns())
+    assert rejected(counts, baseline, "implausible") == 4
+    assert "refused [implausible, " in arm_node.log_text()
+
+
+def test_the_service_never_answers_success_with_non_finite_numbers(arm_node, arm_model):
+    model = arm_model
+    baseline = arm_node.latest_diagnostics(arm_node.now_ns())
+    fields = dict(q=[0.1] * 7, v=[0.0] * 7, a=[0.0] * 7, tau=[0.0] * 7, dt=0.001, linearization=True,
+                  forward_dynamics_derivatives=True, inverse_dynamics_derivatives=True)
+    for change, expected in ((dict(dt=1e300), "dt must be in"), (dict(v=[1e200] * 7), "velocity"),
+                             (dict(tau=[1e308] * 7), "effort"), (dict(a=[1e308] * 7), "acceleration")):
+        response = arm_node.call(ComputeDerivatives.Request(**{**fields, **change}))
+        assert not response.success and expected in response.message
+        assert response.linearization.nx == 0 and response.dddq_dq.rows == 0 and response.dtau_dq.rows == 0
+    response = arm_node.call(ComputeDerivatives.Request(**fields))
+    assert response.success
+    data = model.create_data()
+    A, _ = rd.linearize(model, data, np.full(7, 0.1), np.zeros(7), np.zeros(7), 0.001)
+    assert_close(np.array(response.linearization.a).reshape(14, 14), A, what="A after refused requests")
+    counts = arm_node.latest_diagnostics(arm_node.now_ns())
+    assert rejected(counts, baseline, "bad_request") == 4
+
+
+def test_fifty_concurrent_service_calls_are_all_answered(arm_node, arm_model):
+    """The node queues 256 requests (rclpy's default keeps 10). The client must hold its replies as they come:
+    a client queue of rclpy's default depth loses what arrives while it takes the others (docs/ros.md)."""
+    client = arm_node.node.create_client(ComputeDerivatives, "compute_derivatives",
+                                         qos_profile=QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+    arm_node.spin_until(client.service_is_ready, REPLY_TIMEOUT, "service")
+    q = np.full(7, 0.2)
+    data = arm_model.create_data()
+    for burst in range(3):
+        requests = [ComputeDerivatives.Request(q=(q + 0.01 * k).tolist(), v=[0.0] * 7, mass_matrix=True)
+                    for k in range(50)]
+        futures = [client.call_async(request) for request in requests]
+        arm_node.spin_until(lambda: all(f.done() for f in futures), 60.0, f"50 answers (burst {burst})")
+        for k, future in enumerate(futures):
+            response = future.result()
+            assert response.success
+            assert_close(np.array(response.mass_matrix.data).reshape(7, 7), rd.crba(arm_model, data, q + 0.01 * k),
+                         what=f"M of call {k}")
+    arm_node.node.destroy_client(client)
+
+
+def test_a_timer_rate_no_clock_can_hold_is_refused_and_the_node_serves_on(arm_node, arm_model):
+    rng = np.random.default_rng(33)
+    assert arm_node.set_parameter("publish_mode", "timer")
+    try:
+        for rate in (1e-12, 0.0, 1e9, math.inf):
+            assert not arm_node.set_parameter("rate", rate)
+        assert not arm_node.set_parameter("diagnostics_period", 1e-12)
+        assert arm_node.process.poll() is None
+        assert arm_node.set_parameter("rate", 50.0)
+        count = len(arm_node.received["linearization"])
+        for _ in range(40):
+            serve_stamp = arm_node.publish_state(arm_model.joint_names, *random_state(arm_model, rng))
+            arm_node.spin_until(lambda: True, 0.1, "spin")
+            if arm_node.outputs_at(serve_stamp):
+                break
+        arm_node.spin_until(lambda: len(arm_node.received["linearization"]) >= count + 5, REPLY_TIMEOUT, "timer")
+    finally:
+        assert arm_node.set_parameter("rate", 100.0)
+        assert arm_node.set_parameter("publish_mode", "on_message")
+    serve_good_state(arm_node, arm_model, rng)
+
+
+def test_strict_joint_names_apply_at_once_to_lists_seen_before(arm_node, arm_model):
+    model = arm_model
+    rng = np.random.default_rng(34)
+    names = list(model.joint_names) + ["finger_joint"]
+    q, v = random_state(model, rng)
+    stamp = arm_node.publish_state(names, np.append(q, 0.0), np.append(v, 0.0))
+    arm_node.wait_outputs(stamp)
+    baseline = arm_node.latest_diagnostics(arm_node.now_ns())
+    assert arm_node.set_parameter("strict_joint_names", True)
+    try:
+        refused = arm_node.publish_state(names, np.append(q, 0.0), np.append(v, 0.0))
+        serve_good_state(arm_node, model, rng)
+        assert arm_node.outputs_at(refused) == {}
+        counts = arm_node.latest_diagnostics(arm_node.now_ns())
+        assert rejected(counts, baseline, "unknown_joints") == 1
+    finally:
+        assert arm_node.set_parameter("strict_joint_names", False)
+    stamp = arm_node.publish_state(names, np.append(q, 0.0), np.append(v, 0.0))
+    arm_node.wait_outputs(stamp)
+
+
+def test_the_description_topic_takes_xml_only(arm_node, arm_model):
+    """A file path on the topic is refused, never opened (here, the robot's own URDF: opened, it would load)."""
+    baseline = arm_node.latest_diagnostics(arm_node.now_ns())
+    assert arm_node.set_parameter("log_throttle_period", 0.0)  # log every refusal
+    try:
+        arm_node.description.publish(String(data=str(ARM_URDF)))
+        arm_node.spin_until(lambda: "not URDF XML" in arm_node.log_text(), REPLY_TIMEOUT, "the refusal")
+    finally:
+        assert arm_node.set_parameter("log_throttle_period", THROTTLE)
+    counts = arm_node.latest_diagnostics(arm_node.now_ns())
+    assert rejected(counts, baseline, "bad_description") == 1
+    serve_good_state(arm_node, arm_model, np.random.default_rng(35))
+
+
+def test_a_megabyte_joint_name_is_logged_cut(arm_node, arm_model):
+    huge = "j" * 1_000_000
+    assert arm_node.set_parameter("log_throttle_period", 0.0)  # log every refusal
+    try:
+        stamp = arm_node.publish_state([huge], [0.0], [0.0])
+        arm_node.spin_until(lambda: "1000000 characters" in arm_node.log_text(), REPLY_TIMEOUT, "the refusal")
+    finally:
+        assert arm_node.set_parameter("log_throttle_period", THROTTLE)
+    assert arm_node.outputs_at(stamp) == {}
+    assert max(len(line) for line in arm_node.log_text().splitlines()) < 3000
+    serve_good_state(arm_node, arm_model, np.random.default_rng(36))
+
+
+def test_a_revolute_joint_named_like_the_free_flyer_is_an_ordinary_joint():
+    text = ARM_URDF.read_text().replace('"joint1"', f'"{rd.FREE_FLYER_JOINT}"')
+    model = rd.load_urdf(text)
+    assert not model.has_floating_base
+    with tempfile.NamedTemporaryFile("w", suffix=".urdf", delete=False) as urdf:
+        urdf.write(text)
+    harness = NodeUnderTest({"urdf_path": urdf.name}, "root_joint_named")
+    try:
+        harness.wait_ready()
+        rng = np.random.default_rng(37)
+        q, v = random_state(model, rng)
+        # No odometry: the joint's position and velocity come from joint_states like any other's.
+        stamp = harness.publish_state(model.joint_names, q, v)
+        outputs = harness.wait_outputs(stamp, timeout=STARTUP_TIMEOUT)
+        check_outputs_against_library(model, outputs, q, v)
+        assert outputs["bias_torques"].name[0] == rd.FREE_FLYER_JOINT
+    finally:
+        harness.close()
+        os.unlink(urdf.name)
+
+
+def test_with_floating_base_a_urdf_joint_named_like_the_free_flyer_is_refused_clearly(floating_node):
+    baseline = floating_node.latest_diagnostics(floating_node.now_ns())
+    text = ARM_URDF.read_text().replace('"joint1"', f'"{rd.FREE_FLYER_JOINT}"')
+    assert floating_node.set_parameter("log_throttle_period", 0.0)  # log every refusal
+    try:
+        floating_node.description.publish(String(data=text))
+        floating_node.spin_until(lambda: "free flyer that floating_base adds" in floating_node.log_text(),
+                                 REPLY_TIMEOUT, "the refusal")
+    finally:
+        assert floating_node.set_parameter("log_throttle_period", THROTTLE)
+    counts = floating_node.latest_diagnostics(floating_node.now_ns())
+    assert rejected(counts, baseline, "bad_description") == 1
+
+
+def test_a_failure_while_applying_parameters_restores_them():
+    """The set-parameters callback never raises: what fails while a change is applied (here the timer the
+    new rate needs) is refused with the previous values in force. In this process, to make create_timer fail."""
+    from rclpy.parameter import Parameter
+
+    from rbd_deriv.nodes.dynamics_node import DynamicsNode
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=1 + os.getpid() % 200)
+    try:
+        node = DynamicsNode(context=context, parameter_overrides=[Parameter("urdf_path", value=str(ARM_URDF))])
+        original = node.create_timer
+
+        def refuse_timers(*args, **kwargs):
+            raise RuntimeError("timer refused by the middleware")
+        node.create_timer = refuse_timers
+        result = node.set_parameters([Parameter("publish_mode", value="timer")])[0]
+        assert not result.successful and "timer refused" in result.reason
+        assert node.get_parameter("publish_mode").value == "on_message"
+        assert node._p["publish_mode"] == "on_message" and node._timer is None
+        assert node._refusals.counts["internal_error"] == 1
+        node.create_timer = original
+        assert node.set_parameters([Parameter("publish_mode", value="timer")])[0].successful
+        assert node._timer is not None
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)

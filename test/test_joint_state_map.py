@@ -9,7 +9,7 @@ import pytest
 
 import rbd_deriv as rd
 from rbd_deriv.exceptions import InputError
-from rbd_deriv.joint_state_map import REASONS, JointStateError, JointStateMap, velocity_names
+from rbd_deriv.joint_state_map import PLAUSIBLE, REASONS, JointStateError, JointStateMap, describe, velocity_names
 from rbd_deriv.testing.robots import bundled_urdf
 
 SECOND = 1_000_000_000
@@ -145,6 +145,72 @@ def test_staleness(arm):
         JointStateMap(arm, max_age=-1.0)
 
 
+def test_implausible_magnitudes_are_refused_like_non_finite_values(arm):
+    """Finite values no robot reaches (a velocity of 1e307 overflows RNEA into NaN) are refused whole."""
+    state = JointStateMap(arm)
+    names = list(arm.joint_names)
+    state.update(names, np.zeros(7), np.zeros(7), np.zeros(7), SECOND)
+    good = np.ones(7)
+    for kind, value in (("position", 1e300), ("velocity", 1e307), ("velocity", -1e155), ("effort", 1e308)):
+        values = {"position": good.copy(), "velocity": good.copy(), "effort": good.copy()}
+        values[kind][4] = value
+        error = _assert_refused_without_change(state, "implausible", names, values["position"], values["velocity"],
+                                               values["effort"], 2 * SECOND)
+        assert error.joints == [names[4]] and f"{value:.6g}" in str(error)
+    # At the bounds the values are taken.
+    state.update(names, np.full(7, PLAUSIBLE["position"]), np.full(7, -PLAUSIBLE["velocity"]),
+                 np.full(7, PLAUSIBLE["effort"]), 2 * SECOND)
+    assert state.v[0] == -PLAUSIBLE["velocity"]
+
+
+def test_a_stamp_from_the_future_is_refused_and_never_becomes_the_reference(arm):
+    state = JointStateMap(arm, max_lead=0.1)
+    names = list(arm.joint_names)
+    now = 1000 * SECOND
+    state.update(names, np.zeros(7), np.zeros(7), [], now - SECOND // 100, now_ns=now)
+    for lead in (2 * SECOND, 3600 * SECOND):
+        error = _assert_refused_without_change(state, "future", names, good := np.ones(7), good, [], now + lead,
+                                               now_ns=now)
+        assert "ahead of the clock" in str(error)
+    # Within the tolerance (clocks of two machines a little apart) a stamp is taken...
+    state.update(names, np.ones(7), np.ones(7), [], now + SECOND // 20, now_ns=now)
+    # ...and the next good message is judged against it, not against the refused ones.
+    state.update(names, np.full(7, 2.0), np.ones(7), [], now + SECOND // 10, now_ns=now + SECOND // 10)
+    np.testing.assert_array_equal(state.q, np.full(7, 2.0))
+    # Without a clock the lead cannot be judged (a bag reader); with no tolerance every lead is refused.
+    state.update(names, np.ones(7), np.ones(7), [], now + 3600 * SECOND)
+    strict = JointStateMap(arm, max_lead=0.0)
+    _assert_refused_without_change(strict, "future", names, good, good, [], now + 1, now_ns=now)
+    with pytest.raises(InputError):
+        JointStateMap(arm, max_lead=-1.0)
+
+
+def test_strict_mode_applies_at_once_to_name_lists_seen_before(arm):
+    state = JointStateMap(arm)
+    names = list(arm.joint_names) + ["gripper"]
+    state.update(names, np.ones(8), np.ones(8), [], SECOND)
+    state.strict = True
+    error = _assert_refused_without_change(state, "unknown_joints", names, np.ones(8), np.ones(8), [], 2 * SECOND)
+    assert error.joints == ["gripper"]
+    state.strict = False
+    state.update(names, np.full(8, 3.0), np.ones(8), [], 3 * SECOND)
+    np.testing.assert_array_equal(state.q, np.full(7, 3.0))
+
+
+def test_names_invented_by_a_publisher_neither_grow_memory_nor_flood_the_log(arm):
+    state = JointStateMap(arm)
+    names = list(arm.joint_names)
+    for k in range(500):
+        state.update(names + [f"sensor_{k}"], np.ones(8), np.ones(8), [], SECOND + k)
+    huge = "x" * 1_000_000
+    state.update(names + [huge], np.ones(8), np.ones(8), [], 2 * SECOND)
+    assert len(state._layouts) <= 64
+    assert sum(len(n) for key in state._layouts for n in key) < 100_000
+    error = _assert_refused_without_change(state, "unknown_joints", [huge], [1.0], [1.0], [], 3 * SECOND)
+    assert len(str(error)) < 1000 and "1000000 characters" in str(error)
+    assert describe(["a" * 10, "b" * 100]).endswith("...(100 characters)")
+
+
 def test_effort_needed_but_missing(arm):
     state = JointStateMap(arm)
     state.update(arm.joint_names, np.ones(7), np.ones(7), [], SECOND)
@@ -174,6 +240,10 @@ def test_floating_base_from_odometry(floating_arm):
     for orientation in ([0, 0, 0, 2.0], [0, 0, math.nan, 1.0]):
         with pytest.raises(JointStateError) as caught:
             state.update_base([1, 2, 3], orientation, [0, 0, 0], [0, 0, 0], 2 * SECOND)
+        assert caught.value.reason == "bad_base"
+    for position, linear in (([1e300, 0, 0], [0, 0, 0]), ([1, 2, 3], [0, 1e200, 0])):
+        with pytest.raises(JointStateError, match="implausible") as caught:
+            state.update_base(position, quaternion, linear, [0, 0, 0], 2 * SECOND)
         assert caught.value.reason == "bad_base"
     with pytest.raises(JointStateError) as caught:
         state.update_base([1, 2, 3], quaternion, [0, 0, 0], [0, 0, 0], SECOND // 2)

@@ -8,6 +8,7 @@ inside the torque box.
 
 from __future__ import annotations
 
+import math
 import types
 
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 import rbd_deriv as rd
 from rbd_deriv.control import (CommandHistory, CommandSource, ControlLoop, LoopSettings, MPCProblem, clamp_torque,
                                predict_state)
-from rbd_deriv.joint_state_map import JointStateError
+from rbd_deriv.joint_state_map import PLAUSIBLE, JointStateError
 from rbd_deriv.messages import MessageError, linearization_arrays, linearization_fields, linearization_sizes
 from rbd_deriv.testing import assert_close
 from rbd_deriv.testing.robots import bundled_urdf
@@ -50,7 +51,7 @@ def linearization_message(model, q, v, stamp_ns, scale_A=1.0, dt=DT):
 
 
 def feed(loop, model, q, v, stamp_ns, now_ns=None, linearization=True, scale_A=1.0):
-    loop.take_joint_states(list(model.joint_names), q, v, [], stamp_ns)
+    loop.take_joint_states(list(model.joint_names), q, v, [], stamp_ns, now_ns)
     if linearization:
         message = linearization_message(model, q, v, stamp_ns, scale_A)
         loop.take_linearization(linearization_arrays(message, model.nq, model.nv, model.joint_names), stamp_ns,
@@ -134,22 +135,63 @@ def test_a_failed_solve_gives_the_safe_command_and_is_counted(model):
     assert loop.tick(t0 + 5 * MS).source is CommandSource.PLAN
 
 
-def test_extreme_inputs_never_give_nan_or_an_over_limit_command(model):
+def test_extreme_inputs_never_give_nan_or_an_over_limit_command(model, monkeypatch):
     loop = make_loop(model, disturbance_time_constant=0.01, predict_delay=True)
     t0 = 5 * 10**9
+    names = list(model.joint_names)
     feed(loop, model, Q, np.zeros(model.nv), t0)
     check_command(model, loop.tick(t0))
-    # Finite but absurd: the observer's finite difference overflows; the tick survives, counts it and holds.
+    # Finite but absurd: refused at the door, the last good state stays and the loop plans on.
     huge = np.full(model.nv, 1e307)
-    loop.take_joint_states(list(model.joint_names), Q, huge, [], t0 + 5 * MS)
+    with pytest.raises(JointStateError) as caught:
+        loop.take_joint_states(names, Q, huge, [], t0 + 5 * MS, t0 + 5 * MS)
+    assert caught.value.reason == "implausible"
     result = loop.tick(t0 + 5 * MS)
     check_command(model, result)
-    assert result.source is not CommandSource.PLAN
-    assert loop.refusals.counts["solve_input"] == 1
-    # Compensation torques far beyond the limits are clamped to them.
-    loop.take_compensation(list(model.joint_names), np.full(model.nv, 1e308), t0 + 5 * MS)
+    assert result.source is CommandSource.PLAN
+    # Past the door (its bound lifted), the tick itself survives: the observer learns nothing from it, the
+    # solve is refused or fails, the command holds and the failure is counted.
+    monkeypatch.setitem(PLAUSIBLE, "velocity", math.inf)
+    before = loop.refusals.total
+    loop.take_joint_states(names, Q, huge, [], t0 + 6 * MS, t0 + 6 * MS)
     result = loop.tick(t0 + 6 * MS)
     check_command(model, result)
+    assert result.source is not CommandSource.PLAN and loop.refusals.total == before + 1
+    assert np.isfinite(loop.observer.estimate).all()
+    # Compensation torques far beyond the limits are refused: the hold takes gravity computed here, not
+    # the full effort limit that clamping 1e308 would give.
+    with pytest.raises(MessageError) as caught:
+        loop.take_compensation(names, np.full(model.nv, 1e308), t0 + 6 * MS, t0 + 6 * MS)
+    assert caught.value.reason == "implausible" and loop.compensation is None
+    monkeypatch.setitem(PLAUSIBLE, "velocity", 1e4)
+    loop.take_joint_states(names, Q, np.zeros(model.nv), [], t0 + 7 * MS, t0 + 7 * MS)
+    result = loop.tick(t0 + 200 * MS)  # the state is stale by now: the safe command
+    assert result.source is CommandSource.STALE_STATE
+    assert_close(result.command, gravity(model, Q), what="hold with gravity")
+
+
+def test_inputs_from_the_future_are_refused_and_block_nothing(model):
+    loop = make_loop(model, max_stamp_lead=0.1)
+    t0 = 5 * 10**9
+    names = list(model.joint_names)
+    feed(loop, model, Q, np.zeros(model.nv), t0)
+    assert loop.tick(t0).source is CommandSource.PLAN
+    hour = 3600 * 10**9
+    with pytest.raises(JointStateError) as caught:
+        loop.take_joint_states(names, Q, np.zeros(model.nv), [], t0 + hour, t0 + MS)
+    assert caught.value.reason == "future"
+    for take in (lambda: loop.take_compensation(names, np.zeros(model.nv), t0 + hour, t0 + MS),
+                 lambda: loop.take_linearization(linearization_arrays(linearization_message(model, Q, np.zeros(
+                     model.nv), t0 + hour), model.nq, model.nv, names), t0 + hour, t0 + MS)):
+        with pytest.raises(MessageError) as caught:
+            take()
+        assert caught.value.reason == "future"
+    # Every good state after it is taken: the loop keeps planning.
+    for k in range(1, 20):
+        now = t0 + k * 5 * MS
+        feed(loop, model, Q, np.zeros(model.nv), now, now)
+        assert loop.tick(now).source is CommandSource.PLAN
+    assert loop.state.stamp_ns == t0 + 19 * 5 * MS
 
 
 def test_prediction_carries_the_state_to_when_the_command_acts(model):
@@ -181,9 +223,11 @@ def test_refused_inputs_leave_the_last_good_ones(model):
     with pytest.raises(JointStateError) as caught:
         loop.take_joint_states(names, np.full(model.nv, np.nan), np.zeros(model.nv), [], t0 + MS)
     assert loop.refuse("joint_states", caught.value) and loop.refusals.counts["joint_states/non_finite"] == 1
-    # Efforts that are not all finite are dropped, positions and velocities kept.
+    # Efforts that are not all finite, or not plausible, are dropped, positions and velocities kept.
     loop.take_joint_states(names, Q, np.zeros(model.nv), np.full(model.nv, np.nan), t0 + 2 * MS)
     assert loop.state.stamp_ns == t0 + 2 * MS and not loop.state.has_effort
+    loop.take_joint_states(names, Q, np.zeros(model.nv), np.full(model.nv, 1e300), t0 + 3 * MS)
+    assert loop.state.stamp_ns == t0 + 3 * MS and not loop.state.has_effort
 
     message = linearization_message(model, Q, np.zeros(model.nv), t0, dt=0.02)
     with pytest.raises(MessageError) as caught:
@@ -197,7 +241,7 @@ def test_refused_inputs_leave_the_last_good_ones(model):
     assert loop.linearization is good
 
     for bad_names, effort, reason in ((names[:6], np.ones(6), "joints"), (names, np.full(7, np.inf), "effort"),
-                                      (names, np.ones(3), "effort")):
+                                      (names, np.ones(3), "effort"), (names, np.full(7, 1e9), "implausible")):
         with pytest.raises(MessageError) as caught:
             loop.take_compensation(bad_names, effort, t0)
         assert caught.value.reason == reason

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from rbd_deriv.messages import (MATRIX_NAMES, MessageError, fill_message, linearization_arrays, linearization_fields,
-                                linearization_sizes, matrix_array, matrix_fields, ns_to_seconds, ns_to_stamp,
-                                seconds_to_stamp, set_stamp, stamp_to_ns)
+                                linearization_sizes, linearization_views, matrix_array, matrix_fields, matrix_view,
+                                ns_to_seconds, ns_to_stamp, seconds_to_stamp, set_stamp, stamp_to_ns)
 
 NQ, NV = 9, 8  # the sizes of a model with one free flyer and two revolute joints
 NAMES = ["root_joint", "j1", "j2"]
@@ -133,3 +133,28 @@ def test_rclpy_and_rosbags_messages_carry_the_same_bytes():
     received = serialization.deserialize_message(serialization.serialize_message(matrix), msg.Matrix)
     np.testing.assert_array_equal(matrix_array(received, shape=(2 * NV, 2 * NV)), arrays["A"])
     assert received.name == "M_inverse"
+
+
+def test_numbers_written_through_the_views_are_what_the_message_sends():
+    msg = pytest.importorskip("rbd_deriv.msg", reason="interfaces not built")
+    serialization = pytest.importorskip("rclpy.serialization")
+    rng = np.random.default_rng(5)
+    message = msg.Linearization(**linearization_sizes(NAMES, NQ, NV))
+    views = linearization_views(message, NQ, NV)
+    matrix = msg.Matrix(name=MATRIX_NAMES["mass_matrix_inverse"])
+    data = matrix_view(matrix, NV, NV)
+    # Written twice, as a node does at every state: each serialization carries the values of its time.
+    for _ in range(2):
+        arrays = random_linearization(rng)
+        for key, view in views.items():
+            view[...] = arrays[key]
+        message.dt = arrays["dt"]
+        values = rng.normal(size=(NV, NV))
+        data[...] = values
+        received = serialization.deserialize_message(serialization.serialize_message(message), msg.Linearization)
+        back = linearization_arrays(received, NQ, NV, NAMES)
+        for key, value in arrays.items():
+            np.testing.assert_array_equal(back[key], value)
+        received = serialization.deserialize_message(serialization.serialize_message(matrix), msg.Matrix)
+        np.testing.assert_array_equal(matrix_array(received, shape=(NV, NV)), values)
+    assert set(views) == {"x", "u", "A", "B", "x_next"}

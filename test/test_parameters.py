@@ -15,8 +15,8 @@ from rclpy.parameter import Parameter  # noqa: E402
 
 import rbd_deriv as rd  # noqa: E402
 from rbd_deriv.nodes.parameters import (DYNAMICS_NODE, MPC_NODE, SIM_NODE, Spec, declare_parameters,  # noqa: E402
-                                        finite_values, fraction, non_negative, one_of, per_joint, positive,
-                                        updated_values)
+                                        finite_values, fraction, in_range, non_negative, one_of, per_joint,
+                                        positive, updated_values)
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 
@@ -40,6 +40,10 @@ def test_checks():
     assert non_negative("age", 0.0) is None and "must be >= 0" in non_negative("age", -1e-9)
     assert fraction("margin", 1.0) is None and fraction("margin", 0.0) and fraction("margin", 1.5)
     assert one_of(("a", "b"))("mode", "b") is None and "one of a, b" in one_of(("a", "b"))("mode", "c")
+    assert in_range(0.5, 2.0)("r", 0.5) is None and in_range(0.5, 2.0)("r", 2.0) is None
+    for bad in (0.49, 2.01, float("nan"), float("inf"), True):
+        assert "r must be in [0.5, 2]" in in_range(0.5, 2.0)("r", bad)
+    assert "(0, 1]" in in_range(0.0, 1.0, low_open=True)("dt", 0.0)
     assert finite_values("w", [1.0, 2.0]) is None
     assert finite_values("w", []) and finite_values("w", [1.0, float("nan")])
     assert per_joint([2.0]) == 2.0
@@ -52,7 +56,9 @@ def test_updated_values_refuse_a_request_as_a_whole():
                                                                 Parameter("use_sim_time", value=True)])
     assert problem is None and updated["dt"] == 0.004 and "use_sim_time" not in updated
     assert current["dt"] == 0.001  # not modified in place
-    for parameter, reason in ((Parameter("dt", value=-1.0), "dt must be > 0"),
+    for parameter, reason in ((Parameter("dt", value=-1.0), "dt must be in (0, 1]"),
+                              (Parameter("rate", value=1e-12), "rate must be in [0.01, 10000]"),
+                              (Parameter("max_stamp_lead", value=-0.1), "max_stamp_lead must be in [0, 3600]"),
                               (Parameter("publish_mode", value="sometimes"), "one of on_message, timer"),
                               (Parameter("rate", value=5), "rate takes a float")):
         updated, problem = updated_values(DYNAMICS_NODE, current, [Parameter("dt", value=0.004), parameter])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -12,41 +13,63 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from rclpy.serialization import serialize_message  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 
-from rbd_deriv.nodes.spin import PolledSubscription, guard, newest_covering  # noqa: E402
+from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, guard  # noqa: E402
 
 
 def joint_state(names, positions) -> JointState:
     return JointState(name=list(names), position=[float(p) for p in positions])
 
 
-def apply_in_order(messages) -> dict:
-    """What a joint-state map holds after applying ``messages`` in order."""
-    state = {}
-    for message in messages:
-        state.update(zip(message.name, message.position))
-    return state
+class Recorder:
+    """An ``apply`` for apply_newest: records what it is handed, refuses positions of 666 (a bad message)."""
+
+    def __init__(self) -> None:
+        self.handed, self.state = [], {}
+
+    def __call__(self, message) -> bool:
+        self.handed.append(list(message.name))
+        if 666.0 in message.position:
+            return False
+        self.state.update(zip(message.name, message.position))
+        return True
 
 
-def test_newest_covering_keeps_the_newest_value_of_every_joint():
-    names = frozenset(["a", "b", "c", "d"])
+def run(burst, names) -> tuple:
+    recorder = Recorder()
+    superseded = apply_newest([serialize_message(m) for m in burst], JointState, frozenset(names), recorder)
+    return recorder, superseded
+
+
+def test_apply_newest_keeps_the_newest_value_of_every_joint():
     burst = [joint_state("ab", [1, 1]), joint_state("cd", [2, 2]), joint_state("ab", [3, 3]),
              joint_state("abcd", [4, 4, 4, 4]), joint_state("cd", [5, 5]), joint_state("ab", [6, 6])]
-    serialized = [serialize_message(m) for m in burst]
-    kept = newest_covering(serialized, JointState, names)
+    recorder, superseded = run(burst, "abcd")
     # The two newest messages name every joint: nothing older is deserialized or applied.
-    assert [list(m.name) for m in kept] == [["c", "d"], ["a", "b"]]
-    assert apply_in_order(kept) == apply_in_order(burst) == {"a": 6, "b": 6, "c": 5, "d": 5}
+    assert recorder.handed == [["c", "d"], ["a", "b"]] and superseded == 4
+    assert recorder.state == {"a": 6, "b": 6, "c": 5, "d": 5}
 
 
-def test_newest_covering_hands_over_unknown_joints_and_partial_bursts():
-    names = frozenset(["a", "b"])
+def test_apply_newest_hands_over_unknown_joints_and_partial_bursts():
     burst = [joint_state("a", [1]), joint_state("x", [9]), joint_state("a", [2])]
-    kept = newest_covering([serialize_message(m) for m in burst], JointState, names)
-    # b never came: every message that still matters is kept, the unknown joint for the caller
-    # to refuse or ignore, the older value of a is not.
-    assert [list(m.name) for m in kept] == [["x"], ["a"]]
-    assert apply_in_order(kept) == {"x": 9, "a": 2}
-    assert newest_covering([], JointState, names) == []
+    recorder, superseded = run(burst, "ab")
+    # b never came: every message that still matters is applied, the unknown joint for the caller to
+    # refuse or ignore, the older value of a is not.
+    assert recorder.handed == [["x"], ["a"]] and superseded == 1
+    assert recorder.state == {"x": 9, "a": 2}
+    recorder, superseded = run([], "ab")
+    assert recorder.handed == [] and superseded == 0
+
+
+def test_a_refused_message_never_hides_older_good_ones():
+    # Newest a refused (stamped in the future, say): the newest good a is looked for among older messages.
+    burst = [joint_state("a", [1]), joint_state("b", [2]), joint_state("a", [3]), joint_state("b", [666]),
+             joint_state("a", [666])]
+    recorder, superseded = run(burst, "ab")
+    assert recorder.state == {"a": 3, "b": 2}
+    assert recorder.handed == [["b"], ["a"], ["b"], ["a"]] and superseded == 1
+    # Only bad messages: each newest one is refused in turn, nothing is applied, every one counted.
+    recorder, superseded = run([joint_state("ab", [666, 666])] * 3, "ab")
+    assert recorder.state == {} and len(recorder.handed) == 3 and superseded == 0
 
 
 def test_polled_subscription_takes_every_message_once_with_remapping():
@@ -77,7 +100,9 @@ def test_polled_subscription_takes_every_message_once_with_remapping():
             serialized = polled.take(serialized=True)
             time.sleep(0.01)
         assert isinstance(serialized[0], bytes)
-        assert newest_covering(serialized, JointState, frozenset("j"))[0].position[0] == 7.0
+        recorder = Recorder()
+        assert apply_newest(serialized, JointState, frozenset("j"), recorder) == 0 and recorder.state == {"j": 7.0}
+        assert polled.lost == 0
         polled.destroy()
     finally:
         rclpy.shutdown(context=context)
@@ -88,3 +113,41 @@ def test_guard_hands_errors_over_and_passes_results_through():
     assert guard(lambda x: 2 * x, errors.append)(21) == 42
     assert guard(lambda: 1 / 0, errors.append)() is None
     assert len(errors) == 1 and isinstance(errors[0], ZeroDivisionError)
+
+
+def test_messages_lost_before_the_taker_are_counted_per_publisher():
+    """A queue of 10 that 200 messages overflow between two takes: the 190 dropped are counted from the gaps
+    in each publisher's sequence numbers (Fast DDS raises no message-lost event for them)."""
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=150 + os.getpid() % 50)
+    try:
+        owner = rclpy.create_node("lost_owner", context=context)
+        sender = rclpy.create_node("lost_sender", context=context)
+        qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        polled = PolledSubscription(owner, JointState, "/lost_test", qos)
+        publishers = [sender.create_publisher(JointState, "/lost_test", QoSProfile(
+            depth=1000, reliability=ReliabilityPolicy.RELIABLE)) for _ in range(2)]
+        deadline = time.monotonic() + 10.0
+        while any(p.get_subscription_count() == 0 for p in publishers) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # The first message of each publisher is where counting starts.
+        for publisher in publishers:
+            publisher.publish(joint_state(["j"], [0]))
+        received = []
+        while len(received) < 2 and time.monotonic() < deadline:
+            received += polled.take()
+            time.sleep(0.01)
+        for k in range(1, 101):
+            for publisher in publishers:
+                publisher.publish(joint_state(["j"], [k]))
+        time.sleep(1.0)  # all delivered, 190 of them dropped by the queue of 10
+        received = polled.take()
+        assert len(received) == 10 and [m.position[0] for m in received][-1] == 100.0
+        assert polled.lost == 190
+        publishers[0].publish(joint_state(["j"], [101]))
+        while not polled.take() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert polled.lost == 190  # no gap, nothing more
+        polled.destroy()
+    finally:
+        rclpy.shutdown(context=context)

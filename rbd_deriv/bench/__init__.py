@@ -18,5 +18,7 @@ SUBCOMMANDS: Dict[str, str] = {
     "bag-eval": "rbd_deriv.bench.bag_eval",
     "bag-play": "rbd_deriv.bench.bag_play",
     "startup": "rbd_deriv.bench.startup",
+    "soak": "rbd_deriv.nodes.soak",
+    "loaded-loop": "rbd_deriv.bench.loaded_loop",
 }
 """Subcommand name -> module path (the module defines ``main(argv)``)."""

@@ -36,7 +36,7 @@ from rbd_deriv.control.problem import Mode, MPCProblem
 from rbd_deriv.control.reference import TrajectoryReference, horizon_reference
 from rbd_deriv.control.safety import CommandSource, is_stale, select_command
 from rbd_deriv.exceptions import InputError, RbdDerivError
-from rbd_deriv.joint_state_map import JointStateMap
+from rbd_deriv.joint_state_map import PLAUSIBLE, JointStateMap, implausible
 from rbd_deriv.messages import MessageError, ns_to_seconds
 from rbd_deriv.pipeline import warm_up
 from rbd_deriv.refusals import Refusals
@@ -48,6 +48,10 @@ STATISTICS_WINDOW = 2000
 
 #: Distinct joint-name lists of compensation messages whose column order is remembered.
 LAYOUT_CACHE_SIZE = 16
+
+#: Largest compensation torque taken, as a multiple of each joint's effort limit: gravity may exceed what
+#: the drives give (the hold then saturates), but not by orders of magnitude.
+COMPENSATION_BOUND = 10.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,8 @@ class LoopSettings:
         command_delay: Time from a command to its effect at the actuators [s], in [0, state_timeout).
         disturbance_time_constant: Observer filter [s]; 0 disables the observer.
         disturbance_bound: Largest observer estimate, a fraction of each effort limit, in (0, 1].
+        max_stamp_lead: Inputs stamped ahead of the clock by more than this [s] are refused (``future``):
+            a state from the future would otherwise make every later one out of order.
     """
 
     rate_hz: float = 200.0
@@ -71,6 +77,7 @@ class LoopSettings:
     command_delay: float = 0.0
     disturbance_time_constant: float = 0.01
     disturbance_bound: float = 0.2
+    max_stamp_lead: float = 0.1
 
     def __post_init__(self) -> None:
         def finite(value: Any) -> bool:
@@ -88,6 +95,8 @@ class LoopSettings:
         if not (finite(self.disturbance_bound) and 0.0 < self.disturbance_bound <= 1.0):
             raise InputError(f"disturbance_bound must be in (0, 1], got {self.disturbance_bound!r}",
                              "disturbance_bound")
+        if not (finite(self.max_stamp_lead) and self.max_stamp_lead >= 0.0):
+            raise InputError(f"max_stamp_lead must be >= 0, got {self.max_stamp_lead!r}", "max_stamp_lead")
 
 
 @dataclass(frozen=True)
@@ -147,7 +156,10 @@ class ControlLoop:
         # Enough commands to cover the longest prediction (a state as old as state_timeout).
         self.history = CommandHistory(
             int(np.ceil((settings.state_timeout + settings.command_delay) * settings.rate_hz)) + 4)
-        self.state = JointStateMap(model)
+        self.state = JointStateMap(model, max_lead=settings.max_stamp_lead)
+        self._max_lead_ns = int(round(settings.max_stamp_lead * 1e9))
+        self._compensation_bound = COMPENSATION_BOUND * np.asarray(model.effort_limit, dtype=float)[
+            [model.idx_v[n] for n in self.actuated_joint_names]]
         # Times inside the loop are seconds from the first stamp it sees: float seconds since 1970 would
         # keep only a fraction of a microsecond, and a simulated clock may start anywhere.
         self._epoch_ns: Optional[int] = None
@@ -178,24 +190,38 @@ class ControlLoop:
         return ns_to_seconds(ns, self._epoch_ns)
 
     # ---------------------------------------------------------------------------------------- inputs
+    def _check_lead(self, stamp_ns: int, now_ns: Optional[int]) -> None:
+        if now_ns is not None and stamp_ns - now_ns > self._max_lead_ns:
+            raise MessageError(f"stamp {stamp_ns * 1e-9:.6f} s is {(stamp_ns - now_ns) * 1e-9:.6g} s ahead of the "
+                               f"clock (max_stamp_lead {self.settings.max_stamp_lead:g} s)", "future")
+
     def take_joint_states(self, names: Sequence[str], position: Any, velocity: Any, effort: Any,
-                          stamp_ns: int) -> None:
+                          stamp_ns: int, now_ns: Optional[int] = None) -> None:
         """One joint_states message: names (n,), position, velocity, effort (n,) or empty, stamp [ns].
 
+        Args:
+            now_ns: The clock [ns], to refuse a stamp from the future; None skips that check.
+
         Raises:
-            JointStateError: Refused whole (see :class:`JointStateMap`).
+            JointStateError: Refused whole (see :class:`JointStateMap`): NaN, inf or implausible
+                magnitudes, a stamp out of order or ahead of the clock by more than ``max_stamp_lead``.
         """
         # Efforts only feed the observer: a message whose efforts are not all finite (ros2_control fills
-        # NaN for joints without an effort interface) still gives positions and velocities.
-        if not np.isfinite(np.asarray(effort, dtype=float)).all():
+        # NaN for joints without an effort interface) or not plausible still gives positions and velocities.
+        if implausible(np.asarray(effort, dtype=float), "effort").any():
             effort = ()
-        self.state.update(names, position, velocity, effort, stamp_ns)
+        self.state.update(names, position, velocity, effort, stamp_ns, now_ns)
 
-    def take_compensation(self, names: Sequence[str], effort: Any, stamp_ns: int) -> None:
+    def take_compensation(self, names: Sequence[str], effort: Any, stamp_ns: int, now_ns: Optional[int] = None) -> None:
         """The dynamics node's compensation torques RNEA(q, v, 0) of the actuated joints, by name.
 
+        Args:
+            now_ns: The clock [ns], to refuse a stamp from the future; None skips that check.
+
         Raises:
-            MessageError: ``joints`` (not exactly the actuated joints) or ``effort`` (sizes, NaN or inf).
+            MessageError: ``joints`` (not exactly the actuated joints), ``effort`` (sizes, NaN or inf),
+                ``implausible`` (beyond ``COMPENSATION_BOUND`` times a joint's effort limit) or ``future``.
+                The last good compensation stays.
         """
         key = tuple(names)
         layout = self._compensation_layouts.get(key)
@@ -210,7 +236,14 @@ class ControlLoop:
         effort = np.asarray(effort, dtype=float)
         if effort.shape != (len(key),) or not np.isfinite(effort).all():
             raise MessageError(f"{effort.size} efforts, need {len(key)} finite", "effort")
-        self.compensation = effort[layout]
+        compensation = effort[layout]
+        beyond = np.flatnonzero(np.abs(compensation) > self._compensation_bound)
+        if beyond.size:
+            k = int(beyond[0])
+            raise MessageError(f"compensation {compensation[k]:.6g} on {self.actuated_joint_names[k]} is beyond "
+                               f"{COMPENSATION_BOUND:g} times its effort limit", "implausible")
+        self._check_lead(stamp_ns, now_ns)
+        self.compensation = compensation
         self._compensation_stamp_ns = int(stamp_ns)
 
     def take_linearization(self, arrays: Mapping[str, Any], stamp_ns: int, now_ns: int) -> None:
@@ -222,9 +255,10 @@ class ControlLoop:
             stamp_ns: Its stamp [ns]; now_ns: the clock [ns], for its age in the diagnostics.
 
         Raises:
-            MessageError: ``values``: wrong shapes, NaN or inf, or another dt than the horizon's. The last
-                good linearization stays.
+            MessageError: ``values``: wrong shapes, NaN or inf, or another dt than the horizon's; ``future``:
+                stamped ahead of the clock by more than ``max_stamp_lead``. The last good linearization stays.
         """
+        self._check_lead(stamp_ns, now_ns)
         try:
             linearization = self.controller.check_linearization(HeldLinearization(**arrays))
         except InputError as error:

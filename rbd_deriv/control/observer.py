@@ -17,6 +17,7 @@ import numpy as np
 
 import rbd_deriv as rd
 from rbd_deriv.exceptions import InputError
+from rbd_deriv.joint_state_map import implausible
 
 
 class DisturbanceObserver:
@@ -67,7 +68,10 @@ class DisturbanceObserver:
         elapsed = time - t0
         if not 0.0 < elapsed <= self.max_gap:
             return self.estimate  # same state again, or too far apart to learn from
-        acceleration = (self._previous[1] - v0) / elapsed
+        with np.errstate(over="ignore", invalid="ignore"):
+            acceleration = (self._previous[1] - v0) / elapsed
+        if implausible(acceleration, "acceleration").any():
+            return self.estimate  # no physical motion links the two states (a faulty reading): nothing to learn
         residual = rd.rnea(self.model, self.data, q0, v0, acceleration) - applied_torque
         if np.isfinite(residual).all():
             gain = elapsed / (self.time_constant + elapsed)

@@ -68,7 +68,8 @@ def predict_state(model: Any, data: Any, q: np.ndarray, v: np.ndarray, start: fl
     span = end - start
     if not span > 0.0 or history.torque_at(start - delay) is None:
         return q, v, start  # nothing to predict, or no command known over the whole span
-    steps = int(np.ceil(span / PREDICTION_STEP))
+    # Rounding of the times must not add a step: a span of 8 ms computed as 8.000000000000002 ms takes 8.
+    steps = max(1, int(np.ceil(span / PREDICTION_STEP - 1e-9)))
     step = span / steps
     for k in range(steps):
         torque = history.torque_at(start + k * step - delay)

@@ -14,9 +14,13 @@ Topics (names relative, remap as needed):
 
 The work is in :mod:`rbd_deriv.pipeline`; this node wires parameters, QoS, message conversion
 (:mod:`rbd_deriv.messages`) and timing. Every input is checked; a bad one is refused as a whole, counted,
-and logged at most once per ``log_throttle_period`` per kind of fault. The model is replaced only by a
-description that loads and computes; the last good one stays otherwise. Ages are measured on the node's
-clock, so ``use_sim_time`` works.
+and logged (cut to a bounded length) at most once per ``log_throttle_period`` per kind of fault. Nothing
+non-finite is ever sent: the pipeline tests every output and every service answer last. Every callback
+runs inside one guard: an unexpected error is counted (``internal_error``), the node keeps serving.
+Messages lost before the node (a queue overflow, the middleware) are counted from the gaps in each
+publisher's sequence numbers. The model is replaced only by a description that loads and computes; the last
+good one stays otherwise. Ages and leads of stamps are measured on the node's clock, so ``use_sim_time``
+works.
 """
 
 from __future__ import annotations
@@ -36,16 +40,16 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Header, String
 
-from rbd_deriv.exceptions import RbdDerivError
-from rbd_deriv.joint_state_map import JointStateError
-from rbd_deriv.messages import (MATRIX_NAMES, fill_message, linearization_fields, linearization_sizes,
-                                matrix_fields, ns_to_seconds, set_stamp, stamp_to_ns)
+from rbd_deriv.exceptions import InputError, RbdDerivError
+from rbd_deriv.messages import (MATRIX_NAMES, fill_message, float_views, linearization_fields, linearization_sizes,
+                                linearization_views, matrix_fields, matrix_view, ns_to_seconds, set_stamp,
+                                stamp_to_ns)
 from rbd_deriv.msg import Linearization, Matrix
 from rbd_deriv.nodes.parameters import DYNAMICS_NODE as PARAMETERS
 from rbd_deriv.nodes.parameters import declare_parameters, updated_values
 from rbd_deriv.nodes.spin import StateInputs, guard, run_node
 from rbd_deriv.pipeline import DERIVATIVES, DynamicsPipeline, OutputSelection, PipelineError, replace_robot
-from rbd_deriv.refusals import Refusals
+from rbd_deriv.refusals import Refusals, shorten
 from rbd_deriv.srv import ComputeDerivatives
 
 NODE_NAME = "dynamics_node"
@@ -59,6 +63,9 @@ STATE_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history
 # topic) must hold a slow publisher's last message over a tick, 1 s of a 1 kHz robot.
 POLLED_STATE_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 OUTPUT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+# rclpy's default service QoS keeps 10 requests: of 50 concurrent calls, 40 were never answered. The
+# requests wait here while the executor answers them one by one, and the replies wait likewise.
+SERVICE_QOS = QoSProfile(depth=256, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 
 _MODEL_PARAMETERS = ("robot_description", "urdf_path", "floating_base")
 
@@ -72,22 +79,28 @@ def _selection(p: dict) -> OutputSelection:
 class _Robot(NamedTuple):
     """A pipeline and its outgoing messages, replaced together so that callbacks never see a mix.
 
-    The messages are kept: filling the names (checked string by string by the generated setters) once
-    instead of at every tick saves most of the packing time.
+    The messages are kept, and their numbers written in place through views (:func:`float_views`):
+    filling the names (checked string by string by the generated setters) once, and no packing per
+    message, save most of the time a message costs beyond the dynamics.
     """
 
     pipeline: DynamicsPipeline
     torques: JointState
     minv: Matrix
     linearization: Linearization
+    effort: np.ndarray
+    minv_data: np.ndarray
+    linearization_arrays: dict
 
     @classmethod
     def of(cls, pipeline: DynamicsPipeline) -> "_Robot":
         model = pipeline.model
-        return cls(pipeline, JointState(name=list(pipeline.actuated_joint_names)),
-                   Matrix(name=MATRIX_NAMES["mass_matrix_inverse"], names=pipeline.velocity_names,
-                          rows=model.nv, cols=model.nv),
-                   Linearization(**linearization_sizes(pipeline.joint_names, model.nq, model.nv)))
+        torques = JointState(name=list(pipeline.actuated_joint_names))
+        minv = Matrix(name=MATRIX_NAMES["mass_matrix_inverse"], names=pipeline.velocity_names)
+        linearization = Linearization(**linearization_sizes(pipeline.joint_names, model.nq, model.nv))
+        return cls(pipeline, torques, minv, linearization,
+                   float_views(torques, {"effort": (len(pipeline.actuated_joint_names),)})["effort"],
+                   matrix_view(minv, model.nv, model.nv), linearization_views(linearization, model.nq, model.nv))
 
 
 class DynamicsNode(Node):
@@ -101,7 +114,10 @@ class DynamicsNode(Node):
         self._refusals = Refusals(self._p["log_throttle_period"])
         self._compute_times: List[float] = []
         self._latencies: List[float] = []
-        self._inputs = self._outputs = 0
+        self._inputs = self._outputs = 0  # in this diagnostics period
+        # Since the start, for the balance inputs = outputs + refused (+ lost before the node).
+        self._inputs_total = self._outputs_total = 0
+        self._lost_before = (0, 0)  # by state inputs already replaced (a publish-mode change)
         self._last_diagnostics = time.monotonic()
         self._timer = None
         self._state_inputs: Optional[StateInputs] = None
@@ -121,7 +137,8 @@ class DynamicsNode(Node):
 
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.create_subscription(String, "robot_description", self._guard(self._on_description), DESCRIPTION_QOS)
-        self.create_service(ComputeDerivatives, "compute_derivatives", self._on_compute_derivatives)
+        self.create_service(ComputeDerivatives, "compute_derivatives", self._on_compute_derivatives,
+                            qos_profile=SERVICE_QOS)
         self._diagnostics_timer = self.create_timer(self._p["diagnostics_period"], self._guard(self._on_diagnostics))
         self._configure_inputs()
         if self._robot is None:
@@ -162,7 +179,8 @@ class DynamicsNode(Node):
     def _build(self, description: str, source: str, p: dict) -> Optional[DynamicsPipeline]:
         """A pipeline of ``description`` with the parameters ``p``; None (logged and counted) if unusable."""
         try:
-            return DynamicsPipeline(description, p["floating_base"], p["strict_joint_names"], p["max_state_age"])
+            return DynamicsPipeline(description, p["floating_base"], p["strict_joint_names"], p["max_state_age"],
+                                    p["max_stamp_lead"])
         except PipelineError as error:
             self._refuse(error.reason, f"robot description from {source}, keeping the current model: {error}",
                          error=True)
@@ -177,8 +195,8 @@ class DynamicsNode(Node):
             return
         self._robot = _Robot.of(pipeline)
         model = pipeline.model
-        self.get_logger().info(f"robot {model.name!r}: nq={model.nq}, nv={model.nv}, "
-                               f"floating base: {model.has_floating_base}")
+        self.get_logger().info(shorten(f"robot {model.name!r}: nq={model.nq}, nv={model.nv}, "
+                                       f"floating base: {model.has_floating_base}"))
 
     def _on_description(self, message: String) -> None:
         if self._robot is not None and message.data == self._robot.pipeline.description:
@@ -189,30 +207,47 @@ class DynamicsNode(Node):
 
     # ---------------------------------------------------------------------------------- parameters
     def _on_set_parameters(self, parameters: List[Parameter]) -> SetParametersResult:
-        updated, problem = updated_values(PARAMETERS, self._p, parameters)
-        if problem:
-            return SetParametersResult(successful=False, reason=problem)
-        pipeline = None
-        if any(updated[n] != self._p[n] for n in _MODEL_PARAMETERS):
-            description = self._description(updated)
-            if description == "" and self._robot is not None:
-                description = self._robot.pipeline.description
-            if description is None:
-                return SetParametersResult(successful=False, reason="cannot read urdf_path")
-            pipeline = self._build(description, "parameter", updated)
-            if pipeline is None:
-                return SetParametersResult(successful=False, reason="robot description refused (see log)")
+        """Check a ``ros2 param set`` request and apply it at once, or refuse it whole: whatever fails while
+        it is applied (a timer the middleware refuses...) restores the previous values and is reported."""
+        try:
+            updated, problem = updated_values(PARAMETERS, self._p, parameters)
+            if problem:
+                return SetParametersResult(successful=False, reason=problem)
+            pipeline = None
+            if any(updated[n] != self._p[n] for n in _MODEL_PARAMETERS):
+                description = self._description(updated)
+                if description == "" and self._robot is not None:
+                    description = self._robot.pipeline.description
+                if description is None:
+                    return SetParametersResult(successful=False, reason="cannot read urdf_path")
+                pipeline = self._build(description, "parameter", updated)
+                if pipeline is None:
+                    return SetParametersResult(successful=False, reason="robot description refused (see log)")
+        except Exception as error:  # noqa: BLE001 - a request must be answered, never kill the node
+            self._internal_error(error)
+            return SetParametersResult(successful=False, reason=shorten(f"internal error: {error}"))
+        previous = self._p
+        try:
+            self._apply(updated, pipeline)
+        except Exception as error:  # noqa: BLE001 - same
+            self._internal_error(error)
+            self._apply(previous, None)
+            return SetParametersResult(successful=False, reason=shorten(f"cannot apply it: {error}"))
+        return SetParametersResult(successful=True)
 
-        self._p, self._selection = updated, _selection(updated)
-        self._refusals.log_period = self._p["log_throttle_period"]
+    def _apply(self, p: dict, pipeline: Optional[DynamicsPipeline]) -> None:
+        """Use the parameter values ``p`` from now on (and ``pipeline`` if not None)."""
+        self._p, self._selection = p, _selection(p)
+        self._refusals.log_period = p["log_throttle_period"]
         if pipeline is not None:
             self._install(pipeline, allow_change=True)  # an explicit parameter change may change the robot
         if self._robot is not None:
-            self._robot.pipeline.state.strict = self._p["strict_joint_names"]
-            self._robot.pipeline.state.max_age_ns = int(round(self._p["max_state_age"] * 1e9))
+            state = self._robot.pipeline.state
+            state.strict = p["strict_joint_names"]
+            state.max_age_ns = int(round(p["max_state_age"] * 1e9))
+            state.max_lead = p["max_stamp_lead"]
         self._configure_inputs()
-        self._diagnostics_timer.timer_period_ns = int(self._p["diagnostics_period"] * 1e9)
-        return SetParametersResult(successful=True)
+        self._diagnostics_timer.timer_period_ns = int(p["diagnostics_period"] * 1e9)
 
     def _configure_inputs(self) -> None:
         """Set up the timer and the state inputs (:class:`StateInputs`) for the publish mode: on_message
@@ -236,7 +271,13 @@ class DynamicsNode(Node):
         """Stop the listener thread and remove the state subscriptions (shutdown, mode change)."""
         if self._state_inputs is not None:
             self._state_inputs.destroy()
+            self._lost_before = self._lost()
         self._state_inputs, self._state_inputs_mode = None, ""
+
+    def _lost(self) -> tuple:
+        """Messages lost before the node since it started: (joint_states, odom)."""
+        current = (0, 0) if self._state_inputs is None else self._state_inputs.lost
+        return tuple(a + b for a, b in zip(self._lost_before, current))
 
     def destroy_node(self) -> None:
         """Stop the listener thread and remove the state inputs, then the node."""
@@ -244,21 +285,25 @@ class DynamicsNode(Node):
         super().destroy_node()
 
     # ---------------------------------------------------------------------------------- robot state
-    def _on_joint_states(self, message: JointState) -> None:
+    def _on_joint_states(self, message: JointState) -> bool:
+        """Take one joint_states message (and in on_message mode answer it); return whether it was accepted."""
         self._inputs += 1
+        self._inputs_total += 1
         robot = self._robot
         if robot is None:
             self._refuse("no_model", "joint_states before any robot description")
-            return
+            return False
+        now_ns = self._now_ns()  # one clock read per message: it costs as much as the checks of the state
         try:
             robot.pipeline.state.update(message.name, message.position, message.velocity, message.effort,
-                                        stamp_to_ns(message.header.stamp), self._now_ns())
-        except JointStateError as error:
-            self._refuse(error.reason, f"joint_states: {error}")
-            return
+                                        stamp_to_ns(message.header.stamp), now_ns)
+        except InputError as error:
+            self._refuse(getattr(error, "reason", "bad_message"), f"joint_states: {error}")
+            return False
         self._latest_frame = message.header.frame_id
         if self._p["publish_mode"] == "on_message":
-            self._compute_and_publish(robot, message.header)
+            self._compute_and_publish(robot, message.header, now_ns)
+        return True
 
     def _on_odometry(self, message: Odometry) -> None:
         robot = self._robot
@@ -272,46 +317,57 @@ class DynamicsNode(Node):
                 (twist.linear.x, twist.linear.y, twist.linear.z),
                 (twist.angular.x, twist.angular.y, twist.angular.z),
                 stamp_to_ns(message.header.stamp), self._now_ns())
-        except JointStateError as error:
-            self._refuse(error.reason, f"odom: {error}")
+        except InputError as error:
+            self._refuse(getattr(error, "reason", "bad_message"), f"odom: {error}")
 
     def _on_timer(self) -> None:
         robot = self._robot
         # Superseded messages are counted as inputs here, the others as they are applied.
-        self._inputs += self._state_inputs.poll(
-            None if robot is None else frozenset(robot.pipeline.actuated_joint_names))
+        skipped = self._state_inputs.poll(None if robot is None else frozenset(robot.pipeline.actuated_joint_names))
+        self._inputs += skipped
+        self._inputs_total += skipped
         robot = self._robot
         if robot is None or robot.pipeline.state.stamp_ns < 0:
             return
         state = robot.pipeline.state
-        age_ns = self._now_ns() - state.stamp_ns
+        now_ns = self._now_ns()
+        age_ns = now_ns - state.stamp_ns
         if state.max_age_ns and age_ns > state.max_age_ns:
             self._refuse("stale", f"latest state is {age_ns * 1e-9:.3f} s old")
             return
-        self._compute_and_publish(robot, Header(stamp=set_stamp(Time(), state.stamp_ns), frame_id=self._latest_frame))
+        self._compute_and_publish(robot, Header(stamp=set_stamp(Time(), state.stamp_ns), frame_id=self._latest_frame),
+                                  now_ns)
 
     # ------------------------------------------------------------------------------------- outputs
-    def _compute_and_publish(self, robot: _Robot, header: Header) -> None:
+    def _compute_and_publish(self, robot: _Robot, header: Header, now_ns: int) -> None:
+        """Outputs at the assembled state, published stamped ``header``; ``now_ns`` is when the input arrived."""
         started = time.perf_counter()
         try:
             outputs = robot.pipeline.outputs_from_state(self._selection)
-        except JointStateError as error:
-            self._refuse(error.reason, str(error))
+        except InputError as error:  # incomplete or stale state; non-finite results, with their input
+            self._refuse(error.reason, str(error), error=error.reason == "non_finite_output")
             return
-        published = []
+        # The pipeline's arrays go straight into the kept messages' numbers (views of their fields).
         if outputs.torques is not None:
-            published.append((self._pub_torques, fill_message(robot.torques, {"effort": outputs.torques})))
+            robot.effort[:] = outputs.torques
+            robot.torques.header = header
+            self._pub_torques.publish(robot.torques)
         if outputs.mass_matrix_inverse is not None:
-            published.append((self._pub_minv, fill_message(robot.minv, matrix_fields(outputs.mass_matrix_inverse))))
+            robot.minv_data[:] = outputs.mass_matrix_inverse
+            robot.minv.header = header
+            self._pub_minv.publish(robot.minv)
         if outputs.linearization is not None:
-            published.append((self._pub_linearization,
-                              fill_message(robot.linearization, linearization_fields(**outputs.linearization))))
-        for publisher, message in published:
+            linearization, message = outputs.linearization, robot.linearization
+            for key, view in robot.linearization_arrays.items():
+                view[...] = linearization[key]
+            message.dt = linearization["dt"]
             message.header = header
-            publisher.publish(message)
+            self._pub_linearization.publish(message)
         self._outputs += 1
-        self._compute_times.append(time.perf_counter() - started)
-        self._latencies.append(ns_to_seconds(self._now_ns(), stamp_to_ns(header.stamp)))
+        self._outputs_total += 1
+        elapsed = time.perf_counter() - started
+        self._compute_times.append(elapsed)
+        self._latencies.append(ns_to_seconds(now_ns, stamp_to_ns(header.stamp)) + elapsed)
 
     # -------------------------------------------------------------------------------------- service
     def _on_compute_derivatives(self, request, response):
@@ -333,12 +389,13 @@ class DynamicsNode(Node):
                     setattr(response, field, fill_message(Matrix(header=header), fields))
             response.joint_names = list(pipeline.joint_names)
             response.success, response.message = True, "ok"
-        except (RbdDerivError, ValueError) as error:
-            self._refuse("bad_request", f"compute_derivatives: {error}")
-            response = ComputeDerivatives.Response(success=False, message=str(error))
+        except (RbdDerivError, ValueError) as error:  # the answer was checked finite last, in the pipeline
+            reason = getattr(error, "reason", "bad_request")
+            self._refuse(reason, f"compute_derivatives: {error}", error=reason == "non_finite_output")
+            response = ComputeDerivatives.Response(success=False, message=shorten(str(error)))
         except Exception as error:  # noqa: BLE001 - answer, whatever happened
             self._refuse("internal_error", f"compute_derivatives: {type(error).__name__}: {error}", error=True)
-            response = ComputeDerivatives.Response(success=False, message=f"internal error: {error}")
+            response = ComputeDerivatives.Response(success=False, message=shorten(f"internal error: {error}"))
         return response
 
     # ---------------------------------------------------------------------------------- diagnostics
@@ -362,6 +419,9 @@ class DynamicsNode(Node):
                 p50, p99 = np.percentile(samples, [50.0, 99.0])
                 values.update({f"{label}_p50": 1e3 * p50, f"{label}_p99": 1e3 * p99,
                                f"{label}_max": 1e3 * max(samples)})
+        lost_joint_states, lost_odom = self._lost()
+        values.update({"inputs_total": self._inputs_total, "outputs_total": self._outputs_total,
+                       "lost_joint_states": lost_joint_states, "lost_odom": lost_odom})
         values["rejected_total"] = self._refusals.total
         values.update({f"rejected_{reason}": count for reason, count in sorted(self._refusals.counts.items())})
         status.values = [KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v))

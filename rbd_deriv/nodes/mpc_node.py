@@ -11,7 +11,10 @@ effort forward-command controller), the plan (trajectory_msgs/JointTrajectory, d
 command was chosen, refused messages by reason).
 
 The tick policy is :class:`rbd_deriv.control.ControlLoop`; this node wires parameters, QoS, message
-conversion and timing. Whatever goes wrong, the command is finite and inside the URDF effort limits.
+conversion and timing. Whatever goes wrong, the command is finite and inside the URDF effort limits; a
+plan that is not finite is not sent. Every callback runs inside one guard (an unexpected error is counted
+as ``internal_error``, the tick keeps its timer). Inputs stamped ahead of the clock by more than
+``max_stamp_lead`` are refused; joint_states lost before the node are counted (``lost_joint_states``).
 Every age is measured on the node's clock, so ``use_sim_time`` works.
 """
 
@@ -32,13 +35,14 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 import rbd_deriv as rd
+from rbd_deriv import bundled_urdf
 from rbd_deriv.control import CommandSource, ControlLoop, LoopSettings, MPCProblem, Plan
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.messages import linearization_arrays, set_stamp, stamp_to_ns
 from rbd_deriv.msg import Linearization
 from rbd_deriv.nodes.parameters import MPC_NODE, declare_parameters, per_joint, updated_values
-from rbd_deriv.nodes.spin import PolledSubscription, guard, newest_covering, run_node
-from rbd_deriv import bundled_urdf
+from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, guard, run_node
+from rbd_deriv.refusals import shorten
 
 # The tick reads what arrived since the previous tick (PolledSubscription): no executor callback per
 # 1 kHz joint_states message. The depth covers 100 ms of a 1 kHz topic split across several
@@ -63,7 +67,8 @@ class MpcNode(Node):
         settings = LoopSettings(
             rate_hz=p["rate_hz"], state_timeout=p["state_timeout"], linearization_timeout=p["linearization_timeout"],
             predict_delay=p["predict_delay"], command_delay=p["command_delay"],
-            disturbance_time_constant=p["disturbance_time_constant"], disturbance_bound=p["disturbance_bound"])
+            disturbance_time_constant=p["disturbance_time_constant"], disturbance_bound=p["disturbance_bound"],
+            max_stamp_lead=p["max_stamp_lead"])
         self.loop = ControlLoop(self.model, problem, settings)
         self.loop.warm_up()
         self.joint_names = list(self.model.joint_names)
@@ -100,36 +105,46 @@ class MpcNode(Node):
 
     def _log(self, line: str | None) -> None:
         if line:
-            self.get_logger().warning(line)
+            self.get_logger().warning(shorten(line))
 
-    def _take(self, kind: str, take: Callable, *args: Any) -> None:
-        """Hand one input to the loop; a refusal is counted there under ``kind`` and logged here."""
+    def _take(self, kind: str, take: Callable, *args: Any) -> bool:
+        """Hand one input to the loop; a refusal is counted there under ``kind`` and logged here.
+
+        Returns:
+            Whether the loop accepted it.
+        """
         try:
             take(*args)
         except RbdDerivError as error:
             self._log(self.loop.refuse(kind, error))
+            return False
+        return True
 
     # ----------------------------------------------------------------------------- parameters
     def _on_set_parameters(self, parameters: list) -> SetParametersResult:
-        updated, problem = updated_values(MPC_NODE, self._p, parameters)
-        if problem is None and any(parameter.name == "goal_positions" for parameter in parameters):
-            try:
-                self.loop.set_goal(updated["goal_positions"])
-            except RbdDerivError as error:
-                problem = f"goal_positions: {error}"
+        try:
+            updated, problem = updated_values(MPC_NODE, self._p, parameters)
+            if problem is None and any(parameter.name == "goal_positions" for parameter in parameters):
+                try:
+                    self.loop.set_goal(updated["goal_positions"])
+                except RbdDerivError as error:
+                    problem = f"goal_positions: {error}"
+        except Exception as error:  # noqa: BLE001 - a request must be answered, never kill the node
+            self._log(self.loop.refuse("internal_error", repr(error)))
+            problem = f"internal error: {error}"
         if problem:
-            return SetParametersResult(successful=False, reason=problem)
+            return SetParametersResult(successful=False, reason=shorten(problem))
         self._p = updated
         return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------------------------- inputs
-    def _on_joint_states(self, message: JointState) -> None:
-        self._take("joint_states", self.loop.take_joint_states, message.name, message.position,
-                   message.velocity, message.effort, stamp_to_ns(message.header.stamp))
+    def _on_joint_states(self, message: JointState) -> bool:
+        return self._take("joint_states", self.loop.take_joint_states, message.name, message.position,
+                   message.velocity, message.effort, stamp_to_ns(message.header.stamp), self._now_ns())
 
     def _on_compensation(self, message: JointState) -> None:
         self._take("compensation", self.loop.take_compensation, message.name, message.effort,
-                   stamp_to_ns(message.header.stamp))
+                   stamp_to_ns(message.header.stamp), self._now_ns())
 
     def _on_linearization(self, message: Linearization) -> None:
         def take() -> None:
@@ -154,10 +169,10 @@ class MpcNode(Node):
         self.get_logger().info(f"new reference: {len(points)} points over {duration:.2f} s")
 
     def _read_inputs(self) -> None:
-        """Hand what arrived since the previous tick to the handlers: the newest message of each
-        joint, compensation and linearization (only those are deserialized)."""
-        for message in newest_covering(self.joint_states_input.take(serialized=True), JointState, self._joint_set):
-            self._on_joint_states(message)
+        """Hand what arrived since the previous tick to the handlers: the newest accepted message of each
+        joint (:func:`apply_newest`), the newest compensation and linearization (only those are deserialized)."""
+        apply_newest(self.joint_states_input.take(serialized=True), JointState, self._joint_set,
+                     self._guard(self._on_joint_states))
         for subscription, handler in self.newest_inputs:
             serialized = subscription.take(serialized=True)
             if serialized:
@@ -177,6 +192,9 @@ class MpcNode(Node):
             self._publish_plan(result.plan, result.plan_start_ns)
 
     def _publish_plan(self, plan: Plan, start_ns: int) -> None:
+        if not (np.isfinite(plan.states).all() and np.isfinite(plan.torques).all()):
+            self._log(self.loop.refuse("non_finite_plan", "a plan with NaN or inf: not published"))
+            return
         nq, dt_ns = self.model.nq, self.loop.problem.dt * 1e9
         message = JointTrajectory(joint_names=self.joint_names)
         # The plan's first knot is the state the tick solved from (predicted to when it acts).
@@ -200,6 +218,7 @@ class MpcNode(Node):
     def _publish_diagnostics(self) -> None:
         now = time.monotonic()
         healthy, summary, values = self.loop.diagnostics(now - self._window_start)
+        values["lost_joint_states"] = str(self.joint_states_input.lost)
         self._window_start = now
         status = DiagnosticStatus(name=f"{self.get_name()}: MPC", hardware_id=self.model.name,
                                   level=DiagnosticStatus.OK if healthy else DiagnosticStatus.WARN, message=summary,

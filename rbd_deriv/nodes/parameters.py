@@ -19,6 +19,7 @@ from rcl_interfaces.msg import ParameterDescriptor
 
 from rbd_deriv.control.problem import Mode
 from rbd_deriv.exceptions import InputError
+from rbd_deriv.joint_state_map import PLAUSIBLE
 from rbd_deriv.pipeline import LINEARIZATION_INPUTS
 from rbd_deriv.sim import BACKENDS
 
@@ -60,6 +61,15 @@ def non_negative(name: str, value: Any) -> Optional[str]:
 def fraction(name: str, value: Any) -> Optional[str]:
     """A number in (0, 1]."""
     return None if _number(value) and 0 < value <= 1 else f"{name} must be in (0, 1], got {value!r}"
+
+
+def in_range(low: float, high: float, low_open: bool = False) -> Check:
+    """A finite number in [low, high] ((low, high] with ``low_open``): bounds that keep the timers, buffers
+    and steps a value sets sane (a rate of 1e-12 Hz is a timer period no clock can hold)."""
+    def check(name: str, value: Any) -> Optional[str]:
+        inside = _number(value) and (low < value if low_open else low <= value) and value <= high
+        return None if inside else f"{name} must be in {'(' if low_open else '['}{low:g}, {high:g}], got {value!r}"
+    return check
 
 
 def one_of(choices: Sequence[str]) -> Check:
@@ -142,6 +152,16 @@ def updated_values(specs: Dict[str, Spec], current: Dict[str, Any],
 # ----------------------------------------------------------------------------------------- the tables
 PUBLISH_MODES = ("on_message", "timer")
 
+#: Ranges shared by the tables. Rates [Hz]: a timer period from 0.1 ms to 100 s. Periods and ages [s]: up
+#: to an hour. The linearization step [s]: the library's bound (joint_state_map.PLAUSIBLE["step"]).
+RATE = in_range(0.01, 10000.0)
+PERIOD = in_range(0.01, 3600.0)
+AGE = in_range(0.0, 3600.0)
+STEP = in_range(0.0, PLAUSIBLE["step"], low_open=True)
+
+_STAMP_LEAD = ("Refuse input stamped ahead of the node's clock by more than this [s]: two machines' clocks "
+               "disagree a little, but a stamp far ahead would make every later message look out of order.")
+
 #: rbd_deriv/nodes/dynamics_node.py; every parameter may be set at run time.
 DYNAMICS_NODE: Dict[str, Spec] = {
     "robot_description": Spec("", "URDF XML of the robot. Empty: use urdf_path, or wait for the robot_description "
@@ -152,8 +172,8 @@ DYNAMICS_NODE: Dict[str, Spec] = {
                                "(by default refused: consumers rely on the state layout)."),
     "publish_mode": Spec("on_message", "on_message: compute on every joint_states message; timer: at 'rate' from "
                          "the latest state.", one_of(PUBLISH_MODES)),
-    "rate": Spec(100.0, "Output rate in timer mode [Hz].", positive),
-    "dt": Spec(0.001, "Time step of the published linearization [s].", positive),
+    "rate": Spec(100.0, "Output rate in timer mode [Hz], in [0.01, 10000].", RATE),
+    "dt": Spec(0.001, "Time step of the published linearization [s], in (0, 1].", STEP),
     "publish_linearization": Spec(True, "Publish A, B, x+ on 'linearization'."),
     "publish_mass_matrix_inverse": Spec(True, "Publish M^-1 on 'mass_matrix_inverse'."),
     "publish_torques": Spec(True, "Publish RNEA(q, v, 0) as effort on 'bias_torques'."),
@@ -162,9 +182,11 @@ DYNAMICS_NODE: Dict[str, Spec] = {
     "strict_joint_names": Spec(False, "Refuse joint_states naming joints the model does not have (by default "
                                "they are ignored)."),
     "max_state_age": Spec(0.5, "Refuse states whose stamp is older than the clock by more than this, or whose "
-                          "joints were updated this far apart [s]; 0 disables.", non_negative),
-    "diagnostics_period": Spec(1.0, "Period of /diagnostics [s]; rates and percentiles cover one period.", positive),
-    "log_throttle_period": Spec(5.0, "At most one log line per kind of fault per period [s].", non_negative),
+                          "joints were updated this far apart [s], in [0, 3600]; 0 disables.", AGE),
+    "max_stamp_lead": Spec(0.1, _STAMP_LEAD + " In [0, 3600].", AGE),
+    "diagnostics_period": Spec(1.0, "Period of /diagnostics [s], in [0.01, 3600]; rates and percentiles cover one "
+                               "period.", PERIOD),
+    "log_throttle_period": Spec(5.0, "At most one log line per kind of fault per period [s], in [0, 3600].", AGE),
 }
 
 #: rbd_deriv/nodes/mpc_node.py; read at start-up, but goal_positions.
@@ -174,10 +196,11 @@ MPC_NODE: Dict[str, Spec] = {
     "mode": Spec("held", "held: linearization from the dynamics node held over the horizon; relinearize: "
                  "in-process re-linearization along the prediction (one Gauss-Newton step per tick)",
                  one_of([m.value for m in Mode]), read_only=True),
-    "horizon": Spec(20, "horizon steps N", positive, read_only=True),
-    "dt": Spec(0.01, "horizon step [s]; must equal the dynamics node's dt in held mode", positive, read_only=True),
-    "rate_hz": Spec(200.0, "tick rate [Hz]", positive, read_only=True),
-    "max_iterations": Spec(1, "Riccati passes per tick at most", positive, read_only=True),
+    "horizon": Spec(20, "horizon steps N, in [1, 1000]", in_range(1, 1000), read_only=True),
+    "dt": Spec(0.01, "horizon step [s], in (0, 1]; must equal the dynamics node's dt in held mode", STEP,
+               read_only=True),
+    "rate_hz": Spec(200.0, "tick rate [Hz], in [0.01, 10000]", RATE, read_only=True),
+    "max_iterations": Spec(1, "Riccati passes per tick at most, in [1, 100]", in_range(1, 100), read_only=True),
     "position_weight": Spec([1000.0], "W on positions [1/rad^2], one value or one per joint", finite_values,
                             read_only=True),
     "velocity_weight": Spec([1.0], "W on velocities [s^2/rad^2], one value or one per joint", finite_values,
@@ -198,14 +221,16 @@ MPC_NODE: Dict[str, Spec] = {
                           read_only=True),
     "command_delay": Spec(0.0, "expected time [s] from publishing a command to its effect at the actuators, in "
                           "[0, state_timeout)", non_negative, read_only=True),
-    "state_timeout": Spec(0.05, "joint_states older than this [s] trigger the safe command", positive,
-                          read_only=True),
-    "linearization_timeout": Spec(0.05, "a linearization older than this [s] triggers the safe command", positive,
-                                  read_only=True),
+    "state_timeout": Spec(0.05, "joint_states older than this [s] trigger the safe command, in (0, 3600]",
+                          in_range(0.0, 3600.0, low_open=True), read_only=True),
+    "linearization_timeout": Spec(0.05, "a linearization older than this [s] triggers the safe command, in "
+                                  "(0, 3600]", in_range(0.0, 3600.0, low_open=True), read_only=True),
+    "max_stamp_lead": Spec(0.1, _STAMP_LEAD + " In [0, 3600].", AGE, read_only=True),
     "goal_positions": Spec([0.0], "goal configuration [rad] in model order, one value per joint; settable at run "
                            "time (replaces the reference); the default [0.0] means none", finite_values),
-    "plan_decimation": Spec(5, "publish the plan every this many ticks", positive, read_only=True),
-    "diagnostics_period": Spec(1.0, "period of /diagnostics [s]", positive, read_only=True),
+    "plan_decimation": Spec(5, "publish the plan every this many ticks, in [1, 1000000]", in_range(1, 1e6),
+                            read_only=True),
+    "diagnostics_period": Spec(1.0, "period of /diagnostics [s], in [0.01, 3600]", PERIOD, read_only=True),
     "command_topic": Spec("/effort_controller/commands", "std_msgs/Float64MultiArray torque command output",
                           read_only=True),
     "joint_states_topic": Spec("joint_states", "sensor_msgs/JointState input", read_only=True),
@@ -220,7 +245,7 @@ MPC_NODE: Dict[str, Spec] = {
 SIM_NODE: Dict[str, Spec] = {
     "urdf_path": Spec("", "URDF file of the robot; empty: the bundled 7-dof arm", read_only=True),
     "backend": Spec("mujoco", f"physics backend, one of {', '.join(BACKENDS)}", one_of(BACKENDS), read_only=True),
-    "physics_rate_hz": Spec(1000.0, "physics and joint_states rate [Hz]", positive, read_only=True),
+    "physics_rate_hz": Spec(1000.0, "physics and joint_states rate [Hz], in [0.01, 10000]", RATE, read_only=True),
     "damping": Spec([0.1], "joint viscous damping [N m s/rad]; one value for every joint or one per joint",
                     finite_values, read_only=True),
     "friction": Spec([0.1], "joint dry friction [N m]; one value for every joint or one per joint", finite_values,

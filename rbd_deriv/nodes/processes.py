@@ -3,10 +3,32 @@ parameters and their shutdown."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from typing import Iterable, List
+
+
+def node_command(console_script: str, module: str) -> List[str]:
+    """How to start a node: its console entry point next to this interpreter (pip or colcon installed it),
+    else ``python -m module`` (a source tree)."""
+    script = shutil.which(console_script, path=os.path.dirname(sys.executable))
+    return [script] if script else [sys.executable, "-m", module]
+
+
+def resident_memory(pid: int) -> int:
+    """Resident set size of process ``pid`` [bytes] (Linux /proc), or -1 if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
 
 
 def ros_parameters(values: dict) -> List[str]:

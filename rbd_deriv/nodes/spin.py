@@ -69,15 +69,30 @@ class PolledSubscription:
     The subscription lives on a hidden helper node (``_<node>_input_<n>``, same namespace and
     context) that no executor spins. The topic is resolved, remappings included, by the owning node.
 
+    Messages lost before the node are counted in :attr:`lost`: a queue that overflowed between two takes
+    (the history drops its oldest message without telling anyone: Fast DDS raises no message-lost event
+    for it) and whatever the middleware lost on the way both leave a gap in the publisher's sequence
+    numbers, which every taken message carries.
+
     Args:
         node: The node the subscription belongs to.
         message_type: Message class (sensor_msgs.msg.JointState...).
         topic: Topic name, as the owner would pass it to ``create_subscription``.
         qos: QoS profile; its depth bounds how many messages wait between two takes.
+
+    Attributes:
+        lost: Messages lost so far: gaps in the sequence numbers of each publisher, from the first message
+            taken from it (what it sent before is not known).
     """
+
+    #: Publishers whose last sequence number is remembered; a topic with more forgets them all at once
+    #: (the gap across that moment is not counted).
+    MAX_PUBLISHERS = 256
 
     def __init__(self, node: Node, message_type: type, topic: str, qos) -> None:
         self.message_type = message_type
+        self.lost = 0
+        self._last_sequence: dict = {}
         # The owner resolves the topic; the helper ignores the command line (a launch file's
         # ``__node:=`` rename or a remapping must not apply to it a second time) and gets a name of
         # its own.
@@ -106,6 +121,19 @@ class PolledSubscription:
                 if taken is None:
                     return messages
                 messages.append(taken[0])
+                self._count_losses(taken[1])
+
+    def _count_losses(self, info: dict) -> None:
+        sequence, publisher = info.get("publication_sequence_number"), info.get("publisher_gid")
+        if sequence is None or publisher is None:
+            return  # a middleware that does not number its messages: losses cannot be seen
+        key = bytes(publisher["data"])
+        last = self._last_sequence.get(key)
+        if last is None and len(self._last_sequence) >= self.MAX_PUBLISHERS:
+            self._last_sequence.clear()
+        elif last is not None and sequence > last + 1:
+            self.lost += sequence - last - 1
+        self._last_sequence[key] = sequence
 
     def destroy(self) -> None:
         """Remove the subscription and its helper node."""
@@ -168,26 +196,43 @@ class ListenerThread:
             self._thread.join()
 
 
-def newest_covering(serialized: list, message_type: type, names: frozenset) -> list:
-    """The messages that still matter among ``serialized`` (oldest first): newest first, keep each
-    that names a joint of ``names`` not named by a newer one, stop once all are named.
+def apply_newest(serialized: list, message_type: type, names: frozenset, apply: Callable[[object], bool]) -> int:
+    """Apply, oldest first, what matters among ``serialized`` (oldest first): the newest message of every
+    joint of ``names`` that ``apply`` accepts.
 
-    A robot publishing its joints in one message needs one deserialization per tick; joints split
-    across publishers need one message from each. Returned oldest first, so that applying them in
-    order leaves the newest value of every joint.
+    Newest first, each message naming a joint of ``names`` not named by a newer kept one is kept (and, in
+    the first round, each naming joints outside ``names``, for ``apply`` to judge), until every joint is
+    named; the kept ones are applied oldest first, so that each joint ends with its newest value. A robot
+    publishing its joints in one message costs one deserialization per call; joints split across publishers
+    one message from each. The joints whose newest message ``apply`` refused are looked for again among the
+    older messages: a refused message (stamped in the future, broken) never hides good ones. (An older
+    message naming such a joint beside joints already updated is refused as out of order.)
+
+    Args:
+        apply: Takes one message, returns whether it was accepted (falsy when refused).
+
+    Returns:
+        The number of messages neither accepted nor refused: superseded.
     """
-    kept = []
-    missing = set(names)
-    for data in reversed(serialized):
-        message = deserialize_message(data, message_type)
-        named = missing.intersection(message.name)
-        if named or not names.issuperset(message.name):
-            kept.append(message)  # joints still wanted, or unknown ones for the caller to judge
-        missing -= named
-        if not missing:
-            break
-    kept.reverse()
-    return kept
+    remaining, missing, handled, first = list(serialized), set(names), 0, True
+    while remaining and missing:
+        kept = []  # (index in remaining, message), newest first
+        wanted = set(missing)
+        for index in range(len(remaining) - 1, -1, -1):
+            message = deserialize_message(remaining[index], message_type)
+            named = wanted.intersection(message.name)
+            if named or (first and not names.issuperset(message.name)):
+                kept.append((index, message))
+            wanted -= named
+            if not wanted:
+                break
+        for _, message in reversed(kept):
+            handled += 1
+            if apply(message):
+                missing.difference_update(message.name)
+        remaining = remaining[: kept[-1][0]] if kept else []
+        first = False
+    return len(serialized) - handled
 
 
 class StateInputs:
@@ -198,14 +243,15 @@ class StateInputs:
     * ``listen``: a :class:`ListenerThread` hands every message to the handlers as it comes, odometry
       first so that a joint_states message is applied with the newest base;
     * polled: :meth:`poll` (called from the node's timer) applies what arrived since its previous call,
-      deserializing only the newest message of each joint (:func:`newest_covering`) and of the odometry.
+      deserializing only the newest message of each joint (:func:`apply_newest`) and of the odometry.
 
     Args:
         node: The owner.
         listen: Answer every message from a thread of its own, else wait for :meth:`poll`.
         joint_states_qos, odometry_qos: QoS of the two subscriptions; a polled joint_states history
             must hold a slow publisher's last message over one poll period.
-        on_joint_states, on_odometry: Handlers of one message; they must not raise.
+        on_joint_states, on_odometry: Handlers of one message; they must not raise. ``on_joint_states``
+            returns whether it accepted the message (see :func:`apply_newest`).
         thread_name: Name of the listener thread.
         on_error: Receives what the listener thread's reading raises (see :func:`guard`).
     """
@@ -227,23 +273,27 @@ class StateInputs:
             self._on_joint_states(message)
 
     def poll(self, joint_names: Optional[frozenset]) -> int:
-        """Apply what arrived since the previous call: every message that still names one of
-        ``joint_names`` (only the newest if None), then the newest odometry.
+        """Apply what arrived since the previous call: the newest accepted message of each joint of
+        ``joint_names`` (:func:`apply_newest`; only the newest message if None), then the newest odometry.
 
         Returns:
             The number of joint_states messages skipped as superseded.
         """
         joint_states, odometry = (subscription.take(serialized=True) for subscription in self._subscriptions)
         skipped = 0
-        if joint_states:
-            messages = [deserialize_message(joint_states[-1], JointState)] if joint_names is None \
-                else newest_covering(joint_states, JointState, joint_names)
-            skipped = len(joint_states) - len(messages)
-            for message in messages:
-                self._on_joint_states(message)
+        if joint_states and joint_names is None:
+            self._on_joint_states(deserialize_message(joint_states[-1], JointState))
+            skipped = len(joint_states) - 1
+        elif joint_states:
+            skipped = apply_newest(joint_states, JointState, joint_names, self._on_joint_states)
         if odometry:
             self._on_odometry(deserialize_message(odometry[-1], Odometry))
         return skipped
+
+    @property
+    def lost(self) -> tuple:
+        """Messages lost before the node so far (:attr:`PolledSubscription.lost`): (joint_states, odom)."""
+        return tuple(subscription.lost for subscription in self._subscriptions)
 
     def destroy(self) -> None:
         """Stop the listener thread and remove the subscriptions."""
