@@ -17,16 +17,17 @@ Matrices and the Jacobians A and B travel row-major in flat float64 sequences.
 from __future__ import annotations
 
 import array
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from rbd_deriv.exceptions import InputError
 
 __all__ = [
-    "MATRIX_NAMES", "MessageError", "fill_message", "float_views", "linearization_arrays", "linearization_fields",
-    "linearization_sizes", "linearization_views", "matrix_array", "matrix_fields", "matrix_view", "ns_to_seconds",
-    "ns_to_stamp", "seconds_to_stamp", "set_stamp", "stamp_to_ns",
+    "MATRIX_NAMES", "DynamicsMessages", "MessageError", "answer_fields", "fill_message", "float_views",
+    "linearization_arrays", "linearization_fields", "linearization_sizes", "linearization_views", "matrix_array",
+    "matrix_fields", "matrix_view", "ns_to_seconds", "ns_to_stamp", "odometry_arrays", "seconds_to_stamp",
+    "set_stamp", "stamp_to_ns",
 ]
 
 NS_PER_S = 1_000_000_000
@@ -234,3 +235,50 @@ def matrix_array(message: Any, shape: Optional[Tuple[int, int]] = None) -> np.nd
         raise MessageError(f"matrix {message.name!r} is {rows} x {cols} with {data.size} entries"
                            + (f", expected {shape[0]} x {shape[1]}" if shape is not None else ""), "size")
     return data.reshape(rows, cols)
+
+
+# ------------------------------------------------------------------------------ what the nodes send
+def answer_fields(answer: Dict[str, Any], joint_names: Sequence[str], velocity_names: Sequence[str], nq: int,
+                  nv: int) -> Dict[str, Dict[str, Any]]:
+    """The fields (but the header) of each message of a derivatives answer (``DynamicsPipeline.derivatives``):
+    the entry ``linearization`` as a rbd_deriv/Linearization, every other one as a rbd_deriv/Matrix named
+    after it (:data:`MATRIX_NAMES`) with the model's velocity names."""
+    return {field: {**linearization_sizes(joint_names, nq, nv), **linearization_fields(**value)}
+            if field == "linearization" else matrix_fields(value, MATRIX_NAMES[field], velocity_names)
+            for field, value in answer.items()}
+
+
+class DynamicsMessages(NamedTuple):
+    """The messages a dynamics node sends at every state, made once per model and written in place.
+
+    Their names are filled once (the generated setters check them string by string) and their numbers are
+    written through views (:func:`float_views`): no packing per message, which is most of what a message
+    costs beyond the dynamics.
+    """
+
+    torques: Any  #: sensor_msgs/JointState, effort = bias torques of the actuated joints
+    minv: Any  #: rbd_deriv/Matrix ``mass_matrix_inverse``
+    linearization: Any  #: rbd_deriv/Linearization
+    effort: np.ndarray  #: view of ``torques.effort`` (nu,)
+    minv_data: np.ndarray  #: view of ``minv.data`` (nv, nv)
+    linearization_arrays: Dict[str, np.ndarray]  #: views of ``linearization``'s numbers (:func:`linearization_views`)
+
+    @classmethod
+    def make(cls, types: Tuple[Any, Any, Any], actuated_names: Sequence[str], joint_names: Sequence[str],
+             velocity_names: Sequence[str], nq: int, nv: int) -> "DynamicsMessages":
+        """The messages of a model, from ``types`` = (JointState, Matrix, Linearization) message classes."""
+        joint_state_type, matrix_type, linearization_type = types
+        torques = joint_state_type(name=list(actuated_names))
+        minv = matrix_type(name=MATRIX_NAMES["mass_matrix_inverse"], names=list(velocity_names))
+        linearization = linearization_type(**linearization_sizes(joint_names, nq, nv))
+        return cls(torques, minv, linearization, float_views(torques, {"effort": (len(actuated_names),)})["effort"],
+                   matrix_view(minv, nv, nv), linearization_views(linearization, nq, nv))
+
+
+def odometry_arrays(message: Any) -> Tuple[Tuple[float, ...], ...]:
+    """A nav_msgs/Odometry's base state: position (3,) [m], orientation quaternion (x, y, z, w), linear and
+    angular velocity (3,) each [m/s, rad/s] in the child (base) frame."""
+    pose, twist = message.pose.pose, message.twist.twist
+    return ((pose.position.x, pose.position.y, pose.position.z),
+            (pose.orientation.x, pose.orientation.y, pose.orientation.z, pose.orientation.w),
+            (twist.linear.x, twist.linear.y, twist.linear.z), (twist.angular.x, twist.angular.y, twist.angular.z))

@@ -24,7 +24,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, NamedTuple, Optional
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from rbd_deriv.exceptions import InputError, RbdDerivError
 from rbd_deriv.joint_state_map import PLAUSIBLE, JointStateMap, describe, implausible, velocity_names
 
 __all__ = ["DERIVATIVES", "LINEARIZATION_INPUTS", "DynamicsOutputs", "DynamicsPipeline", "OutputSelection",
-           "PipelineError", "replace_robot", "warm_up"]
+           "PipelineError", "Throughput", "replace_robot", "warm_up"]
 
 #: What the linearization's input u can be: the bias torques RNEA(q, v, 0) (the input that keeps the
 #: current velocity) or the efforts measured by the robot.
@@ -120,6 +120,13 @@ class OutputSelection:
                              f"{self.linearization_input!r}", "linearization_input")
         if not (isinstance(self.dt, (int, float)) and 0.0 < self.dt <= PLAUSIBLE["step"]):
             raise InputError(f"dt must be in (0, {PLAUSIBLE['step']:g}] s, got {self.dt!r}", "dt")
+
+    @classmethod
+    def from_parameters(cls, p: Dict[str, Any]) -> "OutputSelection":
+        """The selection that the dynamics node's parameters ``p`` (config/dynamics_node.yaml) make."""
+        return cls(torques=p["publish_torques"], mass_matrix_inverse=p["publish_mass_matrix_inverse"],
+                   linearization=p["publish_linearization"], linearization_input=p["linearization_input"],
+                   dt=p["dt"])
 
     @property
     def needs_effort(self) -> bool:
@@ -360,6 +367,46 @@ class DynamicsPipeline:
         if not all(np.isfinite(x).all() for x in arrays):
             raise _non_finite("derivatives", q=q, v=v, a=a, tau=tau, dt=dt)
         return answer
+
+
+class Throughput:
+    """What a node did with its inputs, for its diagnostics (no ROS here).
+
+    Counts per diagnostics period and since the start (for the balance inputs = outputs + refused + lost
+    before the node), and the compute time and latency [s] of each output of the period.
+    """
+
+    def __init__(self) -> None:
+        self.inputs = self.outputs = 0
+        self.inputs_total = self.outputs_total = 0
+        self.compute_times: List[float] = []
+        self.latencies: List[float] = []
+
+    def took(self, count: int = 1) -> None:
+        """Count ``count`` inputs."""
+        self.inputs += count
+        self.inputs_total += count
+
+    def sent(self, compute_time: float, latency: float) -> None:
+        """Count one output, computed in ``compute_time`` [s], sent ``latency`` [s] after its input's stamp."""
+        self.outputs += 1
+        self.outputs_total += 1
+        self.compute_times.append(compute_time)
+        self.latencies.append(latency)
+
+    def report(self, period: float) -> Dict[str, float]:
+        """Rates over the last ``period`` [s], compute time and latency percentiles [ms], totals; then starts
+        the next period."""
+        values = {"input_rate_hz": self.inputs / period, "output_rate_hz": self.outputs / period}
+        for label, samples in (("compute_time_ms", self.compute_times), ("latency_ms", self.latencies)):
+            if samples:
+                p50, p99 = np.percentile(samples, [50.0, 99.0])
+                values.update({f"{label}_p50": 1e3 * p50, f"{label}_p99": 1e3 * p99,
+                               f"{label}_max": 1e3 * max(samples)})
+        values.update({"inputs_total": self.inputs_total, "outputs_total": self.outputs_total})
+        self.inputs = self.outputs = 0
+        self.compute_times, self.latencies = [], []
+        return values
 
 
 def _request_vector(name: str, values: Any, size: int, why: str, kind: str) -> np.ndarray:

@@ -13,9 +13,10 @@ import types
 import numpy as np
 import pytest
 
-from rbd_deriv.messages import (MATRIX_NAMES, MessageError, fill_message, linearization_arrays, linearization_fields,
+from rbd_deriv.messages import (MATRIX_NAMES, DynamicsMessages, MessageError, answer_fields, fill_message, linearization_arrays, linearization_fields,
                                 linearization_sizes, linearization_views, matrix_array, matrix_fields, matrix_view,
-                                ns_to_seconds, ns_to_stamp, seconds_to_stamp, set_stamp, stamp_to_ns)
+                                ns_to_seconds, ns_to_stamp, odometry_arrays, seconds_to_stamp, set_stamp,
+                                stamp_to_ns)
 
 NQ, NV = 9, 8  # the sizes of a model with one free flyer and two revolute joints
 NAMES = ["root_joint", "j1", "j2"]
@@ -158,3 +159,49 @@ def test_numbers_written_through_the_views_are_what_the_message_sends():
         received = serialization.deserialize_message(serialization.serialize_message(matrix), msg.Matrix)
         np.testing.assert_array_equal(matrix_array(received, shape=(NV, NV)), values)
     assert set(views) == {"x", "u", "A", "B", "x_next"}
+
+
+def test_answer_fields_pack_each_message_of_a_derivatives_answer():
+    rng = np.random.default_rng(9)
+    linearization = random_linearization(rng)
+    dtau_dq = rng.normal(size=(NV, NV))
+    velocity_names = [f"v{i}" for i in range(NV)]
+    fields = answer_fields({"linearization": linearization, "dtau_dq": dtau_dq}, NAMES, velocity_names, NQ, NV)
+    assert set(fields) == {"linearization", "dtau_dq"}
+    back = linearization_arrays(types.SimpleNamespace(**fields["linearization"]), NQ, NV, NAMES)
+    for key, value in linearization.items():
+        np.testing.assert_array_equal(back[key], value)
+    matrix = types.SimpleNamespace(**fields["dtau_dq"])
+    np.testing.assert_array_equal(matrix_array(matrix, shape=(NV, NV)), dtau_dq)
+    assert matrix.name == MATRIX_NAMES["dtau_dq"] and matrix.names == velocity_names
+
+
+def test_dynamics_messages_send_what_is_written_in_place():
+    msg = pytest.importorskip("rbd_deriv.msg", reason="interfaces not built")
+    sensor_msgs = pytest.importorskip("sensor_msgs.msg")
+    serialization = pytest.importorskip("rclpy.serialization")
+    velocity_names = [f"v{i}" for i in range(NV)]
+    messages = DynamicsMessages.make((sensor_msgs.JointState, msg.Matrix, msg.Linearization), NAMES[1:], NAMES,
+                                     velocity_names, NQ, NV)
+    rng = np.random.default_rng(11)
+    effort, minv = rng.normal(size=2), rng.normal(size=(NV, NV))
+    messages.effort[:] = effort
+    messages.minv_data[:] = minv
+    received = serialization.deserialize_message(serialization.serialize_message(messages.torques),
+                                                 sensor_msgs.JointState)
+    assert list(received.name) == NAMES[1:]
+    np.testing.assert_array_equal(received.effort, effort)
+    received = serialization.deserialize_message(serialization.serialize_message(messages.minv), msg.Matrix)
+    np.testing.assert_array_equal(matrix_array(received, shape=(NV, NV)), minv)
+    assert received.name == MATRIX_NAMES["mass_matrix_inverse"] and list(received.names) == velocity_names
+    assert set(messages.linearization_arrays) == {"x", "u", "A", "B", "x_next"}
+    assert messages.linearization.nq == NQ and list(messages.linearization.joint_names) == NAMES
+
+
+def test_odometry_arrays_read_pose_and_twist():
+    nav_msgs = pytest.importorskip("nav_msgs.msg")
+    message = nav_msgs.Odometry()
+    message.pose.pose.position.x, message.pose.pose.position.z = 1.5, -2.0
+    message.pose.pose.orientation.y, message.pose.pose.orientation.w = 0.6, 0.8
+    message.twist.twist.linear.y, message.twist.twist.angular.x = 0.25, -3.0
+    assert odometry_arrays(message) == ((1.5, 0.0, -2.0), (0.0, 0.6, 0.0, 0.8), (0.0, 0.25, 0.0), (-3.0, 0.0, 0.0))

@@ -14,8 +14,8 @@ import pytest
 
 import rbd_deriv as rd
 from rbd_deriv.joint_state_map import PLAUSIBLE, JointStateError
-from rbd_deriv.pipeline import (DERIVATIVES, DynamicsPipeline, OutputSelection, PipelineError, replace_robot,
-                                warm_up)
+from rbd_deriv.pipeline import (DERIVATIVES, DynamicsPipeline, OutputSelection, PipelineError, Throughput,
+                                replace_robot, warm_up)
 from rbd_deriv.testing import assert_close
 from rbd_deriv.testing.robots import bundled_urdf
 
@@ -283,12 +283,35 @@ def test_a_urdf_joint_named_like_the_free_flyer_is_refused_with_floating_base(ar
     assert caught.value.reason == "bad_description"
 
 
-@pytest.mark.xfail(strict=True, reason="the URDF parser does not refuse the collision yet: the free flyer and "
-                                       "the URDF joint both take the name (rbd_deriv/core/urdf.py, parse_urdf)")
 def test_the_parser_refuses_a_urdf_joint_named_like_the_free_flyer(arm_text):
     renamed = arm_text.replace('"joint1"', f'"{rd.FREE_FLYER_JOINT}"')
     with pytest.raises(rd.URDFError, match=rd.FREE_FLYER_JOINT):
         rd.load_urdf(renamed, floating_base=True)
+
+
+def test_selection_from_the_node_parameters():
+    p = {"publish_torques": False, "publish_mass_matrix_inverse": True, "publish_linearization": True,
+         "linearization_input": "effort", "dt": 0.004}
+    assert OutputSelection.from_parameters(p) == OutputSelection(torques=False, linearization_input="effort", dt=0.004)
+    with pytest.raises(rd.InputError, match="dt must be in"):
+        OutputSelection.from_parameters({**p, "dt": -1.0})
+
+
+def test_throughput_counts_periods_and_totals():
+    throughput = Throughput()
+    throughput.took()
+    throughput.took(3)
+    for compute_time in (0.001, 0.002, 0.003):
+        throughput.sent(compute_time, compute_time + 0.010)
+    first = throughput.report(2.0)
+    assert first["input_rate_hz"] == 2.0 and first["output_rate_hz"] == 1.5
+    assert math.isclose(first["compute_time_ms_p50"], 2.0) and math.isclose(first["compute_time_ms_max"], 3.0)
+    assert math.isclose(first["latency_ms_p50"], 12.0) and math.isclose(first["latency_ms_max"], 13.0)
+    assert (first["inputs_total"], first["outputs_total"]) == (4, 3)
+    throughput.took()
+    second = throughput.report(1.0)  # a new period: rates of its own, no samples, totals carried on
+    assert second["input_rate_hz"] == 1.0 and second["output_rate_hz"] == 0.0
+    assert "compute_time_ms_p50" not in second and (second["inputs_total"], second["outputs_total"]) == (5, 3)
 
 
 def test_warm_up_runs_the_batched_calls_too(arm):

@@ -202,7 +202,8 @@ def parse_urdf(path_or_xml: str, floating_base: bool = False) -> TreeDescription
         floating_base: Add a free-flyer joint ``root_joint`` between the universe and the root link.
 
     Raises:
-        URDFError: Unreadable file, XML syntax error, no root, several roots, a loop, unknown link names.
+        URDFError: Unreadable file, XML syntax error, no root, several roots, a loop, unknown link names, a
+            joint named like the free flyer when ``floating_base`` adds it.
         ModelError: Unsupported joint type, zero axis, invalid inertia.
     """
     robot = _parse(_read_xml(path_or_xml))
@@ -215,6 +216,9 @@ def parse_urdf(path_or_xml: str, floating_base: bool = False) -> TreeDescription
             if name in seen:
                 raise URDFError(f"two {kind}s are named {name!r}", name)
             seen.add(name)
+    if floating_base and any(joint.name == FREE_FLYER_JOINT for joint in robot.joints):
+        raise URDFError(f"the URDF has a joint named {FREE_FLYER_JOINT!r}, the name of the free flyer that "
+                        "floating_base adds: rename that joint", FREE_FLYER_JOINT)
     children: dict[str, list] = {name: [] for name in links}
     parent_of: dict[str, str] = {}
     for joint in robot.joints:

@@ -29,7 +29,6 @@ import sys
 import time
 from typing import Callable, List, NamedTuple, Optional, Sequence
 
-import numpy as np
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
@@ -41,14 +40,14 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Header, String
 
 from rbd_deriv.exceptions import InputError, RbdDerivError
-from rbd_deriv.messages import (MATRIX_NAMES, fill_message, float_views, linearization_fields, linearization_sizes,
-                                linearization_views, matrix_fields, matrix_view, ns_to_seconds, set_stamp,
-                                stamp_to_ns)
+from rbd_deriv.messages import (DynamicsMessages, answer_fields, fill_message, ns_to_seconds, odometry_arrays,
+                                set_stamp, stamp_to_ns)
 from rbd_deriv.msg import Linearization, Matrix
 from rbd_deriv.nodes.parameters import DYNAMICS_NODE as PARAMETERS
 from rbd_deriv.nodes.parameters import declare_parameters, updated_values
 from rbd_deriv.nodes.spin import StateInputs, guard, run_node
-from rbd_deriv.pipeline import DERIVATIVES, DynamicsPipeline, OutputSelection, PipelineError, replace_robot
+from rbd_deriv.pipeline import (DERIVATIVES, DynamicsPipeline, OutputSelection, PipelineError, Throughput,
+                                replace_robot)
 from rbd_deriv.refusals import Refusals, shorten
 from rbd_deriv.srv import ComputeDerivatives
 
@@ -70,37 +69,17 @@ SERVICE_QOS = QoSProfile(depth=256, reliability=ReliabilityPolicy.RELIABLE, hist
 _MODEL_PARAMETERS = ("robot_description", "urdf_path", "floating_base")
 
 
-def _selection(p: dict) -> OutputSelection:
-    return OutputSelection(torques=p["publish_torques"], mass_matrix_inverse=p["publish_mass_matrix_inverse"],
-                           linearization=p["publish_linearization"],
-                           linearization_input=p["linearization_input"], dt=p["dt"])
-
-
 class _Robot(NamedTuple):
-    """A pipeline and its outgoing messages, replaced together so that callbacks never see a mix.
-
-    The messages are kept, and their numbers written in place through views (:func:`float_views`):
-    filling the names (checked string by string by the generated setters) once, and no packing per
-    message, save most of the time a message costs beyond the dynamics.
-    """
+    """A pipeline and its outgoing messages, replaced together so that callbacks never see a mix."""
 
     pipeline: DynamicsPipeline
-    torques: JointState
-    minv: Matrix
-    linearization: Linearization
-    effort: np.ndarray
-    minv_data: np.ndarray
-    linearization_arrays: dict
+    messages: DynamicsMessages
 
     @classmethod
     def of(cls, pipeline: DynamicsPipeline) -> "_Robot":
-        model = pipeline.model
-        torques = JointState(name=list(pipeline.actuated_joint_names))
-        minv = Matrix(name=MATRIX_NAMES["mass_matrix_inverse"], names=pipeline.velocity_names)
-        linearization = Linearization(**linearization_sizes(pipeline.joint_names, model.nq, model.nv))
-        return cls(pipeline, torques, minv, linearization,
-                   float_views(torques, {"effort": (len(pipeline.actuated_joint_names),)})["effort"],
-                   matrix_view(minv, model.nv, model.nv), linearization_views(linearization, model.nq, model.nv))
+        return cls(pipeline, DynamicsMessages.make((JointState, Matrix, Linearization), pipeline.actuated_joint_names,
+                                                   pipeline.joint_names, pipeline.velocity_names,
+                                                   pipeline.model.nq, pipeline.model.nv))
 
 
 class DynamicsNode(Node):
@@ -109,14 +88,10 @@ class DynamicsNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__(NODE_NAME, **kwargs)
         self._p = declare_parameters(self, PARAMETERS)
-        self._selection = _selection(self._p)
+        self._selection = OutputSelection.from_parameters(self._p)
         self._robot: Optional[_Robot] = None
         self._refusals = Refusals(self._p["log_throttle_period"])
-        self._compute_times: List[float] = []
-        self._latencies: List[float] = []
-        self._inputs = self._outputs = 0  # in this diagnostics period
-        # Since the start, for the balance inputs = outputs + refused (+ lost before the node).
-        self._inputs_total = self._outputs_total = 0
+        self._throughput = Throughput()
         self._lost_before = (0, 0)  # by state inputs already replaced (a publish-mode change)
         self._last_diagnostics = time.monotonic()
         self._timer = None
@@ -237,7 +212,7 @@ class DynamicsNode(Node):
 
     def _apply(self, p: dict, pipeline: Optional[DynamicsPipeline]) -> None:
         """Use the parameter values ``p`` from now on (and ``pipeline`` if not None)."""
-        self._p, self._selection = p, _selection(p)
+        self._p, self._selection = p, OutputSelection.from_parameters(p)
         self._refusals.log_period = p["log_throttle_period"]
         if pipeline is not None:
             self._install(pipeline, allow_change=True)  # an explicit parameter change may change the robot
@@ -287,8 +262,7 @@ class DynamicsNode(Node):
     # ---------------------------------------------------------------------------------- robot state
     def _on_joint_states(self, message: JointState) -> bool:
         """Take one joint_states message (and in on_message mode answer it); return whether it was accepted."""
-        self._inputs += 1
-        self._inputs_total += 1
+        self._throughput.took()
         robot = self._robot
         if robot is None:
             self._refuse("no_model", "joint_states before any robot description")
@@ -309,14 +283,9 @@ class DynamicsNode(Node):
         robot = self._robot
         if robot is None or not robot.pipeline.state.floating_base:
             return  # a fixed-base robot has no use for odometry; nothing to refuse
-        pose, twist = message.pose.pose, message.twist.twist
         try:
-            robot.pipeline.state.update_base(
-                (pose.position.x, pose.position.y, pose.position.z),
-                (pose.orientation.x, pose.orientation.y, pose.orientation.z, pose.orientation.w),
-                (twist.linear.x, twist.linear.y, twist.linear.z),
-                (twist.angular.x, twist.angular.y, twist.angular.z),
-                stamp_to_ns(message.header.stamp), self._now_ns())
+            robot.pipeline.state.update_base(*odometry_arrays(message), stamp_to_ns(message.header.stamp),
+                                             self._now_ns())
         except InputError as error:
             self._refuse(getattr(error, "reason", "bad_message"), f"odom: {error}")
 
@@ -324,8 +293,7 @@ class DynamicsNode(Node):
         robot = self._robot
         # Superseded messages are counted as inputs here, the others as they are applied.
         skipped = self._state_inputs.poll(None if robot is None else frozenset(robot.pipeline.actuated_joint_names))
-        self._inputs += skipped
-        self._inputs_total += skipped
+        self._throughput.took(skipped)
         robot = self._robot
         if robot is None or robot.pipeline.state.stamp_ns < 0:
             return
@@ -348,26 +316,24 @@ class DynamicsNode(Node):
             self._refuse(error.reason, str(error), error=error.reason == "non_finite_output")
             return
         # The pipeline's arrays go straight into the kept messages' numbers (views of their fields).
+        messages = robot.messages
         if outputs.torques is not None:
-            robot.effort[:] = outputs.torques
-            robot.torques.header = header
-            self._pub_torques.publish(robot.torques)
+            messages.effort[:] = outputs.torques
+            messages.torques.header = header
+            self._pub_torques.publish(messages.torques)
         if outputs.mass_matrix_inverse is not None:
-            robot.minv_data[:] = outputs.mass_matrix_inverse
-            robot.minv.header = header
-            self._pub_minv.publish(robot.minv)
+            messages.minv_data[:] = outputs.mass_matrix_inverse
+            messages.minv.header = header
+            self._pub_minv.publish(messages.minv)
         if outputs.linearization is not None:
-            linearization, message = outputs.linearization, robot.linearization
-            for key, view in robot.linearization_arrays.items():
+            linearization, message = outputs.linearization, messages.linearization
+            for key, view in messages.linearization_arrays.items():
                 view[...] = linearization[key]
             message.dt = linearization["dt"]
             message.header = header
             self._pub_linearization.publish(message)
-        self._outputs += 1
-        self._outputs_total += 1
         elapsed = time.perf_counter() - started
-        self._compute_times.append(elapsed)
-        self._latencies.append(ns_to_seconds(now_ns, stamp_to_ns(header.stamp)) + elapsed)
+        self._throughput.sent(elapsed, ns_to_seconds(now_ns, stamp_to_ns(header.stamp)) + elapsed)
 
     # -------------------------------------------------------------------------------------- service
     def _on_compute_derivatives(self, request, response):
@@ -379,14 +345,10 @@ class DynamicsNode(Node):
             answer = pipeline.derivatives(request.q, request.v, request.a, request.tau, request.dt,
                                           [name for name in DERIVATIVES if getattr(request, name)])
             header = Header(stamp=self.get_clock().now().to_msg())
-            for field, value in answer.items():
-                if field == "linearization":
-                    sizes = linearization_sizes(pipeline.joint_names, pipeline.model.nq, pipeline.model.nv)
-                    fields = {**sizes, **linearization_fields(**value)}
-                    response.linearization = fill_message(Linearization(header=header), fields)
-                else:
-                    fields = matrix_fields(value, MATRIX_NAMES[field], pipeline.velocity_names)
-                    setattr(response, field, fill_message(Matrix(header=header), fields))
+            for field, fields in answer_fields(answer, pipeline.joint_names, pipeline.velocity_names,
+                                               pipeline.model.nq, pipeline.model.nv).items():
+                message_type = Linearization if field == "linearization" else Matrix
+                setattr(response, field, fill_message(message_type(header=header), fields))
             response.joint_names = list(pipeline.joint_names)
             response.success, response.message = True, "ok"
         except (RbdDerivError, ValueError) as error:  # the answer was checked finite last, in the pipeline
@@ -407,21 +369,9 @@ class DynamicsNode(Node):
         model = robot.pipeline.model if robot else None
         status = DiagnosticStatus(name=f"{self.get_fully_qualified_name()}: dynamics",
                                   hardware_id=model.name if model else "")
-        values = {
-            "robot": model.name if model else "",
-            "nq": model.nq if model else 0,
-            "nv": model.nv if model else 0,
-            "input_rate_hz": self._inputs / period,
-            "output_rate_hz": self._outputs / period,
-        }
-        for label, samples in (("compute_time_ms", self._compute_times), ("latency_ms", self._latencies)):
-            if samples:
-                p50, p99 = np.percentile(samples, [50.0, 99.0])
-                values.update({f"{label}_p50": 1e3 * p50, f"{label}_p99": 1e3 * p99,
-                               f"{label}_max": 1e3 * max(samples)})
-        lost_joint_states, lost_odom = self._lost()
-        values.update({"inputs_total": self._inputs_total, "outputs_total": self._outputs_total,
-                       "lost_joint_states": lost_joint_states, "lost_odom": lost_odom})
+        values = {"robot": model.name if model else "", "nq": model.nq if model else 0, "nv": model.nv if model else 0,
+                  **self._throughput.report(period)}
+        values["lost_joint_states"], values["lost_odom"] = self._lost()
         values["rejected_total"] = self._refusals.total
         values.update({f"rejected_{reason}": count for reason, count in sorted(self._refusals.counts.items())})
         status.values = [KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v))
@@ -435,8 +385,6 @@ class DynamicsNode(Node):
             status.level, status.message = DiagnosticStatus.OK, "running"
         self._pub_diagnostics.publish(DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()),
                                                       status=[status]))
-        self._inputs = self._outputs = 0
-        self._compute_times, self._latencies = [], []
 
 
 def main(args: Optional[Sequence[str]] = None) -> int:
