@@ -1,0 +1,254 @@
+"""Frames: placement, velocity, accelerations and Jacobians of a frame, and their derivatives.
+
+A frame c is fixed to the body of joint b at placement bMc (rotation, translation in the joint frame).
+Everything here reads the world-frame quantities of the forward pass of :mod:`rbd_deriv.core.kinematics`: the
+joint placements oMi, the motion subspace columns S_k (world frame, at the world origin), the spatial
+velocities ov and accelerations oa (at the world origin; oa carries a_0 = -g). With v_b = (v_o, w) and
+a_b = (a_o, alpha) the true spatial velocity and acceleration of body b at the world origin and p the frame's
+origin in the world:
+
+    v_p = v_o + w x p                              velocity of the point p (LOCAL_WORLD_ALIGNED, "LWA")
+    a_p = a_o + alpha x p + w x v_p                classical acceleration of p
+    a_6 = (a_o + alpha x p, alpha)                 spatial acceleration, LWA (world axes, origin p)
+    J_p[:, k] = S_k,lin + S_k,ang x p              for every dof k supporting b (zero elsewhere)
+
+The derivatives along dof k of joint j supporting b (lambda the parent of j), as in Carpentier & Mansard
+(RSS 2018, sec. III) written in the world frame:
+
+    dp/dq_k     = S_k,lin + S_k,ang x p
+    dv_b/dq_k   = S_k x (v_b - v_lambda)
+    da_b/dq_k   = S_k x (a_b - a_lambda) - (S_k x v_lambda) x (v_b - v_lambda)
+    dv_b/dqd_k  = S_k,     da_b/dqd_k = S_k x (v_b - v_lambda) + v_j x S_k,     da_b/dqdd_k = S_k
+
+(v_j is body j's own velocity: for one dof v_j x S_k = v_lambda x S_k, for the free flyer it is not), and
+the chain rule through v_p, a_p, a_6. Each costs O(depth of b) per frame.
+
+Contacts (:mod:`rbd_deriv.core.contact`) build on these kernels; so do the public frame functions below.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.layout import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, R_OA, R_OMI, R_OV, R_S, region2, region3
+
+# A frame's placement in its joint frame as 12 numbers: rotation row-major (9), then translation (3).
+FRAME_ROT, FRAME_POS, FRAME_COLS = 0, 9, 12
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def cross3(ax, ay, az, bx, by, bz):
+    """a x b for 3-vectors given as scalars."""
+    return ay * bz - az * by, az * bx - ax * bz, ax * by - ay * bx
+
+
+@njit(**JIT_OPTIONS)
+def frame_origin(mi, ws, b, X):
+    """The world position p (3 scalars) of the origin of a frame at placement X (12,) in joint b."""
+    oMi = region3(mi, ws, R_OMI, mi[0, MI_NJ], 4, 4)
+    o = oMi[b]
+    t0, t1, t2 = X[FRAME_POS], X[FRAME_POS + 1], X[FRAME_POS + 2]
+    return (o[0, 3] + o[0, 0] * t0 + o[0, 1] * t1 + o[0, 2] * t2,
+            o[1, 3] + o[1, 0] * t0 + o[1, 1] * t1 + o[1, 2] * t2,
+            o[2, 3] + o[2, 0] * t0 + o[2, 1] * t1 + o[2, 2] * t2)
+
+
+@njit(**JIT_OPTIONS)
+def lwa_jacobian_into(mi, ws, b, px, py, pz, rows, J, row0):
+    """Rows row0..row0+rows of J (.., nv) = the LWA Jacobian of the frame at p on body b: the linear rows
+    (S_lin + S_ang x p) for rows = 3, and the angular rows S_ang too for rows = 6."""
+    nv = mi[0, MI_NVTOT]
+    S = region2(mi, ws, R_S, nv, 6)
+    for r in range(row0, row0 + rows):
+        for k in range(nv):
+            J[r, k] = 0.0
+    j = b
+    while j > 0:
+        iv = mi[j, MI_IDX_V]
+        for k in range(iv, iv + mi[j, MI_NV]):
+            cx, cy, cz = cross3(S[k, 3], S[k, 4], S[k, 5], px, py, pz)
+            J[row0, k] = S[k, 0] + cx
+            J[row0 + 1, k] = S[k, 1] + cy
+            J[row0 + 2, k] = S[k, 2] + cz
+            if rows == 6:
+                J[row0 + 3, k] = S[k, 3]
+                J[row0 + 4, k] = S[k, 4]
+                J[row0 + 5, k] = S[k, 5]
+        j = mi[j, MI_PARENT]
+
+
+@njit(**JIT_OPTIONS)
+def body_motion(mi, mf, ws, b):
+    """(v_o, w, a_o, alpha) of body b as 12 scalars: its true spatial velocity and acceleration at the world
+    origin (gravity, which oa carries as a_0 = -g, added back)."""
+    nj = mi[0, MI_NJ]
+    ov = region2(mi, ws, R_OV, nj, 6)
+    oa = region2(mi, ws, R_OA, nj, 6)
+    return (ov[b, 0], ov[b, 1], ov[b, 2], ov[b, 3], ov[b, 4], ov[b, 5],
+            oa[b, 0] + mf[0, 0], oa[b, 1] + mf[0, 1], oa[b, 2] + mf[0, 2],
+            oa[b, 3] + mf[0, 3], oa[b, 4] + mf[0, 4], oa[b, 5] + mf[0, 5])
+
+
+@njit(**JIT_OPTIONS)
+def lwa_motion(mi, mf, ws, b, px, py, pz, rows, kd, out, row0):
+    """out[row0:row0+rows] = the frame's acceleration plus kd times its velocity: for rows = 3 the classical
+    acceleration of the point p, a_p + kd v_p; for rows = 6 the LWA spatial acceleration a_6 + kd (v_p, w).
+    Needs forward_pass at FK_ACCELERATION."""
+    vx, vy, vz, wx, wy, wz, ax, ay, az, bx, by, bz = body_motion(mi, mf, ws, b)
+    cx, cy, cz = cross3(wx, wy, wz, px, py, pz)
+    vpx, vpy, vpz = vx + cx, vy + cy, vz + cz
+    cx, cy, cz = cross3(bx, by, bz, px, py, pz)
+    apx, apy, apz = ax + cx, ay + cy, az + cz
+    if rows == 3:
+        cx, cy, cz = cross3(wx, wy, wz, vpx, vpy, vpz)
+        apx, apy, apz = apx + cx, apy + cy, apz + cz
+    out[row0], out[row0 + 1], out[row0 + 2] = apx + kd * vpx, apy + kd * vpy, apz + kd * vpz
+    if rows == 6:
+        out[row0 + 3], out[row0 + 4], out[row0 + 5] = bx + kd * wx, by + kd * wy, bz + kd * wz
+
+
+@njit(**JIT_OPTIONS)
+def lwa_motion_derivatives(mi, mf, ws, b, px, py, pz, rows, kp, kd, Dq, Dv, row0):
+    """Rows row0..row0+rows of Dq, Dv (.., nv): the derivatives with respect to q (tangent space) and v of
+    lwa_motion(...) + kp * (p, 0), at the state of the forward pass (FK_ACCELERATION; a = the acceleration
+    at which they are wanted). Zero outside the dofs supporting b."""
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    S = region2(mi, ws, R_S, nv, 6)
+    ov = region2(mi, ws, R_OV, nj, 6)
+    oa = region2(mi, ws, R_OA, nj, 6)
+    for r in range(row0, row0 + rows):
+        for k in range(nv):
+            Dq[r, k] = 0.0
+            Dv[r, k] = 0.0
+    vx, vy, vz, wx, wy, wz, ax, ay, az, bx, by, bz = body_motion(mi, mf, ws, b)
+    cx, cy, cz = cross3(wx, wy, wz, px, py, pz)
+    vpx, vpy, vpz = vx + cx, vy + cy, vz + cz
+    j = b
+    while j > 0:
+        lam = mi[j, MI_PARENT]
+        # v_b - v_lambda and a_b - a_lambda (gravity cancels in the difference)
+        dvx, dvy, dvz = ov[b, 0] - ov[lam, 0], ov[b, 1] - ov[lam, 1], ov[b, 2] - ov[lam, 2]
+        dwx, dwy, dwz = ov[b, 3] - ov[lam, 3], ov[b, 4] - ov[lam, 4], ov[b, 5] - ov[lam, 5]
+        dax, day, daz = oa[b, 0] - oa[lam, 0], oa[b, 1] - oa[lam, 1], oa[b, 2] - oa[lam, 2]
+        dbx, dby, dbz = oa[b, 3] - oa[lam, 3], oa[b, 4] - oa[lam, 4], oa[b, 5] - oa[lam, 5]
+        lvx, lvy, lvz, lwx, lwy, lwz = ov[lam, 0], ov[lam, 1], ov[lam, 2], ov[lam, 3], ov[lam, 4], ov[lam, 5]
+        jvx, jvy, jvz, jwx, jwy, jwz = ov[j, 0], ov[j, 1], ov[j, 2], ov[j, 3], ov[j, 4], ov[j, 5]
+        iv = mi[j, MI_IDX_V]
+        for k in range(iv, iv + mi[j, MI_NV]):
+            sx, sy, sz, tx, ty, tz = S[k, 0], S[k, 1], S[k, 2], S[k, 3], S[k, 4], S[k, 5]
+            # dp = S_lin + S_ang x p
+            c0, c1, c2 = cross3(tx, ty, tz, px, py, pz)
+            dpx, dpy, dpz = sx + c0, sy + c1, sz + c2
+            # dv_b/dq = S x (v_b - v_lambda)
+            c0, c1, c2 = cross3(tx, ty, tz, dvx, dvy, dvz)
+            e0, e1, e2 = cross3(sx, sy, sz, dwx, dwy, dwz)
+            qvx, qvy, qvz = c0 + e0, c1 + e1, c2 + e2
+            qwx, qwy, qwz = cross3(tx, ty, tz, dwx, dwy, dwz)
+            # da_b/dq = S x (a_b - a_lambda) - (S x v_lambda) x (v_b - v_lambda)
+            c0, c1, c2 = cross3(tx, ty, tz, dax, day, daz)
+            e0, e1, e2 = cross3(sx, sy, sz, dbx, dby, dbz)
+            qax, qay, qaz = c0 + e0, c1 + e1, c2 + e2
+            qbx, qby, qbz = cross3(tx, ty, tz, dbx, dby, dbz)
+            c0, c1, c2 = cross3(tx, ty, tz, lvx, lvy, lvz)
+            e0, e1, e2 = cross3(sx, sy, sz, lwx, lwy, lwz)
+            mvx, mvy, mvz = c0 + e0, c1 + e1, c2 + e2  # S x v_lambda, linear part
+            mwx, mwy, mwz = cross3(tx, ty, tz, lwx, lwy, lwz)  # angular part
+            c0, c1, c2 = cross3(mwx, mwy, mwz, dvx, dvy, dvz)
+            e0, e1, e2 = cross3(mvx, mvy, mvz, dwx, dwy, dwz)
+            qax, qay, qaz = qax - c0 - e0, qay - c1 - e1, qaz - c2 - e2
+            c0, c1, c2 = cross3(mwx, mwy, mwz, dwx, dwy, dwz)
+            qbx, qby, qbz = qbx - c0, qby - c1, qbz - c2
+            # dv_p/dq = dv_o + dw x p + w x dp
+            c0, c1, c2 = cross3(qwx, qwy, qwz, px, py, pz)
+            e0, e1, e2 = cross3(wx, wy, wz, dpx, dpy, dpz)
+            qpx, qpy, qpz = qvx + c0 + e0, qvy + c1 + e1, qvz + c2 + e2
+            # d(a_o + alpha x p)/dq = da_o + dalpha x p + alpha x dp
+            c0, c1, c2 = cross3(qbx, qby, qbz, px, py, pz)
+            e0, e1, e2 = cross3(bx, by, bz, dpx, dpy, dpz)
+            gx, gy, gz = qax + c0 + e0, qay + c1 + e1, qaz + c2 + e2
+            # velocity derivatives: dv_b/dv = S, da_b/dv = S x (v_b - v_lambda) + v_j x S
+            c0, c1, c2 = cross3(tx, ty, tz, px, py, pz)
+            upx, upy, upz = sx + c0, sy + c1, sz + c2  # dv_p/dv = S_lin + S_ang x p
+            c0, c1, c2 = cross3(jwx, jwy, jwz, sx, sy, sz)
+            e0, e1, e2 = cross3(jvx, jvy, jvz, tx, ty, tz)
+            vax, vay, vaz = qvx + c0 + e0, qvy + c1 + e1, qvz + c2 + e2
+            c0, c1, c2 = cross3(jwx, jwy, jwz, tx, ty, tz)
+            vbx, vby, vbz = qwx + c0, qwy + c1, qwz + c2
+            c0, c1, c2 = cross3(vbx, vby, vbz, px, py, pz)
+            hx, hy, hz = vax + c0, vay + c1, vaz + c2  # d(a_o + alpha x p)/dv
+            if rows == 3:
+                # a_p = (a_o + alpha x p) + w x v_p
+                c0, c1, c2 = cross3(qwx, qwy, qwz, vpx, vpy, vpz)
+                e0, e1, e2 = cross3(wx, wy, wz, qpx, qpy, qpz)
+                gx, gy, gz = gx + c0 + e0, gy + c1 + e1, gz + c2 + e2
+                c0, c1, c2 = cross3(tx, ty, tz, vpx, vpy, vpz)
+                e0, e1, e2 = cross3(wx, wy, wz, upx, upy, upz)
+                hx, hy, hz = hx + c0 + e0, hy + c1 + e1, hz + c2 + e2
+            Dq[row0, k] = gx + kd * qpx + kp * dpx
+            Dq[row0 + 1, k] = gy + kd * qpy + kp * dpy
+            Dq[row0 + 2, k] = gz + kd * qpz + kp * dpz
+            Dv[row0, k] = hx + kd * upx
+            Dv[row0 + 1, k] = hy + kd * upy
+            Dv[row0 + 2, k] = hz + kd * upz
+            if rows == 6:
+                Dq[row0 + 3, k] = qbx + kd * qwx
+                Dq[row0 + 4, k] = qby + kd * qwy
+                Dq[row0 + 5, k] = qbz + kd * qwz
+                Dv[row0 + 3, k] = vbx + kd * tx
+                Dv[row0 + 4, k] = vby + kd * ty
+                Dv[row0 + 5, k] = vbz + kd * tz
+        j = lam
+
+
+@njit(**JIT_OPTIONS)
+def lwa_velocity_derivative(mi, ws, b, px, py, pz, rows, w, G, row0):
+    """Rows row0..row0+rows of G (.., nv) = d(J w)/dq for the LWA Jacobian J of the frame at p on body b and a
+    fixed velocity vector w (nv,): the q-derivative of the frame's velocity (v_p, and the angular velocity for
+    rows = 6) were the joints moving at w. Needs forward_pass at FK_POSITION only: the body velocities at w
+    along the chain are partial sums of S_k w_k (v_b - v_lambda(j) is the sum over the joints from j to b)."""
+    nv = mi[0, MI_NVTOT]
+    S = region2(mi, ws, R_S, nv, 6)
+    for r in range(row0, row0 + rows):
+        for k in range(nv):
+            G[r, k] = 0.0
+    vx = vy = vz = wx = wy = wz = 0.0
+    j = b
+    while j > 0:
+        iv = mi[j, MI_IDX_V]
+        for k in range(iv, iv + mi[j, MI_NV]):
+            vx += S[k, 0] * w[k]
+            vy += S[k, 1] * w[k]
+            vz += S[k, 2] * w[k]
+            wx += S[k, 3] * w[k]
+            wy += S[k, 4] * w[k]
+            wz += S[k, 5] * w[k]
+        j = mi[j, MI_PARENT]
+    # Partial sums from b up: after joint j, (dvx..dwz) = v_b - v_lambda(j).
+    dvx = dvy = dvz = dwx = dwy = dwz = 0.0
+    j = b
+    while j > 0:
+        iv = mi[j, MI_IDX_V]
+        for k in range(iv, iv + mi[j, MI_NV]):
+            dvx += S[k, 0] * w[k]
+            dvy += S[k, 1] * w[k]
+            dvz += S[k, 2] * w[k]
+            dwx += S[k, 3] * w[k]
+            dwy += S[k, 4] * w[k]
+            dwz += S[k, 5] * w[k]
+        for k in range(iv, iv + mi[j, MI_NV]):
+            sx, sy, sz, tx, ty, tz = S[k, 0], S[k, 1], S[k, 2], S[k, 3], S[k, 4], S[k, 5]
+            c0, c1, c2 = cross3(tx, ty, tz, px, py, pz)
+            dpx, dpy, dpz = sx + c0, sy + c1, sz + c2
+            c0, c1, c2 = cross3(tx, ty, tz, dvx, dvy, dvz)
+            e0, e1, e2 = cross3(sx, sy, sz, dwx, dwy, dwz)
+            qvx, qvy, qvz = c0 + e0, c1 + e1, c2 + e2
+            qwx, qwy, qwz = cross3(tx, ty, tz, dwx, dwy, dwz)
+            c0, c1, c2 = cross3(qwx, qwy, qwz, px, py, pz)
+            e0, e1, e2 = cross3(wx, wy, wz, dpx, dpy, dpz)
+            G[row0, k] = qvx + c0 + e0
+            G[row0 + 1, k] = qvy + c1 + e1
+            G[row0 + 2, k] = qvz + c2 + e2
+            if rows == 6:
+                G[row0 + 3, k], G[row0 + 4, k], G[row0 + 5, k] = qwx, qwy, qwz
+        j = mi[j, MI_PARENT]
