@@ -16,5 +16,6 @@ SUBCOMMANDS: Dict[str, str] = {
     "latency": "rbd_deriv.bench.latency",
     "mpc": "rbd_deriv.bench.mpc",
     "bag-eval": "rbd_deriv.bench.bag_eval",
+    "contact": "rbd_deriv.bench.contact",
 }
 """Subcommand name -> module path (the module defines ``main(argv)``)."""
