@@ -357,7 +357,7 @@ def bias_forces(mi, ws, out):
 
 @njit(**JIT_OPTIONS)
 def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion):
-    """After a forward pass: M (data.M), its LTDL, the contact Jacobian J, Y = M^-1 J^T, the Cholesky of
+    """After a forward pass: M, its LTDL, the contact Jacobian J, Y = M^-1 J^T, the Cholesky of
     G = J Y, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
     Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
@@ -368,11 +368,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion):
     Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     rhs = cws[o_rhs:o_rhs + m]
-    M = region2(mi, ws, R_M, nv, nv)
-    crba_into(mi, ws, M)
-    for r in range(nv):
-        for c in range(nv):
-            L[r, c] = M[r, c]
+    crba_into(mi, ws, L)  # M, factored in place (data.M is left as it was)
     dof_parents(mi, lam)
     singular = ltdl_factor(mi, L, lam)
     if singular:
@@ -958,6 +954,16 @@ def _check_contact_set(model: Model, contacts) -> tuple:
             raise InputError(f"contacts: expected rbd_deriv.Contact items, got {type(c).__name__}", "contacts")
         if c.model is not model:
             raise InputError(f"contacts: {c!r} belongs to another model", "contacts")
+    # Two contacts on one rigid body are always redundant: a frame contact fixes the body, and two points
+    # of a body keep their distance, so their accelerations along the line joining them are dependent.
+    bodies = {}
+    for c in key:
+        if c.joint in bodies:
+            other = bodies[c.joint]
+            raise InputError(f"contacts: redundant contacts: {other!r} and {c!r} are on the same rigid body (joint"
+                             f" {model.joint_names[c.joint - 1]!r}); one point or one frame contact per body",
+                             "contacts")
+        bodies[c.joint] = c
     return key
 
 

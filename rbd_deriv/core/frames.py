@@ -28,10 +28,30 @@ Contacts (:mod:`rbd_deriv.core.contact`) build on these kernels; so do the publi
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
+from rbd_deriv.core.calling import STATUS_SHAPE, check_model, check_state, check_vector, convert, register, status
 from rbd_deriv.core.constants import JIT_OPTIONS
-from rbd_deriv.core.layout import MI_IDX_V, MI_NJ, MI_NV, MI_NVTOT, MI_PARENT, R_OA, R_OMI, R_OV, R_S, region2, region3
+from rbd_deriv.core.kinematics import FK_ACCELERATION, FK_POSITION, FK_VELOCITY, forward_pass, position_pass
+from rbd_deriv.core.layout import (
+    MI_IDX_V,
+    MI_NJ,
+    MI_NV,
+    MI_NVTOT,
+    MI_PARENT,
+    R_IC10,
+    R_OA,
+    R_OI,
+    R_OMI,
+    R_OV,
+    R_S,
+    region2,
+    region3,
+    zero_forces,
+)
+from rbd_deriv.core.model import Data, Model
+from rbd_deriv.exceptions import InputError
 
 # A frame's placement in its joint frame as 12 numbers: rotation row-major (9), then translation (3).
 FRAME_ROT, FRAME_POS, FRAME_COLS = 0, 9, 12
@@ -252,3 +272,266 @@ def lwa_velocity_derivative(mi, ws, b, px, py, pz, rows, w, G, row0):
             if rows == 6:
                 G[row0 + 3, k], G[row0 + 4, k], G[row0 + 5, k] = qwx, qwy, qwz
         j = mi[j, MI_PARENT]
+
+
+# --- public frame functions ---------------------------------------------------------------------------------
+# One kernel computes, for one frame, what its level asks for, all LOCAL_WORLD_ALIGNED (world axes, origin p):
+# level 0 the placement and the Jacobian, 1 + the velocity, 2 + the accelerations, 3 + the derivatives. The
+# Python functions express them in the reference frame asked for.
+
+LEVEL_JACOBIAN, LEVEL_VELOCITY, LEVEL_ACCELERATION, LEVEL_DERIVATIVES = 0, 1, 2, 3
+
+
+@njit(**JIT_OPTIONS)
+def _frame_kernel(mi, mf, ws, q, v, a, X, joint, level, pose, motion, derivs):
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    code = check_state(mi, ws, q, v, a, zero_forces(mi, ws))
+    if code == 0:
+        code = check_vector(X, FRAME_COLS, 6)
+    if code == 0 and not 0 < joint < nj:
+        code = status(STATUS_SHAPE, 7, 0)
+    if code == 0 and (pose.shape[0] != 4 or pose.shape[1] != 4 or motion.shape[0] != 3 or motion.shape[1] != 6
+                      or derivs.shape[0] != 4 or derivs.shape[1] != 6 or derivs.shape[2] != nv):
+        code = status(STATUS_SHAPE, 9, 0)
+    if code != 0:
+        return code
+    forward_pass(mi, mf, ws, q, v, a, zero_forces(mi, ws), FK_ACCELERATION if level >= LEVEL_ACCELERATION
+                 else FK_VELOCITY if level == LEVEL_VELOCITY else FK_POSITION)
+    oMi = region3(mi, ws, R_OMI, nj, 4, 4)
+    o = oMi[joint]
+    for r in range(3):
+        for c in range(3):
+            pose[r, c] = o[r, 0] * X[c] + o[r, 1] * X[3 + c] + o[r, 2] * X[6 + c]
+        pose[3, r] = 0.0
+    pose[3, 3] = 1.0
+    px, py, pz = frame_origin(mi, ws, joint, X)
+    pose[0, 3], pose[1, 3], pose[2, 3] = px, py, pz
+    lwa_jacobian_into(mi, ws, joint, px, py, pz, 6, derivs[0], 0)
+    if level >= LEVEL_VELOCITY:
+        ov = region2(mi, ws, R_OV, nj, 6)
+        vx, vy, vz, wx, wy, wz = ov[joint, 0], ov[joint, 1], ov[joint, 2], ov[joint, 3], ov[joint, 4], ov[joint, 5]
+        cx, cy, cz = cross3(wx, wy, wz, px, py, pz)
+        motion[0, 0], motion[0, 1], motion[0, 2] = vx + cx, vy + cy, vz + cz
+        motion[0, 3], motion[0, 4], motion[0, 5] = wx, wy, wz
+    if level >= LEVEL_ACCELERATION:
+        lwa_motion(mi, mf, ws, joint, px, py, pz, 6, 0.0, motion[1], 0)
+        lwa_motion(mi, mf, ws, joint, px, py, pz, 3, 0.0, motion[2], 0)
+        for k in range(3, 6):
+            motion[2, k] = motion[1, k]
+    if level >= LEVEL_DERIVATIVES:
+        lwa_velocity_derivative(mi, ws, joint, px, py, pz, 6, v, derivs[1], 0)
+        lwa_motion_derivatives(mi, mf, ws, joint, px, py, pz, 6, 0.0, 0.0, derivs[2], derivs[3], 0)
+    return 0
+
+
+FRAME = register(_frame_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 a:f1 X:f1 joint:n level:n pose:F2 motion:F2"
+                 " derivs:F3", lazy=True)
+
+
+@njit(**JIT_OPTIONS)
+def _com_kernel(mi, mf, ws, q, v, com, vcom, Jcom):
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    code = check_state(mi, ws, q, v, v, zero_forces(mi, ws))
+    if code == 0 and (com.shape[0] != 3 or vcom.shape[0] != 3 or Jcom.shape[0] != 3 or Jcom.shape[1] != nv):
+        code = status(STATUS_SHAPE, 5, 0)
+    if code != 0:
+        return code
+    position_pass(mi, mf, ws, q)
+    oI = region2(mi, ws, R_OI, nj, 10)
+    IC = region2(mi, ws, R_IC10, nj, 10)  # subtree mass and first moment (the first 4 parameters)
+    S = region2(mi, ws, R_S, nv, 6)
+    for i in range(nj):
+        for k in range(4):
+            IC[i, k] = oI[i, k] if i > 0 else 0.0
+    for i in range(nj - 1, 0, -1):
+        parent = mi[i, MI_PARENT]
+        if parent > 0:
+            for k in range(4):
+                IC[parent, k] += IC[i, k]
+    total = 0.0
+    hx = hy = hz = 0.0
+    for i in range(1, nj):
+        if mi[i, MI_PARENT] == 0:
+            total += IC[i, 0]
+            hx += IC[i, 1]
+            hy += IC[i, 2]
+            hz += IC[i, 3]
+    com[0], com[1], com[2] = hx / total, hy / total, hz / total
+    # Column k: (m_sub S_lin + S_ang x h_sub) / m over the subtree of dof k's joint.
+    for i in range(1, nj):
+        m_sub, sx, sy, sz = IC[i, 0], IC[i, 1], IC[i, 2], IC[i, 3]
+        iv = mi[i, MI_IDX_V]
+        for k in range(iv, iv + mi[i, MI_NV]):
+            cx, cy, cz = cross3(S[k, 3], S[k, 4], S[k, 5], sx, sy, sz)
+            Jcom[0, k] = (m_sub * S[k, 0] + cx) / total
+            Jcom[1, k] = (m_sub * S[k, 1] + cy) / total
+            Jcom[2, k] = (m_sub * S[k, 2] + cz) / total
+    for r in range(3):
+        acc = 0.0
+        for k in range(nv):
+            acc += Jcom[r, k] * v[k]
+        vcom[r] = acc
+    return 0
+
+
+COM = register(_com_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 com:F1 vcom:F1 Jcom:F2", lazy=True)
+
+REFERENCES = ("local_world_aligned", "local", "world")
+"""Reference frames of the public functions: LOCAL_WORLD_ALIGNED (world axes at the frame's origin), LOCAL (the
+frame's own axes and origin), WORLD (world axes and origin: the spatial quantities of Featherstone)."""
+
+
+class FrameData:
+    """The results of the frame functions on one Data (kept on it): views overwritten by the next call."""
+
+    def __init__(self, nv: int) -> None:
+        self.pose = np.zeros((4, 4))
+        self.motion = np.zeros((3, 6))
+        self.derivs = np.zeros((4, 6, nv))
+        self.com, self.vcom, self.Jcom = np.zeros(3), np.zeros(3), np.zeros((3, nv))
+
+
+def _frame_data(data: Data) -> FrameData:
+    try:
+        return data._frame_data
+    except AttributeError:
+        if not isinstance(data, Data):
+            raise InputError("data: not a workspace of this model (use model.create_data())", "data") from None
+        data._frame_data = FrameData(data.ddq.shape[0])
+        return data._frame_data
+
+
+def _frame_description(model: Model, frame: str):
+    try:
+        joint, placement = model.frames[frame]
+    except (KeyError, TypeError):
+        raise InputError(f"frame: no frame named {frame!r}; model.frame_names lists them", "frame") from None
+    return int(joint), np.concatenate([placement[:3, :3].ravel(), placement[:3, 3]])
+
+
+def _run_frame(model: Model, data: Data, frame: str, q, v, a, level: int, reference: str) -> FrameData:
+    if reference not in REFERENCES:
+        raise InputError(f"reference: expected one of {REFERENCES}, got {reference!r}", "reference")
+    check_model(model)
+    joint, X = _frame_description(model, frame)
+    fd = _frame_data(data)
+    if joint == 0:  # fixed to the universe: it does not move
+        fd.pose[:] = np.eye(4)
+        fd.pose[:3, :3], fd.pose[:3, 3] = X[:9].reshape(3, 3), X[9:]
+        fd.motion[:] = 0.0
+        fd.derivs[:] = 0.0
+        return fd
+    zero = np.zeros(model.nv)
+    arguments = [q, zero if v is None else v, zero if a is None else a]
+    try:
+        code = FRAME.call(model.mi, model.mf, data.ws, *arguments, X, joint, level, fd.pose, fd.motion, fd.derivs)
+    except (TypeError, AttributeError):
+        converted = [convert(x, arg) for x, arg in zip(arguments, FRAME.arguments[3:6])]
+        code = FRAME.call(model.mi, model.mf, data.ws, *converted, X, joint, level, fd.pose, fd.motion, fd.derivs)
+    if code:
+        raise FRAME.error(model, code)
+    return fd
+
+
+def _skew(p: np.ndarray) -> np.ndarray:
+    return np.array([[0.0, -p[2], p[1]], [p[2], 0.0, -p[0]], [-p[1], p[0], 0.0]])
+
+
+def _express(fd: FrameData, x: np.ndarray, reference: str) -> np.ndarray:
+    """A motion (6,) or motion columns (6, n) given LWA, expressed in ``reference`` (a new array)."""
+    if reference == "local_world_aligned":
+        return x.copy()
+    R, p = fd.pose[:3, :3], fd.pose[:3, 3]
+    if reference == "local":
+        return np.concatenate([R.T @ x[:3], R.T @ x[3:]])
+    # world: the same rigid motion seen at the world origin, v_o = v_p - w x p = v_p + p x w
+    return np.concatenate([x[:3] + _skew(p) @ x[3:], x[3:]])
+
+
+def frame_jacobian(model: Model, data: Data, q, frame: str, reference: str = "local_world_aligned") -> np.ndarray:
+    """Jacobian (6, nv) of a frame, [linear; angular], in ``reference`` (see :data:`REFERENCES`): v_frame = J v."""
+    fd = _run_frame(model, data, frame, q, None, None, LEVEL_JACOBIAN, reference)
+    return _express(fd, fd.derivs[0], reference)
+
+
+def frame_velocity(model: Model, data: Data, q, v, frame: str, reference: str = "local_world_aligned") -> np.ndarray:
+    """Spatial velocity (6,) [m/s, rad/s] of a frame, [linear, angular], in ``reference``."""
+    fd = _run_frame(model, data, frame, q, v, None, LEVEL_VELOCITY, reference)
+    return _express(fd, fd.motion[0], reference)
+
+
+def frame_acceleration(model: Model, data: Data, q, v, a, frame: str,
+                       reference: str = "local_world_aligned") -> np.ndarray:
+    """Spatial acceleration (6,) [m/s^2, rad/s^2] of a frame (the derivative of its spatial velocity in a fixed
+    frame: not the acceleration of its origin), in ``reference``."""
+    fd = _run_frame(model, data, frame, q, v, a, LEVEL_ACCELERATION, reference)
+    return _express(fd, fd.motion[1], reference)
+
+
+def frame_classical_acceleration(model: Model, data: Data, q, v, a, frame: str,
+                                 reference: str = "local_world_aligned") -> np.ndarray:
+    """Classical acceleration (6,) of a frame: the acceleration of its origin [m/s^2] and its angular
+    acceleration [rad/s^2], with the axes of ``reference`` ("local_world_aligned" or "local")."""
+    if reference == "world":
+        raise InputError("reference: the classical acceleration is defined at the frame's origin: use"
+                         " 'local_world_aligned' or 'local'", "reference")
+    fd = _run_frame(model, data, frame, q, v, a, LEVEL_ACCELERATION, reference)
+    return _express(fd, fd.motion[2], reference)
+
+
+def _express_derivative(fd: FrameData, x: np.ndarray, dx: np.ndarray, reference: str) -> np.ndarray:
+    """The q-derivative (6, nv) of a motion x (LWA, its derivative dx) once expressed in ``reference``."""
+    J = fd.derivs[0]
+    if reference == "local_world_aligned":
+        return dx.copy()
+    R, p = fd.pose[:3, :3], fd.pose[:3, 3]
+    if reference == "local":
+        # d(R^T y) = R^T (dy + y x w_k): the frame turns with angular velocity column w_k = J_ang[:, k]
+        return np.concatenate([R.T @ (dx[:3] + _skew(x[:3]) @ J[3:]), R.T @ (dx[3:] + _skew(x[3:]) @ J[3:])])
+    # world: d(v_p + p x w) = dv_p + dp x w + p x dw, dp = J_lin
+    return np.concatenate([dx[:3] - _skew(x[3:]) @ J[:3] + _skew(p) @ dx[3:], dx[3:]])
+
+
+def frame_velocity_derivatives(model: Model, data: Data, q, v, frame: str, reference: str = "local_world_aligned"):
+    """(dv_dq, dv_dv), each (6, nv): the derivatives of :func:`frame_velocity` (q in the tangent space)."""
+    fd = _run_frame(model, data, frame, q, v, None, LEVEL_DERIVATIVES, reference)
+    x, J = fd.motion[0], fd.derivs[0]
+    return _express_derivative(fd, x, fd.derivs[1], reference), _express(fd, J, reference)
+
+
+def frame_acceleration_derivatives(model: Model, data: Data, q, v, a, frame: str,
+                                   reference: str = "local_world_aligned"):
+    """(dv_dq, da_dq, da_dv, da_da), each (6, nv): the derivatives of :func:`frame_velocity` and of
+    :func:`frame_acceleration` (as Pinocchio's getFrameAccelerationDerivatives)."""
+    fd = _run_frame(model, data, frame, q, v, a, LEVEL_DERIVATIVES, reference)
+    J = fd.derivs[0]
+    dv_dq = _express_derivative(fd, fd.motion[0], fd.derivs[1], reference)
+    da_dq = _express_derivative(fd, fd.motion[1], fd.derivs[2], reference)
+    # The acceleration does not turn the frame: its v-derivative is expressed like a motion (in LOCAL the
+    # rotation of the axes depends on q only).
+    return dv_dq, da_dq, _express(fd, fd.derivs[3], reference), _express(fd, J, reference)
+
+
+def _run_com(model: Model, data: Data, q, v) -> FrameData:
+    check_model(model)
+    fd = _frame_data(data)
+    v = np.zeros(model.nv) if v is None else v
+    try:
+        code = COM.call(model.mi, model.mf, data.ws, q, v, fd.com, fd.vcom, fd.Jcom)
+    except (TypeError, AttributeError):
+        converted = [convert(x, arg) for x, arg in zip((q, v), COM.arguments[3:5])]
+        code = COM.call(model.mi, model.mf, data.ws, *converted, fd.com, fd.vcom, fd.Jcom)
+    if code:
+        raise COM.error(model, code)
+    return fd
+
+
+def center_of_mass(model: Model, data: Data, q, v=None):
+    """Center of mass (3,) [m] in the world; with v, also its velocity (3,) [m/s]: returns (com, vcom)."""
+    fd = _run_com(model, data, q, v)
+    return fd.com.copy() if v is None else (fd.com.copy(), fd.vcom.copy())
+
+
+def com_jacobian(model: Model, data: Data, q) -> np.ndarray:
+    """Jacobian (3, nv) of the center of mass: vcom = Jcom v (world axes)."""
+    return _run_com(model, data, q, None).Jcom.copy()
