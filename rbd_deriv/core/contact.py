@@ -1172,8 +1172,8 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
             for all states.
 
     Returns:
-        (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv), forces (K, 6 C)): forces padded with zeros past
-        each state's m rows, C the largest number of contacts of a state.
+        (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv), forces (K, m_max)): each state's forces first,
+        padded with zeros to the largest number of force rows of a state.
     """
     check_model(model)
     dt = check_time_step(dt)
@@ -1194,7 +1194,8 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
         for c, contact in enumerate(s):
             CI[k, c] = contact._row_i
             CF[k, c] = contact._row_f
-    shapes = {"cws": (workspace_size(model.nv, 6 * width),), "forces": (6 * width,)}
+    rows = max(sum(c.rows for c in s) for s in sets) if sets else 0
+    shapes = {"cws": (workspace_size(model.nv, 6 * width),), "forces": (rows,)}
     _, A, B, X, F = run_batch(CONTACT_LINEARIZE, model, Q, V, TAU, None, CI, CF, dt, shapes=shapes)
     return A, B, X, F
 

@@ -181,8 +181,8 @@ def linearize_batch(model: Model, Q, V, TAU, dt, contacts=None):
     """linearize at K states with time step dt [s] -> (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv)).
 
     With ``contacts`` (K sequences of :class:`rbd_deriv.Contact`, one per state, or one for all): the contact
-    step at each state, and a fourth result, the forces (K, 6 C) padded with zeros (C: the most contacts of a
-    state)."""
+    step at each state, and a fourth result, the forces (K, m_max) padded with zeros (m_max: the most force
+    rows of a state)."""
     if contacts is not None:
         return CONTACT_STEP["batch"](model, Q, V, TAU, dt, contacts)
     return tuple(run_batch(LINEARIZE, model, Q, V, TAU, None, check_time_step(dt)))
