@@ -144,8 +144,9 @@ STATUS_CONTACT_JOINT = define_status(22, _contact_error)
 @njit(**JIT_OPTIONS)
 def _offsets(nv, m):
     """Offsets of the contact workspace's parts: L (nv, nv), lam (nv,), J (m, nv), Y (nv, m), G (m, m),
-    rhs (max(m, nv),), bias (nv,), Dq (m, nv), Dv (m, nv), w (nv,), then for the linearization dddq_dtau
-    (nv, nv), df_dq, df_dv, df_dtau (m, nv); and the total size."""
+    rhs (max(m, nv),), bias (nv,), Dq (m, nv), Dv (m, nv), w (nv,), then for the derivatives X (nv, 3nv),
+    D (m, 3nv), F (m, 3nv), and for the linearization dddq_dtau (nv, nv) and df_dq, df_dv, df_dtau
+    (3, m, nv); and the total size."""
     o_L = 0
     o_lam = o_L + nv * nv
     o_J = o_lam + nv
@@ -156,9 +157,12 @@ def _offsets(nv, m):
     o_Dq = o_bias + nv
     o_Dv = o_Dq + m * nv
     o_w = o_Dv + m * nv
-    o_T = o_w + nv
+    o_X = o_w + nv
+    o_D3 = o_X + 3 * nv * nv
+    o_F3 = o_D3 + 3 * m * nv
+    o_T = o_F3 + 3 * m * nv
     o_F = o_T + nv * nv
-    return o_L, o_lam, o_J, o_Y, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_T, o_F, o_F + 3 * m * nv
+    return o_L, o_lam, o_J, o_Y, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv
 
 
 def workspace_size(nv: int, m: int) -> int:
@@ -361,7 +365,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion):
     G = J Y, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
     Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_lam, o_J, o_Y, o_G, o_rhs, _, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_lam, o_J, o_Y, o_G, o_rhs, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     lam = cws[o_lam:o_lam + nv]
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
@@ -408,7 +412,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion):
 def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     """ddq (nv,) and the contact forces (m,) of the KKT system. Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_lam, o_J, o_Y, o_G, o_rhs, o_bias, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_lam, o_J, o_Y, o_G, o_rhs, o_bias, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
     forward_pass(mi, mf, ws, q, v, zero_velocity(mi, ws), fext, FK_ACCELERATION)
     bias = cws[o_bias:o_bias + nv]
     bias_forces(mi, ws, bias)
@@ -496,30 +500,27 @@ def _world_force_correction(mi, ws, ci, cf, forces, J, Rq):
 
 
 @njit(**JIT_OPTIONS)
-def _kkt_derivative(L, lam, J, Y, G, m, R, D, X, dF):
-    """dF (m, nv) = G^-1 (J M^-1 R - D) and X (nv, nv) = Y dF - M^-1 R: the KKT inverse applied to
-    [-R; -D]. R may be X itself (read first)."""
-    nv = X.shape[0]
-    for r in range(nv):
-        for c in range(nv):
-            X[r, c] = R[r, c]
+def _kkt_derivative(L, lam, J, Y, G, m, D, X, dF):
+    """dF (m, c) = G^-1 (J M^-1 R - D) and X (nv, c) = Y dF - M^-1 R, for R given in X: the KKT inverse
+    applied to the c columns of [-R; -D]."""
+    nv, c = X.shape[0], X.shape[1]
     ltdl_solve(L, lam, X)  # M^-1 R
     for r in range(m):
-        for c in range(nv):
-            dF[r, c] = -D[r, c]
+        for k in range(c):
+            dF[r, k] = -D[r, k]
         for k in range(nv):
             jrk = J[r, k]
             if jrk != 0.0:
-                for c in range(nv):
-                    dF[r, c] += jrk * X[k, c]
+                for col in range(c):
+                    dF[r, col] += jrk * X[k, col]
     cholesky_solve(G, m, dF)
     for k in range(nv):
-        for c in range(nv):
-            X[k, c] = -X[k, c]
+        for col in range(c):
+            X[k, col] = -X[k, col]
         for r in range(m):
             ykr = Y[k, r]
-            for c in range(nv):
-                X[k, c] += ykr * dF[r, c]
+            for col in range(c):
+                X[k, col] += ykr * dF[r, col]
 
 
 @njit(**JIT_OPTIONS)
@@ -527,7 +528,7 @@ def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, ddd
                         df_dq, df_dv, df_dtau):
     """The derivatives of ddq and the forces after :func:`contact_forward` (same state, same cws)."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
-    o_L, o_lam, o_J, o_Y, o_G, _, _, o_Dq, o_Dv, _, _, _, _ = _offsets(nv, m)
+    o_L, o_lam, o_J, o_Y, o_G, _, _, o_Dq, o_Dv, _, o_X, o_D3, o_F3, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     lam = cws[o_lam:o_lam + nv]
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
@@ -549,22 +550,33 @@ def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, ddd
         px, py, pz = frame_origin(mi, ws, b, cf[c])
         lwa_motion_derivatives(mi, mf, ws, b, px, py, pz, kind, cf[c, CF_KP], cf[c, CF_KD], Dq, Dv, row)
         row += kind
-    _kkt_derivative(L, lam, J, Y, G, m, Rq, Dq, dddq_dq, df_dq)
-    _kkt_derivative(L, lam, J, Y, G, m, Rv, Dv, dddq_dv, df_dv)
-    # tau: df/dtau = -G^-1 Y^T, dddq/dtau = M^-1 + Y df/dtau
-    for r in range(m):
-        for k in range(nv):
-            df_dtau[r, k] = -Y[k, r]
-    cholesky_solve(G, m, df_dtau)
+    # One KKT solve for the 3 nv columns [R_q, R_v, -I] (dID/dtau = -I) against [D_q, D_v, 0]: one sweep over
+    # the factorizations with rows three times longer.
+    X = cws[o_X:o_X + 3 * nv * nv].reshape((nv, 3 * nv))
+    D3 = cws[o_D3:o_D3 + 3 * m * nv].reshape((m, 3 * nv))
+    F3 = cws[o_F3:o_F3 + 3 * m * nv].reshape((m, 3 * nv))
     for r in range(nv):
         for c in range(nv):
-            dddq_dtau[r, c] = 1.0 if r == c else 0.0
-    ltdl_solve(L, lam, dddq_dtau)
-    for k in range(nv):
-        for r in range(m):
-            ykr = Y[k, r]
-            for c in range(nv):
-                dddq_dtau[k, c] += ykr * df_dtau[r, c]
+            X[r, c] = Rq[r, c]
+            X[r, nv + c] = Rv[r, c]
+            X[r, 2 * nv + c] = 0.0
+        X[r, 2 * nv + r] = -1.0
+    for r in range(m):
+        for c in range(nv):
+            D3[r, c] = Dq[r, c]
+            D3[r, nv + c] = Dv[r, c]
+            D3[r, 2 * nv + c] = 0.0
+    _kkt_derivative(L, lam, J, Y, G, m, D3, X, F3)
+    for r in range(nv):
+        for c in range(nv):
+            dddq_dq[r, c] = X[r, c]
+            dddq_dv[r, c] = X[r, nv + c]
+            dddq_dtau[r, c] = X[r, 2 * nv + c]
+    for r in range(m):
+        for c in range(nv):
+            df_dq[r, c] = F3[r, c]
+            df_dv[r, c] = F3[r, nv + c]
+            df_dtau[r, c] = F3[r, 2 * nv + c]
 
 
 # --- kernels ------------------------------------------------------------------------------------------------------
@@ -650,7 +662,7 @@ def _contact_linearize_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, cws, A, B
         return code
     for r in range(forces.shape[0]):
         forces[r] = 0.0
-    _, _, _, _, _, _, _, _, _, _, o_T, o_F, _ = _offsets(nv, m)
+    _, _, _, _, _, _, _, _, _, _, _, _, _, o_T, o_F, _ = _offsets(nv, m)
     ddq = region1(mi, ws, R_DDQ, nv)
     code = contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces)
     if code:
@@ -669,7 +681,7 @@ def _contact_linearize_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, cws, A, B
 def impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses):
     """v+ (nv,) and the impulses P (m,) of a touchdown with restitution e. Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_lam, o_J, o_Y, o_G, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_lam, o_J, o_Y, o_G, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
     position_pass(mi, mf, ws, q)
     code = _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, False)
     if code:
@@ -717,7 +729,7 @@ def _remove_gravity(mi, mf, ws):
 def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv):
     """The derivatives of v+ and P after :func:`impulse_forward` (same state, same cws)."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_lam, o_J, o_Y, o_G, _, _, o_Dq, _, o_w, _, _, _ = _offsets(nv, m)
+    o_L, o_lam, o_J, o_Y, o_G, _, _, o_Dq, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     lam = cws[o_lam:o_lam + nv]
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
@@ -744,7 +756,10 @@ def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, d
         px, py, pz = frame_origin(mi, ws, b, cf[c])
         lwa_velocity_derivative(mi, ws, b, px, py, pz, kind, w, Gq, row)
         row += kind
-    _kkt_derivative(L, lam, J, Y, G, m, Rq, Gq, dv_dq, dP_dq)
+    for r in range(nv):
+        for c in range(nv):
+            dv_dq[r, c] = Rq[r, c]
+    _kkt_derivative(L, lam, J, Y, G, m, Gq, dv_dq, dP_dq)
     # v: dP/dv = -(1 + e) G^-1 J, dv+/dv = I + Y dP/dv
     for r in range(m):
         for k in range(nv):
