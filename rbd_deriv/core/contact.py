@@ -143,13 +143,12 @@ STATUS_CONTACT_JOINT = define_status(22, _contact_error)
 
 @njit(**JIT_OPTIONS)
 def _offsets(nv, m):
-    """Offsets of the contact workspace's parts: L (nv, nv), lam (nv,), J (m, nv), Y (nv, m), G (m, m),
+    """Offsets of the contact workspace's parts: L (nv, nv), J (m, nv), Y (nv, m), G (m, m),
     rhs (max(m, nv),), bias (nv,), Dq (m, nv), Dv (m, nv), w (nv,), then for the derivatives X (nv, 3nv),
     D (m, 3nv), F (m, 3nv), and for the linearization dddq_dtau (nv, nv) and df_dq, df_dv, df_dtau
     (3, m, nv); and the total size."""
     o_L = 0
-    o_lam = o_L + nv * nv
-    o_J = o_lam + nv
+    o_J = o_L + nv * nv
     o_Y = o_J + m * nv
     o_G = o_Y + nv * m
     o_rhs = o_G + m * m
@@ -162,7 +161,7 @@ def _offsets(nv, m):
     o_F3 = o_D3 + 3 * m * nv
     o_T = o_F3 + 3 * m * nv
     o_F = o_T + nv * nv
-    return o_L, o_lam, o_J, o_Y, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv
+    return o_L, o_J, o_Y, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv
 
 
 def workspace_size(nv: int, m: int) -> int:
@@ -196,80 +195,102 @@ def check_contacts(mi, ci, cf, cws, argument, cws_argument):
 # --- dense and tree-sparse linear algebra -----------------------------------------------------------------------
 
 
-@njit(**JIT_OPTIONS)
-def dof_parents(mi, lam):
-    """lam[k] = the dof just above dof k in the tree (the previous dof of its joint, or the last dof of the
-    parent joint), -1 at a root: the dof tree of Featherstone's LTDL, as float64 (it lives in a workspace)."""
-    for i in range(1, mi[0, MI_NJ]):
-        iv, parent = mi[i, MI_IDX_V], mi[i, MI_PARENT]
-        lam[iv] = mi[parent, MI_IDX_V] + mi[parent, MI_NV] - 1 if parent > 0 else -1
-        for k in range(iv + 1, iv + mi[i, MI_NV]):
-            lam[k] = k - 1
+# The dof tree of Featherstone's LTDL: the ancestors of dof k are the earlier dofs of its joint, then the dofs
+# of each joint up the chain, each joint's dofs a contiguous range. The loops below walk that chain through the
+# model's parent array, so the innermost loops run over contiguous ranges.
 
 
 @njit(**JIT_OPTIONS)
-def ltdl_factor(mi, H, lam):
+def ltdl_factor(mi, H):
     """H = L^T D L in place (Featherstone, RBDA Table 6.3): L's strict lower part (unit diagonal) and D on the
     diagonal; only the entries of H between a dof and its ancestors are read or written. Returns 0, or the
     joint at whose dof the pivot vanishes (M singular)."""
-    for i in range(mi[0, MI_NJ] - 1, 0, -1):
-        iv = mi[i, MI_IDX_V]
-        for k in range(iv + mi[i, MI_NV] - 1, iv - 1, -1):
+    for jk in range(mi[0, MI_NJ] - 1, 0, -1):
+        ivk = mi[jk, MI_IDX_V]
+        for k in range(ivk + mi[jk, MI_NV] - 1, ivk - 1, -1):
             hkk = H[k, k]
             if not hkk > constants.SINGULAR_INERTIA:
-                return i
-            a_index = int(lam[k])
-            while a_index >= 0:
-                a = H[k, a_index] / hkk
-                j = a_index
-                while j >= 0:
-                    H[a_index, j] -= a * H[k, j]
-                    j = int(lam[j])
-                H[k, a_index] = a
-                a_index = int(lam[a_index])
+                return jk
+            ji, top = jk, k
+            while ji > 0:
+                ivi = mi[ji, MI_IDX_V]
+                for i in range(top - 1, ivi - 1, -1):
+                    a = H[k, i] / hkk
+                    for j in range(ivi, i + 1):
+                        H[i, j] -= a * H[k, j]
+                    jj = mi[ji, MI_PARENT]
+                    while jj > 0:
+                        ivj = mi[jj, MI_IDX_V]
+                        for j in range(ivj, ivj + mi[jj, MI_NV]):
+                            H[i, j] -= a * H[k, j]
+                        jj = mi[jj, MI_PARENT]
+                    H[k, i] = a
+                ji = mi[ji, MI_PARENT]
+                top = mi[ji, MI_IDX_V] + mi[ji, MI_NV] if ji > 0 else 0
     return 0
 
 
 @njit(**JIT_OPTIONS)
-def ltdl_solve(H, lam, X):
+def ltdl_solve(mi, H, X):
     """X (nv, c) <- M^-1 X with M = L^T D L factored in H: L^-T, D^-1, L^-1, each a sweep of row updates."""
-    nv, c = X.shape[0], X.shape[1]
-    for i in range(nv - 1, -1, -1):
-        j = int(lam[i])
-        while j >= 0:
-            l = H[i, j]
-            for col in range(c):
-                X[j, col] -= l * X[i, col]
-            j = int(lam[j])
+    nj, nv, c = mi[0, MI_NJ], X.shape[0], X.shape[1]
+    for ji in range(nj - 1, 0, -1):
+        ivi = mi[ji, MI_IDX_V]
+        for i in range(ivi + mi[ji, MI_NV] - 1, ivi - 1, -1):
+            jj, top = ji, i
+            while jj > 0:
+                ivj = mi[jj, MI_IDX_V]
+                for j in range(ivj, top):
+                    l = H[i, j]
+                    for col in range(c):
+                        X[j, col] -= l * X[i, col]
+                jj = mi[jj, MI_PARENT]
+                top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
     for i in range(nv):
         d = 1.0 / H[i, i]
         for col in range(c):
             X[i, col] *= d
-    for i in range(nv):
-        j = int(lam[i])
-        while j >= 0:
-            l = H[i, j]
-            for col in range(c):
-                X[i, col] -= l * X[j, col]
-            j = int(lam[j])
+    for ji in range(1, nj):
+        ivi = mi[ji, MI_IDX_V]
+        for i in range(ivi, ivi + mi[ji, MI_NV]):
+            jj, top = ji, i
+            while jj > 0:
+                ivj = mi[jj, MI_IDX_V]
+                for j in range(ivj, top):
+                    l = H[i, j]
+                    for col in range(c):
+                        X[i, col] -= l * X[j, col]
+                jj = mi[jj, MI_PARENT]
+                top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
 
 
 @njit(**JIT_OPTIONS)
-def ltdl_solve_vector(H, lam, x):
+def ltdl_solve_vector(mi, H, x):
     """x (nv,) <- M^-1 x, as :func:`ltdl_solve`."""
-    nv = x.shape[0]
-    for i in range(nv - 1, -1, -1):
-        j = int(lam[i])
-        while j >= 0:
-            x[j] -= H[i, j] * x[i]
-            j = int(lam[j])
+    nj, nv = mi[0, MI_NJ], x.shape[0]
+    for ji in range(nj - 1, 0, -1):
+        ivi = mi[ji, MI_IDX_V]
+        for i in range(ivi + mi[ji, MI_NV] - 1, ivi - 1, -1):
+            xi = x[i]
+            jj, top = ji, i
+            while jj > 0:
+                for j in range(mi[jj, MI_IDX_V], top):
+                    x[j] -= H[i, j] * xi
+                jj = mi[jj, MI_PARENT]
+                top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
     for i in range(nv):
         x[i] /= H[i, i]
-    for i in range(nv):
-        j = int(lam[i])
-        while j >= 0:
-            x[i] -= H[i, j] * x[j]
-            j = int(lam[j])
+    for ji in range(1, nj):
+        ivi = mi[ji, MI_IDX_V]
+        for i in range(ivi, ivi + mi[ji, MI_NV]):
+            acc = x[i]
+            jj, top = ji, i
+            while jj > 0:
+                for j in range(mi[jj, MI_IDX_V], top):
+                    acc -= H[i, j] * x[j]
+                jj = mi[jj, MI_PARENT]
+                top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
+            x[i] = acc
 
 
 @njit(**JIT_OPTIONS)
@@ -365,16 +386,14 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion):
     G = J Y, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
     Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_lam, o_J, o_Y, o_G, o_rhs, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Y, o_G, o_rhs, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
-    lam = cws[o_lam:o_lam + nv]
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
     Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     rhs = cws[o_rhs:o_rhs + m]
     crba_into(mi, ws, L)  # M, factored in place (data.M is left as it was)
-    dof_parents(mi, lam)
-    singular = ltdl_factor(mi, L, lam)
+    singular = ltdl_factor(mi, L)
     if singular:
         return status(STATUS_SINGULAR, 0, singular)
     row = 0
@@ -394,7 +413,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion):
     for k in range(nv):
         for r in range(m):
             Y[k, r] = J[r, k]
-    ltdl_solve(L, lam, Y)
+    ltdl_solve(mi, L, Y)
     for r in range(m):
         for s in range(r + 1):
             acc = 0.0
@@ -412,7 +431,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion):
 def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     """ddq (nv,) and the contact forces (m,) of the KKT system. Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_lam, o_J, o_Y, o_G, o_rhs, o_bias, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Y, o_G, o_rhs, o_bias, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
     forward_pass(mi, mf, ws, q, v, zero_velocity(mi, ws), fext, FK_ACCELERATION)
     bias = cws[o_bias:o_bias + nv]
     bias_forces(mi, ws, bias)
@@ -420,14 +439,13 @@ def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     if code:
         return code
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
-    lam = cws[o_lam:o_lam + nv]
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
     Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     rhs = cws[o_rhs:o_rhs + m]
     for k in range(nv):
         ddq[k] = tau[k] - bias[k]
-    ltdl_solve_vector(L, lam, ddq)  # ddq_free
+    ltdl_solve_vector(mi, L, ddq)  # ddq_free
     for r in range(m):
         acc = rhs[r]
         for k in range(nv):
@@ -500,11 +518,11 @@ def _world_force_correction(mi, ws, ci, cf, forces, J, Rq):
 
 
 @njit(**JIT_OPTIONS)
-def _kkt_derivative(L, lam, J, Y, G, m, D, X, dF):
+def _kkt_derivative(mi, L, J, Y, G, m, D, X, dF):
     """dF (m, c) = G^-1 (J M^-1 R - D) and X (nv, c) = Y dF - M^-1 R, for R given in X: the KKT inverse
     applied to the c columns of [-R; -D]."""
     nv, c = X.shape[0], X.shape[1]
-    ltdl_solve(L, lam, X)  # M^-1 R
+    ltdl_solve(mi, L, X)  # M^-1 R
     for r in range(m):
         for k in range(c):
             dF[r, k] = -D[r, k]
@@ -528,9 +546,8 @@ def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, ddd
                         df_dq, df_dv, df_dtau):
     """The derivatives of ddq and the forces after :func:`contact_forward` (same state, same cws)."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
-    o_L, o_lam, o_J, o_Y, o_G, _, _, o_Dq, o_Dv, _, o_X, o_D3, o_F3, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Y, o_G, _, _, o_Dq, o_Dv, _, o_X, o_D3, o_F3, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
-    lam = cws[o_lam:o_lam + nv]
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
     Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
@@ -566,7 +583,7 @@ def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, ddd
             D3[r, c] = Dq[r, c]
             D3[r, nv + c] = Dv[r, c]
             D3[r, 2 * nv + c] = 0.0
-    _kkt_derivative(L, lam, J, Y, G, m, D3, X, F3)
+    _kkt_derivative(mi, L, J, Y, G, m, D3, X, F3)
     for r in range(nv):
         for c in range(nv):
             dddq_dq[r, c] = X[r, c]
@@ -662,7 +679,7 @@ def _contact_linearize_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, cws, A, B
         return code
     for r in range(forces.shape[0]):
         forces[r] = 0.0
-    _, _, _, _, _, _, _, _, _, _, _, _, _, o_T, o_F, _ = _offsets(nv, m)
+    _, _, _, _, _, _, _, _, _, _, _, _, o_T, o_F, _ = _offsets(nv, m)
     ddq = region1(mi, ws, R_DDQ, nv)
     code = contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces)
     if code:
@@ -681,7 +698,7 @@ def _contact_linearize_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, cws, A, B
 def impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses):
     """v+ (nv,) and the impulses P (m,) of a touchdown with restitution e. Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_lam, o_J, o_Y, o_G, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Y, o_G, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
     position_pass(mi, mf, ws, q)
     code = _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, False)
     if code:
@@ -729,9 +746,8 @@ def _remove_gravity(mi, mf, ws):
 def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv):
     """The derivatives of v+ and P after :func:`impulse_forward` (same state, same cws)."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_lam, o_J, o_Y, o_G, _, _, o_Dq, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Y, o_G, _, _, o_Dq, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
-    lam = cws[o_lam:o_lam + nv]
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
     Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
@@ -759,7 +775,7 @@ def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, d
     for r in range(nv):
         for c in range(nv):
             dv_dq[r, c] = Rq[r, c]
-    _kkt_derivative(L, lam, J, Y, G, m, Gq, dv_dq, dP_dq)
+    _kkt_derivative(mi, L, J, Y, G, m, Gq, dv_dq, dP_dq)
     # v: dP/dv = -(1 + e) G^-1 J, dv+/dv = I + Y dP/dv
     for r in range(m):
         for k in range(nv):
