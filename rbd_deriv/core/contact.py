@@ -265,35 +265,6 @@ def ltdl_solve(mi, H, X):
 
 
 @njit(**JIT_OPTIONS)
-def ltdl_solve_vector(mi, H, x):
-    """x (nv,) <- M^-1 x, as :func:`ltdl_solve`."""
-    nj, nv = mi[0, MI_NJ], x.shape[0]
-    for ji in range(nj - 1, 0, -1):
-        ivi = mi[ji, MI_IDX_V]
-        for i in range(ivi + mi[ji, MI_NV] - 1, ivi - 1, -1):
-            xi = x[i]
-            jj, top = ji, i
-            while jj > 0:
-                for j in range(mi[jj, MI_IDX_V], top):
-                    x[j] -= H[i, j] * xi
-                jj = mi[jj, MI_PARENT]
-                top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
-    for i in range(nv):
-        x[i] /= H[i, i]
-    for ji in range(1, nj):
-        ivi = mi[ji, MI_IDX_V]
-        for i in range(ivi, ivi + mi[ji, MI_NV]):
-            acc = x[i]
-            jj, top = ji, i
-            while jj > 0:
-                for j in range(mi[jj, MI_IDX_V], top):
-                    acc -= H[i, j] * x[j]
-                jj = mi[jj, MI_PARENT]
-                top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
-            x[i] = acc
-
-
-@njit(**JIT_OPTIONS)
 def cholesky(G, m):
     """G[:m, :m] = C C^T in place (C in the lower triangle). Returns -1, or the first row whose pivot falls
     below CONTACT_RANK_TOLERANCE of its diagonal entry (G loses rank there)."""
@@ -331,21 +302,6 @@ def cholesky_solve(G, m, X):
         d = 1.0 / G[r, r]
         for col in range(c):
             X[r, col] *= d
-
-
-@njit(**JIT_OPTIONS)
-def cholesky_solve_vector(G, m, x):
-    """x (m,) <- G^-1 x, as :func:`cholesky_solve`."""
-    for r in range(m):
-        s = x[r]
-        for k in range(r):
-            s -= G[r, k] * x[k]
-        x[r] = s / G[r, r]
-    for r in range(m - 1, -1, -1):
-        s = x[r]
-        for k in range(r + 1, m):
-            s -= G[k, r] * x[k]
-        x[r] = s / G[r, r]
 
 
 @njit(**JIT_OPTIONS)
@@ -445,13 +401,13 @@ def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     rhs = cws[o_rhs:o_rhs + m]
     for k in range(nv):
         ddq[k] = tau[k] - bias[k]
-    ltdl_solve_vector(mi, L, ddq)  # ddq_free
+    ltdl_solve(mi, L, ddq.reshape((nv, 1)))  # ddq_free
     for r in range(m):
         acc = rhs[r]
         for k in range(nv):
             acc += J[r, k] * ddq[k]
         forces[r] = -acc
-    cholesky_solve_vector(G, m, forces)
+    cholesky_solve(G, m, forces[:m].reshape((m, 1)))
     for k in range(nv):
         acc = 0.0
         for r in range(m):
@@ -711,7 +667,7 @@ def impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses):
         for k in range(nv):
             acc += J[r, k] * v[k]
         impulses[r] = -(1.0 + e) * acc
-    cholesky_solve_vector(G, m, impulses)
+    cholesky_solve(G, m, impulses[:m].reshape((m, 1)))
     for k in range(nv):
         acc = v[k]
         for r in range(m):

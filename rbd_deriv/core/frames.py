@@ -63,6 +63,28 @@ def cross3(ax, ay, az, bx, by, bz):
     return ay * bz - az * by, az * bx - ax * bz, ax * by - ay * bx
 
 
+@njit(inline="always", **JIT_OPTIONS)
+def motion_cross6(v1x, v1y, v1z, w1x, w1y, w1z, v2x, v2y, v2z, w2x, w2y, w2z):
+    """m1 x m2 = (w1 x v2 + v1 x w2, w1 x w2) for motions given as scalars."""
+    c0, c1, c2 = cross3(w1x, w1y, w1z, v2x, v2y, v2z)
+    e0, e1, e2 = cross3(v1x, v1y, v1z, w2x, w2y, w2z)
+    a0, a1, a2 = cross3(w1x, w1y, w1z, w2x, w2y, w2z)
+    return c0 + e0, c1 + e1, c2 + e2, a0, a1, a2
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def velocity_column(sx, sy, sz, tx, ty, tz, dvx, dvy, dvz, dwx, dwy, dwz, px, py, pz, wx, wy, wz):
+    """For the dof of motion column S = (s, t): dp/dq = s + t x p, the body velocity's dv_b/dq = S x (v_b -
+    v_lambda) (given as dv, dw) and the point velocity's dv_p/dq = dv_o + dw x p + w x dp: 12 scalars
+    (dp, dv_o, dw, dv_p)."""
+    c0, c1, c2 = cross3(tx, ty, tz, px, py, pz)
+    dpx, dpy, dpz = sx + c0, sy + c1, sz + c2
+    qvx, qvy, qvz, qwx, qwy, qwz = motion_cross6(sx, sy, sz, tx, ty, tz, dvx, dvy, dvz, dwx, dwy, dwz)
+    c0, c1, c2 = cross3(qwx, qwy, qwz, px, py, pz)
+    e0, e1, e2 = cross3(wx, wy, wz, dpx, dpy, dpz)
+    return (dpx, dpy, dpz, qvx, qvy, qvz, qwx, qwy, qwz, qvx + c0 + e0, qvy + c1 + e1, qvz + c2 + e2)
+
+
 @njit(**JIT_OPTIONS)
 def frame_origin(mi, ws, b, X):
     """The world position p (3 scalars) of the origin of a frame at placement X (12,) in joint b."""
@@ -157,44 +179,21 @@ def lwa_motion_derivatives(mi, mf, ws, b, px, py, pz, rows, kp, kd, Dq, Dv, row0
         iv = mi[j, MI_IDX_V]
         for k in range(iv, iv + mi[j, MI_NV]):
             sx, sy, sz, tx, ty, tz = S[k, 0], S[k, 1], S[k, 2], S[k, 3], S[k, 4], S[k, 5]
-            # dp = S_lin + S_ang x p
-            c0, c1, c2 = cross3(tx, ty, tz, px, py, pz)
-            dpx, dpy, dpz = sx + c0, sy + c1, sz + c2
-            # dv_b/dq = S x (v_b - v_lambda)
-            c0, c1, c2 = cross3(tx, ty, tz, dvx, dvy, dvz)
-            e0, e1, e2 = cross3(sx, sy, sz, dwx, dwy, dwz)
-            qvx, qvy, qvz = c0 + e0, c1 + e1, c2 + e2
-            qwx, qwy, qwz = cross3(tx, ty, tz, dwx, dwy, dwz)
+            (dpx, dpy, dpz, qvx, qvy, qvz, qwx, qwy, qwz,
+             qpx, qpy, qpz) = velocity_column(sx, sy, sz, tx, ty, tz, dvx, dvy, dvz, dwx, dwy, dwz, px, py, pz,
+                                              wx, wy, wz)
             # da_b/dq = S x (a_b - a_lambda) - (S x v_lambda) x (v_b - v_lambda)
-            c0, c1, c2 = cross3(tx, ty, tz, dax, day, daz)
-            e0, e1, e2 = cross3(sx, sy, sz, dbx, dby, dbz)
-            qax, qay, qaz = c0 + e0, c1 + e1, c2 + e2
-            qbx, qby, qbz = cross3(tx, ty, tz, dbx, dby, dbz)
-            c0, c1, c2 = cross3(tx, ty, tz, lvx, lvy, lvz)
-            e0, e1, e2 = cross3(sx, sy, sz, lwx, lwy, lwz)
-            mvx, mvy, mvz = c0 + e0, c1 + e1, c2 + e2  # S x v_lambda, linear part
-            mwx, mwy, mwz = cross3(tx, ty, tz, lwx, lwy, lwz)  # angular part
-            c0, c1, c2 = cross3(mwx, mwy, mwz, dvx, dvy, dvz)
-            e0, e1, e2 = cross3(mvx, mvy, mvz, dwx, dwy, dwz)
-            qax, qay, qaz = qax - c0 - e0, qay - c1 - e1, qaz - c2 - e2
-            c0, c1, c2 = cross3(mwx, mwy, mwz, dwx, dwy, dwz)
-            qbx, qby, qbz = qbx - c0, qby - c1, qbz - c2
-            # dv_p/dq = dv_o + dw x p + w x dp
-            c0, c1, c2 = cross3(qwx, qwy, qwz, px, py, pz)
-            e0, e1, e2 = cross3(wx, wy, wz, dpx, dpy, dpz)
-            qpx, qpy, qpz = qvx + c0 + e0, qvy + c1 + e1, qvz + c2 + e2
+            qax, qay, qaz, qbx, qby, qbz = motion_cross6(sx, sy, sz, tx, ty, tz, dax, day, daz, dbx, dby, dbz)
+            mvx, mvy, mvz, mwx, mwy, mwz = motion_cross6(sx, sy, sz, tx, ty, tz, lvx, lvy, lvz, lwx, lwy, lwz)
+            c0, c1, c2, e0, e1, e2 = motion_cross6(mvx, mvy, mvz, mwx, mwy, mwz, dvx, dvy, dvz, dwx, dwy, dwz)
+            qax, qay, qaz, qbx, qby, qbz = qax - c0, qay - c1, qaz - c2, qbx - e0, qby - e1, qbz - e2
             # d(a_o + alpha x p)/dq = da_o + dalpha x p + alpha x dp
             c0, c1, c2 = cross3(qbx, qby, qbz, px, py, pz)
             e0, e1, e2 = cross3(bx, by, bz, dpx, dpy, dpz)
             gx, gy, gz = qax + c0 + e0, qay + c1 + e1, qaz + c2 + e2
-            # velocity derivatives: dv_b/dv = S, da_b/dv = S x (v_b - v_lambda) + v_j x S
-            c0, c1, c2 = cross3(tx, ty, tz, px, py, pz)
-            upx, upy, upz = sx + c0, sy + c1, sz + c2  # dv_p/dv = S_lin + S_ang x p
-            c0, c1, c2 = cross3(jwx, jwy, jwz, sx, sy, sz)
-            e0, e1, e2 = cross3(jvx, jvy, jvz, tx, ty, tz)
-            vax, vay, vaz = qvx + c0 + e0, qvy + c1 + e1, qvz + c2 + e2
-            c0, c1, c2 = cross3(jwx, jwy, jwz, tx, ty, tz)
-            vbx, vby, vbz = qwx + c0, qwy + c1, qwz + c2
+            # velocity derivatives: dv_b/dv = S, dv_p/dv = dp, da_b/dv = S x (v_b - v_lambda) + v_j x S
+            c0, c1, c2, e0, e1, e2 = motion_cross6(jvx, jvy, jvz, jwx, jwy, jwz, sx, sy, sz, tx, ty, tz)
+            vax, vay, vaz, vbx, vby, vbz = qvx + c0, qvy + c1, qvz + c2, qwx + e0, qwy + e1, qwz + e2
             c0, c1, c2 = cross3(vbx, vby, vbz, px, py, pz)
             hx, hy, hz = vax + c0, vay + c1, vaz + c2  # d(a_o + alpha x p)/dv
             if rows == 3:
@@ -203,14 +202,14 @@ def lwa_motion_derivatives(mi, mf, ws, b, px, py, pz, rows, kp, kd, Dq, Dv, row0
                 e0, e1, e2 = cross3(wx, wy, wz, qpx, qpy, qpz)
                 gx, gy, gz = gx + c0 + e0, gy + c1 + e1, gz + c2 + e2
                 c0, c1, c2 = cross3(tx, ty, tz, vpx, vpy, vpz)
-                e0, e1, e2 = cross3(wx, wy, wz, upx, upy, upz)
+                e0, e1, e2 = cross3(wx, wy, wz, dpx, dpy, dpz)
                 hx, hy, hz = hx + c0 + e0, hy + c1 + e1, hz + c2 + e2
             Dq[row0, k] = gx + kd * qpx + kp * dpx
             Dq[row0 + 1, k] = gy + kd * qpy + kp * dpy
             Dq[row0 + 2, k] = gz + kd * qpz + kp * dpz
-            Dv[row0, k] = hx + kd * upx
-            Dv[row0 + 1, k] = hy + kd * upy
-            Dv[row0 + 2, k] = hz + kd * upz
+            Dv[row0, k] = hx + kd * dpx
+            Dv[row0 + 1, k] = hy + kd * dpy
+            Dv[row0 + 2, k] = hz + kd * dpz
             if rows == 6:
                 Dq[row0 + 3, k] = qbx + kd * qwx
                 Dq[row0 + 4, k] = qby + kd * qwy
@@ -257,18 +256,10 @@ def lwa_velocity_derivative(mi, ws, b, px, py, pz, rows, w, G, row0):
             dwy += S[k, 4] * w[k]
             dwz += S[k, 5] * w[k]
         for k in range(iv, iv + mi[j, MI_NV]):
-            sx, sy, sz, tx, ty, tz = S[k, 0], S[k, 1], S[k, 2], S[k, 3], S[k, 4], S[k, 5]
-            c0, c1, c2 = cross3(tx, ty, tz, px, py, pz)
-            dpx, dpy, dpz = sx + c0, sy + c1, sz + c2
-            c0, c1, c2 = cross3(tx, ty, tz, dvx, dvy, dvz)
-            e0, e1, e2 = cross3(sx, sy, sz, dwx, dwy, dwz)
-            qvx, qvy, qvz = c0 + e0, c1 + e1, c2 + e2
-            qwx, qwy, qwz = cross3(tx, ty, tz, dwx, dwy, dwz)
-            c0, c1, c2 = cross3(qwx, qwy, qwz, px, py, pz)
-            e0, e1, e2 = cross3(wx, wy, wz, dpx, dpy, dpz)
-            G[row0, k] = qvx + c0 + e0
-            G[row0 + 1, k] = qvy + c1 + e1
-            G[row0 + 2, k] = qvz + c2 + e2
+            (_, _, _, _, _, _, qwx, qwy, qwz,
+             qpx, qpy, qpz) = velocity_column(S[k, 0], S[k, 1], S[k, 2], S[k, 3], S[k, 4], S[k, 5], dvx, dvy, dvz,
+                                              dwx, dwy, dwz, px, py, pz, wx, wy, wz)
+            G[row0, k], G[row0 + 1, k], G[row0 + 2, k] = qpx, qpy, qpz
             if rows == 6:
                 G[row0 + 3, k], G[row0 + 4, k], G[row0 + 5, k] = qwx, qwy, qwz
         j = mi[j, MI_PARENT]
