@@ -1,12 +1,14 @@
 """Closed loop on the bundled 7-dof arm: simulator, dynamics node, MPC node, reference.
 
-    ros2 launch rbd_deriv demo.launch.py [mode:=held|relinearize] [backend:=mujoco|builtin]
-                                         [duration:=60.0]
+    ros2 launch rbd_deriv demo.launch.py [mode:=held|relinearize] [duration:=20.0]
 
-The same loop as ``python -m rbd_deriv.demo``, left running for ROS tools (rqt_plot of
-/joint_states and /effort_controller/commands, /diagnostics, the plan on /mpc_node/plan).
-To drive a real robot instead, leave out the simulator and point the MPC's command_topic at the
-robot's effort forward-command controller (see config/mpc_node.yaml).
+The same loop as ``python -m rbd_deriv.demo`` (``./run demo``): the same nodes with the same parameters
+(each node's file in config/, then config/demo.yaml, which the script reads too) and the same reference,
+published by ``python -m rbd_deriv.demo --reference-only``. The launch ends when the reference does,
+``duration`` seconds after it starts; watch it meanwhile with ROS tools (rqt_plot of /joint_states and
+/effort_controller/commands, /diagnostics, the plan on /mpc_node/plan). The script adds the report and the
+plot. To drive a real robot instead, leave out the simulator and point the MPC's command_topic at the robot's
+effort forward-command controller (see config/mpc_node.yaml).
 """
 
 import sys
@@ -14,12 +16,12 @@ from pathlib import Path
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, ExecuteProcess
-from launch.conditions import LaunchConfigurationEquals
-from launch.substitutions import LaunchConfiguration
+from launch.actions import DeclareLaunchArgument, EmitEvent, ExecuteProcess, RegisterEventHandler
+from launch.conditions import IfCondition
+from launch.event_handlers import OnProcessExit
+from launch.events import Shutdown
+from launch.substitutions import EqualsSubstitution, LaunchConfiguration
 from launch_ros.actions import Node
-
-from rbd_deriv.demo import DEMO_CENTER
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -27,27 +29,26 @@ def generate_launch_description() -> LaunchDescription:
     urdf = str(share / "urdf" / "rbd_arm7.urdf")
     config = share / "config"
     mode = LaunchConfiguration("mode")
-    # The MPC and the dynamics node must use the same step in held mode.
-    horizon_step = 0.01
+
+    def node(name: str, overrides: dict, **options) -> Node:
+        return Node(package="rbd_deriv", executable=name, name=name, output="screen",
+                    parameters=[str(config / f"{name}.yaml"), str(config / "demo.yaml"),
+                                {"urdf_path": urdf, **overrides}], **options)
+
+    reference = ExecuteProcess(
+        cmd=[sys.executable, "-m", "rbd_deriv.demo", "--reference-only", "--duration",
+             LaunchConfiguration("duration")],
+        name="reference", output="screen")
     return LaunchDescription([
-        DeclareLaunchArgument("mode", default_value="held",
-                              description="MPC mode: held or relinearize"),
-        DeclareLaunchArgument("backend", default_value="mujoco",
-                              description="simulator backend: mujoco or builtin"),
-        DeclareLaunchArgument("duration", default_value="60.0",
-                              description="length of the reference trajectory [s]"),
-        Node(package="rbd_deriv", executable="sim_node", name="sim_node", output="screen",
-             parameters=[str(config / "sim_node.yaml"), {
-                 "urdf_path": urdf, "backend": LaunchConfiguration("backend"),
-                 "initial_positions": DEMO_CENTER.tolist()}]),
-        Node(package="rbd_deriv", executable="dynamics_node", name="dynamics_node",
-             output="screen", condition=LaunchConfigurationEquals("mode", "held"),
-             parameters=[str(config / "dynamics_node.yaml"), {
-                 "urdf_path": urdf, "dt": horizon_step,
-                 "publish_mass_matrix_inverse": False}]),
-        Node(package="rbd_deriv", executable="mpc_node", name="mpc_node", output="screen",
-             parameters=[str(config / "mpc_node.yaml"), {
-                 "urdf_path": urdf, "mode": mode, "dt": horizon_step}]),
-        ExecuteProcess(cmd=[sys.executable, "-m", "rbd_deriv.demo", "--reference-only",
-                            "--duration", LaunchConfiguration("duration")], output="screen"),
+        DeclareLaunchArgument("mode", default_value="held", choices=["held", "relinearize"],
+                              description="MPC mode: held (the dynamics node's linearizations) or relinearize"),
+        DeclareLaunchArgument("duration", default_value="20.0",
+                              description="length of the reference motion [s]; the launch ends with it"),
+        node("sim_node", {}),
+        node("dynamics_node", {}, condition=IfCondition(EqualsSubstitution(mode, "held"))),
+        node("mpc_node", {"mode": mode}),
+        reference,
+        RegisterEventHandler(OnProcessExit(
+            target_action=reference,
+            on_exit=[EmitEvent(event=Shutdown(reason="the reference motion is over"))])),
     ])

@@ -11,7 +11,7 @@ dynamics.launch.py but ``urdf``.
 import os
 
 from launch import LaunchDescription
-from launch.actions import IncludeLaunchDescription
+from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 
 
@@ -19,5 +19,9 @@ def generate_launch_description() -> LaunchDescription:
     # Arguments given to this file (params_file, floating_base, topics) reach the included one.
     dynamics = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dynamics.launch.py")
     return LaunchDescription([
+        # Declared here first, so that --show-args lists what this file does with it (the included file's
+        # declaration, the bundled arm's path, would be shown otherwise) and refuses any other value.
+        DeclareLaunchArgument("urdf", default_value="", choices=[""],
+                              description="always empty here: the URDF comes from description_topic"),
         IncludeLaunchDescription(PythonLaunchDescriptionSource(dynamics), launch_arguments={"urdf": ""}.items()),
     ])

@@ -15,8 +15,14 @@ import os
 # when that pool starts (the first batched call), so it must be set before.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# Before any kernel module: choose the cache of compiled kernels for these sources and this machine, and fill it
+# if it is empty (saying so on stderr), so that the imports below load machine code.
+from rbd_deriv import jit_cache  # noqa: E402
+
+jit_cache.activate()
+
 from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError  # noqa: E402
-from rbd_deriv.core.urdf import JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE, bundled_urdf  # noqa: E402
+from rbd_deriv.core.urdf import FREE_FLYER_JOINT, JOINT_FREEFLYER, JOINT_PRISMATIC, JOINT_REVOLUTE, bundled_urdf  # noqa: E402
 from rbd_deriv.core.model import Data, Model, load_urdf  # noqa: E402
 from rbd_deriv.core.kinematics import forward_kinematics, frame_placement  # noqa: E402
 from rbd_deriv.core.configuration import (  # noqa: E402
@@ -56,7 +62,7 @@ from rbd_deriv.core.contact import (  # noqa: E402
 
 __all__ = [
     "Data", "Model", "load_urdf", "bundled_urdf", "InputError", "ModelError", "RbdDerivError", "URDFError",
-    "JOINT_FREEFLYER", "JOINT_PRISMATIC", "JOINT_REVOLUTE",
+    "FREE_FLYER_JOINT", "JOINT_FREEFLYER", "JOINT_PRISMATIC", "JOINT_REVOLUTE",
     "forward_kinematics", "frame_placement", "neutral", "integrate", "difference", "random_configuration",
     "dintegrate_dq", "dintegrate_dv", "rnea", "nonlinear_effects", "gravity_torques", "crba", "aba", "minverse",
     "rnea_derivatives", "aba_derivatives", "linearize",

@@ -8,6 +8,10 @@ commands and diagnostics for a fixed time, then prints the achieved MPC rate, so
 percentiles, the dynamics latency seen by the MPC, the tracking error per joint and the torque
 use, and writes a PNG (reference vs actual, torques vs limits). No display is needed.
 
+The nodes' parameters come from the package's ``config/``: each node's own file, then ``demo.yaml``, which
+``ros2 launch rbd_deriv demo.launch.py`` reads too (the same loop for ROS users). ``--mode`` and ``--rate``
+override it.
+
 Unless ROS_DOMAIN_ID is set, a random domain keeps the demo apart from other ROS traffic.
 """
 
@@ -35,21 +39,47 @@ DEMO_RAMP = 1.0
 
 #: Joint damping [N m s/rad] and dry friction [N m] of the plant per unit of URDF effort limit:
 #: 0.18 N m s/rad and 0.35 N m on the shoulder, 0.04 N m s/rad and 0.08 N m on the light wrist,
-#: whose time constant (inertia / damping) stays above the 5 ms of a control tick.
+#: whose time constant (inertia / damping) stays above the 5 ms of a control tick. config/demo.yaml
+#: lists the resulting values per joint of the bundled arm.
 DAMPING_PER_EFFORT = 0.001
 FRICTION_PER_EFFORT = 0.002
+
+#: The demo's parameter file in the package's config/ folder (beside each node's own file).
+DEMO_PARAMETERS = "demo.yaml"
 
 #: Spacing of the points of the published reference trajectory [s].
 REFERENCE_SPACING = 0.02
 
-#: Seconds given to the three processes to start before giving up: a few with numba caches
-#: filled, up to two minutes on a fresh install that compiles every kernel.
+#: Seconds given to the three processes to start before giving up: a few once the kernels are compiled
+#: (./run setup, colcon build); kernels without signatures (the MPC solver's) compile at their first use
+#: unless their module has a precompile hook (rbd_deriv.precompile), then load from the cache.
 STARTUP_TIMEOUT = 180.0
 
 
-def _start(module: str, parameters: dict, log: Path) -> subprocess.Popen:
+def config_folder() -> Path:
+    """The package's config/ folder: beside the bundled robots' urdf/ folder, wherever the package found it
+    (a source checkout, a colcon install's share folder, a pip install's prefix)."""
+    from rbd_deriv import bundled_urdf
+
+    return bundled_urdf("rbd_arm7").parent.parent / "config"
+
+
+def demo_parameters() -> dict:
+    """{node name: {parameter: value}} of config/demo.yaml."""
+    import yaml
+
+    with open(config_folder() / DEMO_PARAMETERS, encoding="utf-8") as stream:
+        document = yaml.safe_load(stream)
+    return {node: section["ros__parameters"] for node, section in document.items()}
+
+
+def _start(node: str, overrides: dict, log: Path) -> subprocess.Popen:
+    """Start node ``node`` (rbd_deriv.nodes.<node>) with its own file, demo.yaml, then ``overrides``."""
+    config = config_folder()
+    arguments = ["--ros-args", "--params-file", str(config / f"{node}.yaml"),
+                 "--params-file", str(config / DEMO_PARAMETERS)] + ros_parameters(overrides)[1:]
     handle = open(log, "w", encoding="utf-8")
-    return subprocess.Popen([sys.executable, "-m", module] + ros_parameters(parameters),
+    return subprocess.Popen([sys.executable, "-m", f"rbd_deriv.nodes.{node}"] + arguments,
                             stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -189,8 +219,18 @@ def plot(summary: dict, joint_names: list[str], effort_limit: np.ndarray, path: 
     plt.close(figure)
 
 
+def wait_for_loop(recorder: Recorder, processes: Sequence[subprocess.Popen] = ()) -> bool:
+    """Wait up to STARTUP_TIMEOUT for the MPC's first commands from its plan (the loop runs); False if they do
+    not come, or one of ``processes`` exits meanwhile."""
+    return _spin_until(
+        recorder, lambda: int(recorder.mpc_diagnostics().get("commands_plan", "0")) > 0
+        or any(p.poll() is not None for p in processes), STARTUP_TIMEOUT) and all(
+        p.poll() is None for p in processes)
+
+
 def publish_reference_only(duration: float) -> int:
-    """Publish the demo reference (starting 2 s from now) and stay until it ends."""
+    """For demo.launch.py: once the loop runs, publish the demo reference (starting 1 s later, as the script
+    does) and stay until it ends. Returns 1 if the loop did not start within STARTUP_TIMEOUT."""
     import rclpy
 
     import rbd_deriv as rd
@@ -199,13 +239,18 @@ def publish_reference_only(duration: float) -> int:
 
     joint_names = list(rd.load_urdf(str(bundled_urdf("rbd_arm7"))).joint_names)
     rclpy.init()
-    recorder = Recorder(joint_names, "/effort_controller/commands")
+    recorder = Recorder(joint_names, demo_parameters()["mpc_node"]["command_topic"])
     try:
-        start = recorder.now() + 2.0
+        print("waiting for the loop to run (the MPC's first commands) ...", flush=True)
+        if not wait_for_loop(recorder):
+            print(f"the loop did not start within {STARTUP_TIMEOUT:g} s", file=sys.stderr)
+            return 1
+        start = recorder.now() + 1.0
         recorder.publish_reference(
             SinusoidReference(DEMO_CENTER, DEMO_AMPLITUDE, DEMO_FREQUENCY, ramp=DEMO_RAMP),
             start, duration)
-        # Stay alive: the reference is latched, a late MPC node still gets it from us.
+        print(f"tracking the reference for {duration:g} s ...", flush=True)
+        # Stay alive: the reference is latched, a late subscriber still gets it from us.
         _spin_until(recorder, lambda: recorder.now() > start + duration, duration + 5.0)
     except KeyboardInterrupt:
         pass
@@ -220,14 +265,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rbd_deriv.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=20.0, help="tracking time [s]")
-    parser.add_argument("--mode", choices=["held", "relinearize"], default="held",
-                        help="MPC mode (held: linearizations of the dynamics node)")
-    parser.add_argument("--backend", choices=["mujoco", "builtin"], default="mujoco")
-    parser.add_argument("--rate", type=float, default=200.0, help="MPC rate [Hz]")
+    parser.add_argument("--mode", choices=["held", "relinearize"], default=None,
+                        help="MPC mode (held: linearizations of the dynamics node); default: demo.yaml's")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="MPC rate, and the dynamics node's in held mode [Hz]; default: demo.yaml's")
     parser.add_argument("--output", default="rbd_deriv_demo.png", help="PNG written at the end")
     parser.add_argument("--logs", default=None, help="folder for the nodes' logs (default: temp)")
     parser.add_argument("--reference-only", action="store_true",
-                        help="only publish the reference (for demo.launch.py) and wait")
+                        help="only publish the reference once the loop runs, and stay until it ends "
+                             "(for demo.launch.py)")
     arguments = parser.parse_args(argv)
     if arguments.reference_only:
         return publish_reference_only(arguments.duration)
@@ -249,35 +295,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     reference = SinusoidReference(DEMO_CENTER, DEMO_AMPLITUDE, DEMO_FREQUENCY, ramp=DEMO_RAMP)
     logs = Path(arguments.logs or tempfile.mkdtemp(prefix="rbd_deriv_demo_"))
     logs.mkdir(parents=True, exist_ok=True)
-    damping, friction = DAMPING_PER_EFFORT * effort_limit, FRICTION_PER_EFFORT * effort_limit
-    horizon, dt = 20, 0.01
-    command_topic = "/effort_controller/commands"
+    parameters = demo_parameters()
+    mpc = parameters["mpc_node"]
+    mode = arguments.mode or mpc["mode"]
+    rate = arguments.rate or float(mpc["rate_hz"])
+    horizon, dt = mpc["horizon"], mpc["dt"]
+    backend = parameters["sim_node"]["backend"]
+    command_topic = mpc["command_topic"]
     processes = [
-        _start("rbd_deriv.nodes.sim_node", {
-            "urdf_path": urdf, "backend": arguments.backend, "damping": damping.tolist(),
-            "friction": friction.tolist(), "initial_positions": DEMO_CENTER.tolist(),
-            "command_topic": command_topic}, logs / "sim_node.log"),
-        _start("rbd_deriv.nodes.mpc_node", {
-            "urdf_path": urdf, "mode": arguments.mode, "horizon": horizon, "dt": dt,
-            "rate_hz": arguments.rate, "command_topic": command_topic,
-            "diagnostics_period": 1.0}, logs / "mpc_node.log"),
+        _start("sim_node", {"urdf_path": urdf}, logs / "sim_node.log"),
+        _start("mpc_node", {"urdf_path": urdf, "mode": mode, "rate_hz": rate}, logs / "mpc_node.log"),
     ]
-    if arguments.mode == "held":
-        processes.append(_start("rbd_deriv.nodes.dynamics_node", {
-            "urdf_path": urdf, "dt": dt, "publish_mass_matrix_inverse": False,
-            "publish_mode": "timer", "rate": arguments.rate},
-            logs / "dynamics_node.log"))
+    if mode == "held":
+        processes.append(_start("dynamics_node", {"urdf_path": urdf, "rate": rate}, logs / "dynamics_node.log"))
     rclpy.init()
     recorder = Recorder(joint_names, command_topic)
     try:
-        print(f"starting sim_node ({arguments.backend}), "
-              f"{'dynamics_node, ' if arguments.mode == 'held' else ''}mpc_node "
+        print(f"starting sim_node ({backend}), "
+              f"{'dynamics_node, ' if mode == 'held' else ''}mpc_node "
               f"(logs in {logs}) ...", flush=True)
-        ready = _spin_until(
-            recorder, lambda: int(recorder.mpc_diagnostics().get("commands_plan", "0")) > 0,
-            STARTUP_TIMEOUT)
-        crashed = [p.args[2] for p in processes if p.poll() is not None]
-        if not ready or crashed:
+        ready = wait_for_loop(recorder, processes)
+        crashed = [p.args[2].rsplit(".", 1)[-1] for p in processes if p.poll() is not None]
+        if not ready:
             print(f"the loop did not start within {STARTUP_TIMEOUT:g} s "
                   f"(exited: {crashed or 'none'}); see the logs in {logs}", file=sys.stderr)
             return 1
@@ -297,17 +336,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         rclpy.try_shutdown()
 
     summary = summarize(recorder, reference, start, arguments.duration, effort_limit)
-    title = (f"rbd_deriv demo: {model.name} ({model.nv} joints), plant {arguments.backend} "
+    title = (f"rbd_deriv demo: {model.name} ({model.nv} joints), plant {backend} "
              f"(damping {DAMPING_PER_EFFORT:g} N m s/rad and friction {FRICTION_PER_EFFORT:g} N m per "
              f"N m of effort limit), MPC mode "
-             f"{arguments.mode}, N={horizon}, dt={dt} s")
+             f"{mode}, N={horizon}, dt={dt} s")
     print()
     print(title)
-    print(f"MPC rate achieved:      {summary['command_rate']:.1f} Hz (asked {arguments.rate:g} Hz)")
+    print(f"MPC rate achieved:      {summary['command_rate']:.1f} Hz (asked {rate:g} Hz)")
     print(f"MPC solve time:         p50 {diagnostics.get('solve_time_p50_us', '-')} us, "
           f"p99 {diagnostics.get('solve_time_p99_us', '-')} us, "
           f"max {diagnostics.get('solve_time_max_us', '-')} us")
-    if arguments.mode == "held":
+    if mode == "held":
         print(f"dynamics latency:       p50 {diagnostics.get('linearization_age_p50_ms', '-')} ms, "
               f"p99 {diagnostics.get('linearization_age_p99_ms', '-')} ms "
               "(joint_states stamp -> linearization at the MPC)")

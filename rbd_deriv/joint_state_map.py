@@ -17,13 +17,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+import rbd_deriv as rd
 from rbd_deriv.core import constants
 from rbd_deriv.exceptions import InputError
 
-__all__ = ["FREE_FLYER_JOINT", "JointStateError", "JointStateMap", "REASONS", "velocity_names"]
-
-#: Name of the free-flyer joint the library adds for a floating base.
-FREE_FLYER_JOINT = "root_joint"
+__all__ = ["JointStateError", "JointStateMap", "REASONS", "velocity_names"]
 
 #: Every ``JointStateError.reason``, with what it means.
 REASONS: Dict[str, str] = {
@@ -67,7 +65,7 @@ def velocity_names(model) -> List[str]:
         start, count = model.idx_v[joint], model.nv_joint[joint]
         if count == 1:
             names[start] = joint
-        elif joint == FREE_FLYER_JOINT and count == 6:
+        elif joint == rd.FREE_FLYER_JOINT and count == 6:
             names[start : start + 6] = [f"{joint}_{axis}" for axis in _FREE_FLYER_AXES]
         else:
             names[start : start + count] = [f"{joint}_{k}" for k in range(count)]
@@ -83,8 +81,9 @@ class JointStateMap:
     """Latest joint positions, velocities and efforts of a model, filled by name.
 
     Args:
-        model: The :class:`rbd_deriv.Model` whose state is assembled. Its one-dof joints are read from
-            joint_states; a free-flyer base (``root_joint``) from :meth:`update_base`.
+        model: The :class:`rbd_deriv.Model` whose state is assembled. Its actuated joints
+            (``model.actuated_joint_names``) are read from joint_states; a free-flyer base from
+            :meth:`update_base`.
         strict: Refuse a message naming a joint the model does not have. By default such joints (a
             gripper, a sensor joint...) are ignored, and only a message with no model joint at all is
             refused.
@@ -103,18 +102,18 @@ class JointStateMap:
             raise InputError(f"max_age must be a finite number of seconds >= 0, got {max_age!r}", "max_age")
         self.strict = bool(strict)
         self.max_age_ns = int(round(max_age * 1e9))
-        self.joint_names = [j for j in model.joint_names if j != FREE_FLYER_JOINT]
+        self.joint_names = list(model.actuated_joint_names)
         for name in self.joint_names:
             if model.nq_joint[name] != 1 or model.nv_joint[name] != 1:
                 raise InputError(f"joint {name!r} has nq={model.nq_joint[name]}, nv={model.nv_joint[name]}: "
                                  "joint_states carries one position and one velocity per joint", "model")
-        self.floating_base = FREE_FLYER_JOINT in model.joint_names
+        self.floating_base = bool(model.has_floating_base)
         self._slot = {name: k for k, name in enumerate(self.joint_names)}
         self._q_index = np.array([model.idx_q[n] for n in self.joint_names], dtype=np.int64)
         self._v_index = np.array([model.idx_v[n] for n in self.joint_names], dtype=np.int64)
         if self.floating_base:
-            self._base_q = model.idx_q[FREE_FLYER_JOINT]
-            self._base_v = model.idx_v[FREE_FLYER_JOINT]
+            self._base_q = model.idx_q[rd.FREE_FLYER_JOINT]
+            self._base_v = model.idx_v[rd.FREE_FLYER_JOINT]
         self.q = np.zeros(model.nq)
         if self.floating_base:
             self.q[self._base_q + 6] = 1.0  # identity quaternion (x, y, z, w)
@@ -230,16 +229,16 @@ class JointStateMap:
         values = [np.asarray(x, dtype=float) for x in (position, orientation, linear, angular)]
         if [x.shape for x in values] != [(3,), (4,), (3,), (3,)]:
             raise JointStateError("base state needs position (3,), orientation (4,), linear (3,), angular (3,)",
-                                  "bad_base", [FREE_FLYER_JOINT])
+                                  "bad_base", [rd.FREE_FLYER_JOINT])
         position, orientation, linear, angular = values
         if not all(np.isfinite(x).all() for x in values):
-            raise JointStateError("NaN or inf in the base pose or twist", "bad_base", [FREE_FLYER_JOINT])
+            raise JointStateError("NaN or inf in the base pose or twist", "bad_base", [rd.FREE_FLYER_JOINT])
         norm = float(np.linalg.norm(orientation))
         if abs(norm - 1.0) > constants.QUATERNION_TOLERANCE:
             raise JointStateError(f"base orientation quaternion has norm {norm:.9g}, not 1", "bad_base",
-                                  [FREE_FLYER_JOINT])
+                                  [rd.FREE_FLYER_JOINT])
         previous = np.array([self._base_stamp], dtype=np.int64)
-        self._check_stamp(stamp_ns, now_ns, previous, [FREE_FLYER_JOINT])
+        self._check_stamp(stamp_ns, now_ns, previous, [rd.FREE_FLYER_JOINT])
         iq, iv = self._base_q, self._base_v
         self.q[iq : iq + 3] = position
         self.q[iq + 3 : iq + 7] = orientation / norm
@@ -253,7 +252,7 @@ class JointStateMap:
         """Joints (and ``root_joint`` for a floating base) never received yet."""
         names = [self.joint_names[k] for k in np.flatnonzero(self._joint_stamp < 0)]
         if self.floating_base and self._base_stamp < 0:
-            names.insert(0, FREE_FLYER_JOINT)
+            names.insert(0, rd.FREE_FLYER_JOINT)
         return names
 
     @property
@@ -281,7 +280,7 @@ class JointStateMap:
             stamps = self._joint_stamp if not self.floating_base else np.append(self._joint_stamp, self._base_stamp)
             late = self.stamp_ns - stamps > self.max_age_ns
             if late.any():
-                names = self.joint_names + ([FREE_FLYER_JOINT] if self.floating_base else [])
+                names = self.joint_names + ([rd.FREE_FLYER_JOINT] if self.floating_base else [])
                 old = [names[k] for k in np.flatnonzero(late)]
                 raise JointStateError(f"joints {_describe(old)} not updated for more than "
                                       f"{self.max_age_ns * 1e-9:g} s", "stale", old)

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from typing import Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 import numpy as np
 import pytest
 
 import rbd_deriv as rd
 from rbd_deriv.testing import random_urdf
-from rbd_deriv.testing.pinocchio_bridge import PinocchioBridge
+
+if TYPE_CHECKING:  # Pinocchio is imported where a robot fixture loads: test/launch needs none of it
+    from rbd_deriv.testing.pinocchio_bridge import PinocchioBridge
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, MASSLESS_MOVING_ROBOTS, ROBOT_NAMES, with_minimum_mass
 
 STATES_PER_ROBOT = 2
@@ -50,7 +52,7 @@ class RobotCase:
     floating_base: bool
     model: Any
     data: Any
-    bridge: PinocchioBridge
+    bridge: "PinocchioBridge"
 
     def rng(self, salt: str = "") -> np.random.Generator:
         """Generator seeded by the case and ``salt`` so every test draws reproducible states."""
@@ -93,6 +95,8 @@ _CACHE: Dict[Tuple[str, bool], RobotCase] = {}
 def _load(label: str, source: Any, floating_base: bool) -> RobotCase:
     key = (label, floating_base)
     if key not in _CACHE:
+        from rbd_deriv.testing.pinocchio_bridge import PinocchioBridge
+
         model = rd.load_urdf(source, floating_base=floating_base)
         bridge = PinocchioBridge.for_model(model, source)
         _CACHE[key] = RobotCase(label, source, floating_base, model, model.create_data(), bridge)

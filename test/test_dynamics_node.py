@@ -216,7 +216,7 @@ def check_outputs_against_library(model, outputs, q, v, dt=0.001):
     bias = rd.rnea(model, data, q, v, np.zeros(model.nv)).copy()
 
     torques = outputs["bias_torques"]
-    assert list(torques.name) == [n for n in model.joint_names if n != "root_joint"]
+    assert list(torques.name) == list(model.actuated_joint_names)
     effort = np.array(torques.effort)
     assert_close(effort, bias[[model.idx_v[n] for n in torques.name]], what="bias torques")
 
@@ -485,7 +485,7 @@ def floating_node():
 def test_floating_base_state_from_odometry(floating_node):
     model = rd.load_urdf(str(ARM_URDF), floating_base=True)
     rng = np.random.default_rng(17)
-    joints = [n for n in model.joint_names if n != "root_joint"]
+    joints = list(model.actuated_joint_names)
     q_joints = rng.uniform(-1, 1, len(joints))
     v_joints = rng.uniform(-1, 1, len(joints))
     quaternion = rng.normal(size=4)
@@ -515,7 +515,7 @@ def test_floating_base_state_from_odometry(floating_node):
     outputs = floating_node.wait_outputs(stamp)
 
     q, v = np.zeros(model.nq), np.zeros(model.nv)
-    iq, iv = model.idx_q["root_joint"], model.idx_v["root_joint"]
+    iq, iv = model.idx_q[rd.FREE_FLYER_JOINT], model.idx_v[rd.FREE_FLYER_JOINT]
     q[iq:iq + 3], q[iq + 3:iq + 7] = position, quaternion
     v[iv:iv + 3], v[iv + 3:iv + 6] = linear, angular
     for k, name in enumerate(joints):
@@ -531,3 +531,35 @@ def test_floating_base_state_from_odometry(floating_node):
     outputs = floating_node.wait_outputs(stamp)
     check_outputs_against_library(model, outputs, q, v)
     assert "refused [bad_base, " in floating_node.log_text()
+
+
+def test_stamps_are_judged_on_the_node_clock_with_sim_time(arm_model):
+    """With use_sim_time the node's clock follows /clock (a bag replay): states stamped in simulated time are
+    fresh, and max_state_age counts simulated seconds."""
+    from rosgraph_msgs.msg import Clock
+
+    # The name sets the ROS domain: one apart from the module's other nodes, which are still running.
+    harness = NodeUnderTest({"use_sim_time": "true"}, "sim_time_node")
+    try:
+        clock = harness.node.create_publisher(Clock, "/clock", 10)
+        start_ns, started = 1_000 * 1_000_000_000, time.monotonic()
+
+        def sim_now_ns() -> int:
+            return start_ns + int((time.monotonic() - started) * 1e9)
+
+        harness.node.create_timer(0.01, lambda: clock.publish(Clock(clock=stamp_of(sim_now_ns()))))
+        harness.wait_ready()
+        model = arm_model
+        q, v = random_state(model, np.random.default_rng(19))
+        # Far older than max_state_age on the wall clock, current on the simulated one.
+        stamp = harness.publish_state(model.joint_names, q, v, stamp_ns=sim_now_ns())
+        check_outputs_against_library(model, harness.wait_outputs(stamp, timeout=STARTUP_TIMEOUT), q, v)
+        before = harness.latest_diagnostics(sim_now_ns())
+        stale = harness.publish_state(model.joint_names, q, v, stamp_ns=sim_now_ns() - 10 * 1_000_000_000)
+        fresh = harness.publish_state(model.joint_names, q, v, stamp_ns=sim_now_ns())
+        harness.wait_outputs(fresh)
+        assert harness.outputs_at(stale) == {}
+        after = harness.latest_diagnostics(sim_now_ns())
+        assert int(after.get("rejected_stale", 0)) - int(before.get("rejected_stale", 0)) == 1
+    finally:
+        harness.close()

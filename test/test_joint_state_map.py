@@ -160,14 +160,14 @@ def test_effort_needed_but_missing(arm):
 def test_floating_base_from_odometry(floating_arm):
     model = floating_arm
     state = JointStateMap(model)
-    assert "root_joint" not in state.joint_names
+    assert rd.FREE_FLYER_JOINT not in state.joint_names
     state.update(state.joint_names, np.zeros(7), np.zeros(7), [], SECOND)
-    assert state.missing() == ["root_joint"]
+    assert state.missing() == [rd.FREE_FLYER_JOINT]
     quaternion = np.array([0.1, -0.2, 0.3, 0.9])
     quaternion /= np.linalg.norm(quaternion)
     state.update_base([1, 2, 3], quaternion, [0.1, 0.2, 0.3], [-0.1, -0.2, -0.3], SECOND)
     state.check_ready()
-    iq, iv = model.idx_q["root_joint"], model.idx_v["root_joint"]
+    iq, iv = model.idx_q[rd.FREE_FLYER_JOINT], model.idx_v[rd.FREE_FLYER_JOINT]
     np.testing.assert_array_equal(state.q[iq : iq + 7], np.concatenate(([1, 2, 3], quaternion)))
     np.testing.assert_array_equal(state.v[iv : iv + 6], [0.1, 0.2, 0.3, -0.1, -0.2, -0.3])
     before = state.q.copy()
@@ -190,7 +190,7 @@ def test_velocity_names(arm, floating_arm):
     assert velocity_names(arm) == list(arm.joint_names)
     names = velocity_names(floating_arm)
     assert len(names) == floating_arm.nv
-    base = floating_arm.idx_v["root_joint"]
+    base = floating_arm.idx_v[rd.FREE_FLYER_JOINT]
     assert names[base : base + 6] == ["root_joint_vx", "root_joint_vy", "root_joint_vz",
                                        "root_joint_wx", "root_joint_wy", "root_joint_wz"]
     for joint in arm.joint_names:

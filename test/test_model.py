@@ -55,6 +55,19 @@ def test_example_robot_layout_matches_pinocchio(robot):
         assert model.joint_types[1] == rd.JOINT_FREEFLYER
 
 
+def test_actuated_joints_are_the_movable_joints_but_the_free_flyer():
+    fixed = rd.load_urdf(TWO_LINK)
+    assert fixed.actuated_joint_names == ("shoulder", "elbow") == tuple(fixed.joint_names)
+    floating = rd.load_urdf(TWO_LINK, floating_base=True)
+    assert floating.joint_names[0] == rd.FREE_FLYER_JOINT == "root_joint"
+    assert floating.actuated_joint_names == ("shoulder", "elbow")
+    # A revolute joint that happens to carry the free flyer's name is actuated like any other.
+    named_like_it = rd.load_urdf(TWO_LINK.replace('"shoulder"', f'"{rd.FREE_FLYER_JOINT}"'))
+    assert named_like_it.actuated_joint_names == (rd.FREE_FLYER_JOINT, "elbow")
+    with pytest.raises(AttributeError):
+        fixed.actuated_joint_names = ("elbow",)
+
+
 def test_joint_parameters_match_pinocchio(robot):
     """Placements, axes and inertias (fixed links merged into their moving parent)."""
     model = robot.model

@@ -1,4 +1,4 @@
-"""Reading bags into arrays (rbd_deriv.replay.bagio): both storages, joint mapping, bad messages, bad bags."""
+"""Decoding bags into arrays (rbd_deriv.replay.bagio): both storages, joint mapping, bad messages, bad bags."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rbd_deriv.replay import bagio, synthetic
+from rbd_deriv.replay.storage import BagSource
 
 JOINTS = ["joint1", "joint2", "joint3"]
 STORAGES = ["mcap", "sqlite3"]
@@ -33,8 +34,7 @@ def _message(store, names, position, velocity, effort, stamp_ns, frame=""):
 
 
 def _read(path: Path, store, joints=JOINTS, topic="/joint_states"):
-    with bagio.open_bag(path) as reader:
-        return bagio.read_joint_states(reader, store, topic, joints)
+    return bagio.read_joint_states(BagSource(path), store, topic, joints)
 
 
 @pytest.mark.parametrize("storage", STORAGES)
@@ -46,14 +46,15 @@ def test_values_and_stamps_round_trip(tmp_path, store, storage):
     rows = synthetic.joint_state_rows(store, JOINTS, stamps, values[:, :3], values[:, 3:6], values[:, 6:], frame_id="base")
     synthetic.write_recording(tmp_path / "bag", store, storage, [(int(t) + 7, r.tobytes()) for t, r in zip(stamps, rows)])
     series = _read(tmp_path / "bag", store)
+    states = series.states
     assert len(series) == count and series.rejections.rejected == 0
-    np.testing.assert_array_equal(series.stamp_ns, stamps)
-    np.testing.assert_array_equal(series.bag_ns, stamps + 7)
-    np.testing.assert_array_equal(series.position, values[:, :3])
-    np.testing.assert_array_equal(series.velocity, values[:, 3:6])
-    np.testing.assert_array_equal(series.effort, values[:, 6:])
+    np.testing.assert_array_equal(states.index, np.arange(count))
+    np.testing.assert_array_equal(states.stamp_ns, stamps)
+    np.testing.assert_array_equal(states.bag_ns, stamps + 7)
+    np.testing.assert_array_equal(states.position, values[:, :3])
+    np.testing.assert_array_equal(states.velocity, values[:, 3:6])
+    np.testing.assert_array_equal(states.effort, values[:, 6:])
     assert series.frame_id == "base"
-    assert series.has_effort
 
 
 def test_any_order_extra_joints_and_split_publishers(tmp_path, store):
@@ -69,9 +70,9 @@ def test_any_order_extra_joints_and_split_publishers(tmp_path, store):
     series = _read(tmp_path / "bag", store)
     assert series.rejections.counts() == {"incomplete": 2}
     assert "joint2" in series.rejections.examples["incomplete"]
-    np.testing.assert_array_equal(series.position[2:], [[1, 2, 3], [1.5, 2.5, 3.5]])
-    np.testing.assert_array_equal(series.velocity[3], [15, 25, 35])
-    np.testing.assert_array_equal(series.effort[2], [0.1, 0.2, 0.3])
+    np.testing.assert_array_equal(series.states.position[2:], [[1, 2, 3], [1.5, 2.5, 3.5]])
+    np.testing.assert_array_equal(series.states.velocity[3], [15, 25, 35])
+    np.testing.assert_array_equal(series.states.effort[2], [0.1, 0.2, 0.3])
     assert series.ignored_joints == ["gripper"]
 
 
@@ -95,7 +96,7 @@ def test_bad_messages_are_counted_not_fatal(tmp_path, store):
         "non_finite_effort": 1,
         "duplicate_joint": 1,
     }
-    assert np.flatnonzero(series.rejections.usable).tolist() == [0, 1, 9]
+    assert np.flatnonzero(series.states.usable).tolist() == [0, 1, 9]
 
 
 def test_messages_without_effort_are_usable(tmp_path, store):
@@ -103,15 +104,13 @@ def test_messages_without_effort_are_usable(tmp_path, store):
     synthetic.write_recording(tmp_path / "bag", store, "mcap", raws)
     series = _read(tmp_path / "bag", store)
     assert series.rejections.rejected == 0
-    assert not series.has_effort
-    assert np.isnan(series.effort).all()
+    assert np.isnan(series.states.effort).all()
 
 
 def test_robot_description_and_package_types(tmp_path, store):
     raws = [(10, _message(store, JOINTS, [0] * 3, [0] * 3, [], 1000))]
     synthetic.write_recording(tmp_path / "bag", store, "mcap", raws, robot_description="<robot name='r'/>")
-    with bagio.open_bag(tmp_path / "bag") as reader:
-        assert bagio.read_robot_description(reader, store) == "<robot name='r'/>"
+    assert bagio.read_robot_description(BagSource(tmp_path / "bag"), store) == "<robot name='r'/>"
     assert "rbd_deriv/msg/Linearization" in store.fielddefs
     assert "rbd_deriv/msg/Matrix" in store.fielddefs
     fields = [name for name, _ in store.fielddefs["rbd_deriv/msg/Linearization"][1]]
@@ -122,11 +121,11 @@ def test_missing_topic_names_what_the_bag_has(tmp_path, store):
     synthetic.write_recording(tmp_path / "bag", store, "mcap", [(1, _message(store, JOINTS, [0] * 3, [0] * 3, [], 1))])
     with pytest.raises(bagio.BagError, match=r"no topic '/states'.*/joint_states \[sensor_msgs/msg/JointState\]"):
         _read(tmp_path / "bag", store, topic="/states")
-    with bagio.open_bag(tmp_path / "bag") as reader:
-        with pytest.raises(bagio.BagError, match="no topic '/robot_description'"):
-            bagio.read_robot_description(reader, store)
-        with pytest.raises(bagio.BagError, match="has type sensor_msgs/msg/JointState, expected nav_msgs/msg/Odometry"):
-            bagio.read_odometry(reader, store, "/joint_states")
+    source = BagSource(tmp_path / "bag")
+    with pytest.raises(bagio.BagError, match="no topic '/robot_description'"):
+        bagio.read_robot_description(source, store)
+    with pytest.raises(bagio.BagError, match="has type sensor_msgs/msg/JointState, expected nav_msgs/msg/Odometry"):
+        bagio.read_odometry(source, store, "/joint_states")
 
 
 def test_joint_names_that_do_not_match_the_urdf(tmp_path, store):
@@ -142,7 +141,7 @@ def test_missing_and_corrupt_bags(tmp_path, store):
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "metadata.yaml").write_text("rosbag2_bagfile_information: [not: valid")
-    with pytest.raises(bagio.BagError, match="cannot open bag"):
+    with pytest.raises(bagio.BagError, match="cannot read .*metadata.yaml"):
         _read(broken, store)
     garbage = tmp_path / "garbage.mcap"
     garbage.write_bytes(b"\x89MCAP0\r\n" + b"\x00" * 64)
@@ -150,16 +149,27 @@ def test_missing_and_corrupt_bags(tmp_path, store):
         _read(garbage, store)
 
 
-def test_truncated_mcap_is_reported(tmp_path, store):
+def test_a_joint_of_the_model_that_no_message_names_is_named(tmp_path, store):
+    raws = [(k, _message(store, ["joint1", "joint3"], [0] * 2, [0] * 2, [], 1000 * (k + 1))) for k in range(3)]
+    synthetic.write_recording(tmp_path / "bag", store, "mcap", raws)
+    with pytest.raises(bagio.BagError, match=r"URDF joints \['joint2'\] appear in no message"):
+        _read(tmp_path / "bag", store)
+
+
+def test_a_cut_mcap_gives_the_messages_before_the_cut(tmp_path, store):
     stamps = np.arange(2000) * 1_000_000 + 1
-    rows = synthetic.joint_state_rows(store, JOINTS, stamps, np.zeros((2000, 3)), np.zeros((2000, 3)), None)
+    position = np.arange(2000.0)[:, None] * np.ones(3)
+    rows = synthetic.joint_state_rows(store, JOINTS, stamps, position, np.zeros((2000, 3)), None)
     synthetic.write_recording(tmp_path / "bag", store, "mcap", [(int(t), r.tobytes()) for t, r in zip(stamps, rows)])
     data_file = next((tmp_path / "bag").glob("*.mcap"))
     content = data_file.read_bytes()
-    data_file.write_bytes(content[: len(content) // 2])
-    with pytest.raises(bagio.BagError) as failure:
-        _read(tmp_path / "bag", store)
-    assert "bag" in str(failure.value)
+    cut = len(content) // 2
+    data_file.write_bytes(content[:cut])
+    # Every message whose bytes lie wholly before the cut (the file is not compressed).
+    whole = sum(content.find(r.tobytes()) + r.size <= cut for r in rows)
+    series = _read(tmp_path / "bag", store)
+    assert len(series) == whole and 0 < whole < 2000 and series.rejections.rejected == 0
+    np.testing.assert_array_equal(series.states.position[:, 0], np.arange(whole))
 
 
 def test_odometry_round_trip(tmp_path, store):
@@ -176,8 +186,7 @@ def test_odometry_round_trip(tmp_path, store):
     ]
     joint = [(1, _message(store, JOINTS, [0] * 3, [0] * 3, [], 1000))]
     synthetic.write_recording(tmp_path / "bag", store, "sqlite3", joint, odometry=raws[::-1])
-    with bagio.open_bag(tmp_path / "bag") as reader:
-        odometry = bagio.read_odometry(reader, store, "/odom")
+    odometry = bagio.read_odometry(BagSource(tmp_path / "bag"), store, "/odom")
     np.testing.assert_array_equal(odometry.stamp_ns, stamps)
     np.testing.assert_array_equal(odometry.position[:, 0], [0, 1, 2])
     np.testing.assert_array_equal(odometry.orientation[:, 3], [1, 1, 1])

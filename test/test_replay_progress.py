@@ -1,10 +1,12 @@
-"""The stderr progress bar (rbd_deriv.replay.progress): redraws on a terminal, tenths into a log."""
+"""Progress on stderr and stage timing (rbd_deriv.replay.progress): redraws on a terminal, tenths and a
+heartbeat into a log, stages that add up to the wall time."""
 
 from __future__ import annotations
 
 import io
 
-from rbd_deriv.replay.progress import ProgressBar
+from rbd_deriv.replay import progress
+from rbd_deriv.replay.progress import ProgressBar, StageClock
 
 
 class _Terminal(io.StringIO):
@@ -44,3 +46,31 @@ def test_unknown_total_and_disabled():
     with ProgressBar("read", 10, stream=quiet, enabled=False) as bar:
         bar.update(10)
     assert quiet.getvalue() == ""
+
+
+def test_a_log_gets_a_line_at_least_every_heartbeat(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    stream = io.StringIO()
+    bar = ProgressBar("evaluate", 1_000_000, stream=stream, heartbeat=5.0)
+    for step in range(1, 40):
+        clock[0] += 1.0  # one second per update, far less than a tenth of the work each time
+        bar.update(step)
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    # The first line, one every 5 s over 39 s, and the last.
+    assert len(lines) == 1 + 7 + 1
+    assert all("evaluate" in line for line in lines)
+
+
+def test_stage_clock_adds_up_to_the_wall_time(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    stages = StageClock()
+    for _ in range(3):
+        with stages.stage("read"):
+            clock[0] += 0.5
+        clock[0] += 0.25  # between stages: nobody's
+        with stages.stage("compute"):
+            clock[0] += 1.0
+    assert stages.breakdown() == {"read": 1.5, "compute": 3.0, "other": 0.75, "total": 5.25}

@@ -1,8 +1,8 @@
-"""Tests of rbd_deriv.sim: the built-in ABA plant and the MuJoCo plant.
+"""Tests of rbd_deriv.sim: the MuJoCo plant (the simulator node's) and the in-process ABA plant.
 
-The two backends share no code: MuJoCo builds its own model from the URDF and integrates it with
+The two plants share no code: MuJoCo builds its own model from the URDF and integrates it with
 its own semi-implicit Euler. Without damping or friction they must therefore agree to round-off,
-which checks the URDF preparation, the joint mapping and the built-in integrator at once.
+which checks the URDF preparation, the joint mapping and the ABA plant's integrator at once.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import rbd_deriv as rd
-from rbd_deriv.exceptions import InputError, ModelError, URDFError
+from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError
 from rbd_deriv.sim import AbaPlant, make_plant
 from rbd_deriv.testing import assert_close
 from rbd_deriv.testing.robots import bundled_urdf
@@ -29,6 +29,13 @@ def arm():
     return model, model.create_data()
 
 
+def plant_of(kind, model, **options):
+    """``"aba"``: the in-process AbaPlant; ``"mujoco"``: the simulator node's plant from make_plant."""
+    if kind == "aba":
+        return AbaPlant(model, **options)
+    return make_plant(kind, URDF, model=model, **options)
+
+
 def excitation(model, steps, seed):
     """Smooth random accelerations (steps, nv) of a few rad/s^2."""
     rng = np.random.default_rng(seed)
@@ -37,30 +44,30 @@ def excitation(model, steps, seed):
     return weights[0] + weights[1] * np.sin(7 * t) + weights[2] * np.cos(11 * t)
 
 
-def test_mujoco_and_builtin_agree_without_dissipation(arm):
+def test_mujoco_and_aba_plants_agree_without_dissipation(arm):
     model, data = arm
     q0 = np.array([0.2, -0.4, 0.3, -1.0, 0.5, 0.6, -0.2])
     v0 = np.array([0.3, -0.2, 0.1, 0.4, -0.5, 0.2, 0.6])
-    plants = [make_plant("builtin", URDF, model=model), make_plant("mujoco", URDF, model=model)]
+    plants = [plant_of("aba", model), plant_of("mujoco", model)]
     accelerations = excitation(model, 300, seed=1)
     for plant in plants:
         plant.reset(q0, v0)
         for acceleration in accelerations:
             # Inverse dynamics at the plant's own state keeps the motion gentle and the arm
-            # off its joint limits, which MuJoCo enforces and the built-in plant does not.
+            # off its joint limits, which MuJoCo enforces and the ABA plant does not.
             plant.step(rd.rnea(model, data, plant.q, plant.v, acceleration))
-    builtin, engine = plants
-    assert (np.abs(builtin.q) < 0.8 * np.asarray(model.upper_position_limit)).all()
+    aba, engine = plants
+    assert (np.abs(aba.q) < 0.8 * np.asarray(model.upper_position_limit)).all()
     # Same equations, same integrator, two independent implementations: round-off only.
-    assert_close(engine.q, builtin.q, what="positions after 0.3 s")
-    assert_close(engine.v, builtin.v, what="velocities after 0.3 s")
-    assert engine.time == pytest.approx(0.3) and builtin.time == pytest.approx(0.3)
+    assert_close(engine.q, aba.q, what="positions after 0.3 s")
+    assert_close(engine.v, aba.v, what="velocities after 0.3 s")
+    assert engine.time == pytest.approx(0.3) and aba.time == pytest.approx(0.3)
 
 
-@pytest.mark.parametrize("backend", ["builtin", "mujoco"])
+@pytest.mark.parametrize("backend", ["aba", "mujoco"])
 def test_gravity_compensation_holds_still(arm, backend):
     model, data = arm
-    plant = make_plant(backend, URDF, damping=0.5, friction=0.2, model=model)
+    plant = plant_of(backend, model, damping=0.5, friction=0.2)
     q0 = np.array([0.5, 0.7, -0.3, -1.2, 0.4, 0.9, 0.1])
     plant.reset(q0)
     plant.step(rd.gravity_torques(model, data, q0), steps=500)
@@ -68,14 +75,14 @@ def test_gravity_compensation_holds_still(arm, backend):
     assert_close(plant.v, np.zeros(7), what="velocities")
 
 
-@pytest.mark.parametrize("backend", ["builtin", "mujoco"])
+@pytest.mark.parametrize("backend", ["aba", "mujoco"])
 def test_damping_and_friction_slow_the_arm_down(arm, backend):
     model, data = arm
     q0 = np.zeros(7)
     v0 = np.full(7, 1.0)
     speeds = {}
     for damping, friction in ((0.0, 0.0), (2.0, 1.0)):
-        plant = make_plant(backend, URDF, damping=damping, friction=friction, model=model)
+        plant = plant_of(backend, model, damping=damping, friction=friction)
         plant.reset(q0, v0)
         for _ in range(100):
             plant.step(rd.gravity_torques(model, data, plant.q))
@@ -85,13 +92,13 @@ def test_damping_and_friction_slow_the_arm_down(arm, backend):
     assert speeds[2.0] < 0.8 * speeds[0.0]
 
 
-@pytest.mark.parametrize("backend", ["builtin", "mujoco"])
+@pytest.mark.parametrize("backend", ["aba", "mujoco"])
 def test_torque_saturates_at_the_effort_limit(arm, backend):
     model, _ = arm
     limit = np.asarray(model.effort_limit)
     command = 2.0 * limit * np.array([1, -1, 1, -1, 1, -1, 1])
-    saturated = make_plant(backend, URDF, model=model)
-    exact = make_plant(backend, URDF, model=model)
+    saturated = plant_of(backend, model)
+    exact = plant_of(backend, model)
     saturated.reset(np.zeros(7))
     exact.reset(np.zeros(7))
     applied = saturated.step(command, steps=20)
@@ -101,10 +108,10 @@ def test_torque_saturates_at_the_effort_limit(arm, backend):
     assert_close(saturated.q, exact.q)
 
 
-@pytest.mark.parametrize("backend", ["builtin", "mujoco"])
+@pytest.mark.parametrize("backend", ["aba", "mujoco"])
 def test_bad_torque_is_refused_and_changes_nothing(arm, backend):
     model, _ = arm
-    plant = make_plant(backend, URDF, model=model)
+    plant = plant_of(backend, model)
     plant.reset(np.full(7, 0.1))
     with pytest.raises(InputError, match="torque"):
         plant.step(np.full(7, np.nan))
@@ -130,9 +137,19 @@ def test_construction_errors(arm):
     model, _ = arm
     with pytest.raises(InputError, match="backend"):
         make_plant("bullet", URDF, model=model)
+    # The in-process plant is not a simulator backend.
+    with pytest.raises(InputError, match="backend"):
+        make_plant("builtin", URDF, model=model)
     with pytest.raises(ModelError, match="not in the MuJoCo model"):
         MujocoPlant(URDF, ["joint1", "nope"], [1.0, 1.0])
     with pytest.raises(InputError, match="damping"):
         AbaPlant(model, damping=-1.0)
     with pytest.raises(InputError, match="dt"):
         AbaPlant(model, dt=0.0)
+
+
+def test_missing_mujoco_is_a_clear_error(arm, monkeypatch):
+    model, _ = arm
+    monkeypatch.setitem(__import__("sys").modules, "mujoco", None)  # what `import mujoco` sees uninstalled
+    with pytest.raises(RbdDerivError, match="pip install mujoco"):
+        make_plant("mujoco", URDF, model=model)

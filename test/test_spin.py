@@ -12,7 +12,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from rclpy.serialization import serialize_message  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 
-from rbd_deriv.nodes.spin import PolledSubscription, newest_covering  # noqa: E402
+from rbd_deriv.nodes.spin import PolledSubscription, guard, newest_covering  # noqa: E402
 
 
 def joint_state(names, positions) -> JointState:
@@ -81,3 +81,10 @@ def test_polled_subscription_takes_every_message_once_with_remapping():
         polled.destroy()
     finally:
         rclpy.shutdown(context=context)
+
+
+def test_guard_hands_errors_over_and_passes_results_through():
+    errors = []
+    assert guard(lambda x: 2 * x, errors.append)(21) == 42
+    assert guard(lambda: 1 / 0, errors.append)() is None
+    assert len(errors) == 1 and isinstance(errors[0], ZeroDivisionError)

@@ -16,6 +16,8 @@ SUBCOMMANDS: Dict[str, str] = {
     "latency": "rbd_deriv.bench.latency",
     "mpc": "rbd_deriv.bench.mpc",
     "bag-eval": "rbd_deriv.bench.bag_eval",
+    "bag-play": "rbd_deriv.bench.bag_play",
+    "startup": "rbd_deriv.bench.startup",
     "contact": "rbd_deriv.bench.contact",
 }
 """Subcommand name -> module path (the module defines ``main(argv)``)."""

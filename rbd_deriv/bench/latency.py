@@ -37,7 +37,7 @@ import numpy as np
 from rbd_deriv.bench.timing import format_table, machine_info, write_json
 from rbd_deriv.nodes.processes import stop_processes
 
-__all__ = ["Scenario", "LatencyResult", "SCENARIOS", "run_scenario", "main"]
+__all__ = ["Scenario", "LatencyResult", "SCENARIOS", "first_linearization", "run_scenario", "main"]
 
 
 @dataclass(frozen=True)
@@ -229,6 +229,54 @@ def run_scenario(scenario: Scenario, duration: float, outputs: str, domain: int,
         received=received, drops=len(sent) - received, throughput_hz=received / duration,
         p50_ms=float(p50), p99_ms=float(p99), max_ms=float(latencies.max()) if received else float("nan"),
         target_p99_ms=scenario.target_p99_ms)
+
+
+def first_linearization(command: List[str], env: Dict[str, str], joints: Sequence[str],
+                        timeout: float = 600.0) -> float:
+    """Start a dynamics node (``command``, environment ``env`` with its ROS_DOMAIN_ID) and publish joint_states
+    of ``joints`` (all at 0.1 rad, at rest) every 50 ms from the start; return the seconds from starting the
+    process to the first linearization received, then stop the node (start-up time as a user sees it).
+
+    Raises:
+        RuntimeError: No linearization within ``timeout`` [s], or the node exited; with the node's output.
+    """
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import JointState
+
+    from rbd_deriv.msg import Linearization
+
+    domain = int(env["ROS_DOMAIN_ID"])
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    node = rclpy.create_node("startup_probe", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    received: List[float] = []
+    qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+    node.create_subscription(Linearization, "linearization", lambda message: received.append(time.monotonic()),
+                             qos)
+    publisher = node.create_publisher(JointState, "joint_states", qos)
+    message = JointState(name=list(joints), position=[0.1] * len(joints), velocity=[0.0] * len(joints))
+    log = tempfile.TemporaryFile("w+")
+    start = time.monotonic()
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        while not received:
+            if process.poll() is not None or time.monotonic() - start > timeout:
+                log.seek(0)
+                raise RuntimeError(f"no linearization from {command[0]} within {time.monotonic() - start:.0f} s"
+                                   f" (exit code {process.poll()}):\n{log.read()[-3000:]}")
+            message.header.stamp = node.get_clock().now().to_msg()
+            publisher.publish(message)
+            executor.spin_once(timeout_sec=0.05)
+        return received[0] - start
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+        stop_processes([process], timeout=20.0, first_signal=signal.SIGTERM)
+        log.close()
 
 
 def _target_text(result: LatencyResult) -> str:

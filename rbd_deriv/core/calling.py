@@ -64,6 +64,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
+from rbd_deriv import jit_cache
 from rbd_deriv.core import constants
 from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.core.layout import (MI_IDX_Q, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE, MI_WORKSPACE, REGION_INDEX,
@@ -79,6 +80,10 @@ except ImportError:  # not built: the numba dispatcher serves
 
 DIRECT_CALLS = Kernel is not None and os.environ.get("RBD_DERIV_DISPATCHER", "") in ("", "0")
 """Decided once, at import: kernels are called through their C entries (True) or numba's dispatcher."""
+
+BUILDING = bool(os.environ.get(jit_cache.ROLE_VARIABLE))
+"""This process is a build's (rbd_deriv.precompile): every kernel's C entry, the lazy ones' too, is recorded at
+registration for the build to compile into the cache, and nothing is compiled at import."""
 
 
 # --- status codes -------------------------------------------------------------------------------------
@@ -464,7 +469,11 @@ class Registered:
         # With the extension, the callable exists from the start and gets the entry's address at its first
         # call: a public function binds it once, as a module global (faster to call than an attribute).
         self.call = Kernel(self._entry_address, self.code, release_gil) if DIRECT_CALLS else self._compile_and_call
-        if not lazy:
+        if BUILDING:
+            # The build compiles the recorded entry (and with it the kernel, for the same argument types) in the
+            # module's task; a call in the build's process goes through the dispatcher.
+            self._entry = self._make_entry()
+        elif not lazy:
             self.compile()
         REGISTRY[self.name] = self
 
@@ -474,11 +483,20 @@ class Registered:
             if self.compiled:
                 return
             if DIRECT_CALLS:
-                self._entry = cfunc(ENTRY_SIGNATURE, **ENTRY_OPTIONS)(
-                    _entry_function(self.kernel, self.spec, self.kernel.__name__ + "_entry"))
+                self._entry = self._make_entry()
             else:
                 self.call = self._dispatcher_call()
             self.compiled = True
+
+    def _make_entry(self):
+        return cfunc(ENTRY_SIGNATURE, **ENTRY_OPTIONS)(
+            _entry_function(self.kernel, self.spec, self.kernel.__name__ + "_entry"))
+
+    @property
+    def loaded_entry(self):
+        """The C entry if it was made (compiled or loaded from the cache) in this process, else None; its
+        ``cache_hits`` tells which."""
+        return self._entry if self.compiled else None
 
     def _entry_address(self) -> int:
         self.compile()

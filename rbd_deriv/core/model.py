@@ -125,6 +125,7 @@ class Model:
         self.nq_joint = {j.name: int(mi[k, MI_NQ]) for k, j in enumerate(joints, start=1)}
         self.nv_joint = {j.name: int(mi[k, MI_NV]) for k, j in enumerate(joints, start=1)}
         self.joint_index = {j.name: k for k, j in enumerate(joints, start=1)}
+        self._actuated_joint_names = tuple(j.name for j in joints if j.jtype != JOINT_FREEFLYER)
         self.continuous = np.array([False] + [j.jtype == JOINT_REVOLUTE and j.continuous for j in joints])
         self.continuous.setflags(write=False)
         self._set_limits(joints)
@@ -141,6 +142,12 @@ class Model:
         self._check_mass(joints)
         for array in (self.mi, self.mf):
             array.setflags(write=False)
+
+    @property
+    def actuated_joint_names(self) -> tuple:
+        """Names of the movable joints but the free flyer, in model order: the joints a joint_states
+        message reports and a torque command drives (read-only)."""
+        return self._actuated_joint_names
 
     @property
     def gravity(self) -> np.ndarray:

@@ -25,7 +25,8 @@ JOINT_REVOLUTE = 0
 JOINT_PRISMATIC = 1
 JOINT_FREEFLYER = 2
 
-FLOATING_ROOT_NAME = "root_joint"
+#: Name of the free-flyer joint that ``floating_base=True`` adds above the root link.
+FREE_FLYER_JOINT = "root_joint"
 
 
 @dataclasses.dataclass
@@ -239,9 +240,9 @@ def parse_urdf(path_or_xml: str, floating_base: bool = False) -> TreeDescription
     frames: list[FrameDescription] = []
     if floating_base:
         joints.append(
-            JointDescription(FLOATING_ROOT_NAME, JOINT_FREEFLYER, 0, np.eye(4), np.zeros(3), _link_inertia(links[root]))
+            JointDescription(FREE_FLYER_JOINT, JOINT_FREEFLYER, 0, np.eye(4), np.zeros(3), _link_inertia(links[root]))
         )
-        frames.append(FrameDescription(FLOATING_ROOT_NAME, 1, np.eye(4)))
+        frames.append(FrameDescription(FREE_FLYER_JOINT, 1, np.eye(4)))
         root_support = 1
     else:
         root_support = 0

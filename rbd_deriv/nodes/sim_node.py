@@ -20,15 +20,14 @@ from pathlib import Path
 
 import numpy as np
 import rclpy
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 import rbd_deriv as rd
-from rbd_deriv.exceptions import RbdDerivError
+from rbd_deriv.nodes.parameters import SIM_NODE, declare_parameters, per_joint
 from rbd_deriv.nodes.spin import run_node
-from rbd_deriv.sim import BACKENDS, make_plant
+from rbd_deriv.sim import make_plant
 from rbd_deriv import bundled_urdf
 
 #: Largest number of physics steps taken at once to catch up with the wall clock; beyond it the
@@ -36,43 +35,22 @@ from rbd_deriv import bundled_urdf
 MAX_CATCH_UP_STEPS = 20
 
 
-def _describe(text: str) -> ParameterDescriptor:
-    return ParameterDescriptor(description=text)
-
-
 class SimNode(Node):
     """Wires the plant to ROS: parameters, command subscription, joint_states publisher."""
 
     def __init__(self) -> None:
+        # rclpy destroys a context's nodes at shutdown, this one too when the rest of __init__ fails (MuJoCo
+        # missing, a bad URDF): stop() must then find no thread rather than no attribute.
+        self._running = False
+        self._thread: threading.Thread | None = None
         super().__init__("sim_node")
-        self.declare_parameter("urdf_path", "", _describe(
-            "URDF file of the robot; empty: the bundled 7-dof arm"))
-        self.declare_parameter("backend", "mujoco", _describe(f"physics backend, one of {BACKENDS}"))
-        self.declare_parameter("physics_rate_hz", 1000.0, _describe("physics and joint_states rate [Hz]"))
-        self.declare_parameter("damping", [0.1], _describe(
-            "joint viscous damping [N m s/rad]; one value for every joint or one per joint"))
-        self.declare_parameter("friction", [0.1], _describe(
-            "joint dry friction [N m]; one value for every joint or one per joint"))
-        self.declare_parameter("initial_positions", [0.0], _describe(
-            "initial joint positions [rad] in model order; one value is used for every joint"))
-        self.declare_parameter("command_topic", "/effort_controller/commands",
-                               _describe("std_msgs/Float64MultiArray effort commands [N m]"))
-        self.declare_parameter("joint_states_topic", "joint_states",
-                               _describe("sensor_msgs/JointState output"))
-        self.declare_parameter("frame_id", "", _describe("frame_id of the joint_states header"))
-
-        urdf_path = self.get_parameter("urdf_path").value or str(bundled_urdf("rbd_arm7"))
-        backend = self.get_parameter("backend").value
-        rate = float(self.get_parameter("physics_rate_hz").value)
-        if backend not in BACKENDS:
-            raise RbdDerivError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if not rate > 0.0:
-            raise RbdDerivError(f"physics_rate_hz must be > 0, got {rate}")
+        p = declare_parameters(self, SIM_NODE)
+        urdf_path = p["urdf_path"] or str(bundled_urdf("rbd_arm7"))
+        rate = p["physics_rate_hz"]
         self.model = rd.load_urdf(str(Path(urdf_path)))
-        self.plant = make_plant(backend, urdf_path, dt=1.0 / rate,
-                                damping=self._per_joint("damping"),
-                                friction=self._per_joint("friction"), model=self.model)
-        initial = np.asarray(self.get_parameter("initial_positions").value, dtype=float)
+        self.plant = make_plant(p["backend"], urdf_path, dt=1.0 / rate, damping=per_joint(p["damping"]),
+                                friction=per_joint(p["friction"]), model=self.model)
+        initial = np.asarray(p["initial_positions"], dtype=float)
         if initial.size == 1:
             initial = np.full(self.model.nv, float(initial[0]))
         self.plant.reset(initial)
@@ -83,21 +61,15 @@ class SimNode(Node):
         self.refused_commands = 0
         self._message = JointState()
         self._message.name = list(self.plant.joint_names)
-        self._message.header.frame_id = self.get_parameter("frame_id").value
-        self.publisher = self.create_publisher(
-            JointState, self.get_parameter("joint_states_topic").value, 10)
-        self.create_subscription(Float64MultiArray, self.get_parameter("command_topic").value,
-                                 self._on_command, 10)
+        self._message.header.frame_id = p["frame_id"]
+        self.publisher = self.create_publisher(JointState, p["joint_states_topic"], 10)
+        self.create_subscription(Float64MultiArray, p["command_topic"], self._on_command, 10)
         self._running = True
         self._thread = threading.Thread(target=self._physics_loop, daemon=True)
         self._thread.start()
         self.get_logger().info(
-            f"{backend} plant of {self.model.name!r} ({self.nv} joints) at {rate:g} Hz, "
-            f"commands on {self.get_parameter('command_topic').value}")
-
-    def _per_joint(self, name: str) -> np.ndarray:
-        values = np.asarray(self.get_parameter(name).value, dtype=float)
-        return float(values[0]) if values.size == 1 else values
+            f"{p['backend']} plant of {self.model.name!r} ({self.nv} joints) at {rate:g} Hz, "
+            f"commands on {p['command_topic']}")
 
     def _on_command(self, message: Float64MultiArray) -> None:
         command = np.asarray(message.data, dtype=float)
@@ -123,7 +95,12 @@ class SimNode(Node):
             next_time += steps * period
             if now - next_time > MAX_CATCH_UP_STEPS * period:
                 next_time = now  # too far behind: slow down rather than jump
-            self._publish()
+            try:
+                self._publish()
+            except Exception:  # noqa: BLE001 - Ctrl-C shut the context down between ok() and publish
+                if rclpy.ok():
+                    raise
+                return
             delay = next_time - time.monotonic()
             if delay > 0.0:
                 time.sleep(delay)
@@ -140,7 +117,8 @@ class SimNode(Node):
     def stop(self) -> None:
         """Stop the physics thread."""
         self._running = False
-        self._thread.join(timeout=1.0)
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
 
     def destroy_node(self) -> None:
         """Stop the physics thread, then the node."""

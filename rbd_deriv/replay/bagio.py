@@ -1,28 +1,27 @@
-"""Reading rosbag2 recordings (mcap and sqlite3) into arrays, through ``rosbags``.
+"""Decoding a bag's messages into arrays, batch by batch: joint states, odometry, the robot description.
 
 The type store knows every standard ROS 2 message plus this package's own messages, registered from the
-``msg/*.msg`` text that ships with the package, so the output bag can be read by any rosbag2 tool.
+``msg/*.msg`` text that ships with the package, so the output bag can be read by any rosbag2 tool. The
+bytes come from :mod:`rbd_deriv.replay.storage`; messages of one shape are decoded together
+(:mod:`rbd_deriv.replay.cdr`), the rare others one by one through rosbags.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from rosbags.rosbag2 import Reader, ReaderError
 from rosbags.serde import SerdeError
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.base import TypesysError
 
-from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.replay import cdr
-from rbd_deriv.replay.series import JointStateSeries, OdometrySeries, Rejections
+from rbd_deriv.replay.series import JointStateSeries, OdometrySeries, Rejections, StateBatch
+from rbd_deriv.replay.storage import BagError, BagSource, RawBatch, TopicInfo
 
 __all__ = [
     "BagError",
@@ -32,9 +31,10 @@ __all__ = [
     "PACKAGE",
     "find_msg_dir",
     "package_typestore",
-    "open_bag",
-    "topic_connections",
+    "require_topic",
     "read_robot_description",
+    "JointStateDecoder",
+    "OdometryDecoder",
     "read_joint_states",
     "read_odometry",
 ]
@@ -47,21 +47,10 @@ STRING_TYPE = "std_msgs/msg/String"
 # Distinct message shapes (joint name lists, frame ids) decoded in bulk; rarer shapes go one by one.
 _MAX_LAYOUTS = 16
 
-Progress = Optional[Callable[[int], None]]
-
-
-class BagError(RbdDerivError):
-    """A bag cannot be used: missing, corrupt, or without the topic asked for.
-
-    Attributes:
-        path: The bag path.
-        topic: The topic concerned, or None.
-    """
-
-    def __init__(self, message: str, path: Optional[os.PathLike] = None, topic: Optional[str] = None) -> None:
-        super().__init__(message)
-        self.path = path
-        self.topic = topic
+# No joint moves this far [rad or m] or this fast [rad/s or m/s], no actuator pushes this hard [N m or N]:
+# such values are bytes overwritten in the file (garbage that keeps a message's layout), not data.
+_PLAUSIBLE_STATE = 1e6
+_PLAUSIBLE_EFFORT = 1e9
 
 
 def find_msg_dir() -> Path:
@@ -107,269 +96,255 @@ def package_typestore(msg_dir: Optional[Path] = None) -> Any:
     return store
 
 
-@contextmanager
-def open_bag(path: os.PathLike) -> Iterator[Reader]:
-    """Open a rosbag2 recording (a folder with metadata.yaml, or a single .mcap/.db3 file).
-
-    Raises:
-        BagError: The path does not exist or is not a readable bag.
-    """
-    bag = Path(path)
-    if not bag.exists():
-        raise BagError(f"bag not found: {bag}", bag)
-    try:
-        reader = Reader(bag)
-        reader.open()
-    except (ReaderError, FileNotFoundError, OSError, ValueError, KeyError) as err:
-        raise BagError(f"cannot open bag {bag}: {err}", bag) from err
-    except Exception as err:  # noqa: BLE001 - storage plugins raise their own exception types on corrupt files
-        raise BagError(f"cannot open bag {bag} (corrupt?): {type(err).__name__}: {err}", bag) from err
-    try:
-        yield reader
-    finally:
-        reader.close()
-
-
-def topic_connections(reader: Reader, topic: str, msgtype: str) -> List[Any]:
-    """The connections recording ``topic`` with type ``msgtype``.
+def require_topic(source: BagSource, topic: str, msgtype: str) -> TopicInfo:
+    """The topic ``topic``, checked to carry ``msgtype``.
 
     Raises:
         BagError: The topic is absent, or recorded with another type; the message lists what the bag has.
     """
-    found = [c for c in reader.connections if c.topic == topic]
-    if not found:
-        available = ", ".join(f"{c.topic} [{c.msgtype}]" for c in reader.connections) or "none"
-        raise BagError(f"bag has no topic {topic!r}; topics in the bag: {available}", reader.path, topic)
-    typed = [c for c in found if c.msgtype == msgtype]
-    if not typed:
-        raise BagError(
-            f"topic {topic!r} has type {found[0].msgtype}, expected {msgtype}", reader.path, topic
-        )
-    return typed
+    info = source.topics.get(topic)
+    if info is None:
+        available = ", ".join(f"{t.name} [{t.msgtype}]" for t in source.topics.values()) or "none"
+        raise BagError(f"bag has no topic {topic!r}; topics in the bag: {available}", source.path, topic)
+    if info.msgtype and info.msgtype != msgtype:
+        raise BagError(f"topic {topic!r} has type {info.msgtype}, expected {msgtype}", source.path, topic)
+    return info
 
 
-def read_robot_description(reader: Reader, typestore: Any, topic: str = "/robot_description") -> str:
-    """The first ``std_msgs/String`` published on ``topic``: the URDF as robot_state_publisher sends it.
+def read_robot_description(source: BagSource, typestore: Any, topic: str = "/robot_description") -> str:
+    """The first non-empty ``std_msgs/String`` on ``topic``: the URDF as robot_state_publisher sends it.
 
     Raises:
         BagError: No such topic or no readable message on it.
     """
-    connections = topic_connections(reader, topic, STRING_TYPE)
-    for _, _, raw in reader.messages(connections):
-        try:
-            text = typestore.deserialize_cdr(raw, STRING_TYPE).data
-        except (SerdeError, ValueError, IndexError) as err:
-            raise BagError(f"corrupt message on {topic}: {err}", reader.path, topic) from err
-        if text.strip():
-            return text
-    raise BagError(f"topic {topic!r} has no non-empty robot description", reader.path, topic)
-
-
-def _read_raw(reader: Reader, connections: Sequence[Any], progress: Progress) -> Tuple[List[bytes], np.ndarray]:
-    raws: List[bytes] = []
-    times: List[int] = []
-    try:
-        for _, timestamp, raw in reader.messages(connections):
-            raws.append(raw)
-            times.append(timestamp)
-            if progress is not None and len(raws) % 4096 == 0:
-                progress(len(raws))
-    except Exception as err:  # noqa: BLE001 - a truncated storage file fails inside the storage plugin
-        raise BagError(
-            f"bag {reader.path} is corrupt after {len(raws)} messages: {type(err).__name__}: {err}", reader.path
-        ) from err
-    if progress is not None:
-        progress(len(raws))
-    return raws, np.asarray(times, dtype=np.int64)
-
-
-class _JointStateTable:
-    """Arrays being filled while joint_states messages are decoded, shape after shape."""
-
-    def __init__(self, count: int, joint_names: Sequence[str]) -> None:
-        self.joint_names = list(joint_names)
-        self.column = {name: j for j, name in enumerate(self.joint_names)}
-        self.stamp_ns = np.zeros(count, dtype=np.int64)
-        shape = (count, len(self.joint_names))
-        self.position = np.full(shape, np.nan)
-        self.velocity = np.full(shape, np.nan)
-        self.effort = np.full(shape, np.nan)
-        self.rejections = Rejections.for_messages(count)
-        self.ignored: set = set()
-        self.matched_any_joint = False
-        self.frame_id: Optional[str] = None
-
-    def fill(
-        self,
-        rows: np.ndarray,
-        names: Sequence[str],
-        stamp_ns: np.ndarray,
-        position: Optional[np.ndarray],
-        velocity: Optional[np.ndarray],
-        effort: Optional[np.ndarray],
-    ) -> None:
-        """Store messages ``rows`` that all list joints ``names``; arrays are [len(rows), n] or None if empty."""
-        self.stamp_ns[rows] = stamp_ns
-        present = [name for name in names if name in self.column]
-        self.ignored.update(name for name in names if name not in self.column)
-        self.matched_any_joint |= bool(present)
-        width = len(names)
-        for label, array in (("position", position), ("velocity", velocity), ("effort", effort)):
-            if array is not None and array.shape[1] != width:
-                self.rejections.reject(
-                    rows,
-                    "length_mismatch",
-                    f"message {rows[0]}: {len(names)} names but {array.shape[1]} {label} values",
-                )
-                return
-        if position is None or velocity is None:
-            missing = "position" if position is None else "velocity"
-            self.rejections.reject(rows, f"missing_{missing}", f"message {rows[0]} has an empty {missing} array")
-            return
-        if len(set(names)) != len(names):
-            repeated = sorted({name for name in names if list(names).count(name) > 1})
-            self.rejections.reject(rows, "duplicate_joint", f"message {rows[0]} names {repeated} twice")
-            return
-        lacking = [name for name in self.joint_names if name not in names]
-        if lacking:
-            self.rejections.reject(
-                rows,
-                "incomplete",
-                f"message {rows[0]} lacks model joints {lacking} (it lists {list(names)})",
-            )
-            return
-        source = [names.index(name) for name in self.joint_names]
-        self.position[rows] = position[:, source]
-        self.velocity[rows] = velocity[:, source]
-        if effort is not None:
-            self.effort[rows] = effort[:, source]
+    require_topic(source, topic, STRING_TYPE)
+    problem = "no message"
+    for batch in source.read([topic]):
+        for i in range(len(batch)):
+            try:
+                text = typestore.deserialize_cdr(batch.message(i), STRING_TYPE).data
+            except Exception as err:  # noqa: BLE001 - garbage bytes raise anything from SerdeError to IndexError
+                problem = f"a corrupt message ({type(err).__name__}: {err})"
+                continue
+            if text.strip():
+                return text
+            problem = "only empty messages"
+    raise BagError(f"topic {topic!r} has no usable robot description ({problem})", source.path, topic)
 
 
 def _stamp_ns(sec: np.ndarray, nanosec: np.ndarray) -> np.ndarray:
     return sec.astype(np.int64).ravel() * 1_000_000_000 + nanosec.astype(np.int64).ravel()
 
 
-def _decode_joint_states_in_bulk(
-    table: _JointStateTable, raws: List[bytes], typestore: Any, pending: np.ndarray
-) -> np.ndarray:
-    """Decode every message sharing one of the first shapes met; returns the rows left undecoded."""
-    for _ in range(_MAX_LAYOUTS):
-        if pending.size == 0:
-            break
-        first = int(pending[0])
-        try:
-            layout = cdr.layout_of_raw(typestore, raws[first], JOINT_STATE_TYPE)
-            template = typestore.deserialize_cdr(raws[first], JOINT_STATE_TYPE)
-        except (ValueError, SerdeError, IndexError, AssertionError, TypeError):
-            # Left to the one-by-one decoder, which names the problem.
-            return pending
-        paths = [("header", "stamp", "sec"), ("header", "stamp", "nanosec")]
-        arrays = [p for p in ("position", "velocity", "effort") if len(getattr(template, p))]
-        matched, values = cdr.decode_batch(
-            layout, [raws[i] for i in pending], paths + [(p,) for p in arrays]
+class JointStateDecoder:
+    """Decodes batches of ``sensor_msgs/JointState`` into the columns of the model's joints.
+
+    A message is marked rejected, not dropped, when it cannot be decoded, lacks a model joint, has arrays
+    whose lengths differ from its names, has no position or velocity, names a joint twice, or holds
+    NaN/inf in the model joints' values. Messages may list joints in any order and extra joints (ignored).
+
+    Args:
+        typestore: From :func:`package_typestore`.
+        topic: The topic (for messages).
+        joint_names: Model joints (the columns), in model order.
+        rejections: Where rejections are counted.
+
+    Attributes:
+        count: Messages decoded so far.
+        ignored: Joint names met that the model does not have.
+        seen: Model joints named by at least one message.
+        frame_id: Header frame of the first decoded message, None before.
+    """
+
+    def __init__(self, typestore: Any, topic: str, joint_names: Sequence[str], rejections: Rejections) -> None:
+        self.typestore = typestore
+        self.topic = topic
+        self.joint_names = list(joint_names)
+        self.column = {name: j for j, name in enumerate(self.joint_names)}
+        self.rejections = rejections
+        self.count = 0
+        self.ignored: Set[str] = set()
+        self.seen: Set[str] = set()
+        self.frame_id: Optional[str] = None
+        self._layouts: List[Tuple[Any, Any, List[Tuple[str, ...]]]] = []
+        self._refused_shapes = 0
+
+    def decode(self, raw: RawBatch) -> StateBatch:
+        """The messages of ``raw`` as arrays; their status says which are usable."""
+        k = len(raw)
+        joints = len(self.joint_names)
+        states = StateBatch(
+            index=self.count + np.arange(k, dtype=np.int64),
+            stamp_ns=np.zeros(k, dtype=np.int64),
+            bag_ns=raw.bag_ns.astype(np.int64),
+            position=np.full((k, joints), np.nan),
+            velocity=np.full((k, joints), np.nan),
+            effort=np.full((k, joints), np.nan),
+            status=np.zeros(k, dtype=np.int16),
         )
-        rows = pending[matched]
-        table.frame_id = table.frame_id if table.frame_id is not None else template.header.frame_id
-        table.fill(
+        self.count += k
+        pending = np.arange(k)
+        for layout, template, paths in self._layouts:
+            pending = self._decode_layout(states, raw, pending, layout, template, paths)
+        while pending.size and len(self._layouts) < _MAX_LAYOUTS and self._refused_shapes < _MAX_LAYOUTS:
+            first = int(pending[0])
+            try:
+                message = raw.message(first)
+                layout = cdr.layout_of_raw(self.typestore, message, JOINT_STATE_TYPE)
+                template = self.typestore.deserialize_cdr(message, JOINT_STATE_TYPE)
+            except (ValueError, SerdeError, IndexError, AssertionError, TypeError, KeyError):
+                # Left to the one-by-one decoder, which names the problem.
+                self._refused_shapes += 1
+                break
+            paths = [("header", "stamp", "sec"), ("header", "stamp", "nanosec")]
+            paths += [(p,) for p in ("position", "velocity", "effort") if len(getattr(template, p))]
+            self._layouts.append((layout, template, paths))
+            before = pending.size
+            pending = self._decode_layout(states, raw, pending, layout, template, paths)
+            if pending.size == before:  # cannot happen for the message the layout was made from
+                break
+        for row in pending:
+            self._decode_one(states, raw, int(row))
+        self._reject_non_finite(states)
+        return states
+
+    def _decode_layout(self, states: StateBatch, raw: RawBatch, pending: np.ndarray, layout: Any, template: Any,
+                       paths: List[Tuple[str, ...]]) -> np.ndarray:
+        rows = pending[raw.size[pending] == layout.size]
+        if rows.size == 0:
+            return pending
+        matched, values = cdr.decode_block(layout, raw.block(rows, layout.size), paths)
+        rows = rows[matched]
+        if rows.size == 0:
+            return pending
+        if self.frame_id is None:
+            self.frame_id = template.header.frame_id
+        present = [p[0] for p in paths[2:]]
+        self._fill(
+            states,
             rows,
             list(template.name),
             _stamp_ns(values[paths[0]], values[paths[1]]),
-            *(values[(p,)] if p in arrays else None for p in ("position", "velocity", "effort")),
+            *(values[(p,)] if p in present else None for p in ("position", "velocity", "effort")),
         )
-        pending = pending[~matched]
-    return pending
+        return np.setdiff1d(pending, rows, assume_unique=True)
+
+    def _decode_one(self, states: StateBatch, raw: RawBatch, row: int) -> None:
+        rows = np.array([row])
+        try:
+            message = self.typestore.deserialize_cdr(raw.message(row), JOINT_STATE_TYPE)
+        except Exception as err:  # noqa: BLE001 - garbage bytes raise anything from SerdeError to IndexError
+            self.rejections.reject(states.status, rows, "corrupt_message",
+                                   f"message {states.index[row]}: {type(err).__name__}: {err}")
+            return
+        if self.frame_id is None:
+            self.frame_id = message.header.frame_id
+
+        def column(values: Any) -> Optional[np.ndarray]:
+            array = np.asarray(values, dtype=np.float64)
+            return array.reshape(1, -1) if array.size else None
+
+        stamp = np.array([message.header.stamp.sec * 1_000_000_000 + message.header.stamp.nanosec], dtype=np.int64)
+        self._fill(states, rows, list(message.name), stamp, column(message.position), column(message.velocity),
+                   column(message.effort))
+
+    def _fill(self, states: StateBatch, rows: np.ndarray, names: List[str], stamp_ns: np.ndarray,
+              position: Optional[np.ndarray], velocity: Optional[np.ndarray], effort: Optional[np.ndarray]) -> None:
+        """Store messages ``rows`` that all list joints ``names``; arrays are [len(rows), n] or None if empty."""
+        states.stamp_ns[rows] = stamp_ns
+        first = states.index[rows[0]]
+        reject = self.rejections.reject
+        present = [name for name in names if name in self.column]
+        self.ignored.update(name for name in names if name not in self.column)
+        width = len(names)
+        for label, array in (("position", position), ("velocity", velocity), ("effort", effort)):
+            if array is not None and array.shape[1] != width:
+                reject(states.status, rows, "length_mismatch",
+                       f"message {first}: {width} names but {array.shape[1]} {label} values")
+                return
+        self.seen.update(present)
+        if position is None or velocity is None:
+            missing = "position" if position is None else "velocity"
+            reject(states.status, rows, f"missing_{missing}", f"message {first} has an empty {missing} array")
+            return
+        if len(set(names)) != len(names):
+            repeated = sorted({name for name in names if names.count(name) > 1})
+            reject(states.status, rows, "duplicate_joint", f"message {first} names {repeated} twice")
+            return
+        lacking = [name for name in self.joint_names if name not in names]
+        if lacking:
+            reject(states.status, rows, "incomplete", f"message {first} lacks model joints {lacking} (it lists {names})")
+            return
+        source = [names.index(name) for name in self.joint_names]
+        states.position[rows] = position[:, source]
+        states.velocity[rows] = velocity[:, source]
+        if effort is not None:
+            states.effort[rows] = effort[:, source]
+
+    def _reject_non_finite(self, states: StateBatch) -> None:
+        usable = states.usable
+        if not usable.any():
+            return
+        bad_state = usable & ~np.all(np.isfinite(states.position) & np.isfinite(states.velocity), axis=1)
+        if bad_state.any():
+            self.rejections.reject(states.status, bad_state, "non_finite",
+                                   f"message {states.index[np.argmax(bad_state)]} has NaN or inf in position or velocity")
+        usable = states.usable
+        def beyond(values: np.ndarray, bound: float) -> np.ndarray:
+            # NaN and inf are reasons of their own (below, and in the check above).
+            return np.any(np.where(np.isfinite(values), np.abs(values), 0.0) > bound, axis=1)
+
+        wild = usable & (beyond(states.position, _PLAUSIBLE_STATE) | beyond(states.velocity, _PLAUSIBLE_STATE)
+                         | beyond(states.effort, _PLAUSIBLE_EFFORT))
+        if wild.any():
+            self.rejections.reject(states.status, wild, "implausible",
+                                   f"message {states.index[np.argmax(wild)]} holds values beyond "
+                                   f"{_PLAUSIBLE_STATE:g} (position, velocity) or {_PLAUSIBLE_EFFORT:g} (effort)")
+        usable = states.usable
+        # An effort array that is present must be finite on every model joint; an absent one is fine.
+        finite = np.isfinite(states.effort)
+        partial = usable & np.any(finite, axis=1) & ~np.all(finite, axis=1)
+        infinite = usable & np.any(np.isinf(states.effort), axis=1)
+        bad_effort = partial | infinite
+        if bad_effort.any():
+            self.rejections.reject(states.status, bad_effort, "non_finite_effort",
+                                   f"message {states.index[np.argmax(bad_effort)]} has NaN or inf in effort")
+
+    def check_names(self, path: Optional[os.PathLike] = None) -> None:
+        """After decoding everything: fail when the messages and the model have no joint in common, or
+        when model joints never appear in any message (the messages are then all ``incomplete``).
+
+        Raises:
+            BagError: Naming the joints concerned.
+        """
+        if not self.seen and self.ignored:
+            raise BagError(
+                f"joint names on {self.topic!r} do not match the URDF: the messages name "
+                f"{sorted(self.ignored)}, the model has {self.joint_names}", path, self.topic)
+        never = [name for name in self.joint_names if name not in self.seen]
+        if never and self.count:
+            raise BagError(
+                f"URDF joints {never} appear in no message on {self.topic!r} (messages name "
+                f"{sorted(self.seen | self.ignored)}); record them, or give a URDF without them", path, self.topic)
 
 
-def _decode_joint_state(table: _JointStateTable, raws: List[bytes], typestore: Any, row: int) -> None:
-    rows = np.array([row])
-    try:
-        msg = typestore.deserialize_cdr(raws[row], JOINT_STATE_TYPE)
-    except Exception as err:  # noqa: BLE001 - garbage bytes raise anything from SerdeError to IndexError
-        table.rejections.reject(rows, "corrupt_message", f"message {row}: {type(err).__name__}: {err}")
-        return
-    table.frame_id = table.frame_id if table.frame_id is not None else msg.header.frame_id
+def read_joint_states(source: BagSource, typestore: Any, topic: str, joint_names: Sequence[str]) -> JointStateSeries:
+    """Every ``sensor_msgs/JointState`` on ``topic`` in memory, columns in the order of ``joint_names``.
 
-    def column(values: Any) -> Optional[np.ndarray]:
-        array = np.asarray(values, dtype=np.float64)
-        return array.reshape(1, -1) if array.size else None
-
-    table.fill(
-        rows,
-        list(msg.name),
-        np.array([msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec], dtype=np.int64),
-        column(msg.position),
-        column(msg.velocity),
-        column(msg.effort),
-    )
-
-
-def read_joint_states(
-    reader: Reader,
-    typestore: Any,
-    topic: str,
-    joint_names: Sequence[str],
-    progress: Progress = None,
-) -> JointStateSeries:
-    """Read every ``sensor_msgs/JointState`` on ``topic`` into arrays in the order of ``joint_names``.
-
-    Messages may list joints in any order and extra joints (ignored). A message is marked rejected, not
-    dropped, when it cannot be decoded, lacks a model joint, has arrays whose lengths differ from its
-    names, has no position or velocity, or holds NaN/inf in the model joints' values.
-
-    Args:
-        reader: Open bag.
-        typestore: From :func:`package_typestore`.
-        topic: The joint_states topic.
-        joint_names: Model joints (``model.joint_names`` less a floating base).
-        progress: Called with the number of messages read so far.
+    For tests and short recordings: the evaluation decodes batch by batch instead.
 
     Raises:
-        BagError: Topic absent, or no message names any joint of the model.
+        BagError: Topic absent or without messages, or names that do not match the model.
     """
-    connections = topic_connections(reader, topic, JOINT_STATE_TYPE)
-    raws, bag_ns = _read_raw(reader, connections, progress)
-    if not raws:
-        raise BagError(f"topic {topic!r} has no messages", reader.path, topic)
-    table = _JointStateTable(len(raws), joint_names)
-    pending = _decode_joint_states_in_bulk(table, raws, typestore, np.arange(len(raws)))
-    for row in pending:
-        _decode_joint_state(table, raws, typestore, int(row))
-    if not table.matched_any_joint and table.ignored:
-        raise BagError(
-            f"joint names on {topic!r} do not match the URDF: the messages name "
-            f"{sorted(table.ignored)}, the model has {list(joint_names)}",
-            reader.path,
-            topic,
-        )
-    if not table.matched_any_joint:
-        counts = table.rejections.counts()
-        raise BagError(f"no usable message on {topic!r}: {counts}", reader.path, topic)
-
-    usable = table.rejections.usable
-    bad_state = usable & ~np.all(np.isfinite(table.position) & np.isfinite(table.velocity), axis=1)
-    table.rejections.reject(
-        bad_state, "non_finite", f"message {int(np.argmax(bad_state))} has NaN or inf in position or velocity"
-    )
-    usable = table.rejections.usable
-    partial_effort = usable & np.any(np.isnan(table.effort), axis=1) & ~np.all(np.isnan(table.effort), axis=1)
-    infinite_effort = usable & np.any(np.isinf(table.effort), axis=1)
-    table.rejections.reject(
-        partial_effort | infinite_effort,
-        "non_finite_effort",
-        f"message {int(np.argmax(partial_effort | infinite_effort))} has NaN or inf in effort",
-    )
-    return JointStateSeries(
-        topic=topic,
-        joint_names=list(joint_names),
-        stamp_ns=table.stamp_ns,
-        bag_ns=bag_ns,
-        position=table.position,
-        velocity=table.velocity,
-        effort=table.effort,
-        rejections=table.rejections,
-        ignored_joints=sorted(table.ignored),
-        frame_id=table.frame_id or "",
-    )
+    require_topic(source, topic, JOINT_STATE_TYPE)
+    rejections = Rejections()
+    decoder = JointStateDecoder(typestore, topic, joint_names, rejections)
+    batches = [decoder.decode(raw) for raw in source.read([topic])]
+    if decoder.count == 0:
+        raise BagError(f"topic {topic!r} has no messages", source.path, topic)
+    decoder.check_names(source.path)
+    return JointStateSeries(topic, list(joint_names), StateBatch.concatenate(batches, len(joint_names)), rejections,
+                            sorted(decoder.ignored), decoder.frame_id or "")
 
 
 _ODOMETRY_PATHS = {
@@ -391,55 +366,69 @@ _ODOMETRY_PATHS = {
 }
 
 
-def _odometry_row(msg: Any) -> Dict[str, float]:
-    return {key: functools.reduce(getattr, path, msg) for key, path in _ODOMETRY_PATHS.items()}
+class OdometryDecoder:
+    """Decodes batches of ``nav_msgs/Odometry``; corrupt messages are left out and counted."""
+
+    def __init__(self, typestore: Any) -> None:
+        self.typestore = typestore
+        self.layout: Optional[Any] = None
+        self.child_frame_id: Optional[str] = None
+        self.corrupt = 0
+
+    def decode(self, raw: RawBatch) -> OdometrySeries:
+        """The messages of ``raw`` in file order (not sorted)."""
+        columns: Dict[str, List[np.ndarray]] = {key: [] for key in _ODOMETRY_PATHS}
+        pending = np.arange(len(raw))
+        if self.layout is None and len(raw):
+            try:
+                self.layout = cdr.layout_of_raw(self.typestore, raw.message(0), ODOMETRY_TYPE)
+                self.child_frame_id = self.typestore.deserialize_cdr(raw.message(0), ODOMETRY_TYPE).child_frame_id
+            except (ValueError, SerdeError, IndexError, AssertionError, TypeError, KeyError):
+                self.layout = None
+        if self.layout is not None:
+            rows = pending[raw.size == self.layout.size]
+            matched, values = cdr.decode_block(self.layout, raw.block(rows, self.layout.size), list(_ODOMETRY_PATHS.values()))
+            for key, path in _ODOMETRY_PATHS.items():
+                columns[key].append(values[path].ravel())
+            pending = np.setdiff1d(pending, rows[matched], assume_unique=True)
+        for row in pending:
+            try:
+                message = self.typestore.deserialize_cdr(raw.message(int(row)), ODOMETRY_TYPE)
+            except Exception:  # noqa: BLE001 - garbage bytes raise anything; the message is skipped
+                self.corrupt += 1
+                continue
+            self.child_frame_id = self.child_frame_id or message.child_frame_id
+            for key, path in _ODOMETRY_PATHS.items():
+                value = message
+                for name in path:
+                    value = getattr(value, name)
+                columns[key].append(np.array([value], dtype=np.float64))
+        flat = {key: np.concatenate(parts) if parts else np.zeros(0) for key, parts in columns.items()}
+
+        def stack(*keys: str) -> np.ndarray:
+            return np.column_stack([flat[k] for k in keys]) if flat["sec"].size else np.zeros((0, len(keys)))
+
+        return OdometrySeries(
+            stamp_ns=_stamp_ns(flat["sec"], flat["nanosec"]),
+            position=stack("px", "py", "pz"),
+            orientation=stack("qx", "qy", "qz", "qw"),
+            linear=stack("vx", "vy", "vz"),
+            angular=stack("wx", "wy", "wz"),
+            child_frame_id=self.child_frame_id,
+        )
 
 
-def read_odometry(reader: Reader, typestore: Any, topic: str, progress: Progress = None) -> OdometrySeries:
-    """Read every ``nav_msgs/Odometry`` on ``topic``; corrupt messages are left out (they carry no index).
+def read_odometry(source: BagSource, typestore: Any, topic: str) -> OdometrySeries:
+    """Every ``nav_msgs/Odometry`` on ``topic``, sorted by stamp; corrupt messages are left out.
 
     Raises:
         BagError: Topic absent or without a readable message.
     """
-    connections = topic_connections(reader, topic, ODOMETRY_TYPE)
-    raws, _ = _read_raw(reader, connections, progress)
-    if not raws:
-        raise BagError(f"topic {topic!r} has no messages", reader.path, topic)
-    columns: Dict[str, List[np.ndarray]] = {key: [] for key in _ODOMETRY_PATHS}
-    child_frame: Optional[str] = None
-    pending = np.arange(len(raws))
-    try:
-        layout = cdr.layout_of_raw(typestore, raws[0], ODOMETRY_TYPE)
-        child_frame = typestore.deserialize_cdr(raws[0], ODOMETRY_TYPE).child_frame_id
-        matched, values = cdr.decode_batch(layout, raws, list(_ODOMETRY_PATHS.values()))
-        for key, path in _ODOMETRY_PATHS.items():
-            columns[key].append(values[path].ravel())
-        pending = pending[~matched]
-    except (ValueError, SerdeError, IndexError, AssertionError, TypeError):
-        pass
-    for row in pending:
-        try:
-            msg = typestore.deserialize_cdr(raws[int(row)], ODOMETRY_TYPE)
-        except Exception:  # noqa: BLE001 - garbage bytes raise anything; the message is skipped
-            continue
-        child_frame = child_frame or msg.child_frame_id
-        for key, value in _odometry_row(msg).items():
-            columns[key].append(np.array([value], dtype=np.float64))
-    if not columns["sec"]:
-        raise BagError(f"no readable message on {topic!r}", reader.path, topic)
-    flat = {key: np.concatenate(parts) for key, parts in columns.items()}
-    stamp = _stamp_ns(flat["sec"].astype(np.int64), flat["nanosec"].astype(np.int64))
-    order = np.argsort(stamp, kind="stable")
-
-    def stack(*keys: str) -> np.ndarray:
-        return np.column_stack([flat[k] for k in keys])[order]
-
-    return OdometrySeries(
-        topic=topic,
-        stamp_ns=stamp[order],
-        position=stack("px", "py", "pz"),
-        orientation=stack("qx", "qy", "qz", "qw"),
-        linear=stack("vx", "vy", "vz"),
-        angular=stack("wx", "wy", "wz"),
-        child_frame_id=child_frame,
-    )
+    require_topic(source, topic, ODOMETRY_TYPE)
+    decoder = OdometryDecoder(typestore)
+    series = OdometrySeries.empty()
+    for raw in source.read([topic]):
+        series = series.append(decoder.decode(raw))
+    if len(series) == 0:
+        raise BagError(f"no readable message on {topic!r}", source.path, topic)
+    return series.sorted()

@@ -25,7 +25,7 @@ import numpy as np
 
 from rosbags.interfaces import Nodetype
 
-__all__ = ["FixedLayout", "NumericField", "fixed_layout", "decode_batch", "encode_batch"]
+__all__ = ["FixedLayout", "NumericField", "fixed_layout", "layout_of_raw", "decode_batch", "decode_block", "encode_batch"]
 
 # Byte size (and CDR alignment) of each primitive, with the little-endian numpy dtype that reads it.
 _PRIMITIVES: Dict[str, Tuple[int, str]] = {
@@ -236,15 +236,24 @@ def decode_batch(
     matched = np.zeros(len(raws), dtype=bool)
     same_size = np.fromiter((len(r) == layout.size for r in raws), dtype=bool, count=len(raws))
     candidates = np.flatnonzero(same_size)
+    block = _stack([raws[i] for i in candidates], layout.size) if candidates.size else np.zeros((0, layout.size), np.uint8)
+    agrees, values = decode_block(layout, block, paths)
+    matched[candidates[agrees]] = True
+    return matched, values
+
+
+def decode_block(
+    layout: FixedLayout, block: np.ndarray, paths: Sequence[Tuple[str, ...]]
+) -> Tuple[np.ndarray, Dict[Tuple[str, ...], np.ndarray]]:
+    """:func:`decode_batch` for messages of the layout's size already stacked as rows of ``block`` [K, size].
+
+    Returns:
+        ``(matched [K] bool, values)`` as :func:`decode_batch`.
+    """
+    mask = layout.structural
+    matched = np.all(block[:, mask] == layout.template[mask], axis=1) if block.shape[0] else np.zeros(0, dtype=bool)
+    block = block[matched] if not matched.all() else block
     values: Dict[Tuple[str, ...], np.ndarray] = {}
-    if candidates.size:
-        block = _stack([raws[i] for i in candidates], layout.size)
-        mask = layout.structural
-        agrees = np.all(block[:, mask] == layout.template[mask], axis=1)
-        block = block[agrees]
-        matched[candidates[agrees]] = True
-    else:
-        block = np.zeros((0, layout.size), dtype=np.uint8)
     for path in paths:
         spec = layout.field(*path)
         raw = np.ascontiguousarray(block[:, spec.offset : spec.offset + spec.nbytes])

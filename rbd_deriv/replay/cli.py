@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 import importlib.util
 
-import numpy as np
-
 import rbd_deriv as rd
 from rbd_deriv.exceptions import RbdDerivError
-from rbd_deriv.replay.evaluate import EvaluationConfig, actuated_joint_names, evaluate
-from rbd_deriv.replay.progress import ProgressBar
+from rbd_deriv.pipeline import warm_up
+from rbd_deriv.replay.evaluate import EvaluationConfig, actuated_joint_names, evaluate, survey
+from rbd_deriv.replay.progress import ProgressBar, StageClock
 
 __all__ = ["main", "build_parser", "run"]
 
@@ -43,39 +41,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--topic", default="/joint_states", help="sensor_msgs/JointState topic (default /joint_states)")
     parser.add_argument("--odom", help="nav_msgs/Odometry topic of a floating base (makes the model floating-base)")
     parser.add_argument("--dt", type=float, help="linearization step [s]; default: median message period")
-    parser.add_argument("--half-window", type=int, default=1, help="acceleration fit half-width h, window 2h+1 (default 1: central difference)")
+    parser.add_argument("--acceleration", choices=("central", "forward"), default="central",
+                        help="acceleration estimate: central (quadratic fit over 2h+1 messages) or forward "
+                        "((v[i+1]-v[i])/dt, exact for semi-implicit Euler data such as MuJoCo's)")
+    parser.add_argument("--half-window", type=int, default=1, help="central fit half-width h, window 2h+1 (default 1: central difference)")
     parser.add_argument("--gap-factor", type=float, default=5.0, help="a step above this many median steps is a gap")
     parser.add_argument("--stamps", choices=("auto", "header", "bag"), default="auto", help="time base (auto: header unless all zero)")
     parser.add_argument("--chunk", type=int, default=1024, help="messages per batched call")
     parser.add_argument("--latency-samples", type=int, default=1000, help="messages also timed one call at a time")
     parser.add_argument("--out-dir", type=Path, help="where to write the report (default: <bag>_eval next to the bag)")
-    parser.add_argument("--out-storage", choices=("mcap", "sqlite3"), help="storage of the output bag (default: as the input)")
+    parser.add_argument("--out-storage", choices=("mcap", "sqlite3"), default="mcap",
+                        help="storage of the output bag (default mcap, written a chunk at a time; sqlite3 is slower)")
     parser.add_argument("--prefix", default="/rbd_deriv", help="namespace of the output bag topics")
     parser.add_argument("--no-bag", action="store_true", help="do not write the output bag")
     parser.add_argument("--residual-topic", action="store_true", help="also write the torque residual into the output bag")
     parser.add_argument("--no-png", action="store_true", help="do not draw the PNG")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
-
-
-def _input_storage(bag: Path) -> str:
-    if bag.is_file():
-        return "mcap" if bag.suffix == ".mcap" else "sqlite3"
-    return "mcap" if any(bag.glob("*.mcap")) else "sqlite3"
-
-
-def _warm_up(model: "rd.Model", dt: float) -> float:
-    """Compile every kernel used (numba JIT) on two states so that timings exclude compilation."""
-    tic = time.perf_counter()
-    q = np.tile(rd.neutral(model), (2, 1))
-    v = np.zeros((2, model.nv))
-    rd.rnea_batch(model, q, v, v)
-    rd.linearize_batch(model, q, v, v, dt)
-    data = model.create_data()
-    rd.rnea(model, data, q[0], v[0], v[0])
-    rd.linearize(model, data, q[0], v[0], v[0], dt)
-    rd.minverse(model, data, q[0])
-    return time.perf_counter() - tic
 
 
 class MissingDependencyError(RbdDerivError):
@@ -89,17 +71,24 @@ def _require(module: str, purpose: str) -> None:
         )
 
 
+def _say(quiet: bool, text: str) -> None:
+    if not quiet:
+        print(text, file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> Dict[str, object]:
     """Carry out one evaluation; returns the JSON summary. Raises RbdDerivError on unusable input."""
     _require("rosbags", "reading bags")
     if not args.no_png:
         _require("matplotlib", "the PNG report (or use --no-png)")
     from rbd_deriv.replay import bagio, outbag, report
+    from rbd_deriv.replay.storage import BagSource
 
-    started = time.perf_counter()
+    clock = StageClock()
     quiet = args.quiet
     config = EvaluationConfig(
         dt=args.dt,
+        acceleration=args.acceleration,
         half_window=args.half_window,
         gap_factor=args.gap_factor,
         stamps=args.stamps,
@@ -111,58 +100,63 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
     out_bag = out_dir / "outputs"
     if not args.no_bag and out_bag.exists():
         raise bagio.BagError(f"output bag {out_bag} exists already; remove it or choose another --out-dir", out_bag)
-    wall: Dict[str, float] = {}
-    tic = time.perf_counter()
-    typestore = bagio.package_typestore()
-    with bagio.open_bag(args.bag) as reader:
+    with clock.stage("open"):
+        typestore = bagio.package_typestore()
+        source = BagSource(args.bag)
         if args.urdf is not None:
             if not args.urdf.is_file():
                 raise bagio.BagError(f"URDF file not found: {args.urdf}")
             description = args.urdf.read_text()
         else:
-            description = bagio.read_robot_description(reader, typestore, args.description_topic)
+            description = bagio.read_robot_description(source, typestore, args.description_topic)
         model = rd.load_urdf(description, floating_base=args.odom is not None)
-        total = sum(c.msgcount for c in reader.connections if c.topic == args.topic)
-        with ProgressBar("read", total or None, enabled=not quiet) as bar:
-            series = bagio.read_joint_states(reader, typestore, args.topic, actuated_joint_names(model), bar.update)
-        odometry = bagio.read_odometry(reader, typestore, args.odom) if args.odom else None
-    wall["read"] = time.perf_counter() - tic
-    wall["jit_warmup"] = _warm_up(model, args.dt or 1e-3)
+        info = bagio.require_topic(source, args.topic, bagio.JOINT_STATE_TYPE)
+        if args.odom:
+            bagio.require_topic(source, args.odom, bagio.ODOMETRY_TYPE)
+    with clock.stage("jit_warmup"):
+        warm_up(model, dt=args.dt or 1e-3, batched=True)
 
-    with ProgressBar("compute", len(series), enabled=not quiet) as bar:
-        evaluation = evaluate(model, series, odometry, config, lambda done, _: bar.update(done))
+    with clock.stage("scan"), ProgressBar("scan", info.count or None, enabled=not quiet) as bar:
+        first_pass = survey(source, typestore, args.topic, actuated_joint_names(model), config, bar.update)
+
+    writer = None
+    consumers = []
+    storage = args.out_storage
+    if not args.no_bag:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        writer = outbag.OutputBag(out_bag, model, typestore, first_pass.dt, first_pass.frame_id, description,
+                                  storage=storage, prefix=args.prefix, residual=args.residual_topic)
+        consumers.append(writer)
+    try:
+        with ProgressBar("evaluate", first_pass.messages, enabled=not quiet) as bar:
+            evaluation = evaluate(model, source, typestore, args.topic, config, first_pass, args.odom, consumers,
+                                  bar.update, clock)
+        if writer is not None:
+            _say(quiet, f"write      finishing {out_bag}")
+            with clock.stage("write"):
+                counts = writer.close()
+            writer = None
+    finally:
+        if writer is not None:
+            writer.abort()
 
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs: Dict[str, object] = {"json": str(out_dir / "summary.json")}
     if not args.no_png:
-        tic = time.perf_counter()
         png = out_dir / "report.png"
-        report.plot(evaluation, png, title=f"{args.bag.name}: {args.topic}")
+        _say(quiet, f"plot       drawing {png}")
+        with clock.stage("plot"):
+            report.plot(evaluation, png, title=f"{args.bag.name}: {args.topic}")
         outputs["png"] = str(png)
-        wall["plot"] = time.perf_counter() - tic
     if not args.no_bag:
-        tic = time.perf_counter()
-        storage = args.out_storage or _input_storage(args.bag)
-        with ProgressBar("write", evaluation.rows.size, enabled=not quiet) as bar:
-            counts = outbag.write_output_bag(
-                out_bag,
-                evaluation,
-                model,
-                description,
-                typestore,
-                storage,
-                args.prefix,
-                lambda done, _: bar.update(done),
-                residual=args.residual_topic,
-            )
         outputs["bag"] = str(out_bag)
         outputs["bag_storage"] = storage
         outputs["bag_topics"] = counts
-        wall["write_bag"] = time.perf_counter() - tic
-    summary = report.summarize(evaluation, model, args.bag, args.half_window, outputs, wall)
-    # Everything from opening the bag to the report, JIT warm-up included (subtract it for the figure).
-    summary["timing"]["run_wall_s"] = time.perf_counter() - started
-    report.write_json(summary, out_dir / "summary.json")
+    with clock.stage("report"):
+        summary = report.summarize(evaluation, model, args.bag, outputs)
+        summary["timing"]["wall_s"] = clock.breakdown()
+        report.write_json(summary, out_dir / "summary.json")
+    summary["timing"]["wall_s"] = clock.breakdown()
     return summary
 
 
@@ -178,11 +172,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from rbd_deriv.replay import report
 
     print(report.format_text(summary))
-    timing = summary["timing"]
-    wall = timing["wall_s"]
+    wall = summary["timing"]["wall_s"]
     excluded = wall.get("jit_warmup", 0.0)
     print(
-        f"evaluated {summary['messages']['evaluated']} messages in {timing['run_wall_s'] - excluded:.2f} s "
+        f"evaluated {summary['messages']['evaluated']} messages in {wall['total'] - excluded:.2f} s "
         f"(excluding {excluded:.2f} s of JIT warm-up); report in {summary['outputs'].get('json')}"
     )
     return 0

@@ -1,4 +1,4 @@
-"""Writing what an evaluation computed into a new rosbag2, readable by ``ros2 bag`` and any rosbag2 tool.
+"""Writing what an evaluation computes into a new rosbag2, chunk by chunk, readable by ``ros2 bag`` and rosbags.
 
 Each evaluated joint_states message gives, stamped with its header and written at its recording time:
 
@@ -17,25 +17,33 @@ The residual topic is written on request (``residual=True``); the JSON and PNG r
 torque ``RNEA(q, v, a)`` of the estimated acceleration.
 
 plus the robot description (``std_msgs/msg/String`` on ``/robot_description``, transient local).
-The message types are registered in the bag from the package's ``msg/*.msg`` text.
+The message types are registered in the bag from the package's ``msg/*.msg`` text. Messages of one topic
+all have the shape of the first, so each chunk is serialized in bulk (:mod:`rbd_deriv.replay.cdr`); the
+first chunk is checked byte for byte against rosbags' own serializer. mcap bags are written a chunk at a
+time (:mod:`rbd_deriv.replay.mcapwriter`), sqlite3 bags through rosbags' writer.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
 from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
+from rosbags.rosbag2.metadata import dump_qos_v9
 
+from rbd_deriv.joint_state_map import velocity_names
+from rbd_deriv.messages import MATRIX_NAMES, linearization_fields, linearization_sizes, matrix_fields, ns_to_stamp
 from rbd_deriv.replay import cdr
-from rbd_deriv.replay.bagio import JOINT_STATE_TYPE, PACKAGE, STRING_TYPE, BagError
-from rbd_deriv.replay.evaluate import Evaluation, actuated_joint_names
+from rbd_deriv.replay.bagio import JOINT_STATE_TYPE, PACKAGE, STRING_TYPE
+from rbd_deriv.replay.evaluate import Chunk
+from rbd_deriv.replay.mcapwriter import McapBagWriter
+from rbd_deriv.replay.storage import BagError
 
-__all__ = ["LINEARIZATION_TYPE", "MATRIX_TYPE", "output_topics", "write_output_bag"]
+__all__ = ["LINEARIZATION_TYPE", "MATRIX_TYPE", "output_topics", "OutputBag"]
 
 LINEARIZATION_TYPE = f"{PACKAGE}/msg/Linearization"
 MATRIX_TYPE = f"{PACKAGE}/msg/Matrix"
@@ -53,7 +61,6 @@ _LATCHED = Qos(
     False,
 )
 
-
 # Same leaf names as the dynamics node's outputs, so a bag of the node and this bag line up.
 _TOPIC_NAMES = {
     "linearization": "linearization",
@@ -61,6 +68,8 @@ _TOPIC_NAMES = {
     "torques": "bias_torques",
     "residual": "torque_residual",
 }
+
+_STAMP = (("header", "stamp", "sec"), ("header", "stamp", "nanosec"))
 
 
 def output_topics(prefix: str = "/rbd_deriv") -> Dict[str, str]:
@@ -70,216 +79,231 @@ def output_topics(prefix: str = "/rbd_deriv") -> Dict[str, str]:
 
 
 def _header(store: Any, stamp_ns: int, frame_id: str) -> Any:
+    sec, nanosec = ns_to_stamp(int(stamp_ns))
     time_type = store.types["builtin_interfaces/msg/Time"]
-    return store.types["std_msgs/msg/Header"](
-        stamp=time_type(sec=int(stamp_ns // 1_000_000_000), nanosec=int(stamp_ns % 1_000_000_000)), frame_id=frame_id
-    )
+    return store.types["std_msgs/msg/Header"](stamp=time_type(sec=sec, nanosec=nanosec), frame_id=frame_id)
 
 
 def _stamp_fields(stamp_ns: np.ndarray) -> Dict[Tuple[str, ...], np.ndarray]:
-    return {
-        ("header", "stamp", "sec"): stamp_ns // 1_000_000_000,
-        ("header", "stamp", "nanosec"): stamp_ns % 1_000_000_000,
-    }
+    sec, nanosec = ns_to_stamp(stamp_ns)
+    return {_STAMP[0]: sec, _STAMP[1]: nanosec}
 
 
-class _Batch:
-    """Messages of one topic, all of the first message's shape, encoded in bulk and checked against rosbags."""
+class _McapSink:
+    """Output through :class:`~rbd_deriv.replay.mcapwriter.McapBagWriter`: one chunk per block."""
 
-    def __init__(self, store: Any, typename: str, build: Callable[[int], Any], values: Dict[Tuple[str, ...], np.ndarray]) -> None:
-        first = build(0)
-        layout = cdr.fixed_layout(store, first, typename)
-        self.rows = cdr.encode_batch(layout, values)
-        last = self.rows.shape[0] - 1
-        # The bulk encoder must agree byte for byte with rosbags' own serializer; checked at both ends.
-        for index in {0, last}:
-            expected = bytes(store.serialize_cdr(build(index), typename, little_endian=True))
-            if expected != self.rows[index].tobytes():
-                raise AssertionError(f"bulk encoding of {typename} differs from rosbags at message {index}")
+    def __init__(self, path: Path, typestore: Any) -> None:
+        self.writer = McapBagWriter(path)
+        self.typestore = typestore
+
+    def add(self, topic: str, msgtype: str, latched: bool = False) -> int:
+        return self.writer.add_connection(topic, msgtype, self.typestore, dump_qos_v9([_LATCHED]) if latched else ())
+
+    def write(self, parts: Sequence[Tuple[int, np.ndarray]], times: np.ndarray) -> None:
+        self.writer.write_block(parts, times)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    def abort(self) -> None:
+        self.writer.abort()
 
 
-def write_output_bag(
-    path: os.PathLike,
-    evaluation: Evaluation,
-    model: Any,
-    robot_description: Optional[str],
-    typestore: Any,
-    storage: str = "mcap",
-    prefix: str = "/rbd_deriv",
-    progress: Optional[Callable[[int, int], None]] = None,
-    residual: bool = False,
-) -> Dict[str, int]:
-    """Write the evaluation's outputs to a new bag at ``path``.
+class _RosbagsSink:
+    """Output through rosbags' Writer (sqlite3), one message at a time."""
+
+    def __init__(self, path: Path, typestore: Any, storage: str) -> None:
+        plugins = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
+        self.writer = Writer(path, version=9, storage_plugin=plugins[storage])
+        self.writer.open()
+        self.typestore = typestore
+        self.connections: List[Any] = []
+
+    def add(self, topic: str, msgtype: str, latched: bool = False) -> int:
+        self.connections.append(self.writer.add_connection(
+            topic, msgtype, typestore=self.typestore, offered_qos_profiles=[_LATCHED] if latched else ()))
+        return len(self.connections)
+
+    def write(self, parts: Sequence[Tuple[int, np.ndarray]], times: np.ndarray) -> None:
+        write = self.writer.write
+        every = [(self.connections[channel - 1], rows) for channel, rows in parts]
+        for i, timestamp in enumerate(np.asarray(times).tolist()):
+            for connection, rows in every:
+                write(connection, timestamp, rows[i].data)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    def abort(self) -> None:
+        self.writer.abort()
+
+
+class _Topic:
+    """One output topic: its channel, the layout of its messages, and how many were written."""
+
+    def __init__(self, store: Any, typename: str, channel: int) -> None:
+        self.store = store
+        self.typename = typename
+        self.channel = channel
+        self.layout: Optional[cdr.FixedLayout] = None
+        self.count = 0
+
+    def encode(self, message: Any, last: Any, values: Dict[Tuple[str, ...], np.ndarray]) -> np.ndarray:
+        """Rows [K, size] of serialized messages; ``message`` and ``last`` are the first and last as rosbags
+        messages, used to build the layout (and check it) at the first chunk."""
+        checking = self.layout is None
+        if checking:
+            self.layout = cdr.fixed_layout(self.store, message, self.typename)
+        rows = cdr.encode_batch(self.layout, values)
+        if checking:
+            # The bulk encoder must agree byte for byte with rosbags' own serializer; checked at both ends.
+            for index, reference in ((0, message), (rows.shape[0] - 1, last)):
+                expected = bytes(self.store.serialize_cdr(reference, self.typename, little_endian=True))
+                if expected != rows[index].tobytes():
+                    raise AssertionError(f"bulk encoding of {self.typename} differs from rosbags at message {index}")
+        return rows
+
+
+class OutputBag:
+    """A new bag receiving the evaluation's outputs chunk by chunk (call it with each :class:`Chunk`).
 
     Args:
         path: Bag folder to create; must not exist.
-        evaluation: From :func:`rbd_deriv.replay.evaluate.evaluate`.
         model: The model evaluated (joint names and sizes).
-        robot_description: URDF text stored on ``/robot_description``; None leaves it out.
         typestore: From :func:`rbd_deriv.replay.bagio.package_typestore`.
+        dt: Linearization step [s].
+        frame_id: Header frame of the outputs (that of the joint_states messages).
+        robot_description: URDF text stored on ``/robot_description``; None leaves it out.
         storage: ``"mcap"`` or ``"sqlite3"``.
         prefix: Namespace of the output topics.
-        progress: Called as ``progress(done, total)`` in messages.
         residual: Also write the torque residual topic (messages with recorded efforts only).
 
-    Returns:
-        Number of messages written per topic.
-
     Raises:
-        BagError: The path exists, the storage is unknown, or writing fails.
+        BagError: The path exists, the storage is unknown, or the bag cannot be created.
     """
-    target = Path(path)
-    plugins = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
-    if storage not in plugins:
-        raise BagError(f"unknown storage {storage!r}; use mcap or sqlite3", target)
-    if target.exists():
-        raise BagError(f"output bag {target} exists already; choose a new path or delete it", target)
-    for typename in (LINEARIZATION_TYPE, MATRIX_TYPE):
-        if typename not in typestore.fielddefs:
-            raise BagError(f"message type {typename} is not registered (msg/*.msg not found)", target)
-    batches = _encode(evaluation, model, typestore, residual)
-    topics = output_topics(prefix)
-    bag_ns = evaluation.series.bag_ns[evaluation.rows]
-    residual_rows = np.flatnonzero(np.any(evaluation.effort_mask, axis=1)) if residual else np.zeros(0, dtype=np.int64)
-    has_residual = np.zeros(evaluation.rows.size, dtype=bool)
-    has_residual[residual_rows] = True
-    residual_index = np.cumsum(has_residual) - 1
-    counts: Dict[str, int] = {}
-    try:
-        writer = Writer(target, version=9, storage_plugin=plugins[storage])
-        writer.open()
-    except (WriterError, OSError) as err:
-        raise BagError(f"cannot create output bag {target}: {err}", target) from err
-    try:
-        if robot_description is not None:
-            description = writer.add_connection(
-                "/robot_description", STRING_TYPE, typestore=typestore, offered_qos_profiles=[_LATCHED]
-            )
-            text = typestore.types[STRING_TYPE](data=robot_description)
-            first_time = int(bag_ns[0]) if bag_ns.size else 0
-            writer.write(description, first_time, typestore.serialize_cdr(text, STRING_TYPE))
-        connections = {
-            "linearization": writer.add_connection(topics["linearization"], LINEARIZATION_TYPE, typestore=typestore),
-            "minv": writer.add_connection(topics["minv"], MATRIX_TYPE, typestore=typestore),
-            "torques": writer.add_connection(topics["torques"], JOINT_STATE_TYPE, typestore=typestore),
+
+    def __init__(self, path: os.PathLike, model: Any, typestore: Any, dt: float, frame_id: str = "",
+                 robot_description: Optional[str] = None, storage: str = "mcap", prefix: str = "/rbd_deriv",
+                 residual: bool = False) -> None:
+        self.path = Path(path)
+        if storage not in ("mcap", "sqlite3"):
+            raise BagError(f"unknown storage {storage!r}; use mcap or sqlite3", self.path)
+        if self.path.exists():
+            raise BagError(f"output bag {self.path} exists already; choose a new path or delete it", self.path)
+        for typename in (LINEARIZATION_TYPE, MATRIX_TYPE):
+            if typename not in typestore.fielddefs:
+                raise BagError(f"message type {typename} is not registered (msg/*.msg not found)", self.path)
+        self.model = model
+        self.store = typestore
+        self.dt = dt
+        self.frame_id = frame_id
+        self.description = robot_description
+        self.topics = output_topics(prefix)
+        self.joint_names = list(model.joint_names)
+        self.actuated = list(model.actuated_joint_names)
+        self.columns = np.array([model.idx_v[name] for name in self.actuated], dtype=np.int64)
+        self.q_columns = np.array([model.idx_q[name] for name in self.actuated], dtype=np.int64)
+        self.velocity_names = velocity_names(model)
+        self.sizes = linearization_sizes(self.joint_names, model.nq, model.nv)
+        try:
+            self.sink = _McapSink(self.path, typestore) if storage == "mcap" else _RosbagsSink(self.path, typestore, storage)
+        except (WriterError, OSError) as err:
+            raise BagError(f"cannot create output bag {self.path}: {err}", self.path) from err
+        add = self.sink.add
+        self.outputs: Dict[str, _Topic] = {
+            "linearization": _Topic(typestore, LINEARIZATION_TYPE, add(self.topics["linearization"], LINEARIZATION_TYPE)),
+            "minv": _Topic(typestore, MATRIX_TYPE, add(self.topics["minv"], MATRIX_TYPE)),
+            "torques": _Topic(typestore, JOINT_STATE_TYPE, add(self.topics["torques"], JOINT_STATE_TYPE)),
         }
-        if residual_rows.size:
-            connections["residual"] = writer.add_connection(topics["residual"], JOINT_STATE_TYPE, typestore=typestore)
-        total = evaluation.rows.size
-        every_message = [(connections[key], batches[key].rows) for key in ("linearization", "minv", "torques")]
-        write = writer.write
-        for i in range(total):
-            timestamp = int(bag_ns[i])
-            for connection, rows in every_message:
-                write(connection, timestamp, rows[i].data)
-            if has_residual[i]:
-                writer.write(connections["residual"], timestamp, batches["residual"].rows[residual_index[i]].data)
-            if progress is not None and (i % 2048 == 0 or i == total - 1):
-                progress(i + 1, total)
-        counts.update({key: total for key in ("linearization", "minv", "torques")})
-        if residual_rows.size:
-            counts["residual"] = int(residual_rows.size)
-        writer.close()
-    except BaseException:
-        writer.abort()
-        raise
-    return {topics[key]: count for key, count in counts.items()}
+        self.residual = residual
+        self._residual_topic: Optional[_Topic] = None
+        self._description_written = robot_description is None
 
+    def __call__(self, chunk: Chunk) -> None:
+        """Write the outputs of one chunk."""
+        n = len(chunk)
+        if n == 0:
+            return
+        if not self._description_written:
+            channel = self.sink.add("/robot_description", STRING_TYPE, latched=True)
+            text = self.store.serialize_cdr(self.store.types[STRING_TYPE](data=self.description), STRING_TYPE)
+            self.sink.write([(channel, np.frombuffer(bytes(text), dtype=np.uint8)[None, :])], chunk.bag_ns[:1])
+            self._description_written = True
+        blocks = self._encode(chunk)
+        self.sink.write([(self.outputs[key].channel, blocks[key]) for key in ("linearization", "minv", "torques")],
+                        chunk.bag_ns)
+        for key in ("linearization", "minv", "torques"):
+            self.outputs[key].count += n
+        if self.residual:
+            self._write_residual(chunk)
 
-def _encode(evaluation: Evaluation, model: Any, store: Any, residual: bool) -> Dict[str, _Batch]:
-    n = evaluation.rows.size
-    if n == 0:
-        raise BagError("nothing to write: no message was evaluated")
-    nq, nv = model.nq, model.nv
-    stamp_ns = np.where(
-        evaluation.series.stamp_ns[evaluation.rows] != 0,
-        evaluation.series.stamp_ns[evaluation.rows],
-        evaluation.series.bag_ns[evaluation.rows],
-    )
-    frame_id = evaluation.series.frame_id
-    x = np.hstack([evaluation.q, evaluation.v])
-    joint_names = list(model.joint_names)
-    actuated = actuated_joint_names(model)
-    columns = [model.idx_v[name] for name in actuated]
-    q_columns = [model.idx_q[name] for name in actuated]
-    stamps = _stamp_fields(stamp_ns)
-    batches: Dict[str, _Batch] = {}
+    def _messages(self, chunk: Chunk, rows: Sequence[int]) -> Dict[str, List[Any]]:
+        """rosbags messages of the outputs at ``rows`` of the chunk (the layout templates and their check)."""
+        types = self.store.types
+        found: Dict[str, List[Any]] = {"linearization": [], "minv": [], "torques": []}
+        x = np.hstack([chunk.q, chunk.v])
+        for i in rows:
+            header = _header(self.store, int(chunk.header_ns[i]), self.frame_id)
+            fields = linearization_fields(self.dt, x[i], chunk.tau[i], chunk.a_matrix[i], chunk.b_matrix[i],
+                                          chunk.x_next[i])
+            found["linearization"].append(types[LINEARIZATION_TYPE](header=header, **self.sizes, **fields))
+            found["minv"].append(types[MATRIX_TYPE](header=header, **matrix_fields(
+                chunk.minv[i], MATRIX_NAMES["mass_matrix_inverse"], self.velocity_names)))
+            found["torques"].append(types[JOINT_STATE_TYPE](
+                header=header, name=self.actuated, position=np.ascontiguousarray(chunk.q[i, self.q_columns]),
+                velocity=np.ascontiguousarray(chunk.v[i, self.columns]),
+                effort=np.ascontiguousarray(chunk.tau_bias[i, self.columns])))
+        return found
 
-    linearization = store.types[LINEARIZATION_TYPE]
-    batches["linearization"] = _Batch(
-        store,
-        LINEARIZATION_TYPE,
-        lambda i: linearization(
-            header=_header(store, int(stamp_ns[i]), frame_id),
-            joint_names=joint_names,
-            dt=float(evaluation.dt),
-            nx=2 * nv,
-            nu=nv,
-            nq=nq,
-            nv=nv,
-            x=x[i],
-            u=evaluation.tau[i],
-            a=evaluation.a_matrix[i].ravel(),
-            b=evaluation.b_matrix[i].ravel(),
-            x_next=evaluation.x_next[i],
-        ),
-        {
-            **stamps,
-            ("x",): x,
-            ("u",): evaluation.tau,
-            ("a",): evaluation.a_matrix.reshape(n, -1),
-            ("b",): evaluation.b_matrix.reshape(n, -1),
-            ("x_next",): evaluation.x_next,
-        },
-    )
+    def _encode(self, chunk: Chunk) -> Dict[str, np.ndarray]:
+        n = len(chunk)
+        first = self.outputs["linearization"].layout is None
+        templates = self._messages(chunk, [0, n - 1]) if first else {key: [None, None] for key in self.outputs}
+        stamps = _stamp_fields(chunk.header_ns)
+        x = np.hstack([chunk.q, chunk.v])
+        fields = linearization_fields(self.dt, x, chunk.tau, chunk.a_matrix, chunk.b_matrix, chunk.x_next)
+        numeric = {(name,): fields[name] for name in ("x", "u", "a", "b", "x_next")}
+        # Column selection can give a Fortran-ordered copy; rows must be contiguous.
+        position = np.ascontiguousarray(chunk.q[:, self.q_columns])
+        velocity = np.ascontiguousarray(chunk.v[:, self.columns])
+        bias = np.ascontiguousarray(chunk.tau_bias[:, self.columns])
+        return {
+            "linearization": self.outputs["linearization"].encode(*templates["linearization"], {**stamps, **numeric}),
+            "minv": self.outputs["minv"].encode(*templates["minv"], {**stamps, ("data",): matrix_fields(chunk.minv)["data"]}),
+            "torques": self.outputs["torques"].encode(
+                *templates["torques"], {**stamps, ("position",): position, ("velocity",): velocity, ("effort",): bias}),
+        }
 
-    matrix = store.types[MATRIX_TYPE]
-    batches["minv"] = _Batch(
-        store,
-        MATRIX_TYPE,
-        lambda i: matrix(
-            header=_header(store, int(stamp_ns[i]), frame_id),
-            name="M_inverse",
-            names=list(evaluation.velocity_names),
-            rows=nv,
-            cols=nv,
-            data=evaluation.minv[i].ravel(),
-        ),
-        {**stamps, ("data",): evaluation.minv.reshape(n, -1)},
-    )
+    def _write_residual(self, chunk: Chunk) -> None:
+        with_effort = np.flatnonzero(np.any(chunk.effort_mask, axis=1))
+        if with_effort.size == 0:
+            return
+        values = np.ascontiguousarray(np.nan_to_num(chunk.residual[with_effort][:, self.columns], nan=0.0))
+        stamps = chunk.header_ns[with_effort]
+        topic = self._residual_topic
+        templates: List[Any] = [None, None]
+        if topic is None:
+            channel = self.sink.add(self.topics["residual"], JOINT_STATE_TYPE)
+            topic = self._residual_topic = _Topic(self.store, JOINT_STATE_TYPE, channel)
+            message = self.store.types[JOINT_STATE_TYPE]
+            templates = [message(header=_header(self.store, int(stamps[i]), self.frame_id), name=self.actuated,
+                                 position=np.zeros(0), velocity=np.zeros(0), effort=values[i])
+                         for i in (0, values.shape[0] - 1)]
+        rows = topic.encode(*templates, {**_stamp_fields(stamps), ("effort",): values})
+        self.sink.write([(topic.channel, rows)], chunk.bag_ns[with_effort])
+        topic.count += int(with_effort.size)
 
-    joint_state = store.types[JOINT_STATE_TYPE]
-    # Column selection can give a Fortran-ordered copy; rosbags needs contiguous rows.
-    position = np.ascontiguousarray(evaluation.q[:, q_columns])
-    velocity = np.ascontiguousarray(evaluation.v[:, columns])
-    bias = np.ascontiguousarray(evaluation.tau_bias[:, columns])
-    batches["torques"] = _Batch(
-        store,
-        JOINT_STATE_TYPE,
-        lambda i: joint_state(
-            header=_header(store, int(stamp_ns[i]), frame_id),
-            name=actuated,
-            position=position[i],
-            velocity=velocity[i],
-            effort=bias[i],
-        ),
-        {**stamps, ("position",): position, ("velocity",): velocity, ("effort",): bias},
-    )
+    def close(self) -> Dict[str, int]:
+        """Finish the bag (index, metadata.yaml); returns the number of messages written per topic."""
+        try:
+            self.sink.close()
+        except (WriterError, OSError) as err:
+            raise BagError(f"cannot finish output bag {self.path}: {err}", self.path) from err
+        counts = {self.topics[key]: topic.count for key, topic in self.outputs.items()}
+        if self._residual_topic is not None:
+            counts[self.topics["residual"]] = self._residual_topic.count
+        return counts
 
-    with_effort = np.flatnonzero(np.any(evaluation.effort_mask, axis=1))
-    if residual and with_effort.size:
-        values = np.ascontiguousarray(np.nan_to_num(evaluation.residual[with_effort][:, columns], nan=0.0))
-        residual_stamps = stamp_ns[with_effort]
-        batches["residual"] = _Batch(
-            store,
-            JOINT_STATE_TYPE,
-            lambda i: joint_state(
-                header=_header(store, int(residual_stamps[i]), frame_id),
-                name=actuated,
-                position=np.zeros(0),
-                velocity=np.zeros(0),
-                effort=values[i],
-            ),
-            {**_stamp_fields(residual_stamps), ("effort",): values},
-        )
-    return batches
+    def abort(self) -> None:
+        """Stop without finishing the bag (after an error): what was written stays, without an index."""
+        self.sink.abort()

@@ -9,10 +9,12 @@ whose velocity is quadratic in time).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from rbd_deriv.replay.bagio import JOINT_STATE_TYPE, ODOMETRY_TYPE, STRING_TYPE
 
 __all__ = [
     "Motion",
+    "SinusoidMotion",
     "sinusoid_motion",
     "quadratic_velocity_motion",
     "joint_state_rows",
@@ -51,32 +54,44 @@ def _stamps(duration_s: float, rate_hz: float, start_ns: int) -> np.ndarray:
     return start_ns + np.round(np.arange(count) * (1e9 / rate_hz)).astype(np.int64)
 
 
-def sinusoid_motion(
-    joints: int, duration_s: float, rate_hz: float, seed: int = 0, amplitude: float = 0.5, start_ns: int = 1_700_000_000_000_000_000
-) -> Motion:
+class SinusoidMotion:
     """Each joint a sum of two sinusoids (0.1 to 0.8 Hz) around a random offset, within +-(offset + 2 amplitude).
 
     Args:
         joints: Number of joints J.
-        duration_s: Length [s]; rate_hz: sampling rate [Hz].
         seed: Random phases, frequencies and offsets.
         amplitude: Amplitude of each sinusoid [rad].
-        start_ns: First stamp [ns].
     """
-    rng = np.random.default_rng(seed)
+
+    def __init__(self, joints: int, seed: int = 0, amplitude: float = 0.5) -> None:
+        rng = np.random.default_rng(seed)
+        self.offset = rng.uniform(-0.3, 0.3, joints)
+        self.terms = []
+        for _ in range(2):
+            omega = 2 * np.pi * rng.uniform(0.1, 0.8, joints)
+            self.terms.append((omega, rng.uniform(0, 2 * np.pi, joints)))
+        self.amplitude = amplitude
+
+    def sample(self, stamp_ns: np.ndarray, start_ns: int) -> Motion:
+        """The motion at ``stamp_ns`` [K], time counted from ``start_ns``."""
+        t = ((stamp_ns - start_ns) * 1e-9)[:, None]
+        position = self.offset + np.zeros_like(t)
+        velocity = np.zeros((t.size, self.offset.size))
+        acceleration = np.zeros((t.size, self.offset.size))
+        for omega, phase in self.terms:
+            angle = omega * t + phase
+            position = position + self.amplitude * np.sin(angle)
+            velocity += self.amplitude * omega * np.cos(angle)
+            acceleration -= self.amplitude * omega**2 * np.sin(angle)
+        return Motion(stamp_ns, position, velocity, acceleration)
+
+
+def sinusoid_motion(
+    joints: int, duration_s: float, rate_hz: float, seed: int = 0, amplitude: float = 0.5, start_ns: int = 1_700_000_000_000_000_000
+) -> Motion:
+    """:class:`SinusoidMotion` sampled at ``rate_hz`` for ``duration_s`` from ``start_ns`` [ns]."""
     stamp_ns = _stamps(duration_s, rate_hz, start_ns)
-    t = ((stamp_ns - stamp_ns[0]) * 1e-9)[:, None]
-    position = rng.uniform(-0.3, 0.3, joints) + np.zeros_like(t)
-    velocity = np.zeros((t.size, joints))
-    acceleration = np.zeros((t.size, joints))
-    for _ in range(2):
-        omega = 2 * np.pi * rng.uniform(0.1, 0.8, joints)
-        phase = rng.uniform(0, 2 * np.pi, joints)
-        angle = omega * t + phase
-        position = position + amplitude * np.sin(angle)
-        velocity += amplitude * omega * np.cos(angle)
-        acceleration -= amplitude * omega**2 * np.sin(angle)
-    return Motion(stamp_ns, position, velocity, acceleration)
+    return SinusoidMotion(joints, seed, amplitude).sample(stamp_ns, start_ns)
 
 
 def quadratic_velocity_motion(
@@ -159,13 +174,17 @@ def write_recording(
     path: os.PathLike,
     typestore: Any,
     storage: str,
-    joint_states: Sequence[tuple],
+    joint_states: Iterable[tuple],
     robot_description: Optional[str] = None,
-    odometry: Sequence[tuple] = (),
+    odometry: Iterable[tuple] = (),
     topic: str = "/joint_states",
     odometry_topic: str = "/odom",
+    first_time_ns: Optional[int] = None,
 ) -> None:
-    """Write a bag as a robot recorder would.
+    """Write a bag as a robot recorder would, with rosbags' writer.
+
+    The messages may come from generators (a long recording need not fit in memory); each topic's must be
+    in recording order, and the topics are interleaved by time.
 
     Args:
         path: New bag folder.
@@ -174,21 +193,27 @@ def write_recording(
         joint_states: ``(receive_time_ns, raw_bytes)`` per joint_states message, in recording order.
         robot_description: URDF text written once on ``/robot_description`` before the first message.
         odometry: ``(receive_time_ns, raw_bytes)`` per odometry message.
+        first_time_ns: Receive time of the description; 1 ns before the first joint_states message when
+            None (which then must be a sequence).
     """
     plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}[storage]
     with Writer(Path(path), version=9, storage_plugin=plugin) as writer:
-        records = []
+        streams = []
         if robot_description is not None:
             connection = writer.add_connection("/robot_description", STRING_TYPE, typestore=typestore)
-            first = joint_states[0][0] if joint_states else 0
+            if first_time_ns is None:
+                states = list(joint_states)
+                joint_states = states
+                first_time_ns = states[0][0] - 1 if states else 0
             raw = typestore.serialize_cdr(typestore.types[STRING_TYPE](data=robot_description), STRING_TYPE)
-            records.append((first - 1, 0, connection, raw))
-        states = writer.add_connection(topic, JOINT_STATE_TYPE, typestore=typestore)
-        records.extend((t, 1, states, raw) for t, raw in joint_states)
-        if odometry:
+            streams.append([(first_time_ns, 0, connection, raw)])
+        states_connection = writer.add_connection(topic, JOINT_STATE_TYPE, typestore=typestore)
+        streams.append((t, 1, states_connection, raw) for t, raw in joint_states)
+        odometry = iter(odometry)
+        first_odometry = next(odometry, None)
+        if first_odometry is not None:
             base = writer.add_connection(odometry_topic, ODOMETRY_TYPE, typestore=typestore)
-            records.extend((t, 2, base, raw) for t, raw in odometry)
-        # A recorder writes in arrival order; interleave topics by time (stable within a topic).
-        records.sort(key=lambda record: (record[0], record[1]))
-        for timestamp, _, connection, raw in records:
+            streams.append((t, 2, base, raw) for t, raw in itertools.chain([first_odometry], odometry))
+        # A recorder writes in arrival order: interleave the topics by time (stable within a topic).
+        for timestamp, _, connection, raw in heapq.merge(*streams, key=lambda record: (record[0], record[1])):
             writer.write(connection, int(timestamp), raw)

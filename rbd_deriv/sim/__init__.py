@@ -1,8 +1,11 @@
 """Simulated robots for closing the loop without hardware (no ROS in here).
 
-- :class:`~rbd_deriv.sim.plant.AbaPlant`: built-in, the package's own forward dynamics.
-- :class:`~rbd_deriv.sim.mujoco_plant.MujocoPlant`: MuJoCo, an independent engine.
-- :func:`make_plant`: either one from a URDF, by name.
+- :class:`~rbd_deriv.sim.mujoco_plant.MujocoPlant`: MuJoCo, an independent engine, the simulator node's plant
+  (:func:`make_plant`).
+- :class:`~rbd_deriv.sim.plant.AbaPlant`: the package's own forward dynamics stepped in the caller's process, for
+  in-process loops that want the controller's own model as the plant (the MPC benchmark). It is not a backend of
+  the simulator node: a plant that shares the controller's model, run beside it over DDS, tests nothing that
+  MuJoCo does not test better.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import rbd_deriv as rd
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.sim.plant import AbaPlant, Plant
 
-BACKENDS = ("mujoco", "builtin")
+BACKENDS = ("mujoco",)
 
 
 def make_plant(backend: str, urdf: str | Path, dt: float = 1e-3, damping: Any = 0.0,
@@ -22,7 +25,7 @@ def make_plant(backend: str, urdf: str | Path, dt: float = 1e-3, damping: Any = 
     """Build a fixed-base plant from a URDF (text or path).
 
     Args:
-        backend: ``"mujoco"`` or ``"builtin"``.
+        backend: ``"mujoco"``.
         urdf: Robot description.
         dt: Physics step [s].
         damping: Joint viscous damping, scalar or (nv,) [N m s/rad].
@@ -31,14 +34,13 @@ def make_plant(backend: str, urdf: str | Path, dt: float = 1e-3, damping: Any = 
 
     Raises:
         InputError: Unknown backend.
+        RbdDerivError: MuJoCo is not installed.
         URDFError, ModelError: The description cannot be loaded.
     """
     if backend not in BACKENDS:
         raise InputError(f"unknown plant backend {backend!r}; choose one of {BACKENDS}")
     if model is None:
         model = rd.load_urdf(str(urdf))
-    if backend == "builtin":
-        return AbaPlant(model, dt=dt, damping=damping, friction=friction)
     from rbd_deriv.sim.mujoco_plant import MujocoPlant
 
     return MujocoPlant(urdf, model.joint_names, model.effort_limit, dt=dt, damping=damping,

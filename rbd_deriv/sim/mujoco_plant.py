@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rbd_deriv.exceptions import InputError, ModelError, URDFError
+from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError
 from rbd_deriv.sim.plant import Plant, _joint_vector
 
 
@@ -59,11 +59,16 @@ class MujocoPlant(Plant):
 
     Raises:
         ModelError: MuJoCo cannot load the description, a joint is missing or is not a 1-dof joint.
+        RbdDerivError: MuJoCo is not installed.
     """
 
     def __init__(self, urdf: str | Path, joint_names: Sequence[str], effort_limit: Any,
                  dt: float = 1e-3, damping: Any = 0.0, friction: Any = 0.0) -> None:
-        import mujoco  # optional dependency: only this backend needs it
+        try:
+            import mujoco  # only the simulator needs it
+        except ImportError as error:
+            raise RbdDerivError("the simulated robot needs MuJoCo: pip install mujoco (rosdep key "
+                                f"python3-mujoco-pip); {error}") from error
 
         self._mujoco = mujoco
         if not (np.isfinite(dt) and dt > 0.0):

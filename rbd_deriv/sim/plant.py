@@ -1,4 +1,4 @@
-"""Simulated robots ("plants") driven by joint torques, and the built-in ABA backend.
+"""Simulated robots ("plants") driven by joint torques, and the in-process ABA plant.
 
 A plant advances by fixed steps of ``dt`` [s] with the torque held over the step, saturated at
 the URDF effort limits as a real drive would be. Both backends add viscous damping and dry
@@ -16,7 +16,7 @@ import numpy as np
 import rbd_deriv as rd
 from rbd_deriv.exceptions import InputError
 
-#: Velocity [rad/s] under which the built-in dry friction ramps linearly to zero, a stand-in for
+#: Velocity [rad/s] under which the ABA plant's dry friction ramps linearly to zero, a stand-in for
 #: stiction (exact stiction needs a constraint solver, as in MuJoCo's frictionloss).
 FRICTION_SMOOTHING_VELOCITY = 0.01
 
@@ -85,7 +85,7 @@ class Plant(ABC):
 
 
 class AbaPlant(Plant):
-    r"""Built-in backend: semi-implicit Euler on the package's own forward dynamics.
+    r"""In-process plant: semi-implicit Euler on the package's own forward dynamics.
 
     Joint damping b and dry friction f (a linear ramp of slope f / v_s below v_s, a stand-in for
     stiction) are integrated implicitly, as MuJoCo does, because their stiffness on light distal

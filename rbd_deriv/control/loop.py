@@ -1,0 +1,429 @@
+"""The MPC's tick policy around the solver: what a controller does with its inputs at every tick (no ROS).
+
+A :class:`ControlLoop` takes the robot's inputs as arrays with their stamps [ns] (joint states, the
+dynamics node's linearization and compensation torques, a reference) and, at every :meth:`~ControlLoop.tick`
+at the clock's time, decides the torque command:
+
+1. freshness: the state, and in held mode the linearization, must be younger than their timeouts
+   (:func:`~rbd_deriv.control.safety.is_stale`);
+2. the disturbance observer learns from the new state (:mod:`~rbd_deriv.control.observer`);
+3. the state is carried forward over the loop's delay (:mod:`~rbd_deriv.control.prediction`);
+4. the reference of the horizon is sampled and the problem solved (:mod:`~rbd_deriv.control.mpc`);
+5. the command is the plan's first torque, or the safe command and the reason
+   (:func:`~rbd_deriv.control.safety.select_command`): finite and inside the torque box whatever happened.
+
+The clock is the caller's (a node's ROS clock, simulated time included): every age is a difference of
+stamps and ``now_ns`` given to the loop. Refused inputs raise an
+:class:`~rbd_deriv.exceptions.InputError`; the caller counts them with :meth:`~ControlLoop.refuse`,
+next to what the tick counts itself; :meth:`~ControlLoop.diagnostics` reports both.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+import rbd_deriv as rd
+from rbd_deriv.control.mpc import HeldLinearization, ModelPredictiveController, Plan
+from rbd_deriv.control.observer import DisturbanceObserver
+from rbd_deriv.control.prediction import CommandHistory, predict_state
+from rbd_deriv.control.problem import Mode, MPCProblem
+from rbd_deriv.control.reference import TrajectoryReference, horizon_reference
+from rbd_deriv.control.safety import CommandSource, is_stale, select_command
+from rbd_deriv.exceptions import InputError, RbdDerivError
+from rbd_deriv.joint_state_map import JointStateMap
+from rbd_deriv.messages import MessageError, ns_to_seconds
+from rbd_deriv.pipeline import warm_up
+from rbd_deriv.refusals import Refusals
+
+__all__ = ["ControlLoop", "LoopSettings", "TickResult"]
+
+#: Samples kept for the percentiles of the diagnostics (solve times, tick times, linearization ages).
+STATISTICS_WINDOW = 2000
+
+#: Distinct joint-name lists of compensation messages whose column order is remembered.
+LAYOUT_CACHE_SIZE = 16
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """How the loop treats time and its inputs.
+
+    Attributes:
+        rate_hz: Tick rate [Hz], > 0; sizes the command history and the observer's longest gap.
+        state_timeout: A state older than this [s] gives the safe command, > 0.
+        linearization_timeout: Same for the linearization in held mode [s], > 0.
+        predict_delay: Solve from the state carried forward to when the command acts.
+        command_delay: Time from a command to its effect at the actuators [s], in [0, state_timeout).
+        disturbance_time_constant: Observer filter [s]; 0 disables the observer.
+        disturbance_bound: Largest observer estimate, a fraction of each effort limit, in (0, 1].
+    """
+
+    rate_hz: float = 200.0
+    state_timeout: float = 0.05
+    linearization_timeout: float = 0.05
+    predict_delay: bool = True
+    command_delay: float = 0.0
+    disturbance_time_constant: float = 0.01
+    disturbance_bound: float = 0.2
+
+    def __post_init__(self) -> None:
+        def finite(value: Any) -> bool:
+            return isinstance(value, (int, float)) and math.isfinite(value)
+
+        for name in ("rate_hz", "state_timeout", "linearization_timeout"):
+            if not (finite(getattr(self, name)) and getattr(self, name) > 0.0):
+                raise InputError(f"{name} must be > 0, got {getattr(self, name)!r}", name)
+        if not (finite(self.command_delay) and 0.0 <= self.command_delay < self.state_timeout):
+            raise InputError(f"command_delay must be in [0, state_timeout), got {self.command_delay!r}",
+                             "command_delay")
+        if not (finite(self.disturbance_time_constant) and self.disturbance_time_constant >= 0.0):
+            raise InputError(f"disturbance_time_constant must be >= 0, got {self.disturbance_time_constant!r}",
+                             "disturbance_time_constant")
+        if not (finite(self.disturbance_bound) and 0.0 < self.disturbance_bound <= 1.0):
+            raise InputError(f"disturbance_bound must be in (0, 1], got {self.disturbance_bound!r}",
+                             "disturbance_bound")
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What one tick decided.
+
+    Attributes:
+        command: Torques (nu,) [N m or N] to send now: finite, inside the problem's torque box.
+        source: Why this command (:class:`CommandSource`); ``PLAN`` when it is the plan's.
+        previous_source: The source of the previous tick's command (a change is worth a log line).
+        plan: The plan when the solver succeeded this tick, else None.
+        plan_start_ns: Time [ns] of the plan's first knot (the state it was solved from, predicted to
+            when the command acts); meaningful with ``plan`` only.
+        trouble: A log line when this tick's solve was refused or failed (at most one per log period
+            and reason), else None.
+    """
+
+    command: np.ndarray
+    source: CommandSource
+    previous_source: CommandSource
+    plan: Optional[Plan]
+    plan_start_ns: int
+    trouble: Optional[str] = None
+
+
+class ControlLoop:
+    """The tick policy of an MPC: freshness, observer, prediction, solve, safe command, counters.
+
+    Args:
+        model: The robot model (as :class:`MPCProblem` accepts it).
+        problem: Horizon, weights, limits and mode.
+        settings: Timeouts, delay and observer.
+
+    Attributes:
+        controller: The solver facade.
+        state: The joint-state map the inputs fill.
+        refusals: Refused inputs and tick failures by reason.
+        sources: Commands by source.
+    """
+
+    def __init__(self, model: Any, problem: MPCProblem, settings: LoopSettings = LoopSettings(),
+                 log_period: float = 1.0) -> None:
+        self.model, self.problem, self.settings = model, problem, settings
+        self.data = model.create_data()
+        self.controller = ModelPredictiveController(problem, model)
+        self.held = problem.mode is Mode.HELD
+        self.joint_names = tuple(model.joint_names)
+        self.actuated_joint_names = tuple(model.actuated_joint_names)
+        self.lower, self.upper = problem.torque_lower, problem.torque_upper
+        self._X_ref = np.zeros((problem.horizon + 1, problem.nx))
+        self._U_ref = np.zeros((problem.horizon, problem.nv))
+        # It learns from states up to four ticks (at least 20 ms) apart; a longer gap means a stall.
+        self.observer = (DisturbanceObserver(model, settings.disturbance_time_constant,
+                                             settings.disturbance_bound * problem.torque_upper,
+                                             max_gap=max(4.0 / settings.rate_hz, 0.02))
+                         if settings.disturbance_time_constant > 0.0 else None)
+        # Enough commands to cover the longest prediction (a state as old as state_timeout).
+        self.history = CommandHistory(
+            int(np.ceil((settings.state_timeout + settings.command_delay) * settings.rate_hz)) + 4)
+        self.state = JointStateMap(model)
+        # Times inside the loop are seconds from the first stamp it sees: float seconds since 1970 would
+        # keep only a fraction of a microsecond, and a simulated clock may start anywhere.
+        self._epoch_ns: Optional[int] = None
+        self.reference: Any = None
+        self.linearization: Optional[HeldLinearization] = None
+        self._linearization_stamp_ns = 0
+        self.compensation: Optional[np.ndarray] = None
+        self._compensation_stamp_ns = 0
+        self._compensation_layouts: Dict[Tuple[str, ...], np.ndarray] = {}
+        self.last_command: Optional[np.ndarray] = None
+
+        self.solve_times: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
+        self.tick_times: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
+        # Age of each linearization when it arrives: the latency of joint_states -> dynamics node -> here,
+        # which is what the plan is late by.
+        self.linearization_ages: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
+        self.sources: collections.Counter = collections.Counter()
+        self.refusals = Refusals(log_period)
+        self.last_source = CommandSource.NO_STATE
+        self.last_plan: Optional[Plan] = None
+        self.ticks = 0
+        self._window_ticks = 0
+
+    # ------------------------------------------------------------------------------------------ time
+    def _seconds(self, ns: int) -> float:
+        if self._epoch_ns is None:
+            self._epoch_ns = int(ns)
+        return ns_to_seconds(ns, self._epoch_ns)
+
+    # ---------------------------------------------------------------------------------------- inputs
+    def take_joint_states(self, names: Sequence[str], position: Any, velocity: Any, effort: Any,
+                          stamp_ns: int) -> None:
+        """One joint_states message: names (n,), position, velocity, effort (n,) or empty, stamp [ns].
+
+        Raises:
+            JointStateError: Refused whole (see :class:`JointStateMap`).
+        """
+        # Efforts only feed the observer: a message whose efforts are not all finite (ros2_control fills
+        # NaN for joints without an effort interface) still gives positions and velocities.
+        if not np.isfinite(np.asarray(effort, dtype=float)).all():
+            effort = ()
+        self.state.update(names, position, velocity, effort, stamp_ns)
+
+    def take_compensation(self, names: Sequence[str], effort: Any, stamp_ns: int) -> None:
+        """The dynamics node's compensation torques RNEA(q, v, 0) of the actuated joints, by name.
+
+        Raises:
+            MessageError: ``joints`` (not exactly the actuated joints) or ``effort`` (sizes, NaN or inf).
+        """
+        key = tuple(names)
+        layout = self._compensation_layouts.get(key)
+        if layout is None:
+            if sorted(key) != sorted(self.actuated_joint_names):
+                raise MessageError(f"joints {list(key)[:8]} are not the model's {list(self.actuated_joint_names)[:8]}",
+                                   "joints")
+            layout = np.array([key.index(n) for n in self.actuated_joint_names], dtype=np.int64)
+            if len(self._compensation_layouts) >= LAYOUT_CACHE_SIZE:
+                self._compensation_layouts.clear()
+            self._compensation_layouts[key] = layout
+        effort = np.asarray(effort, dtype=float)
+        if effort.shape != (len(key),) or not np.isfinite(effort).all():
+            raise MessageError(f"{effort.size} efforts, need {len(key)} finite", "effort")
+        self.compensation = effort[layout]
+        self._compensation_stamp_ns = int(stamp_ns)
+
+    def take_linearization(self, arrays: Mapping[str, Any], stamp_ns: int, now_ns: int) -> None:
+        """A linearization of the dynamics node (held mode), stamped with the state it was taken at.
+
+        Args:
+            arrays: The keywords of :class:`HeldLinearization` (as
+                :func:`rbd_deriv.messages.linearization_arrays` reads them from a message).
+            stamp_ns: Its stamp [ns]; now_ns: the clock [ns], for its age in the diagnostics.
+
+        Raises:
+            MessageError: ``values``: wrong shapes, NaN or inf, or another dt than the horizon's. The last
+                good linearization stays.
+        """
+        try:
+            linearization = self.controller.check_linearization(HeldLinearization(**arrays))
+        except InputError as error:
+            raise MessageError(str(error), "values") from error
+        self.linearization = linearization
+        self._linearization_stamp_ns = int(stamp_ns)
+        self.linearization_ages.append(ns_to_seconds(now_ns, stamp_ns))
+
+    def take_reference(self, joint_names: Sequence[str], start_ns: int, offsets: Any, positions: Any,
+                       velocities: Any = None) -> float:
+        """A reference trajectory: knot i at ``start_ns`` + ``offsets[i]``.
+
+        Args:
+            joint_names: Columns of ``positions`` and ``velocities``; must include every joint of the model.
+            start_ns: Time of the first knot's offset origin [ns].
+            offsets: (T,) [s], increasing.
+            positions: (T, len(joint_names)) [rad or m]; velocities: the same shape or None.
+
+        Returns:
+            Its duration [s].
+
+        Raises:
+            InputError: A joint is missing, no knot, wrong shapes, non-increasing times, NaN or inf.
+        """
+        names = list(joint_names)
+        missing = [n for n in self.joint_names if n not in names]
+        offsets = np.asarray(offsets, dtype=float).reshape(-1)
+        if missing or offsets.size == 0:
+            raise InputError(f"needs points for every joint; missing {missing}", "reference")
+        columns = [names.index(n) for n in self.joint_names]
+        start = self._seconds(start_ns)
+        try:
+            positions = np.asarray(positions, dtype=float)[:, columns]
+            velocities = None if velocities is None else np.asarray(velocities, dtype=float)[:, columns]
+        except (IndexError, ValueError) as error:
+            raise InputError(f"positions and velocities need one column per joint name, one row per knot: "
+                             f"{error}", "reference") from error
+        self.reference = TrajectoryReference(start + offsets, positions, velocities)
+        return float(offsets[-1] - offsets[0])
+
+    def set_goal(self, goal: Any) -> None:
+        """Hold ``goal`` (nv,) [rad or m] from now on (replaces the reference).
+
+        Raises:
+            InputError: Not nv finite values.
+        """
+        goal = np.asarray(goal, dtype=float)
+        if goal.shape != (self.problem.nv,) or not np.isfinite(goal).all():
+            raise InputError(f"the goal needs {self.problem.nv} finite values in the order {list(self.joint_names)}",
+                             "goal")
+        self.reference = TrajectoryReference([0.0], goal[None, :])
+
+    def refuse(self, kind: str, error: Any) -> Optional[str]:
+        """Count a refused input (or a failed tick) of ``kind``, under ``kind/reason`` when the error has a
+        ``reason``; return the line to log, or None within the log period of that key."""
+        reason = getattr(error, "reason", None)
+        return self.refusals.count(f"{kind}/{reason}" if reason else kind, str(error), time.monotonic())
+
+    # ------------------------------------------------------------------------------------------ tick
+    def tick(self, now_ns: int) -> Optional[TickResult]:
+        """Decide the command at ``now_ns`` [ns] (the caller's clock).
+
+        Returns:
+            None before every joint has been received (nothing is known about the robot: no command is
+            better than a guess), else the command and why. Never raises for a bad input or a failed
+            solve: those give the safe command and are counted (``solve_input``, ``solver_failure``,
+            ``internal_error``).
+        """
+        started = time.perf_counter()
+        previous = self.last_source
+        if not self.state.complete:
+            self.sources[CommandSource.NO_STATE] += 1
+            self.last_source = CommandSource.NO_STATE
+            return None
+        settings = self.settings
+        q, v = self.state.q.copy(), self.state.v.copy()
+        now = self._seconds(now_ns)
+        state_time = self._seconds(self.state.stamp_ns)
+        state_fresh = not is_stale(state_time, now, settings.state_timeout)
+        linearization_fresh = not self.held or (self.linearization is not None and not is_stale(
+            self._seconds(self._linearization_stamp_ns), now, settings.linearization_timeout))
+        if self.reference is None:
+            self.reference = TrajectoryReference([0.0], q[None, :])
+        plan, solve_from, trouble = None, state_time, None
+        try:
+            disturbance = self._observe(q, v, state_time, state_fresh)
+            if state_fresh and linearization_fresh:
+                x0, solve_from = self._initial_state(q, v, state_time, now, disturbance)
+                horizon_reference(self.reference, solve_from, self.problem.horizon, self.problem.dt, self.model,
+                                  self.lower, self.upper, self._X_ref, self._U_ref, self.data)
+                self.controller.set_reference(self._X_ref, self._U_ref)
+                plan = self.controller.solve(x0, solve_from, self.linearization if self.held else None,
+                                             disturbance)
+        except RbdDerivError as error:
+            trouble = self.refuse("solve_input", error)
+        except Exception as error:  # noqa: BLE001 - a controller must still send a safe command
+            trouble = self.refuse("internal_error", f"{type(error).__name__}: {error}")
+        if plan is not None:
+            self.solve_times.append(plan.solve_time)
+            self.last_plan = plan
+            if not plan.ok:
+                trouble = self.refuse("solver_failure", f"solver status {plan.status.value}")
+        command, source = select_command(
+            None if plan is None else plan.torque, plan is not None and plan.ok, state_fresh, linearization_fresh,
+            self._compensation_or_gravity(q, now), self.lower, self.upper)
+        self.history.record(now, command)
+        self.last_command = command
+        self.sources[source] += 1
+        self.last_source = source
+        self.ticks += 1
+        self._window_ticks += 1
+        self.tick_times.append(time.perf_counter() - started)
+        good = plan if plan is not None and plan.ok else None
+        return TickResult(command, source, previous, good, self._epoch_ns + int(round(solve_from * 1e9)), trouble)
+
+    def _observe(self, q: np.ndarray, v: np.ndarray, state_time: float, fresh: bool) -> Optional[np.ndarray]:
+        """The observer's disturbance estimate after the new state (None without an observer)."""
+        if self.observer is None:
+            return None
+        if not fresh:
+            self.observer.reset()
+            return None
+        # The measured joint torques when the robot reports them (they include the delay between this
+        # controller and the actuators), else the last command.
+        applied = self.state.effort if self.state.has_effort else self.last_command
+        return self.observer.update(q, v, state_time, applied)
+
+    def _initial_state(self, q: np.ndarray, v: np.ndarray, state_time: float, now: float,
+                       disturbance: Optional[np.ndarray]) -> Tuple[np.ndarray, float]:
+        """The state the tick solves from and its time [s]: the measurement, or (predict_delay) the
+        measurement carried forward to when this tick's command acts."""
+        if not self.settings.predict_delay:
+            return np.concatenate([q, v]), state_time
+        delay = self.settings.command_delay
+        q_next, v_next, reached = predict_state(self.model, self.data, q, v, state_time, now + delay,
+                                                self.history, delay, disturbance)
+        return np.concatenate([q_next, v_next]), reached
+
+    def _compensation_or_gravity(self, q: np.ndarray, now: float) -> Optional[np.ndarray]:
+        """Compensation torques of the dynamics node if fresh, else gravity computed here (None if even
+        that fails: the safe command then takes the torque closest to zero)."""
+        if self.compensation is not None and not is_stale(
+                self._seconds(self._compensation_stamp_ns), now, self.settings.state_timeout):
+            return self.compensation
+        try:
+            return rd.gravity_torques(self.model, self.data, q).copy()
+        except RbdDerivError:
+            return None
+
+    # ---------------------------------------------------------------------------------- start, report
+    def warm_up(self) -> None:
+        """Solve once at the neutral configuration, at rest, so that every kernel is compiled (or loaded
+        from numba's cache) before the first input; then forget that solve."""
+        model, problem = self.model, self.problem
+        warm_up(model, self.data, problem.dt, batched=not self.held)
+        q, v = rd.neutral(model), np.zeros(model.nv)
+        u = rd.gravity_torques(model, self.data, q).copy()
+        A, B = rd.linearize(model, self.data, q, v, u, problem.dt)
+        linearization = HeldLinearization(A.copy(), B.copy(), np.r_[q, v], u, self.data.x_next.copy(), problem.dt)
+        horizon_reference(TrajectoryReference([0.0], q[None, :]), 0.0, problem.horizon, problem.dt, model,
+                          self.lower, self.upper, self._X_ref, self._U_ref, self.data)
+        self.controller.set_reference(self._X_ref, self._U_ref)
+        self.controller.solve(np.r_[q, v], 0.0, linearization if self.held else None)
+        self.controller.reset()
+
+    def diagnostics(self, elapsed: float) -> Tuple[bool, str, Dict[str, str]]:
+        """The loop's report, and the start of a new reporting window.
+
+        Args:
+            elapsed: Time [s] since the previous report, for the tick rate.
+
+        Returns:
+            (healthy: the last command was the plan's, a one-line summary, key -> value).
+        """
+        rate = self._window_ticks / elapsed if elapsed > 0.0 else 0.0
+        self._window_ticks = 0
+        healthy = self.last_source is CommandSource.PLAN
+        message = ("tracking" if healthy else
+                   f"safe command (hold with gravity compensation): {self.last_source.value}")
+        values = {"rate_hz": f"{rate:.1f}", "mode": self.problem.mode.value,
+                  "horizon": str(self.problem.horizon), "command_source": self.last_source.value}
+        if self.solve_times:
+            times = np.asarray(self.solve_times) * 1e6
+            values.update({"solve_time_p50_us": f"{np.percentile(times, 50):.1f}",
+                           "solve_time_p99_us": f"{np.percentile(times, 99):.1f}",
+                           "solve_time_max_us": f"{times.max():.1f}"})
+        if self.linearization_ages:
+            ages = np.asarray(self.linearization_ages) * 1e3
+            values.update({"linearization_age_p50_ms": f"{np.percentile(ages, 50):.3f}",
+                           "linearization_age_p99_ms": f"{np.percentile(ages, 99):.3f}"})
+        if self.tick_times:
+            values["tick_time_p99_us"] = f"{np.percentile(np.asarray(self.tick_times) * 1e6, 99):.1f}"
+        if self.last_plan is not None:
+            plan = self.last_plan
+            values.update({"status": plan.status.value, "iterations": str(plan.iterations),
+                           "qp_iterations": str(plan.qp_iterations), "cost": f"{plan.cost:.6g}",
+                           "active_torque_bounds": str(plan.clamped)})
+        for source in CommandSource:
+            values[f"commands_{source.value}"] = str(self.sources[source])
+        for reason, count in sorted(self.refusals.counts.items()):
+            values[f"refused_{reason}"] = str(count)
+        return healthy, message, values

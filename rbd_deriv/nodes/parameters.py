@@ -1,0 +1,234 @@
+"""The parameters of the package's nodes, declared one way: a :class:`Spec` per parameter, a table per node.
+
+Each parameter has a default (the value of ``config/<node>.yaml``, which lists the same names: the test
+suite checks that both agree), a description that ``ros2 param describe`` shows, a check that refuses a
+bad value with a reason, and whether it may change while the node runs. A node declares its table
+(:data:`DYNAMICS_NODE`, :data:`MPC_NODE`, :data:`SIM_NODE`) with :func:`declare_parameters` (bad values
+given at start-up stop the node with every problem listed) and checks a ``ros2 param set`` with
+:func:`updated_values` in its set-parameters callback.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from rcl_interfaces.msg import ParameterDescriptor
+
+from rbd_deriv.control.problem import Mode
+from rbd_deriv.exceptions import InputError
+from rbd_deriv.pipeline import LINEARIZATION_INPUTS
+from rbd_deriv.sim import BACKENDS
+
+#: A check: (name, value) -> None if the value is good, else what is wrong with it.
+Check = Callable[[str, Any], Optional[str]]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One parameter of a node.
+
+    Attributes:
+        default: Its value when none is given; its type is the parameter's type.
+        description: What it means, with its unit in brackets.
+        check: Refuses bad values, or None when any value of the type will do.
+        read_only: Read at start-up only: ROS refuses to set it later.
+    """
+
+    default: Any
+    description: str
+    check: Optional[Check] = None
+    read_only: bool = False
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def positive(name: str, value: Any) -> Optional[str]:
+    """A finite number > 0."""
+    return None if _number(value) and value > 0 else f"{name} must be > 0, got {value!r}"
+
+
+def non_negative(name: str, value: Any) -> Optional[str]:
+    """A finite number >= 0."""
+    return None if _number(value) and value >= 0 else f"{name} must be >= 0, got {value!r}"
+
+
+def fraction(name: str, value: Any) -> Optional[str]:
+    """A number in (0, 1]."""
+    return None if _number(value) and 0 < value <= 1 else f"{name} must be in (0, 1], got {value!r}"
+
+
+def one_of(choices: Sequence[str]) -> Check:
+    """One of ``choices``."""
+    def check(name: str, value: Any) -> Optional[str]:
+        return None if value in choices else f"{name} must be one of {', '.join(choices)}, got {value!r}"
+    return check
+
+
+def finite_values(name: str, value: Any) -> Optional[str]:
+    """A non-empty list of finite numbers (its length is checked against the robot later)."""
+    values = list(value)
+    if values and all(_number(x) for x in values):
+        return None
+    return f"{name} must be a non-empty list of finite numbers, got {values!r}"
+
+
+def per_joint(values: Any) -> Any:
+    """A list parameter given as one value for every joint (returned as a float) or one per joint (an
+    array, whose length the library checks against the robot)."""
+    values = np.asarray(values, dtype=float)
+    return float(values[0]) if values.size == 1 else values
+
+
+def _same_type(default: Any, value: Any) -> bool:
+    if isinstance(default, (list, tuple)):
+        return not isinstance(value, (str, bytes, bool, int, float))
+    if isinstance(default, float):
+        return isinstance(value, float)
+    return type(value) is type(default)
+
+
+def _problem(name: str, spec: Spec, value: Any) -> Optional[str]:
+    if not _same_type(spec.default, value):
+        return f"{name} takes a {type(spec.default).__name__}, got {value!r}"
+    return spec.check(name, value) if spec.check is not None else None
+
+
+def declare_parameters(node: Any, specs: Dict[str, Spec]) -> Dict[str, Any]:
+    """Declare every parameter of ``specs`` on ``node``; return their values (overrides applied).
+
+    Raises:
+        InputError: Some values given at start-up are refused by their checks (all are listed).
+    """
+    for name, spec in specs.items():
+        node.declare_parameter(name, spec.default,
+                               ParameterDescriptor(description=spec.description, read_only=spec.read_only))
+    values = {name: node.get_parameter(name).value for name in specs}
+    problems = [p for p in (_problem(name, spec, values[name]) for name, spec in specs.items()) if p]
+    if problems:
+        raise InputError("invalid parameters: " + "; ".join(problems), "parameters")
+    return values
+
+
+def updated_values(specs: Dict[str, Spec], current: Dict[str, Any],
+                   parameters: List[Any]) -> Tuple[Dict[str, Any], Optional[str]]:
+    """The values after a set-parameters request, or why it is refused (as a whole).
+
+    Args:
+        specs: The node's table.
+        current: The values in use.
+        parameters: rclpy ``Parameter`` objects of the request; names outside ``specs`` (``use_sim_time``)
+            are ROS's own and left to it.
+
+    Returns:
+        (new values, None), or (``current``, the reason) if any value is refused.
+    """
+    updated = dict(current)
+    for parameter in parameters:
+        spec = specs.get(parameter.name)
+        if spec is None:
+            continue
+        problem = _problem(parameter.name, spec, parameter.value)
+        if problem:
+            return current, problem
+        updated[parameter.name] = parameter.value
+    return updated, None
+
+
+# ----------------------------------------------------------------------------------------- the tables
+PUBLISH_MODES = ("on_message", "timer")
+
+#: rbd_deriv/nodes/dynamics_node.py; every parameter may be set at run time.
+DYNAMICS_NODE: Dict[str, Spec] = {
+    "robot_description": Spec("", "URDF XML of the robot. Empty: use urdf_path, or wait for the robot_description "
+                              "topic. Setting it rebuilds the model (refused if the URDF is broken)."),
+    "urdf_path": Spec("", "Path of a URDF file, used when robot_description is empty."),
+    "floating_base": Spec(False, "Add a free-flyer root joint; its pose and twist come from the odom topic."),
+    "allow_robot_change": Spec(False, "Accept a new description whose joints differ from the running model's "
+                               "(by default refused: consumers rely on the state layout)."),
+    "publish_mode": Spec("on_message", "on_message: compute on every joint_states message; timer: at 'rate' from "
+                         "the latest state.", one_of(PUBLISH_MODES)),
+    "rate": Spec(100.0, "Output rate in timer mode [Hz].", positive),
+    "dt": Spec(0.001, "Time step of the published linearization [s].", positive),
+    "publish_linearization": Spec(True, "Publish A, B, x+ on 'linearization'."),
+    "publish_mass_matrix_inverse": Spec(True, "Publish M^-1 on 'mass_matrix_inverse'."),
+    "publish_torques": Spec(True, "Publish RNEA(q, v, 0) as effort on 'bias_torques'."),
+    "linearization_input": Spec("bias", "Input u of the linearization: bias = RNEA(q, v, 0) (holds the current "
+                                "velocity), effort = measured effort from joint_states.", one_of(LINEARIZATION_INPUTS)),
+    "strict_joint_names": Spec(False, "Refuse joint_states naming joints the model does not have (by default "
+                               "they are ignored)."),
+    "max_state_age": Spec(0.5, "Refuse states whose stamp is older than the clock by more than this, or whose "
+                          "joints were updated this far apart [s]; 0 disables.", non_negative),
+    "diagnostics_period": Spec(1.0, "Period of /diagnostics [s]; rates and percentiles cover one period.", positive),
+    "log_throttle_period": Spec(5.0, "At most one log line per kind of fault per period [s].", non_negative),
+}
+
+#: rbd_deriv/nodes/mpc_node.py; read at start-up, but goal_positions.
+MPC_NODE: Dict[str, Spec] = {
+    "urdf_path": Spec("", "URDF file of the robot; empty: the bundled 7-dof arm", read_only=True),
+    "robot_description": Spec("", "URDF text; used instead of urdf_path when not empty", read_only=True),
+    "mode": Spec("held", "held: linearization from the dynamics node held over the horizon; relinearize: "
+                 "in-process re-linearization along the prediction (one Gauss-Newton step per tick)",
+                 one_of([m.value for m in Mode]), read_only=True),
+    "horizon": Spec(20, "horizon steps N", positive, read_only=True),
+    "dt": Spec(0.01, "horizon step [s]; must equal the dynamics node's dt in held mode", positive, read_only=True),
+    "rate_hz": Spec(200.0, "tick rate [Hz]", positive, read_only=True),
+    "max_iterations": Spec(1, "Riccati passes per tick at most", positive, read_only=True),
+    "position_weight": Spec([1000.0], "W on positions [1/rad^2], one value or one per joint", finite_values,
+                            read_only=True),
+    "velocity_weight": Spec([1.0], "W on velocities [s^2/rad^2], one value or one per joint", finite_values,
+                            read_only=True),
+    "torque_weight": Spec([0.001], "R on torque deviations from inverse dynamics [1/(N m)^2], one value or one "
+                          "per joint", finite_values, read_only=True),
+    "terminal_scale": Spec(10.0, "W factor at knot N", non_negative, read_only=True),
+    "limit_weight": Spec(10000.0, "weight of the soft position and velocity limits", non_negative, read_only=True),
+    "torque_margin": Spec(1.0, "fraction of the URDF effort limit the MPC may use, in (0, 1]", fraction,
+                          read_only=True),
+    "disturbance_time_constant": Spec(0.01, "filter time constant [s] of the estimate of the torques the model "
+                                      "misses (friction, damping), added to the model; 0 disables", non_negative,
+                                      read_only=True),
+    "disturbance_bound": Spec(0.2, "largest disturbance estimate, as a fraction of each joint's effort limit, in "
+                              "(0, 1]", fraction, read_only=True),
+    "predict_delay": Spec(True, "solve from the measured state carried forward by the model to the time the "
+                          "command acts (the state's age plus command_delay), with the torques sent meanwhile",
+                          read_only=True),
+    "command_delay": Spec(0.0, "expected time [s] from publishing a command to its effect at the actuators, in "
+                          "[0, state_timeout)", non_negative, read_only=True),
+    "state_timeout": Spec(0.05, "joint_states older than this [s] trigger the safe command", positive,
+                          read_only=True),
+    "linearization_timeout": Spec(0.05, "a linearization older than this [s] triggers the safe command", positive,
+                                  read_only=True),
+    "goal_positions": Spec([0.0], "goal configuration [rad] in model order, one value per joint; settable at run "
+                           "time (replaces the reference); the default [0.0] means none", finite_values),
+    "plan_decimation": Spec(5, "publish the plan every this many ticks", positive, read_only=True),
+    "diagnostics_period": Spec(1.0, "period of /diagnostics [s]", positive, read_only=True),
+    "command_topic": Spec("/effort_controller/commands", "std_msgs/Float64MultiArray torque command output",
+                          read_only=True),
+    "joint_states_topic": Spec("joint_states", "sensor_msgs/JointState input", read_only=True),
+    "linearization_topic": Spec("linearization", "rbd_deriv/msg/Linearization input (held mode)", read_only=True),
+    "compensation_topic": Spec("bias_torques", "sensor_msgs/JointState with effort = RNEA(q, v, 0), for the safe "
+                               "command", read_only=True),
+    "reference_topic": Spec("~/reference", "trajectory_msgs/JointTrajectory reference input", read_only=True),
+    "plan_topic": Spec("~/plan", "trajectory_msgs/JointTrajectory planned motion output", read_only=True),
+}
+
+#: rbd_deriv/nodes/sim_node.py; read at start-up.
+SIM_NODE: Dict[str, Spec] = {
+    "urdf_path": Spec("", "URDF file of the robot; empty: the bundled 7-dof arm", read_only=True),
+    "backend": Spec("mujoco", f"physics backend, one of {', '.join(BACKENDS)}", one_of(BACKENDS), read_only=True),
+    "physics_rate_hz": Spec(1000.0, "physics and joint_states rate [Hz]", positive, read_only=True),
+    "damping": Spec([0.1], "joint viscous damping [N m s/rad]; one value for every joint or one per joint",
+                    finite_values, read_only=True),
+    "friction": Spec([0.1], "joint dry friction [N m]; one value for every joint or one per joint", finite_values,
+                     read_only=True),
+    "initial_positions": Spec([0.0], "initial joint positions [rad] in model order; one value is used for every "
+                              "joint", finite_values, read_only=True),
+    "command_topic": Spec("/effort_controller/commands", "std_msgs/Float64MultiArray effort commands [N m]",
+                          read_only=True),
+    "joint_states_topic": Spec("joint_states", "sensor_msgs/JointState output", read_only=True),
+    "frame_id": Spec("", "frame_id of the joint_states header", read_only=True),
+}

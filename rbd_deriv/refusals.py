@@ -1,0 +1,47 @@
+"""Refused inputs, counted by reason, and which of them are worth a log line (no ROS here).
+
+A node fed at 1 kHz must not log every bad message: :class:`Refusals` counts each refusal under its
+reason (the counts go to ``/diagnostics``) and hands back a log line at most once per period per reason,
+saying how many were refused meanwhile.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import Dict, Optional, Tuple
+
+__all__ = ["Refusals"]
+
+
+class Refusals:
+    """Counts of refused inputs by reason, with a log line per reason at most once per ``log_period``.
+
+    Args:
+        log_period: Shortest time [s] between two log lines of one reason; 0 logs every refusal.
+
+    Attributes:
+        counts: Refusals so far by reason (a ``collections.Counter``).
+    """
+
+    def __init__(self, log_period: float = 5.0) -> None:
+        self.log_period = float(log_period)
+        self.counts: collections.Counter = collections.Counter()
+        self._logged: Dict[str, Tuple[float, int]] = {}
+
+    @property
+    def total(self) -> int:
+        """Refusals of every reason."""
+        return sum(self.counts.values())
+
+    def count(self, reason: str, text: str, now: float) -> Optional[str]:
+        """Count one refusal; return the line to log, or None if ``reason`` was logged less than
+        ``log_period`` before ``now`` [s, any monotonic clock]."""
+        self.counts[reason] += 1
+        last, suppressed = self._logged.get(reason, (-math.inf, 0))
+        if now - last < self.log_period:
+            self._logged[reason] = (last, suppressed + 1)
+            return None
+        self._logged[reason] = (now, 0)
+        extra = f" ({suppressed} more since the last report)" if suppressed else ""
+        return f"refused [{reason}, {self.counts[reason]} so far]: {text}{extra}"

@@ -1,0 +1,59 @@
+"""Tests of rbd_deriv.demo's set-up: one parameter file for the script and demo.launch.py.
+
+The closed loop itself runs in test_mpc_node.py (and ``./run demo``); here: config/demo.yaml holds what the
+demo's constants say (plant damping and friction per unit of effort limit, the start posture), the held
+mode's steps agree, and the script starts each node with its own file and demo.yaml, the files the launch
+file gives it.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+import rbd_deriv as rd
+from rbd_deriv import demo
+
+LAUNCH = Path(__file__).resolve().parents[1] / "launch" / "demo.launch.py"
+
+
+def test_demo_yaml_holds_the_demo_constants():
+    parameters = demo.demo_parameters()
+    limits = np.asarray(rd.load_urdf(str(rd.bundled_urdf("rbd_arm7"))).effort_limit, dtype=float)
+    sim = parameters["sim_node"]
+    np.testing.assert_allclose(sim["damping"], demo.DAMPING_PER_EFFORT * limits, rtol=1e-12)
+    np.testing.assert_allclose(sim["friction"], demo.FRICTION_PER_EFFORT * limits, rtol=1e-12)
+    np.testing.assert_allclose(sim["initial_positions"], demo.DEMO_CENTER, rtol=0, atol=0)
+    assert sim["backend"] == "mujoco"
+    assert parameters["dynamics_node"]["dt"] == parameters["mpc_node"]["dt"], "held mode needs one step"
+    assert parameters["dynamics_node"]["rate"] == parameters["mpc_node"]["rate_hz"]
+    for node in parameters:
+        assert (demo.config_folder() / f"{node}.yaml").is_file()
+
+
+def test_script_starts_each_node_with_its_file_then_demo_yaml(tmp_path, monkeypatch):
+    started = []
+
+    class Recorded:
+        def __init__(self, command, **options):
+            started.append(command)
+
+    monkeypatch.setattr(subprocess, "Popen", Recorded)
+    demo._start("mpc_node", {"urdf_path": "/robot.urdf", "mode": "held"}, tmp_path / "log")
+    command = started[0]
+    config = demo.config_folder()
+    assert command[1:3] == ["-m", "rbd_deriv.nodes.mpc_node"]
+    assert command[3:8] == ["--ros-args", "--params-file", str(config / "mpc_node.yaml"), "--params-file",
+                            str(config / "demo.yaml")]
+    assert command[8:] == ["-p", "urdf_path:=/robot.urdf", "-p", "mode:=held"]
+
+
+def test_launch_file_gives_the_nodes_the_same_files():
+    tree = ast.parse(LAUNCH.read_text(encoding="utf-8"))
+    strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert {"demo.yaml", "sim_node", "dynamics_node", "mpc_node", "--reference-only"} <= strings
+    # Each node gets [its own file, demo.yaml, overrides], in that order, like the script.
+    assert 'parameters=[str(config / f"{name}.yaml"), str(config / "demo.yaml")' in LAUNCH.read_text()

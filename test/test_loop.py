@@ -1,0 +1,310 @@
+"""The MPC's tick policy (rbd_deriv.control.loop), without ROS: freshness, prediction, safe command, counters.
+
+Inputs are fed as a node would feed them, at stamps chosen by the test; the expected commands come from
+the library's other parts (gravity torques, the controller facade on the same inputs, predict_state) and
+from the rules of rbd_deriv.control.safety, never from the loop itself. Every command must be finite and
+inside the torque box.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+import rbd_deriv as rd
+from rbd_deriv.control import (CommandHistory, CommandSource, ControlLoop, LoopSettings, MPCProblem, clamp_torque,
+                               predict_state)
+from rbd_deriv.joint_state_map import JointStateError
+from rbd_deriv.messages import MessageError, linearization_arrays, linearization_fields, linearization_sizes
+from rbd_deriv.testing import assert_close
+from rbd_deriv.testing.robots import bundled_urdf
+
+MS = 1_000_000
+DT = 0.01
+Q = np.array([0.3, 0.6, -0.2, -1.0, 0.4, 0.7, 0.1])
+
+
+@pytest.fixture(scope="module")
+def model():
+    return rd.load_urdf(str(bundled_urdf("rbd_arm7")))
+
+
+def make_loop(model, mode="held", **settings):
+    settings = {"disturbance_time_constant": 0.0, "predict_delay": False, **settings}
+    loop = ControlLoop(model, MPCProblem.from_model(model, horizon=10, dt=DT, mode=mode), LoopSettings(**settings))
+    loop.warm_up()
+    return loop
+
+
+def linearization_message(model, q, v, stamp_ns, scale_A=1.0, dt=DT):
+    """A duck-typed rbd_deriv/Linearization, built the way the dynamics node packs one."""
+    data = model.create_data()
+    u = rd.rnea(model, data, q, v, np.zeros(model.nv)).copy()
+    A, B = rd.linearize(model, data, q, v, u, dt)
+    fields = linearization_fields(dt, np.r_[q, v], u, scale_A * A, B, data.x_next)
+    stamp = types.SimpleNamespace(sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9)
+    return types.SimpleNamespace(header=types.SimpleNamespace(stamp=stamp),
+                                 **linearization_sizes(model.joint_names, model.nq, model.nv), **fields)
+
+
+def feed(loop, model, q, v, stamp_ns, now_ns=None, linearization=True, scale_A=1.0):
+    loop.take_joint_states(list(model.joint_names), q, v, [], stamp_ns)
+    if linearization:
+        message = linearization_message(model, q, v, stamp_ns, scale_A)
+        loop.take_linearization(linearization_arrays(message, model.nq, model.nv, model.joint_names), stamp_ns,
+                                stamp_ns if now_ns is None else now_ns)
+
+
+def check_command(model, result):
+    limit = np.asarray(model.effort_limit)
+    assert np.isfinite(result.command).all()
+    assert (np.abs(result.command) <= limit).all()
+
+
+def gravity(model, q):
+    return clamp_torque(rd.gravity_torques(model, model.create_data(), q), -np.asarray(model.effort_limit),
+                        np.asarray(model.effort_limit))
+
+
+@pytest.mark.parametrize("t0", [1_000 * 10**9, 1_763_900_000 * 10**9])  # a simulated clock, the wall clock
+def test_fresh_inputs_give_the_plan_of_the_controller(model, t0):
+    loop = make_loop(model)
+    assert loop.tick(t0) is None and loop.sources[CommandSource.NO_STATE] == 1
+    goal = Q + 0.05
+    loop.set_goal(goal)
+    v = np.zeros(model.nv)
+    feed(loop, model, Q, v, t0)
+    result = loop.tick(t0 + 2 * MS)
+    assert result.source is CommandSource.PLAN and result.plan is not None
+    check_command(model, result)
+    np.testing.assert_array_equal(result.command, clamp_torque(result.plan.torque, loop.lower, loop.upper))
+    # Without prediction the plan starts at the measured state and its stamp.
+    assert_close(result.plan.states[0], np.r_[Q, v], what="first knot")
+    assert result.plan_start_ns == t0
+    # An independent controller on the same inputs plans the same first torque.
+    twin = make_loop(model)
+    twin.set_goal(goal)
+    feed(twin, model, Q, v, t0)
+    assert_close(twin.tick(t0 + 2 * MS).command, result.command, what="same inputs, same command")
+    # Moving towards a goal 0.05 rad away from rest is not gravity hold.
+    assert np.abs(result.command - gravity(model, Q)).max() > 1.0
+
+
+def test_stale_state_holds_with_gravity_at_the_last_state(model):
+    loop = make_loop(model, state_timeout=0.05)
+    t0 = 5 * 10**9
+    feed(loop, model, Q, np.zeros(model.nv), t0)
+    loop.take_compensation(list(model.joint_names), np.full(model.nv, 1.0), t0)
+    assert loop.tick(t0 + 10 * MS).source is CommandSource.PLAN
+    result = loop.tick(t0 + 60 * MS)
+    assert result.source is CommandSource.STALE_STATE and result.previous_source is CommandSource.PLAN
+    # The compensation torques are as old as the state: gravity is computed at the last state.
+    assert_close(result.command, gravity(model, Q), what="gravity hold")
+    # A stamp from the future beyond the timeout is not trusted either.
+    feed(loop, model, Q, np.zeros(model.nv), t0 + 10**9)
+    assert loop.tick(t0 + 100 * MS).source is CommandSource.STALE_STATE
+
+
+def test_stale_linearization_holds_with_the_fresh_compensation(model):
+    loop = make_loop(model, linearization_timeout=0.02)
+    t0 = 5 * 10**9
+    feed(loop, model, Q, np.zeros(model.nv), t0)
+    assert loop.tick(t0).source is CommandSource.PLAN
+    compensation = np.linspace(-3.0, 3.0, model.nv)
+    names = list(reversed(model.joint_names))
+    loop.take_joint_states(list(model.joint_names), Q, np.zeros(model.nv), [], t0 + 30 * MS)
+    loop.take_compensation(names, compensation[::-1], t0 + 30 * MS)
+    result = loop.tick(t0 + 30 * MS)
+    assert result.source is CommandSource.STALE_LINEARIZATION
+    np.testing.assert_array_equal(result.command, compensation)
+
+
+def test_a_failed_solve_gives_the_safe_command_and_is_counted(model):
+    loop = make_loop(model)
+    t0 = 5 * 10**9
+    feed(loop, model, Q, np.zeros(model.nv), t0, scale_A=1e150)
+    result = loop.tick(t0)
+    assert result.source is CommandSource.SOLVER_FAILURE and result.plan is None
+    assert loop.refusals.counts["solver_failure"] == 1 and "solver status" in result.trouble
+    assert_close(result.command, gravity(model, Q), what="gravity hold")
+    # Good inputs again: planning again.
+    feed(loop, model, Q, np.zeros(model.nv), t0 + 5 * MS)
+    assert loop.tick(t0 + 5 * MS).source is CommandSource.PLAN
+
+
+def test_extreme_inputs_never_give_nan_or_an_over_limit_command(model):
+    loop = make_loop(model, disturbance_time_constant=0.01, predict_delay=True)
+    t0 = 5 * 10**9
+    feed(loop, model, Q, np.zeros(model.nv), t0)
+    check_command(model, loop.tick(t0))
+    # Finite but absurd: the observer's finite difference overflows; the tick survives, counts it and holds.
+    huge = np.full(model.nv, 1e307)
+    loop.take_joint_states(list(model.joint_names), Q, huge, [], t0 + 5 * MS)
+    result = loop.tick(t0 + 5 * MS)
+    check_command(model, result)
+    assert result.source is not CommandSource.PLAN
+    assert loop.refusals.counts["solve_input"] == 1
+    # Compensation torques far beyond the limits are clamped to them.
+    loop.take_compensation(list(model.joint_names), np.full(model.nv, 1e308), t0 + 5 * MS)
+    result = loop.tick(t0 + 6 * MS)
+    check_command(model, result)
+
+
+def test_prediction_carries_the_state_to_when_the_command_acts(model):
+    loop = make_loop(model, predict_delay=True, command_delay=0.004)
+    t0 = 5 * 10**9
+    v = np.linspace(-0.5, 0.5, model.nv)
+    feed(loop, model, Q, v, t0)
+    first = loop.tick(t0)
+    # No command sent yet: nothing to predict with, the plan starts at the measurement.
+    assert first.plan_start_ns == t0
+    assert_close(first.plan.states[0], np.r_[Q, v], what="first knot without history")
+    # The command sent at t0 acts from t0 + 4 ms: a state from t0 + 5 ms can be carried forward with it.
+    feed(loop, model, Q, v, t0 + 5 * MS)
+    second = loop.tick(t0 + 6 * MS)
+    assert second.plan_start_ns == t0 + 10 * MS  # now + command_delay
+    history = CommandHistory()
+    history.record(0.0, first.command)
+    q_expected, v_expected, reached = predict_state(model, model.create_data(), Q, v, 0.005, 0.010, history, 0.004)
+    assert reached == 0.010
+    assert_close(second.plan.states[0], np.r_[q_expected, v_expected], what="predicted first knot")
+
+
+def test_refused_inputs_leave_the_last_good_ones(model):
+    loop = make_loop(model)
+    t0 = 5 * 10**9
+    names = list(model.joint_names)
+    feed(loop, model, Q, np.zeros(model.nv), t0)
+    good = loop.linearization
+    with pytest.raises(JointStateError) as caught:
+        loop.take_joint_states(names, np.full(model.nv, np.nan), np.zeros(model.nv), [], t0 + MS)
+    assert loop.refuse("joint_states", caught.value) and loop.refusals.counts["joint_states/non_finite"] == 1
+    # Efforts that are not all finite are dropped, positions and velocities kept.
+    loop.take_joint_states(names, Q, np.zeros(model.nv), np.full(model.nv, np.nan), t0 + 2 * MS)
+    assert loop.state.stamp_ns == t0 + 2 * MS and not loop.state.has_effort
+
+    message = linearization_message(model, Q, np.zeros(model.nv), t0, dt=0.02)
+    with pytest.raises(MessageError) as caught:
+        loop.take_linearization(linearization_arrays(message, model.nq, model.nv, names), t0, t0)
+    assert caught.value.reason == "values"
+    message.x = message.x[:3]
+    with pytest.raises(MessageError) as caught:
+        linearization_arrays(message, model.nq, model.nv, names)
+    loop.refuse("linearization", caught.value)
+    assert loop.refusals.counts["linearization/size"] == 1
+    assert loop.linearization is good
+
+    for bad_names, effort, reason in ((names[:6], np.ones(6), "joints"), (names, np.full(7, np.inf), "effort"),
+                                      (names, np.ones(3), "effort")):
+        with pytest.raises(MessageError) as caught:
+            loop.take_compensation(bad_names, effort, t0)
+        assert caught.value.reason == reason
+    assert loop.compensation is None
+    with pytest.raises(rd.InputError, match="missing"):
+        loop.take_reference(names[:6], t0, [0.0], np.zeros((1, 6)))
+    with pytest.raises(rd.InputError, match="one row per knot"):
+        loop.take_reference(names, t0, [0.0, 1.0], [[0.0] * 7, [0.0] * 6])
+    with pytest.raises(rd.InputError, match="increasing"):
+        loop.take_reference(names, t0, [1.0, 0.0], np.zeros((2, 7)))
+    with pytest.raises(rd.InputError, match="finite values"):
+        loop.set_goal([0.0])
+    assert loop.refuse("reference", rd.InputError("x")) is not None  # no reason: counted under the kind
+    assert loop.refusals.counts["reference"] == 1
+
+
+def test_reference_is_followed_at_its_stamped_time(model):
+    loop = make_loop(model)
+    t0 = 7 * 10**9
+    feed(loop, model, Q, np.zeros(model.nv), t0)
+    loop.tick(t0)
+    names = list(reversed(model.joint_names))
+    target = Q + 0.1
+    duration = loop.take_reference(names, t0 + 10**9, [0.0, 1.0], np.vstack([Q[::-1], target[::-1]]))
+    assert duration == 1.0
+    positions, _, _ = loop.reference.sample(np.array([1.0, 1.5, 2.0]))  # loop seconds: t0 is 0
+    assert_close(positions[0], Q, what="before its start")
+    assert_close(positions[1], (Q + target) / 2, what="half way")
+    assert_close(positions[2], target, what="at its end")
+
+
+def test_diagnostics_report_rates_sources_and_refusals(model):
+    loop = make_loop(model)
+    t0 = 5 * 10**9
+    for k in range(4):
+        feed(loop, model, Q, np.zeros(model.nv), t0 + k * 5 * MS)
+        loop.tick(t0 + k * 5 * MS)
+    loop.refuse("compensation", MessageError("x", "joints"))
+    healthy, summary, values = loop.diagnostics(elapsed=2.0)
+    assert healthy and summary == "tracking"
+    assert values["rate_hz"] == "2.0" and values["commands_plan"] == "4" and values["mode"] == "held"
+    assert values["refused_compensation/joints"] == "1"
+    for key in ("solve_time_p50_us", "solve_time_p99_us", "solve_time_max_us", "linearization_age_p50_ms",
+                "tick_time_p99_us", "status", "iterations", "cost", "active_torque_bounds"):
+        assert key in values, key
+    assert loop.diagnostics(elapsed=1.0)[2]["rate_hz"] == "0.0"  # a new window
+
+
+def test_relinearize_mode_needs_no_linearization(model):
+    loop = make_loop(model, mode="relinearize")
+    t0 = 5 * 10**9
+    feed(loop, model, Q, np.zeros(model.nv), t0, linearization=False)
+    result = loop.tick(t0)
+    assert result.source is CommandSource.PLAN
+    check_command(model, result)
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(rate_hz=0.0), "rate_hz"),
+    (dict(state_timeout=-1.0), "state_timeout"),
+    (dict(command_delay=0.05), "command_delay"),
+    (dict(disturbance_bound=1.5), "disturbance_bound"),
+    (dict(disturbance_time_constant=float("nan")), "disturbance_time_constant"),
+])
+def test_bad_settings_are_refused(fields, match):
+    with pytest.raises(rd.InputError, match=match):
+        LoopSettings(**fields)
+
+
+def test_closed_loop_with_delay_tracks_a_moving_reference(model):
+    """The loop driving a simulated arm (damping and friction it does not model) at 200 Hz, each state 1 ms
+    old and each command applied one physics step late: it follows a moving reference closely."""
+    from rbd_deriv.control import SinusoidReference
+    from rbd_deriv.sim import make_plant
+
+    limit = np.asarray(model.effort_limit)
+    plant = make_plant("mujoco", str(bundled_urdf("rbd_arm7")), dt=1e-3, damping=0.001 * limit,
+                       friction=0.002 * limit, model=model)
+    center = np.array([0.0, 0.5, 0.0, -1.2, 0.0, 0.8, 0.0])
+    plant.reset(center)
+    loop = make_loop(model, disturbance_time_constant=0.01, predict_delay=True)
+    reference = SinusoidReference(center, 0.3, np.linspace(0.2, 0.5, 7), ramp=0.5)
+    t0, start = 3 * 10**9, 0.2
+    times = np.arange(0.0, 2.5, 0.02)
+    positions, velocities, _ = reference.sample(times)
+    loop.take_reference(list(model.joint_names), t0 + int(start * 1e9), times, positions, velocities)
+    data, command, pending, errors = model.create_data(), None, None, []
+    for k in range(2000):
+        now = t0 + k * MS
+        stamp = now - MS
+        q, v = plant.q, plant.v
+        loop.take_joint_states(list(model.joint_names), q, v, [], stamp)
+        if k % 5 == 0:
+            u = rd.rnea(model, data, q, v, np.zeros(model.nv)).copy()
+            A, B = rd.linearize(model, data, q, v, u, DT)
+            loop.take_linearization({"A": A.copy(), "B": B.copy(), "x": np.r_[q, v], "u": u,
+                                     "x_next": data.x_next.copy(), "dt": DT}, stamp, now)
+            result = loop.tick(now)
+            check_command(model, result)
+            pending = result.command
+        if command is not None:
+            plant.step(command, 1)
+        command = pending
+        t = k * 1e-3 - start
+        if 0.0 <= t <= 1.7:
+            errors.append(plant.q - reference.sample(np.array([t]))[0][0])
+    errors = np.array(errors)
+    assert loop.sources[CommandSource.PLAN] == 400
+    # About 2 mrad RMS here; a loop that does not track (stale plans, a wrong sign) is off by tenths of a rad.
+    assert np.sqrt(np.mean(errors ** 2)) < 0.005 and np.abs(errors).max() < 0.03, np.abs(errors).max(axis=0)

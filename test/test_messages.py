@@ -1,0 +1,135 @@
+"""The message layouts and stamps (rbd_deriv.messages), for rclpy messages and rosbags messages alike.
+
+Round trips go through the real serializers: a Linearization and a Matrix packed from arrays, serialized
+(rclpy's CDR and rosbags' CDR), read back and unpacked must give the same arrays bit for bit, and each
+library must read the message the other one wrote.
+"""
+
+from __future__ import annotations
+
+import array
+import types
+
+import numpy as np
+import pytest
+
+from rbd_deriv.messages import (MATRIX_NAMES, MessageError, fill_message, linearization_arrays, linearization_fields,
+                                linearization_sizes, matrix_array, matrix_fields, ns_to_seconds, ns_to_stamp,
+                                seconds_to_stamp, set_stamp, stamp_to_ns)
+
+NQ, NV = 9, 8  # the sizes of a model with one free flyer and two revolute joints
+NAMES = ["root_joint", "j1", "j2"]
+
+
+def random_linearization(rng, nq=NQ, nv=NV):
+    nx = 2 * nv
+    return {"dt": 0.002, "x": rng.normal(size=nq + nv), "u": rng.normal(size=nv), "A": rng.normal(size=(nx, nx)),
+            "B": rng.normal(size=(nx, nv)) * 1e-300, "x_next": rng.normal(size=nq + nv)}
+
+
+def test_stamps():
+    for ns in (0, 1, 999_999_999, 1_000_000_000, 1_763_900_123_456_789_012, -1, -1_500_000_000):
+        sec, nanosec = ns_to_stamp(ns)
+        assert 0 <= nanosec < 10**9 and sec * 10**9 + nanosec == ns
+        stamp = set_stamp(types.SimpleNamespace(sec=0, nanosec=0), ns)
+        assert (stamp.sec, stamp.nanosec) == (sec, nanosec) and stamp_to_ns(stamp) == ns
+    sec, nanosec = ns_to_stamp(np.array([5, 2_000_000_001], dtype=np.int64))
+    np.testing.assert_array_equal(sec, [0, 2])
+    np.testing.assert_array_equal(nanosec, [5, 1])
+    assert seconds_to_stamp(1.25) == (1, 250_000_000) and seconds_to_stamp(0.0200000001) == (0, 20_000_000)
+    # Differences of large stamps are exact to the nanosecond.
+    assert ns_to_seconds(1_763_900_000_000_000_001, 1_763_900_000_000_000_000) == 1e-9
+
+
+def test_linearization_round_trip_through_a_duck_typed_message():
+    rng = np.random.default_rng(0)
+    arrays = random_linearization(rng)
+    message = types.SimpleNamespace(**linearization_sizes(NAMES, NQ, NV), **linearization_fields(**arrays))
+    assert (message.nx, message.nu, message.nq, message.nv) == (2 * NV, NV, NQ, NV)
+    assert message.a.shape == (4 * NV * NV,) and message.b.shape == (2 * NV * NV,)
+    back = linearization_arrays(message, NQ, NV, NAMES)
+    for key, value in arrays.items():
+        np.testing.assert_array_equal(back[key], value)
+    # Row-major: entry (i, j) is a[i * nx + j].
+    assert message.a[3 * 2 * NV + 5] == arrays["A"][3, 5]
+
+
+def test_fields_of_many_messages_at_once():
+    rng = np.random.default_rng(1)
+    one = random_linearization(rng)
+    many = {key: np.stack([value] * 3) if key != "dt" else value for key, value in one.items()}
+    fields = linearization_fields(**many)
+    assert fields["a"].shape == (3, 4 * NV * NV) and fields["x"].shape == (3, NQ + NV)
+    np.testing.assert_array_equal(fields["b"][2], linearization_fields(**one)["b"])
+    matrices = matrix_fields(np.stack([one["A"]] * 2))
+    assert matrices["data"].shape == (2, 4 * NV * NV) and (matrices["rows"], matrices["cols"]) == (2 * NV, 2 * NV)
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(joint_names=["root_joint", "j2", "j1"]), "joints"),
+    (dict(nx=3), "size"),
+    (dict(nq=NV), "size"),
+    (dict(x=np.zeros(NQ + NV - 1)), "size"),
+    (dict(b=np.zeros(5)), "size"),
+])
+def test_a_linearization_that_does_not_fit_is_refused(change, reason):
+    rng = np.random.default_rng(2)
+    fields = {**linearization_sizes(NAMES, NQ, NV), **linearization_fields(**random_linearization(rng)), **change}
+    with pytest.raises(MessageError) as caught:
+        linearization_arrays(types.SimpleNamespace(**fields), NQ, NV, NAMES)
+    assert caught.value.reason == reason
+
+
+def test_matrix_round_trip_and_refusal():
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=(4, 3))
+    message = types.SimpleNamespace(**matrix_fields(values, MATRIX_NAMES["mass_matrix"], ["a", "b", "c", "d"]))
+    assert message.name == "M" and message.names == ["a", "b", "c", "d"]
+    np.testing.assert_array_equal(matrix_array(message), values)
+    with pytest.raises(MessageError, match="expected 3 x 3"):
+        matrix_array(message, shape=(3, 3))
+    message.data = message.data[:-1]
+    with pytest.raises(MessageError) as caught:
+        matrix_array(message)
+    assert caught.value.reason == "size"
+    # Only the numbers: a kept message's name and names are left as they are.
+    assert set(matrix_fields(values)) == {"rows", "cols", "data"}
+
+
+def test_rclpy_and_rosbags_messages_carry_the_same_bytes():
+    msg = pytest.importorskip("rbd_deriv.msg", reason="interfaces not built")
+    serialization = pytest.importorskip("rclpy.serialization")
+    bagio = pytest.importorskip("rbd_deriv.replay.bagio")
+    store = bagio.package_typestore()
+    rng = np.random.default_rng(4)
+    arrays = random_linearization(rng)
+    stamp_ns = 1_763_900_000_123_456_789
+
+    ros = msg.Linearization(**linearization_sizes(NAMES, NQ, NV))
+    fill_message(ros, linearization_fields(**arrays))
+    assert isinstance(ros.a, array.array)  # the generated setters' fast path
+    set_stamp(ros.header.stamp, stamp_ns)
+    ros.header.frame_id = "base"
+    raw = bytes(serialization.serialize_message(ros))
+
+    sec, nanosec = ns_to_stamp(stamp_ns)
+    header = store.types["std_msgs/msg/Header"](stamp=store.types["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec),
+                                                frame_id="base")
+    bag = store.types["rbd_deriv/msg/Linearization"](header=header, **linearization_sizes(NAMES, NQ, NV),
+                                                     **linearization_fields(**arrays))
+    # Padding bytes may differ (Fast DDS leaves them unset): each side reads the other's bytes instead.
+    bag_raw = bytes(store.serialize_cdr(bag, "rbd_deriv/msg/Linearization", little_endian=True))
+    assert len(bag_raw) == len(raw)
+    assert serialization.deserialize_message(bag_raw, msg.Linearization) == ros
+
+    for received in (serialization.deserialize_message(raw, msg.Linearization),
+                     store.deserialize_cdr(raw, "rbd_deriv/msg/Linearization")):
+        assert stamp_to_ns(received.header.stamp) == stamp_ns
+        back = linearization_arrays(received, NQ, NV, NAMES)
+        for key, value in arrays.items():
+            np.testing.assert_array_equal(back[key], value)
+
+    matrix = fill_message(msg.Matrix(), matrix_fields(arrays["A"], MATRIX_NAMES["mass_matrix_inverse"], ["v"] * 2 * NV))
+    received = serialization.deserialize_message(serialization.serialize_message(matrix), msg.Matrix)
+    np.testing.assert_array_equal(matrix_array(received, shape=(2 * NV, 2 * NV)), arrays["A"])
+    assert received.name == "M_inverse"
