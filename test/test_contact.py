@@ -16,7 +16,6 @@ import rbd_deriv as rd
 from rbd_deriv.testing import FINITE_DIFFERENCE_RTOL, assert_close, finite_diff
 from rbd_deriv.testing.pinocchio_contact import PinocchioContacts
 
-from conftest import load_example
 
 SOLO_FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
 ANYMAL_FEET = ("LF_FOOT", "RF_FOOT", "LH_FOOT", "RH_FOOT")
@@ -34,9 +33,9 @@ CASES = {
 }
 
 
-def _case(label, salt="", baumgarte=None):
+def _case(load_robot, label):
     name, specs = CASES[label]
-    robot = load_example(name, True)
+    robot = load_robot(name, True)
     contacts = [rd.Contact(robot.model, frame, kind=kind) for frame, kind in specs]
     return robot, contacts
 
@@ -54,8 +53,8 @@ def _moderate_state(robot, salt):
 
 
 @pytest.fixture(params=list(CASES))
-def case(request):
-    return _case(request.param)
+def case(request, load_robot):
+    return _case(load_robot, request.param)
 
 
 def test_contact_dynamics_match_pinocchio(case):
@@ -111,8 +110,8 @@ def test_contact_identities(case):
 
 
 @pytest.mark.parametrize("label", ["solo12-3", "talos-2soles-hand"])
-def test_contact_derivatives_match_finite_differences(label):
-    robot, contacts = _case(label)
+def test_contact_derivatives_match_finite_differences(label, load_robot):
+    robot, contacts = _case(load_robot, label)
     model, data = robot.model, robot.data
     q, v, tau = _moderate_state(robot, "contact fd")
     ours = [x.copy() for x in rd.contact_dynamics_derivatives(model, data, contacts, q, v, tau)]
@@ -133,8 +132,8 @@ def test_contact_derivatives_match_finite_differences(label):
 
 
 @pytest.mark.parametrize("label", ["solo12-4", "talos-2soles"])
-def test_baumgarte_matches_pinocchio(label):
-    robot, plain = _case(label)
+def test_baumgarte_matches_pinocchio(label, load_robot):
+    robot, plain = _case(load_robot, label)
     model = robot.model
     contacts = []
     for k, c in enumerate(plain):
@@ -164,8 +163,8 @@ def test_baumgarte_matches_pinocchio(label):
 
 @pytest.mark.parametrize("label", ["solo12-4", "solo12-2", "talos-2soles", "talos-2soles-hand", "anymal-4"])
 @pytest.mark.parametrize("restitution", [0.0, 0.4])
-def test_impulses_match_pinocchio(label, restitution):
-    robot, contacts = _case(label)
+def test_impulses_match_pinocchio(label, restitution, load_robot):
+    robot, contacts = _case(load_robot, label)
     model, data = robot.model, robot.data
     reference = PinocchioContacts(robot.bridge, contacts)
     q, v, _ = _states(robot, "impulse", 1)[0]
@@ -181,8 +180,8 @@ def test_impulses_match_pinocchio(label, restitution):
         assert_close(mine, theirs, what=name)
 
 
-def test_impulse_derivatives_match_finite_differences():
-    robot, contacts = _case("talos-2soles-hand")
+def test_impulse_derivatives_match_finite_differences(load_robot):
+    robot, contacts = _case(load_robot, "talos-2soles-hand")
     model, data = robot.model, robot.data
     q, v, _ = _states(robot, "impulse fd", 1)[0]
     ours = [x.copy() for x in rd.impulse_dynamics_derivatives(model, data, contacts, q, v, 0.3)]
@@ -200,8 +199,8 @@ def test_impulse_derivatives_match_finite_differences():
 
 
 @pytest.mark.parametrize("label", ["solo12-3", "talos-2soles"])
-def test_contact_linearization_matches_finite_differences(label):
-    robot, contacts = _case(label)
+def test_contact_linearization_matches_finite_differences(label, load_robot):
+    robot, contacts = _case(load_robot, label)
     model, data = robot.model, robot.data
     q, v, tau = _moderate_state(robot, "contact linearize")
     dt = 0.01
@@ -216,8 +215,8 @@ def test_contact_linearization_matches_finite_differences(label):
     assert_close(B, fd_B, rtol=FINITE_DIFFERENCE_RTOL, what="B")
 
 
-def test_contact_linearization_batch_is_the_single_call():
-    robot, contacts = _case("solo12-4")
+def test_contact_linearization_batch_is_the_single_call(load_robot):
+    robot, contacts = _case(load_robot, "solo12-4")
     model, data = robot.model, robot.data
     rng = robot.rng("contact batch")
     count = 7
@@ -240,8 +239,8 @@ def test_contact_linearization_batch_is_the_single_call():
 # --- bad input ---------------------------------------------------------------------------------------------------
 
 
-def test_contact_refuses_bad_descriptions():
-    robot = load_example("solo12", True)
+def test_contact_refuses_bad_descriptions(load_robot):
+    robot = load_robot("solo12", True)
     model = robot.model
     with pytest.raises(rd.InputError, match="no frame named"):
         rd.Contact(model, "NO_SUCH_FOOT")
@@ -256,7 +255,7 @@ def test_contact_refuses_bad_descriptions():
         rd.Contact(model, "FL_FOOT", baumgarte=(10.0, 1.0), reference=[0.0, np.inf, 0.0])
     with pytest.raises(rd.InputError, match="position gain"):
         rd.Contact(model, "FL_FOOT", kind="frame", baumgarte=(10.0, 1.0), reference=np.zeros(3))
-    arm = load_example("ur5", False)
+    arm = load_robot("ur5", False)
     with pytest.raises(rd.InputError, match="fixed to the universe"):
         rd.Contact(arm.model, arm.model.frame_names[0])
 
@@ -265,12 +264,12 @@ def _snapshot(data):
     return data.ws.copy()
 
 
-def test_contact_functions_refuse_bad_input_before_writing():
-    robot, contacts = _case("solo12-4")
+def test_contact_functions_refuse_bad_input_before_writing(load_robot):
+    robot, contacts = _case(load_robot, "solo12-4")
     model, data = robot.model, robot.data
     q, v, tau = _states(robot, "bad input", 1)[0]
     rd.contact_dynamics(model, data, contacts, q, v, tau)
-    other = load_example("anymal", True)
+    other = load_robot("anymal", True)
     foreign = [rd.Contact(other.model, "LF_FOOT")]
     bad = {
         "q": (np.full(model.nq, np.nan), v, tau),
@@ -312,10 +311,10 @@ def test_contact_functions_refuse_bad_input_before_writing():
     assert np.array_equal(rd.contact_dynamics(model, data, contacts, list(q), list(v), list(tau))[0], ddq)
 
 
-def test_redundant_contacts_at_a_configuration_name_the_contact():
+def test_redundant_contacts_at_a_configuration_name_the_contact(load_robot):
     # A fixed-base six-joint arm whose tip is held by a frame contact has no motion left: a further point
     # contact on another body adds rows that depend on the first six (found by the Delassus factorization).
-    arm = load_example("ur5", False)
+    arm = load_robot("ur5", False)
     model, data = arm.model, arm.data
     contacts = [rd.Contact(model, model.joint_names[-1], kind="frame"), rd.Contact(model, model.joint_names[2])]
     q, v, tau = arm.states("rank", 1)[0]

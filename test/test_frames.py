@@ -18,7 +18,6 @@ import pytest
 import rbd_deriv as rd
 from rbd_deriv.testing import FINITE_DIFFERENCE_RTOL, assert_close, finite_diff
 
-from conftest import load_example
 
 FRAMES = [("talos", True, "leg_left_sole_fix_joint"), ("talos", True, "gripper_left_joint"),
           ("solo12", True, "FL_FOOT"), ("panda", False, "panda_hand"), ("ur5", False, "wrist_3_link")]
@@ -26,9 +25,9 @@ REFERENCES = {"local_world_aligned": pin.LOCAL_WORLD_ALIGNED, "local": pin.LOCAL
 
 
 @pytest.fixture(params=FRAMES, ids=[f"{name}-{frame}" for name, _, frame in FRAMES])
-def frame_case(request):
+def frame_case(request, load_robot):
     name, floating, frame = request.param
-    return load_example(name, floating), frame
+    return load_robot(name, floating), frame
 
 
 def _pinocchio_state(robot, frame, q, v, a):
@@ -69,8 +68,8 @@ def test_frame_quantities_match_pinocchio(frame_case, reference):
 
 
 @pytest.mark.parametrize("reference", list(REFERENCES))
-def test_frame_derivatives_match_finite_differences(reference):
-    robot = load_example("talos", True)
+def test_frame_derivatives_match_finite_differences(reference, load_robot):
+    robot = load_robot("talos", True)
     model, data, frame = robot.model, robot.data, "gripper_left_joint"
     q, v, a = robot.states("frame fd", 1)[0]
     dv_dq, da_dq, da_dv, da_da = rd.frame_acceleration_derivatives(model, data, q, v, a, frame, reference)
@@ -89,8 +88,8 @@ def test_frame_derivatives_match_finite_differences(reference):
 
 
 @pytest.mark.parametrize("name,floating", [("talos", True), ("solo12", True), ("panda", False)])
-def test_center_of_mass_matches_pinocchio(name, floating):
-    robot = load_example(name, floating)
+def test_center_of_mass_matches_pinocchio(name, floating, load_robot):
+    robot = load_robot(name, floating)
     model, data = robot.model, robot.data
     pm, pd = robot.bridge.model, robot.bridge.data
     for q, v, _ in robot.states("com"):
@@ -102,8 +101,8 @@ def test_center_of_mass_matches_pinocchio(name, floating):
         assert_close(rd.com_jacobian(model, data, q), pin.jacobianCenterOfMass(pm, pd, qp), what="com Jacobian")
 
 
-def test_frames_refuse_bad_input():
-    robot = load_example("solo12", True)
+def test_frames_refuse_bad_input(load_robot):
+    robot = load_robot("solo12", True)
     model, data = robot.model, robot.data
     q, v, a = robot.states("frames bad", 1)[0]
     with pytest.raises(rd.InputError, match="no frame named"):
