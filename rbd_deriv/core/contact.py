@@ -231,10 +231,11 @@ def ltdl_factor(mi, H):
 
 
 @njit(**JIT_OPTIONS)
-def ltdl_solve(mi, H, X):
-    """X (nv, c) <- M^-1 X with M = L^T D L factored in H: L^-T, D^-1, L^-1, each a sweep of row updates."""
-    nj, nv, c = mi[0, MI_NJ], X.shape[0], X.shape[1]
-    for ji in range(nj - 1, 0, -1):
+def ltdl_forward(mi, H, X):
+    """X (nv, c) <- L^-T X, the first sweep of a solve with M = L^T D L factored in H (row updates from the
+    leaves up: row i, final, updates the rows of its ancestors)."""
+    c = X.shape[1]
+    for ji in range(mi[0, MI_NJ] - 1, 0, -1):
         ivi = mi[ji, MI_IDX_V]
         for i in range(ivi + mi[ji, MI_NV] - 1, ivi - 1, -1):
             jj, top = ji, i
@@ -246,6 +247,12 @@ def ltdl_solve(mi, H, X):
                         X[j, col] -= l * X[i, col]
                 jj = mi[jj, MI_PARENT]
                 top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
+
+
+@njit(**JIT_OPTIONS)
+def ltdl_backward(mi, H, X):
+    """X (nv, c) <- L^-1 D^-1 X, the rest of the solve after :func:`ltdl_forward` (from the root down)."""
+    nj, nv, c = mi[0, MI_NJ], X.shape[0], X.shape[1]
     for i in range(nv):
         d = 1.0 / H[i, i]
         for col in range(c):
@@ -262,6 +269,13 @@ def ltdl_solve(mi, H, X):
                         X[i, col] -= l * X[j, col]
                 jj = mi[jj, MI_PARENT]
                 top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
+
+
+@njit(**JIT_OPTIONS)
+def ltdl_solve(mi, H, X):
+    """X (nv, c) <- M^-1 X with M = L^T D L factored in H: L^-T, D^-1, L^-1, each a sweep of row updates."""
+    ltdl_forward(mi, H, X)
+    ltdl_backward(mi, H, X)
 
 
 @njit(**JIT_OPTIONS)
@@ -338,8 +352,9 @@ def bias_forces(mi, ws, out):
 
 @njit(**JIT_OPTIONS)
 def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion):
-    """After a forward pass: M, its LTDL, the contact Jacobian J, Y = M^-1 J^T, the Cholesky of
-    G = J Y, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
+    """After a forward pass: M, its LTDL, the contact Jacobian J, Z = L^-T J^T (in the place of Y = M^-1 J^T =
+    L^-1 D^-1 Z, which the derivatives complete with :func:`complete_y`), the Cholesky of G = J M^-1 J^T =
+    Z^T D^-1 Z, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
     Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
     o_L, o_J, o_Y, o_G, o_rhs, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
@@ -369,12 +384,12 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion):
     for k in range(nv):
         for r in range(m):
             Y[k, r] = J[r, k]
-    ltdl_solve(mi, L, Y)
+    ltdl_forward(mi, L, Y)
     for r in range(m):
         for s in range(r + 1):
             acc = 0.0
             for k in range(nv):
-                acc += J[r, k] * Y[k, s]
+                acc += Y[k, r] * Y[k, s] / L[k, k]
             G[r, s] = acc
             G[s, r] = acc
     failed = cholesky(G, m)
@@ -399,13 +414,14 @@ def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     rhs = cws[o_rhs:o_rhs + m]
+    # With w = L^-T (tau - b): J ddq_free = Z^T D^-1 w, and ddq = M^-1 (tau - b + J^T f) = L^-1 D^-1 (w + Z f).
     for k in range(nv):
         ddq[k] = tau[k] - bias[k]
-    ltdl_solve(mi, L, ddq.reshape((nv, 1)))  # ddq_free
+    ltdl_forward(mi, L, ddq.reshape((nv, 1)))
     for r in range(m):
         acc = rhs[r]
         for k in range(nv):
-            acc += J[r, k] * ddq[k]
+            acc += Y[k, r] * ddq[k] / L[k, k]
         forces[r] = -acc
     cholesky_solve(G, m, forces[:m].reshape((m, 1)))
     for k in range(nv):
@@ -413,7 +429,16 @@ def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
         for r in range(m):
             acc += Y[k, r] * forces[r]
         ddq[k] += acc
+    ltdl_backward(mi, L, ddq.reshape((nv, 1)))
     return 0
+
+
+@njit(**JIT_OPTIONS)
+def complete_y(mi, cws, m):
+    """Y = M^-1 J^T from the Z = L^-T J^T that the forward step left in its place (the derivatives need Y)."""
+    nv = mi[0, MI_NVTOT]
+    o_L, _, o_Y, _, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    ltdl_backward(mi, cws[o_L:o_L + nv * nv].reshape((nv, nv)), cws[o_Y:o_Y + nv * m].reshape((nv, m)))
 
 
 @njit(**JIT_OPTIONS)
@@ -511,6 +536,7 @@ def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, ddd
     Dv = cws[o_Dv:o_Dv + m * nv].reshape((m, nv))
     Rq = region2(mi, ws, R_DTAU_DQ, nv, nv)
     Rv = region2(mi, ws, R_DTAU_DV, nv, nv)
+    complete_y(mi, cws, m)
     forward_pass(mi, mf, ws, q, v, as_readonly(ddq), fext, FK_DERIVATIVES)
     _add_contact_forces(mi, ws, ci, cf, forces)
     rnea_derivatives_into(mi, ws, region1(mi, ws, R_TAU, nv), Rq, Rv, region2(mi, ws, R_M, nv, nv))
@@ -668,11 +694,15 @@ def impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses):
             acc += J[r, k] * v[k]
         impulses[r] = -(1.0 + e) * acc
     cholesky_solve(G, m, impulses[:m].reshape((m, 1)))
+    # v+ = v + M^-1 J^T P = v + L^-1 D^-1 (Z P)
     for k in range(nv):
-        acc = v[k]
+        acc = 0.0
         for r in range(m):
             acc += Y[k, r] * impulses[r]
         v_plus[k] = acc
+    ltdl_backward(mi, cws[o_L:o_L + nv * nv].reshape((nv, nv)), v_plus.reshape((nv, 1)))
+    for k in range(nv):
+        v_plus[k] += v[k]
     return 0
 
 
@@ -710,6 +740,7 @@ def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, d
     Gq = cws[o_Dq:o_Dq + m * nv].reshape((m, nv))
     w = cws[o_w:o_w + nv]
     Rq = region2(mi, ws, R_DTAU_DQ, nv, nv)
+    complete_y(mi, cws, m)
     for k in range(nv):
         w[k] = v_plus[k] - v[k]
     forward_pass(mi, mf, ws, q, zero_velocity(mi, ws), as_readonly(w), zero_forces(mi, ws), FK_DERIVATIVES)
