@@ -27,8 +27,8 @@ class URDFError(RbdDerivError):
 class ModelError(RbdDerivError):
     """The description parses but does not define a model the algorithms can use.
 
-    Examples: an unsupported joint type, a moving body whose subtree has no mass (singular mass matrix),
-    a zero joint axis, a negative mass.
+    Examples: an unsupported joint type, a zero joint axis, a negative mass, a negative armature; at call
+    time, a mass matrix singular along a joint whose subtree has no inertia along its motion (ABA, M^-1).
 
     Attributes:
         joint: Name of the offending joint or link, or None.

@@ -69,6 +69,15 @@ class RobotCase:
         nv = self.model.nv
         return [(self.random_q(rng), rng.uniform(-2, 2, nv), rng.uniform(-2, 2, nv)) for _ in range(count)]
 
+    def assert_singular_named(self, function, *arguments) -> None:
+        """``function(model, data, *arguments)`` raises ModelError naming a joint that moves only massless bodies
+        (Pinocchio's model says which)."""
+        singular = self.bridge.joints_moving_no_inertia()
+        assert singular, "the robot has no joint moving only massless bodies: the test checks nothing"
+        with pytest.raises(rd.ModelError, match="singular") as error:
+            function(self.model, self.data, *arguments)
+        assert error.value.joint in singular and error.value.joint in str(error.value)
+
     def random_fext(self, rng: np.random.Generator) -> np.ndarray:
         """External forces (njoints, 6) [N, N m], universe row zero."""
         fext = rng.uniform(-5, 5, (self.model.njoints, 6))
@@ -170,6 +179,45 @@ light_robot = _robot_fixture(
     SMALL_ROBOT_PARAMS + RANDOM_PARAMS,
     "The smaller example robots and every random tree, for the slow oracles (finite differences, complex step).",
 )
+
+
+_ARMATURE_CACHE: Dict[Tuple[str, bool], RobotCase] = {}
+
+
+def armature_case(name: str, floating_base: bool, source: Any = None) -> RobotCase:
+    """Example robot ``name`` (or the URDF ``source``) with a random armature on every dof, set in both
+    libraries: models of its own, loaded once per session (the shared models keep no armature)."""
+    key = (name, floating_base)
+    if key not in _ARMATURE_CACHE:
+        from rbd_deriv.testing.pinocchio_bridge import PinocchioBridge
+
+        source = example_source(name) if source is None else source
+        model = rd.load_urdf(source, floating_base=floating_base)
+        bridge = PinocchioBridge.for_model(model, source)
+        case = RobotCase(f"{name}+armature", source, floating_base, model, model.create_data(), bridge)
+        armature = case.rng("armature").uniform(0.01, 0.5, model.nv)
+        model.armature = armature
+        bridge.model.armature = armature.copy()
+        _ARMATURE_CACHE[key] = case
+    return _ARMATURE_CACHE[key]
+
+
+@pytest.fixture(params=[pytest.param(("ur5", False), id="ur5-fixed"), pytest.param(("talos", True), id="talos-floating")])
+def armature_robot(request) -> RobotCase:
+    """ur5 and talos (free flyer, whose 6 dofs get an armature too) with a random armature on every dof."""
+    return armature_case(*request.param)
+
+
+@pytest.fixture
+def massless_robot() -> RobotCase:
+    """Romeo as example-robot-data ships it (floating base): its hands' links have no mass."""
+    return _load("romeo-massless", EXAMPLE_ROBOTS["romeo"], True)
+
+
+@pytest.fixture
+def massless_armature_robot() -> RobotCase:
+    """massless_robot with a random armature on every dof, which makes M regular."""
+    return armature_case("romeo-massless", True, source=EXAMPLE_ROBOTS["romeo"])
 
 
 @pytest.fixture(params=[pytest.param(False, id="fixed"), pytest.param(True, id="floating")])

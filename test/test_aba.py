@@ -40,3 +40,21 @@ def test_aba_matches_reference_on_random_trees(random_robot):
     for q, v, tau in random_robot.states("aba reference", 1):
         fext = random_robot.random_fext(rng)
         assert_close(rd.aba(model, data, q, v, tau, fext), reference.forward_dynamics(model, q, v, tau, fext))
+
+
+def test_aba_with_armature_matches_pinocchio_and_inverts_rnea(armature_robot):
+    _check(armature_robot)
+    _check_inverse(armature_robot)
+
+
+def test_aba_names_a_joint_where_massless_bodies_make_m_singular(massless_robot):
+    model, data = massless_robot.model, massless_robot.data
+    q, v, tau = massless_robot.states("singular", 1)[0]
+    data.ws[:] = 0.0
+    rd.Data.initialize(model, data.ws)
+    massless_robot.assert_singular_named(rd.aba, q, v, tau)
+    assert not data.ddq.any(), "nothing written"
+
+
+def test_aba_with_armature_on_massless_bodies_matches_pinocchio(massless_armature_robot):
+    _check(massless_armature_robot)

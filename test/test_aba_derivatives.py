@@ -82,3 +82,16 @@ def _check_identities(case):
 
 def test_aba_derivative_identities(any_robot):
     _check_identities(any_robot)
+
+
+def test_aba_derivatives_with_armature_match_pinocchio(armature_robot):
+    _check_pinocchio(armature_robot)
+    _check_identities(armature_robot)
+
+
+def test_aba_derivatives_with_armature_on_massless_bodies_match_pinocchio(massless_armature_robot):
+    _check_pinocchio(massless_armature_robot)
+
+
+def test_aba_derivatives_name_a_joint_where_massless_bodies_make_m_singular(massless_robot):
+    massless_robot.assert_singular_named(rd.aba_derivatives, *massless_robot.states("singular", 1)[0])

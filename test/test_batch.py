@@ -55,6 +55,10 @@ def test_batch_equals_loop(any_robot):
     _check(any_robot)
 
 
+def test_batch_with_armature_equals_loop(armature_robot):
+    _check(armature_robot)
+
+
 def test_batch_outputs_are_fresh_arrays(small_robot):
     model = small_robot.model
     Q, V, U = _batch(small_robot)

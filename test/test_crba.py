@@ -43,3 +43,26 @@ def test_mass_matrix_is_invariant_to_the_base_placement(floating_robot):
     q1[:7] = floating_robot.random_q(rng)[:7]
     M0 = rd.crba(model, data, q0).copy()
     assert_close(rd.crba(model, data, q1), M0, what="M invariant to base placement")
+
+
+def test_crba_with_armature_matches_pinocchio(armature_robot):
+    _check(armature_robot)
+    model, data = armature_robot.model, armature_robot.data
+    bare = rd.load_urdf(armature_robot.source, floating_base=armature_robot.floating_base)
+    for q, _, _ in armature_robot.states("armature diagonal", 1):
+        # The armature adds to the diagonal only.
+        assert_close(rd.crba(model, data, q) - rd.crba(bare, bare.create_data(), q), np.diag(model.armature),
+                     what="M(armature) - M")
+
+
+def test_crba_of_a_robot_with_massless_bodies_matches_pinocchio(massless_robot):
+    """M matches and is singular: zero on the diagonal of the joints that move only massless bodies."""
+    model, data, bridge = massless_robot.model, massless_robot.data, massless_robot.bridge
+    singular = bridge.joints_moving_no_inertia()
+    assert singular, "the robot has no joint moving only massless bodies: the test checks nothing"
+    for q, _, _ in massless_robot.states("crba"):
+        M = rd.crba(model, data, q)
+        assert_close(M, bridge.crba(q), what="M")
+        for name in singular:
+            iv = model.idx_v[name]
+            assert M[iv, iv] == 0.0, name

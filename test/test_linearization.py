@@ -89,3 +89,14 @@ def test_structure_of_b(random_robot):
         dddq_dq, dddq_dv, _ = [x.copy() for x in rd.aba_derivatives(model, data, q, v, tau)]
         assert_close(A[nv:, :nv], DT * dddq_dq, what="dv+/dq")
         assert_close(A[nv:, nv:], np.eye(nv) + DT * dddq_dv, what="dv+/dv")
+
+
+def test_linearization_with_armature_matches_pinocchio(armature_robot):
+    _check_pinocchio(armature_robot)
+
+
+def test_linearization_names_a_joint_where_massless_bodies_make_m_singular(massless_robot):
+    q, v, tau = massless_robot.states("singular", 1)[0]
+    massless_robot.assert_singular_named(rd.linearize, q, v, tau, DT)
+    with pytest.raises(rd.ModelError, match="singular"):
+        rd.linearize_batch(massless_robot.model, np.array([q, q]), np.array([v, v]), np.array([tau, tau]), DT)

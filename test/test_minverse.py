@@ -31,3 +31,15 @@ def test_minverse_columns_are_aba_without_bias(random_robot):
         Minv = rd.minverse(model, data, q).copy()
         drift = rd.aba(model, data, q, v, np.zeros(model.nv)).copy()
         assert_close(Minv @ tau, rd.aba(model, data, q, v, tau) - drift, what="Minv tau")
+
+
+def test_minverse_with_armature_matches_pinocchio(armature_robot):
+    _check(armature_robot)
+
+
+def test_minverse_with_armature_on_massless_bodies_matches_pinocchio(massless_armature_robot):
+    _check(massless_armature_robot)
+
+
+def test_minverse_names_a_joint_where_massless_bodies_make_m_singular(massless_robot):
+    massless_robot.assert_singular_named(rd.minverse, massless_robot.states("singular", 1)[0][0])

@@ -253,16 +253,70 @@ def test_unsupported_joint_type_is_refused(kind):
     _refused(ModelError, xml, "slider_plane", element="slider_plane")
 
 
-def test_massless_moving_leaf_is_refused():
+def test_massless_moving_leaf_loads_and_m_is_singular_at_its_joint_until_it_has_an_armature():
     xml = urdf(link("base"), link("arm"), link("ghost", None), joint("shoulder", "base", "arm"),
                 joint("wrist", "arm", "ghost"))
-    _refused(ModelError, xml, "wrist", element="wrist")
+    model = rd.load_urdf(xml)
+    data = model.create_data()
+    q, v = np.array([0.3, -0.2]), np.array([0.5, 1.0])
+    tau = rd.rnea(model, data, q, v, np.array([1.0, 2.0])).copy()
+    assert tau[1] == 0.0, "nothing to accelerate behind the wrist"
+    M = rd.crba(model, data, q).copy()
+    assert M[1, 1] == 0.0 and M[0, 0] > 0.0
+    with pytest.raises(ModelError, match="singular") as error:
+        rd.aba(model, data, q, v, tau)
+    assert error.value.joint == "wrist" and "armature" in str(error.value)
+    model.armature = [0.0, 0.25]
+    ddq = rd.aba(model, data, q, v, tau + np.array([0.0, 0.5]))
+    assert_close(ddq[1], 0.5 / 0.25, what="the wrist's armature alone resists its torque")
+    assert_close(rd.crba(model, data, q), M + np.diag([0.0, 0.25]), what="M + diag(armature)")
 
 
 @pytest.mark.parametrize("name", sorted(MASSLESS_MOVING_ROBOTS))
-def test_example_robot_with_massless_moving_links_is_refused(name):
-    error = _refused(ModelError, EXAMPLE_ROBOTS[name], "mass")
-    assert error.joint is not None and error.joint in str(error)
+def test_example_robot_with_massless_moving_links_loads_as_pinocchio_loads_it(name):
+    model = rd.load_urdf(EXAMPLE_ROBOTS[name], floating_base=True)
+    PinocchioBridge.for_model(model, EXAMPLE_ROBOTS[name])  # same joints, same layout
+    massless = [k for k in range(1, model.njoints) if model.inertias[k, 0] == 0.0]
+    assert massless, "the robot has massless moving links: the test would check nothing"
+
+
+# ------------------------------------------------------------------ armature
+def test_armature_is_zero_after_loading_and_read_only():
+    model = rd.load_urdf(TWO_LINK)
+    np.testing.assert_array_equal(model.armature, np.zeros(model.nv))
+    with pytest.raises(ValueError):
+        model.armature[0] = 1.0
+
+
+@pytest.mark.parametrize("floating_base", [False, True])
+def test_armature_set_is_read_back_in_dof_order(floating_base):
+    model = rd.load_urdf(TWO_LINK, floating_base=floating_base)
+    armature = np.arange(model.nv, dtype=float) * 0.5
+    model.armature = list(armature)
+    np.testing.assert_array_equal(model.armature, armature)
+    assert not model.armature.flags.writeable
+    assert not model.mf.flags.writeable, "the setter leaves the model's arrays read-only"
+
+
+@pytest.mark.parametrize("value, match", [
+    (np.ones(3), "2 numbers"),
+    ([0.1, np.nan], "elbow"),
+    ([0.1, np.inf], "elbow"),
+    ([-0.1, 0.2], "shoulder"),
+    ("ab", "numbers"),
+])
+def test_bad_armature_is_refused_and_changes_nothing(value, match):
+    model = rd.load_urdf(TWO_LINK)
+    model.armature = [0.1, 0.2]
+    data = model.create_data()
+    q = np.array([0.3, -0.2])
+    M = rd.crba(model, data, q).copy()
+    with pytest.raises(ModelError, match=match) as error:
+        model.armature = value
+    if match in ("shoulder", "elbow"):
+        assert error.value.joint == match
+    np.testing.assert_array_equal(model.armature, [0.1, 0.2])
+    np.testing.assert_array_equal(rd.crba(model, data, q), M)
 
 
 def test_zero_axis_is_refused():

@@ -63,3 +63,12 @@ def test_result_is_a_read_only_view_overwritten_by_the_next_call(small_robot):
     second = rd.rnea(model, data, q1, v1, a1)
     assert np.shares_memory(first, second)
     assert not np.array_equal(first, kept)
+
+
+def test_rnea_with_armature_matches_pinocchio(armature_robot):
+    """tau gains armature * a; nle and gravity (a = 0) do not change."""
+    _check_against_pinocchio(armature_robot)
+
+
+def test_rnea_of_a_robot_with_massless_bodies_matches_pinocchio(massless_robot):
+    _check_against_pinocchio(massless_robot)

@@ -99,3 +99,12 @@ def test_rnea_derivatives_with_custom_gravity(floating_base):
     zero = np.zeros(model.nv)
     assert_close(rd.rnea_derivatives(model, data, q, zero, zero)[0], bridge.gravity_derivatives(q),
                  what="dg/dq, tilted gravity")
+
+
+def test_rnea_derivatives_with_armature_match_pinocchio(armature_robot):
+    _check_pinocchio(armature_robot)
+    _check_identities(armature_robot)
+
+
+def test_rnea_derivatives_of_a_robot_with_massless_bodies_match_pinocchio(massless_robot):
+    _check_pinocchio(massless_robot)

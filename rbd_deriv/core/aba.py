@@ -4,7 +4,7 @@ Featherstone, RBDA sec. 7.3, written on the world-frame quantities of :mod:`rbd_
 (no frame changes between bodies):
 
     forward:   v_i, c_i = Sdot_i qd_i;  I^A_i = I_i;  p^A_i = v_i x* I_i v_i - f^ext_i
-    backward:  U_i = I^A_i S_i;  D_i = S_i^T U_i;  u_i = tau_i - S_i^T p^A_i
+    backward:  U_i = I^A_i S_i;  D_i = S_i^T U_i + armature_i;  u_i = tau_i - S_i^T p^A_i
                I^A_lambda += I^A_i - U_i D_i^-1 U_i^T
                p^A_lambda += p^A_i + (I^A_i - U_i D_i^-1 U_i^T) c_i + U_i D_i^-1 u_i
     forward:   a'_i = a_lambda(i) + c_i  (a_0 = -g);  qdd_i = D_i^-1 (u_i - U_i^T a'_i);  a_i = a'_i + S_i qdd_i
@@ -17,9 +17,10 @@ from numba import njit
 
 from rbd_deriv.core.batch import run_batch
 from rbd_deriv.core.calling import STATUS_SINGULAR, check_length, check_state, register, status
-from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.constants import JIT_OPTIONS, SINGULAR_INERTIA
 from rbd_deriv.core.kinematics import FK_VELOCITY, forward_pass
 from rbd_deriv.core.layout import (
+    MF_ARMATURE,
     MI_IDX_V,
     MI_NJ,
     MI_NV,
@@ -52,9 +53,9 @@ def spd_inverse(D, n, out):
     allocating: D = L L^T with L in out's lower triangle, L inverted in place, then D^-1 = L^-T L^-1 formed
     in D (overwritten) and copied to out.
 
-    Returns False when D is not positive definite (a singular articulated inertia)."""
+    Returns False when D is not positive definite (a pivot at or below SINGULAR_INERTIA)."""
     if n == 1:
-        if not D[0, 0] > 0.0:
+        if not D[0, 0] > SINGULAR_INERTIA:
             return False
         out[0, 0] = 1.0 / D[0, 0]
         return True
@@ -64,7 +65,7 @@ def spd_inverse(D, n, out):
             for k in range(c):
                 s -= out[r, k] * out[c, k]
             if r == c:
-                if not s > 0.0:
+                if not s > SINGULAR_INERTIA:
                     return False
                 out[r, r] = np.sqrt(s)
             else:
@@ -93,10 +94,10 @@ def spd_inverse(D, n, out):
 
 
 @njit(**JIT_OPTIONS)
-def _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
+def _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias, armature):
     """articulated_inertias for a one-dof joint: D, U and u are scalars or single 6-vectors."""
-    D = dot_rows(S, iv, U, iv)
-    if not D > 0.0:
+    D = dot_rows(S, iv, U, iv) + armature
+    if not D > SINGULAR_INERTIA:
         return False
     dinv = 1.0 / D
     Dinv[i, 0, 0] = dinv
@@ -124,11 +125,12 @@ def _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
 
 
 @njit(**JIT_OPTIONS)
-def articulated_inertias(mi, ws, with_bias, tau):
+def articulated_inertias(mi, mf, ws, with_bias, tau):
     """ABA backward pass: U, D^-1, u and the articulated inertias (and bias forces when with_bias).
 
     Expects forward_pass (order >= 1 when with_bias) and IA = I, pA initialised by the caller.
-    Returns 0, or the joint whose articulated inertia is singular along its motion."""
+    Returns 0, or the joint whose D (armature included) is singular: its subtree has no inertia along its
+    motion (bodies without mass), and M is singular."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     IA = region3(mi, ws, R_IA, nj, 6, 6)
     pA = region2(mi, ws, R_PA, nj, 6)
@@ -147,13 +149,14 @@ def articulated_inertias(mi, ws, with_bias, tau):
             if with_bias:
                 u[iv + d] = tau[iv + d] - dot6(S[iv + d], pA[i])
         if nvj == 1:
-            if not _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias):
+            if not _one_dof_step(IA, pA, Dinv, S, U, u, c, i, iv, parent, with_bias, mf[i, MF_ARMATURE]):
                 return i
             continue
         nvj = NV_FREE_FLYER  # the only joint of several dofs: loops of constant length, unrolled
         for r in range(nvj):
             for d in range(nvj):
                 D[r, d] = dot6(S[iv + r], U[iv + d])
+            D[r, r] += mf[i, MF_ARMATURE + r]
         if not spd_inverse(D, nvj, Dinv[i]):
             return i
         if parent == 0:
@@ -212,7 +215,7 @@ def aba_into(mi, mf, ws, q, v, tau, fext, ddq):
         for k in range(6):
             pA[i, k] = -fext_world[i, k]
         force_cross_add(ov[i], h, 1.0, pA[i])
-    singular = articulated_inertias(mi, ws, True, tau)
+    singular = articulated_inertias(mi, mf, ws, True, tau)
     if singular:
         return singular
     for k in range(6):

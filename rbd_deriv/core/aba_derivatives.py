@@ -62,7 +62,8 @@ def aba_derivatives_into(mi, mf, ws, q, v, tau, fext, dddq_dq, dddq_dv, Minv):
     acceleration_pass(mi, mf, ws, as_readonly(ddq), True)
     dtau_dq = region2(mi, ws, R_DTAU_DQ, nv, nv)
     dtau_dv = region2(mi, ws, R_DTAU_DV, nv, nv)
-    rnea_derivatives_into(mi, ws, region1(mi, ws, R_TAU, nv), dtau_dq, dtau_dv, region2(mi, ws, R_M, nv, nv))
+    rnea_derivatives_into(mi, mf, ws, as_readonly(ddq), region1(mi, ws, R_TAU, nv), dtau_dq, dtau_dv,
+                          region2(mi, ws, R_M, nv, nv))
     minverse_from_articulated(mi, ws, Minv)
     negative_product(Minv, dtau_dq, dddq_dq)
     negative_product(Minv, dtau_dv, dddq_dv)

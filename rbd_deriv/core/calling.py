@@ -11,7 +11,8 @@ which compiles the kernel for the argument types of the spec, makes its C entry 
 ``rbd_deriv._kernelcall.Kernel`` that checks each argument's dtype, dimensions and layout and hands the
 entry its data pointer and shape, past numba's dispatcher (which costs about 0.1-0.2 us per array). The public
 function binds it once as a module global (``_crba = CRBA.call``), the cheapest thing for Python to call. A
-kernel registered with ``lazy=True`` compiles at its first call, behind the same callable. Without the
+kernel registered with ``lazy=True`` is loaded from the kernel cache (or compiled) at its first call, behind
+the same callable; the build (:mod:`rbd_deriv.precompile`) compiles every entry, the lazy ones too. Without the
 extension (a source tree used without building it), or with ``RBD_DERIV_DISPATCHER=1`` at import, ``call`` is
 the numba dispatcher itself: same arguments, same results, slower calls. Both raise TypeError for an argument
 of the wrong type or layout; the public functions then call :meth:`Registered.call_converted`, which converts
@@ -261,8 +262,8 @@ def _quaternion_error(model: Model, name: str, index: int) -> Exception:
 def _singular_error(model: Model, name: str, index: int) -> Exception:
     where = f" at joint {model.joint_names[index - 1]!r}" if index > 0 else ""
     joint = model.joint_names[index - 1] if index > 0 else None
-    return ModelError(f"the mass matrix is singular at this configuration{where} (the joint moves bodies with no"
-                      " inertia along its motion here)", joint)
+    return ModelError(f"the mass matrix is singular at this configuration{where}: the joint moves bodies with no"
+                      " inertia along its motion here; an armature on it (model.armature) makes M regular", joint)
 
 
 def _workspace_error(model: Model, name: str, index: int) -> Exception:
@@ -597,7 +598,7 @@ def register(kernel, spec: str, lazy: bool = False, release_gil: bool = True) ->
     Args:
         kernel: The kernel, ``njit(**JIT_OPTIONS)``; it is compiled here for the spec's types.
         spec: Its arguments (see the module's docstring).
-        lazy: Compile at the first call instead of now (for kernels few programs call).
+        lazy: Load (or compile) at the first call instead of now (for kernels few programs call).
         release_gil: Let other Python threads run during a call. False for kernels of a few microseconds on
             any robot: releasing and taking back the GIL costs about 40 ns, and so short a call would not give
             another thread time to run (Python switches threads every 5 ms). Batches always release it.
@@ -606,7 +607,8 @@ def register(kernel, spec: str, lazy: bool = False, release_gil: bool = True) ->
 
 
 def compile_all() -> None:
-    """Compile every registered kernel now, the lazy ones included (a build step filling numba's cache)."""
+    """Load or compile every registered kernel now, the lazy ones included (``precompile --check`` then sees
+    whether the build left any to compile)."""
     for registered in REGISTRY.values():
         registered.compile()
 

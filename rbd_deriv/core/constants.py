@@ -23,7 +23,8 @@ AXIS_TOLERANCE = 1e-12
 #: physically negative inertia.
 INERTIA_TOLERANCE = 1e-12
 
-#: A joint whose supported subtree gives S^T I^C S below this [kg m^2 or kg] makes the mass matrix singular.
+#: A joint whose D = S^T I^A S + armature (the inertia its subtree opposes to its motion) is at or below this
+#: [kg m^2 or kg] makes the mass matrix singular: ABA, M^-1 and what needs them raise ModelError naming it.
 SINGULAR_INERTIA = 1e-12
 
 #: Below this rotation angle [rad] the exponential-map coefficients of SO(3) use their Taylor series, whose

@@ -17,6 +17,7 @@ from rbd_deriv.core.calling import check_position_matrix, register
 from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.core.kinematics import position_pass
 from rbd_deriv.core.layout import (
+    MF_ARMATURE,
     MI_IDX_V,
     MI_NJ,
     MI_NV,
@@ -54,8 +55,8 @@ def zero_outside_subtrees(mi, M):
 
 
 @njit(**JIT_OPTIONS)
-def crba_into(mi, ws, M):
-    """CRBA backward pass into M (nv, nv), after forward_pass order 0."""
+def crba_into(mi, mf, ws, M):
+    """CRBA backward pass into M (nv, nv), after forward_pass order 0; the armature on the diagonal."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     oI = region2(mi, ws, R_OI, nj, 10)
     IC = region2(mi, ws, R_IC10, nj, 10)
@@ -74,6 +75,7 @@ def crba_into(mi, ws, M):
                 for r in range(jv, jv + mi[j, MI_NV]):
                     M[r, c] = S[r, 0] * f0 + S[r, 1] * f1 + S[r, 2] * f2 + S[r, 3] * f3 + S[r, 4] * f4 + S[r, 5] * f5
                 j = mi[j, MI_PARENT]
+            M[c, c] += mf[i, MF_ARMATURE + c - iv]
         parent = mi[i, MI_PARENT]
         if parent > 0:
             for k in range(10):
@@ -86,7 +88,7 @@ def _crba_kernel(mi, mf, ws, q, M):
     code = check_position_matrix(mi, ws, q, M)
     if code == 0:
         position_pass(mi, mf, ws, q)
-        crba_into(mi, ws, M)
+        crba_into(mi, mf, ws, M)
     return code
 
 

@@ -7,8 +7,9 @@ A :class:`~rbd_deriv.core.model.Model` is two arrays that the kernels read:
   holds the sizes, the workspace size and the offsets of the workspace regions instead.
 * ``mf`` float64 (njoints, MF_COLS): per joint its placement in the parent joint frame (rotation row-major,
   then translation), its unit axis, and the inertia of its body in the joint frame as 10 numbers: mass,
-  first moment h = m c (3), rotational inertia about the joint-frame origin (Ixx Ixy Ixz Iyy Iyz Izz).
-  Row 0 holds the gravity (6,) [linear, angular].
+  first moment h = m c (3), rotational inertia about the joint-frame origin (Ixx Ixy Ixz Iyy Iyz Izz), then
+  the armature of its dofs (``Model.armature``, one column per dof of the joint). Row 0 holds the gravity (6,)
+  [linear, angular].
 
 A :class:`~rbd_deriv.core.model.Data` is one float64 array ``ws`` cut into the regions of :data:`REGIONS`.
 Kernels take views of them with :func:`region1`, :func:`region2`, :func:`region3`, which read the offset
@@ -36,7 +37,8 @@ NV_FREE_FLYER = 6
 
 # Columns of mf.
 MF_ROT, MF_POS, MF_AXIS, MF_INERTIA = 0, 9, 12, 15
-MF_COLS = MF_INERTIA + 10
+MF_ARMATURE = MF_INERTIA + 10  # the joint's dofs' armatures: the first nv_j of NV_FREE_FLYER columns
+MF_COLS = MF_ARMATURE + NV_FREE_FLYER
 
 # Workspace regions: name -> shape as a function of (njoints, nv, nq). The order fixes the offsets.
 # Joint-indexed regions have njoints rows; dof-indexed regions have nv rows (one 6-vector per dof).

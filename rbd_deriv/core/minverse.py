@@ -3,7 +3,7 @@
 M^-1 is ABA run on all unit torques at once with v = 0 and g = 0: column j of M^-1 is the acceleration
 produced by tau = e_j. Written on world-frame quantities:
 
-    backward (i = N..1):  U_i = I^A_i S_i,  D_i = S_i^T U_i
+    backward (i = N..1):  U_i = I^A_i S_i,  D_i = S_i^T U_i + armature_i
         M^-1[i, i]        = D_i^-1
         M^-1[i, nu(i)]    = -D_i^-1 S_i^T F_i[:, nu(i)]         nu(i): the strict subtree of i
         I^A_lambda       += I^A_i - U_i D_i^-1 U_i^T
@@ -51,7 +51,7 @@ from rbd_deriv.core.spatial import inertia_matrix
 
 
 @njit(**JIT_OPTIONS)
-def minverse_into(mi, ws, Minv):
+def minverse_into(mi, mf, ws, Minv):
     """M^-1 into Minv (nv, nv) after forward_pass order 0. Returns 0, or the joint whose articulated inertia
     is singular."""
     nj = mi[0, MI_NJ]
@@ -59,7 +59,7 @@ def minverse_into(mi, ws, Minv):
     oI = region2(mi, ws, R_OI, nj, 10)
     for i in range(1, nj):
         inertia_matrix(oI[i], IA[i])
-    singular = articulated_inertias(mi, ws, False, zero_velocity(mi, ws))
+    singular = articulated_inertias(mi, mf, ws, False, zero_velocity(mi, ws))
     if singular == 0:
         minverse_from_articulated(mi, ws, Minv)
     return singular
@@ -230,7 +230,7 @@ def _minverse_kernel(mi, mf, ws, q, Minv):
     code = check_position_matrix(mi, ws, q, Minv)
     if code == 0:
         position_pass(mi, mf, ws, q)
-        singular = minverse_into(mi, ws, Minv)
+        singular = minverse_into(mi, mf, ws, Minv)
         if singular:
             code = status(STATUS_SINGULAR, 0, singular)
     return code

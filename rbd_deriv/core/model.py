@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from rbd_deriv.core import constants
 from rbd_deriv.core.layout import (
+    MF_ARMATURE,
     MF_AXIS,
     MF_COLS,
     MF_INERTIA,
@@ -46,7 +46,6 @@ from rbd_deriv.core.urdf import (
     JOINT_REVOLUTE,
     TreeDescription,
     parse_urdf,
-    transform_inertia,
 )
 from rbd_deriv.exceptions import ModelError
 
@@ -72,6 +71,7 @@ class Model:
         velocity_limit, effort_limit: (nv,) [rad/s, m/s] and [N m, N], inf where the URDF gives none.
         frame_names: Links and joints kept as frames (see :func:`rbd_deriv.frame_placement`).
         has_floating_base: True when a free flyer ``root_joint`` was added.
+        armature: (nv,) rotor inertia reflected on each dof (settable, see the property).
     """
 
     def __init__(self, tree: TreeDescription, floating_base: bool, gravity=None) -> None:
@@ -98,7 +98,7 @@ class Model:
             mf[k, MF_POS : MF_POS + 3] = joint.placement[:3, 3]
             mf[k, MF_AXIS : MF_AXIS + 3] = joint.axis
             I6 = joint.inertia
-            mf[k, MF_INERTIA:] = [I6[0, 0], I6[5, 1], I6[3, 2], I6[4, 0], I6[3, 3], I6[3, 4], I6[3, 5],
+            mf[k, MF_INERTIA : MF_INERTIA + 10] = [I6[0, 0], I6[5, 1], I6[3, 2], I6[4, 0], I6[3, 3], I6[3, 4], I6[3, 5],
                                   I6[4, 4], I6[4, 5], I6[5, 5]]
         # Depth-first numbering makes the subtree of k the joints k..end with parents inside it.
         subtree_end = mi[:, MI_IDX_V] + mi[:, MI_NV]
@@ -139,7 +139,8 @@ class Model:
         self.frame_names = list(self.frames)
         for frame in self.frames.values():
             frame[1].setflags(write=False)
-        self._check_mass(joints)
+        self._armature = np.zeros(self.nv)
+        self._armature.setflags(write=False)
         for array in (self.mi, self.mf):
             array.setflags(write=False)
 
@@ -168,6 +169,44 @@ class Model:
         self.mf[0, :6] = g
         self.mf.setflags(write=writable)
 
+    @property
+    def armature(self) -> np.ndarray:
+        """Armature (nv,) [kg m^2 for a revolute dof, kg for a prismatic one]: the rotor inertia reflected on
+        each dof, added to the diagonal of M (Pinocchio's ``model.armature``, MuJoCo's joint armature). Zero
+        after loading. Every algorithm honours it: RNEA adds armature * a, CRBA its diagonal, ABA, M^-1 and
+        what uses them the regularized M. A joint that moves bodies with no inertia along its motion (a
+        massless finger) makes M singular unless it has an armature. Settable: nv finite numbers >= 0
+        (ModelError otherwise); set it before sharing the model among threads."""
+        return self._armature
+
+    @armature.setter
+    def armature(self, value) -> None:
+        try:
+            armature = np.array(value, dtype=float).reshape(-1)
+        except (TypeError, ValueError) as err:
+            raise ModelError(f"armature must be {self.nv} numbers, got {value!r} ({err})") from None
+        if armature.shape != (self.nv,):
+            raise ModelError(f"armature must be {self.nv} numbers (one per dof), got {armature.size}")
+        bad = np.flatnonzero(~(np.isfinite(armature) & (armature >= 0.0)))
+        if bad.size:
+            joint = self._joint_of_dof(int(bad[0]))
+            raise ModelError(f"armature of joint {joint!r} (dof {bad[0]}) must be finite and >= 0, got "
+                             f"{armature[bad[0]]}", joint)
+        writable = self.mf.flags.writeable
+        self.mf.setflags(write=True)
+        for k in range(1, self.njoints):
+            iv, nvj = self.mi[k, MI_IDX_V], self.mi[k, MI_NV]
+            self.mf[k, MF_ARMATURE : MF_ARMATURE + nvj] = armature[iv : iv + nvj]
+        self.mf.setflags(write=writable)
+        armature.setflags(write=False)
+        self._armature = armature
+
+    def _joint_of_dof(self, dof: int) -> str:
+        for name in self.joint_names:
+            if self.idx_v[name] <= dof < self.idx_v[name] + self.nv_joint[name]:
+                return name
+        raise IndexError(dof)
+
     def _set_limits(self, joints) -> None:
         lower = np.full(self.nq, -math.inf)
         upper = np.full(self.nq, math.inf)
@@ -194,37 +233,13 @@ class Model:
         for k in range(1, nj):
             self.joint_placements[k, :3, :3] = self.mf[k, MF_ROT : MF_ROT + 9].reshape(3, 3)
             self.joint_placements[k, :3, 3] = self.mf[k, MF_POS : MF_POS + 3]
-            mass, hx, hy, hz, ixx, ixy, ixz, iyy, iyz, izz = self.mf[k, MF_INERTIA:]
+            mass, hx, hy, hz, ixx, ixy, ixz, iyy, iyz, izz = self.mf[k, MF_INERTIA : MF_INERTIA + 10]
             com = np.array([hx, hy, hz]) / mass if mass > 0 else np.zeros(3)
             cx = np.array([[0.0, -com[2], com[1]], [com[2], 0.0, -com[0]], [-com[1], com[0], 0.0]])
             Ic = np.array([[ixx, ixy, ixz], [ixy, iyy, iyz], [ixz, iyz, izz]]) + mass * cx @ cx
             self.inertias[k] = [mass, *com, Ic[0, 0], Ic[0, 1], Ic[0, 2], Ic[1, 1], Ic[1, 2], Ic[2, 2]]
         for array in (self.parents, self.joint_types, self.joint_axes, self.joint_placements, self.inertias):
             array.setflags(write=False)
-
-    def _check_mass(self, joints) -> None:
-        # A joint whose subtree cannot resist its motion makes M singular: refuse it now rather than return
-        # inf from ABA later. Its diagonal block of M at the neutral configuration is S^T I^C S, with I^C the
-        # composite inertia of its subtree in its own frame (children's composites moved up by their
-        # placements, where the neutral joint motions are the identity).
-        composite = [np.asarray(joint.inertia, dtype=float).copy() for joint in joints]
-        for k in range(len(joints) - 1, -1, -1):
-            parent = joints[k].parent
-            if parent > 0:
-                composite[parent - 1] += transform_inertia(joints[k].placement, composite[k])
-        for joint, inertia in zip(joints, composite):
-            if joint.jtype == JOINT_FREEFLYER:
-                S = np.eye(6)
-            else:
-                S = np.zeros((6, 1))
-                rows = slice(3, 6) if joint.jtype == JOINT_REVOLUTE else slice(0, 3)  # [linear, angular]
-                S[rows, 0] = joint.axis
-            if np.linalg.eigvalsh(S.T @ inertia @ S).min() <= constants.SINGULAR_INERTIA:
-                raise ModelError(
-                    f"joint {joint.name!r} moves bodies with no mass or inertia along its motion"
-                    " (the mass matrix would be singular); give its child link an <inertial>",
-                    joint.name,
-                )
 
     def create_data(self) -> "Data":
         """A new workspace for this model (one per thread)."""
@@ -288,6 +303,7 @@ def load_urdf(path_or_xml: str, floating_base: bool = False, gravity=None) -> Mo
 
     Raises:
         URDFError: unreadable or malformed description (syntax, missing file, loop, several roots).
-        ModelError: unsupported joint type, zero axis, invalid or missing mass on a moving subtree.
+        ModelError: unsupported joint type, zero axis, invalid mass or inertia. A moving body without mass
+            loads: the algorithms that need M^-1 raise ModelError at call time where M is singular.
     """
     return Model(parse_urdf(path_or_xml, floating_base=floating_base), floating_base, gravity)

@@ -23,6 +23,7 @@ from rbd_deriv.core.calling import ARG_V, check_length, check_position, check_st
 from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.core.kinematics import joint_placement
 from rbd_deriv.core.layout import (
+    MF_ARMATURE,
     MF_AXIS,
     MF_INERTIA,
     MI_IDX_V,
@@ -80,7 +81,7 @@ def rnea_into(mi, mf, ws, q, v, a, fext, out):
     derivative algorithms share. With M = (R, p) the placement of joint i in its parent:
 
         v_i = M^-1 v_lambda + S qd,   a_i = M^-1 a_lambda + S qdd + v_i x S qd,   (a_0 = -g, world = universe)
-        f_i = I_i a_i + v_i x* I_i v_i - f^ext_i,   tau_i = S^T f_i,   f_lambda += M f_i
+        f_i = I_i a_i + v_i x* I_i v_i - f^ext_i,   tau_i = S^T f_i + armature_i qdd_i,   f_lambda += M f_i
 
     It also leaves the world placements in data.oMi and the local ones in the liMi region.
     """
@@ -146,12 +147,14 @@ def rnea_into(mi, mf, ws, q, v, a, fext, out):
     for i in range(nj - 1, 0, -1):
         jtype, iv = mi[i, MI_TYPE], mi[i, MI_IDX_V]
         if jtype == JOINT_REVOLUTE:
-            out[iv] = mf[i, MF_AXIS] * fl[i, 3] + mf[i, MF_AXIS + 1] * fl[i, 4] + mf[i, MF_AXIS + 2] * fl[i, 5]
+            out[iv] = (mf[i, MF_AXIS] * fl[i, 3] + mf[i, MF_AXIS + 1] * fl[i, 4] + mf[i, MF_AXIS + 2] * fl[i, 5]
+                       + mf[i, MF_ARMATURE] * a[iv])
         elif jtype == JOINT_PRISMATIC:
-            out[iv] = mf[i, MF_AXIS] * fl[i, 0] + mf[i, MF_AXIS + 1] * fl[i, 1] + mf[i, MF_AXIS + 2] * fl[i, 2]
+            out[iv] = (mf[i, MF_AXIS] * fl[i, 0] + mf[i, MF_AXIS + 1] * fl[i, 1] + mf[i, MF_AXIS + 2] * fl[i, 2]
+                       + mf[i, MF_ARMATURE] * a[iv])
         else:
             for k in range(6):
-                out[iv + k] = fl[i, k]
+                out[iv + k] = fl[i, k] + mf[i, MF_ARMATURE + k] * a[iv + k]
         parent = mi[i, MI_PARENT]
         if parent > 0:
             _force_to_parent_add(liMi[i], fl[i], fl[parent])

@@ -32,6 +32,7 @@ from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.core.crba import symmetrize_upper, zero_outside_subtrees
 from rbd_deriv.core.kinematics import FK_DERIVATIVES, forward_pass
 from rbd_deriv.core.layout import (
+    MF_ARMATURE,
     MI_IDX_V,
     MI_NJ,
     MI_NV,
@@ -102,8 +103,9 @@ def coriolis_factor(I, v, out):
 
 
 @njit(**JIT_OPTIONS)
-def rnea_derivatives_into(mi, ws, tau, dtau_dq, dtau_dv, M):
-    """IDSVA backward pass after forward_pass order 2: tau (nv,), dtau/dq, dtau/dv and M (nv, nv)."""
+def rnea_derivatives_into(mi, mf, ws, a, tau, dtau_dq, dtau_dv, M):
+    """IDSVA backward pass after forward_pass order 2 at acceleration a: tau (nv,), dtau/dq, dtau/dv and M
+    (nv, nv), the armature in tau (armature * a) and on M's diagonal (it does not depend on q or v)."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     oI = region2(mi, ws, R_OI, nj, 10)
     IC = region3(mi, ws, R_IC, nj, 6, 6)
@@ -161,9 +163,12 @@ def rnea_derivatives_into(mi, ws, tau, dtau_dq, dtau_dv, M):
             force_cross_add(S[d], fC[i], 1.0, t3[d])
         for r in range(iv, iv + nvj):
             s0, s1, s2, s3, s4, s5 = S[r, 0], S[r, 1], S[r, 2], S[r, 3], S[r, 4], S[r, 5]
-            tau[r] = s0 * fC[i, 0] + s1 * fC[i, 1] + s2 * fC[i, 2] + s3 * fC[i, 3] + s4 * fC[i, 4] + s5 * fC[i, 5]
+            armature = mf[i, MF_ARMATURE + r - iv]
+            tau[r] = (s0 * fC[i, 0] + s1 * fC[i, 1] + s2 * fC[i, 2] + s3 * fC[i, 3] + s4 * fC[i, 4] + s5 * fC[i, 5]
+                      + armature * a[r])
             for k in range(iv, end):
                 M[r, k] = s0 * t1[k, 0] + s1 * t1[k, 1] + s2 * t1[k, 2] + s3 * t1[k, 3] + s4 * t1[k, 4] + s5 * t1[k, 5]
+            M[r, r] += armature
             for k in range(iv + nvj, end):
                 dtau_dq[r, k] = (s0 * t3[k, 0] + s1 * t3[k, 1] + s2 * t3[k, 2]
                                  + s3 * t3[k, 3] + s4 * t3[k, 4] + s5 * t3[k, 5])
@@ -199,7 +204,7 @@ def _rnea_derivatives_kernel(mi, mf, ws, q, v, a, fext, dtau_dq, dtau_dv, M):
     code = check_state_matrices(mi, ws, q, v, a, fext, ARG_FEXT + 1, dtau_dq, dtau_dv, M)
     if code == 0:
         forward_pass(mi, mf, ws, q, v, a, fext, FK_DERIVATIVES)
-        rnea_derivatives_into(mi, ws, region1(mi, ws, R_TAU, nv), dtau_dq, dtau_dv, M)
+        rnea_derivatives_into(mi, mf, ws, a, region1(mi, ws, R_TAU, nv), dtau_dq, dtau_dv, M)
     return code
 
 

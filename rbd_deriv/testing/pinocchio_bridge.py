@@ -160,6 +160,17 @@ class PinocchioBridge:
         bridge.check_model(model)
         return bridge
 
+    def joints_moving_no_inertia(self) -> set:
+        """Names of the joints whose whole subtree has no mass and no rotational inertia: M is singular along
+        them (unless they have an armature)."""
+        model = self.model
+        names = set()
+        for j in range(1, model.njoints):
+            if all(model.inertias[k].mass == 0.0 and not np.any(model.inertias[k].inertia)
+                   for k in model.subtrees[j]):
+                names.add(str(model.names[j]))
+        return names
+
     # ------------------------------------------------------------ conversions
     def q_to_pin(self, q: np.ndarray) -> np.ndarray:
         """Our configuration (nq,) -> Pinocchio's (pin nq,); angle -> (cos, sin)."""
