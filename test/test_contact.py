@@ -102,7 +102,8 @@ def test_contact_identities(case):
     scale = np.abs(dddq_dtau).max()
     assert_close(dddq_dtau / scale, dddq_dtau.T / scale, what="dddq/dtau symmetric")
     assert_close(J @ dddq_dtau / scale, np.zeros((len(forces), model.nv)), what="J dddq/dtau = 0")
-    # df/dtau = -Lambda J M^-1 and dddq/dtau = M^-1 (I + J^T df/dtau)
+    # df/dtau = -Lambda J M^-1 and dddq/dtau = M^-1 (I + J^T df/dtau), formed here with numpy's inverses, whose
+    # own rounding (condition number of M times that of the Delassus matrix, about 1e7 on talos) needs 1e-8.
     Minv = np.linalg.inv(M)
     Lambda = np.linalg.inv(J @ Minv @ J.T)
     assert_close(df_dtau, -Lambda @ J @ Minv, rtol=1e-8, what="df/dtau")
@@ -114,10 +115,14 @@ def test_contact_derivatives_match_finite_differences(label, load_robot):
     robot, contacts = _case(load_robot, label)
     model, data = robot.model, robot.data
     q, v, tau = _moderate_state(robot, "contact fd")
-    ours = [x.copy() for x in rd.contact_dynamics_derivatives(model, data, contacts, q, v, tau)]
+    # Another external force, in the frame of the root body (on the light links, random forces would give
+    # accelerations too large for the finite differences).
+    fext = np.zeros((model.njoints, 6))
+    fext[1] = robot.random_fext(robot.rng("contact fd fext"))[1]
+    ours = [x.copy() for x in rd.contact_dynamics_derivatives(model, data, contacts, q, v, tau, fext)]
 
     def both(qq, vv, tt):
-        ddq, forces = rd.contact_dynamics(model, data, contacts, qq, vv, tt)
+        ddq, forces = rd.contact_dynamics(model, data, contacts, qq, vv, tt, fext)
         return np.concatenate([ddq, forces])
 
     nv = model.nv
@@ -222,7 +227,7 @@ def test_contact_linearization_batch_is_the_single_call(load_robot):
     count = 7
     Q = np.array([robot.random_q(rng) for _ in range(count)])
     V, TAU = rng.uniform(-1, 1, (2, count, model.nv))
-    gait = [contacts, contacts[:2], contacts[1:], [contacts[3]], contacts, contacts[::2], contacts[:1]]
+    gait = [contacts, contacts[:2], contacts[1:], [contacts[3]], [], contacts[::2], contacts[:1]]  # [] a flight
     A, B, X, F = rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=gait)
     assert F.shape == (count, 12)
     for k in range(count):
@@ -230,6 +235,13 @@ def test_contact_linearization_batch_is_the_single_call(load_robot):
         m = 3 * len(gait[k])
         assert np.array_equal(A[k], A1) and np.array_equal(B[k], B1) and np.array_equal(X[k], data.x_next)
         assert np.array_equal(F[k, :m], rd.contact_forces(model, data, gait[k])) and not F[k, m:].any()
+    # A flight phase is the dynamics without contact.
+    A1, B1 = [x.copy() for x in rd.linearize(model, data, Q[4], V[4], TAU[4], 0.01)]
+    assert_close(A[4], A1, what="A without contacts")
+    assert_close(B[4], B1, what="B without contacts")
+    ddq, forces = rd.contact_dynamics(model, data, [], Q[4], V[4], TAU[4])
+    assert forces.shape == (0,)
+    assert_close(ddq, rd.aba(model, data, Q[4], V[4], TAU[4]), what="ddq without contacts")
     # One contact set for every state.
     A, B, X, F = rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=contacts)
     A1, B1 = rd.linearize(model, data, Q[2], V[2], TAU[2], 0.01, contacts=contacts)
@@ -292,13 +304,17 @@ def test_contact_functions_refuse_bad_input_before_writing(load_robot):
                 function(qq, vv, tt, contacts)
             assert error.value.argument == name
             assert np.array_equal(_snapshot(data), before), "an InputError must leave data as it was"
-        for cc, match in ((foreign, "another model"), ([], "empty"), ([contacts[0], "FR_FOOT"], "Contact"),
+        for cc, match in ((foreign, "another model"), ([contacts[0], "FR_FOOT"], "Contact"),
                           (contacts + [contacts[0]], "redundant"),
                           ([contacts[0], rd.Contact(model, "FL_FOOT", kind="frame")], "redundant")):
             before = _snapshot(data)
             with pytest.raises(rd.InputError, match=match):
                 function(q, v, tau, cc)
             assert np.array_equal(_snapshot(data), before)
+    for fext, match in ((np.full((model.njoints, 6), np.nan), "NaN"), (np.zeros((model.njoints, 5)), "shape")):
+        with pytest.raises(rd.InputError, match=match) as error:
+            rd.contact_dynamics_derivatives(model, data, contacts, q, v, tau, fext)
+        assert error.value.argument == "fext"
     with pytest.raises(rd.InputError, match="restitution"):
         rd.impulse_dynamics(model, data, contacts, q, v, restitution=-0.1)
     with pytest.raises(rd.InputError, match="dt"):
@@ -306,9 +322,12 @@ def test_contact_functions_refuse_bad_input_before_writing(load_robot):
     with pytest.raises(rd.InputError, match="state 1 of 2"):
         rd.linearize_batch(model, np.array([q, q * np.nan]), np.array([v, v]), np.array([tau, tau]), 0.01,
                            contacts=contacts)
-    # Lists are converted (the slow path), with the same results.
-    ddq = rd.contact_dynamics(model, data, contacts, q, v, tau)[0].copy()
-    assert np.array_equal(rd.contact_dynamics(model, data, contacts, list(q), list(v), list(tau))[0], ddq)
+    # Lists and other dtypes are converted (the slow path), with the same results.
+    for function in functions:
+        expected = [np.array(x, copy=True) for x in function(q, v, tau, contacts)]
+        got = function(list(q), list(v), tau.astype(np.float32).astype(np.float64).tolist(), contacts)
+        for a, b in zip(got, expected):
+            assert_close(a, b, rtol=1e-6)
 
 
 def test_redundant_contacts_at_a_configuration_name_the_contact(load_robot):
@@ -318,7 +337,41 @@ def test_redundant_contacts_at_a_configuration_name_the_contact(load_robot):
     model, data = arm.model, arm.data
     contacts = [rd.Contact(model, model.joint_names[-1], kind="frame"), rd.Contact(model, model.joint_names[2])]
     q, v, tau = arm.states("rank", 1)[0]
+    rd.contact_dynamics(model, data, contacts[:1], q, v, tau)
     before = data.ddq.copy()
     with pytest.raises(rd.InputError, match=r"redundant contacts: the rows of contact 1"):
         rd.contact_dynamics(model, data, contacts, q, v, tau)
     assert np.array_equal(data.ddq, before)
+    forces = rd.contact_forces(model, data, contacts).copy()
+    with pytest.raises(rd.InputError, match="redundant"):
+        rd.contact_dynamics(model, data, contacts, q, v, tau)
+    assert np.array_equal(rd.contact_forces(model, data, contacts), forces), "a failed call keeps the forces"
+
+
+@pytest.mark.parametrize("label", ["solo12-4", "talos-2soles"])
+def test_contacts_with_armature_match_pinocchio(label, load_robot):
+    robot, contacts = _case(load_robot, label)
+    model, bridge = robot.model, robot.bridge
+    armature = robot.rng("armature").uniform(0.0, 0.3, model.nv)
+    armature[:6] = 0.0  # the free flyer has no rotor
+    try:
+        model.armature = armature
+        bridge.model.armature = armature
+        reference = PinocchioContacts(bridge, contacts)
+        q, v, tau = _states(robot, "armature", 1)[0]
+        ddq, forces = [x.copy() for x in rd.contact_dynamics(model, robot.data, contacts, q, v, tau)]
+        pin_ddq, pin_forces = reference.dynamics(q, v, tau)
+        assert_close(ddq, pin_ddq, what="ddq with armature")
+        assert_close(forces, pin_forces, what="forces with armature")
+        ours = rd.contact_dynamics_derivatives(model, robot.data, contacts, q, v, tau)
+        for mine, theirs in zip(ours, reference.derivatives(q, v, tau)):
+            assert_close(mine, theirs, what="derivatives with armature")
+        v_plus, impulses = rd.impulse_dynamics(model, robot.data, contacts, q, v, 0.2)
+        pin_v_plus, pin_impulses = reference.impulse(q, v, 0.2)
+        assert_close(v_plus, pin_v_plus, what="v+ with armature")
+        ours = rd.impulse_dynamics_derivatives(model, robot.data, contacts, q, v, 0.2)
+        for mine, theirs in zip(ours, reference.impulse_derivatives(q, v, 0.2)):
+            assert_close(mine, theirs, what="impulse derivatives with armature")
+    finally:
+        model.armature = np.zeros(model.nv)
+        bridge.model.armature = np.zeros(model.nv)

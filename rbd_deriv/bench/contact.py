@@ -9,7 +9,11 @@ ours/Pinocchio (target <= 1.0) and the largest relative difference of the result
 * contact_dynamics_derivatives against pin.constraintDynamics + pin.computeConstraintDynamicsDerivatives;
 * impulse_dynamics (+ derivatives) against pin.impulseDynamics (+ computeImpulseDynamicsDerivatives);
 * linearize_batch(contacts=) over K = 32 states (one contact set per state, a gait) per state, against a
-  Python loop of constraintDynamics + its derivatives (target: at least 2 times faster per state).
+  Python loop of constraintDynamics + its derivatives (target: at least 2 times faster per state). The loop does
+  less than ours: no Euler step, no A and B assembled.
+
+Pinocchio runs on one thread (OMP_NUM_THREADS=1, set before it is imported): its OpenMP threads on a shared
+2-core machine made its talos derivatives vary from 0.25 to 30 ms.
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ import argparse
 import os
 from typing import Optional, Sequence
 
-import numpy as np
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before Pinocchio is imported: see the module's docstring
 
-import rbd_deriv as rd
+import numpy as np  # noqa: E402
+import pinocchio as pin  # noqa: E402
+
+import rbd_deriv as rd  # noqa: E402
 from rbd_deriv.bench.timing import Case, format_table, machine_info, ratio, time_cases
 from rbd_deriv.testing.pinocchio_bridge import PinocchioBridge
 from rbd_deriv.testing.pinocchio_contact import PinocchioContacts
@@ -52,7 +59,6 @@ def bench_robot(name: str, repeat: int, block_seconds: float, case_seconds: floa
     v, tau = rng.uniform(-1, 1, model.nv), rng.uniform(-1, 1, model.nv)
     qp = bridge.q_to_pin(q)
     pm, pd, cms, cds, prox = bridge.model, reference.data, reference.models, reference.datas, reference.prox
-    import pinocchio as pin
 
     def pin_derivatives(qp, v, tau):
         pin.constraintDynamics(pm, pd, qp, v, tau, cms, cds, prox)

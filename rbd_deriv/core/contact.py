@@ -351,7 +351,7 @@ def bias_forces(mi, ws, out):
 
 
 @njit(**JIT_OPTIONS)
-def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion):
+def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
     """After a forward pass: M, its LTDL, the contact Jacobian J, Z = L^-T J^T (in the place of Y = M^-1 J^T =
     L^-1 D^-1 Z, which the derivatives complete with :func:`complete_y`), the Cholesky of G = J M^-1 J^T =
     Z^T D^-1 Z, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
@@ -363,7 +363,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion):
     Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     rhs = cws[o_rhs:o_rhs + m]
-    crba_into(mi, ws, L)  # M, factored in place (data.M is left as it was)
+    crba_into(mi, mf, ws, L)  # M, factored in place in the contact workspace
     singular = ltdl_factor(mi, L)
     if singular:
         return status(STATUS_SINGULAR, 0, singular)
@@ -394,7 +394,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion):
             G[s, r] = acc
     failed = cholesky(G, m)
     if failed >= 0:
-        return status(STATUS_CONTACT_RANK, 7, _contact_row(ci, failed))
+        return status(STATUS_CONTACT_RANK, argument, _contact_row(ci, failed))
     return 0
 
 
@@ -406,7 +406,7 @@ def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     forward_pass(mi, mf, ws, q, v, zero_velocity(mi, ws), fext, FK_ACCELERATION)
     bias = cws[o_bias:o_bias + nv]
     bias_forces(mi, ws, bias)
-    code = _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, True)
+    code = _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, True, ARG_CI)
     if code:
         return code
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
@@ -539,7 +539,8 @@ def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, ddd
     complete_y(mi, cws, m)
     forward_pass(mi, mf, ws, q, v, as_readonly(ddq), fext, FK_DERIVATIVES)
     _add_contact_forces(mi, ws, ci, cf, forces)
-    rnea_derivatives_into(mi, ws, region1(mi, ws, R_TAU, nv), Rq, Rv, region2(mi, ws, R_M, nv, nv))
+    rnea_derivatives_into(mi, mf, ws, as_readonly(ddq), region1(mi, ws, R_TAU, nv), Rq, Rv,
+                          region2(mi, ws, R_M, nv, nv))
     _world_force_correction(mi, ws, ci, cf, forces, J, Rq)
     row = 0
     for c in range(ci.shape[0]):
@@ -578,6 +579,13 @@ def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, ddd
             df_dtau[r, c] = F3[r, 2 * nv + c]
 
 
+@njit(**JIT_OPTIONS)
+def _zero_padding(forces, m):
+    """Zero the entries of a batch's force row past the state's m rows (written only once a call succeeded)."""
+    for r in range(m, forces.shape[0]):
+        forces[r] = 0.0
+
+
 # --- kernels ------------------------------------------------------------------------------------------------------
 
 # Positions of the contact arguments in the dynamics kernels (after mi mf data q v tau fext).
@@ -601,9 +609,9 @@ def _check_dynamics(mi, ws, q, v, tau, fext, ci, cf, cws, ddq, forces):
 def _contact_dynamics_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, cws, ddq, forces):
     code, m = _check_dynamics(mi, ws, q, v, tau, fext, ci, cf, cws, ddq, forces)
     if code == 0:
-        for r in range(forces.shape[0]):
-            forces[r] = 0.0
         code = contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces)
+    if code == 0:
+        _zero_padding(forces, m)
     return code
 
 
@@ -629,6 +637,7 @@ def _contact_derivatives_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, cws, ddq, f
     if code == 0:
         code = contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces)
     if code == 0:
+        _zero_padding(forces, m)
         contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, dddq_dq, dddq_dv, dddq_dtau,
                             dforces[0], dforces[1], dforces[2])
     return code
@@ -659,13 +668,12 @@ def _contact_linearize_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, cws, A, B
         code = check_length(x_next, nq + nv, ARG_CI + 6)
     if code != 0:
         return code
-    for r in range(forces.shape[0]):
-        forces[r] = 0.0
     _, _, _, _, _, _, _, _, _, _, _, _, o_T, o_F, _ = _offsets(nv, m)
     ddq = region1(mi, ws, R_DDQ, nv)
     code = contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces)
     if code:
         return code
+    _zero_padding(forces, m)
     dddq_dq = region2(mi, ws, R_DDDQ_DQ, nv, nv)
     dddq_dv = region2(mi, ws, R_DDDQ_DV, nv, nv)
     dddq_dtau = cws[o_T:o_T + nv * nv].reshape((nv, nv))
@@ -682,7 +690,7 @@ def impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses):
     nv = mi[0, MI_NVTOT]
     o_L, o_J, o_Y, o_G, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
     position_pass(mi, mf, ws, q)
-    code = _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, False)
+    code = _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, False, ARG_IMPULSE_CI)
     if code:
         return code
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
@@ -746,8 +754,8 @@ def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, d
     forward_pass(mi, mf, ws, q, zero_velocity(mi, ws), as_readonly(w), zero_forces(mi, ws), FK_DERIVATIVES)
     _remove_gravity(mi, mf, ws)
     _add_contact_forces(mi, ws, ci, cf, impulses)
-    rnea_derivatives_into(mi, ws, region1(mi, ws, R_TAU, nv), Rq, region2(mi, ws, R_DTAU_DV, nv, nv),
-                          region2(mi, ws, R_M, nv, nv))
+    rnea_derivatives_into(mi, mf, ws, as_readonly(w), region1(mi, ws, R_TAU, nv), Rq,
+                          region2(mi, ws, R_DTAU_DV, nv, nv), region2(mi, ws, R_M, nv, nv))
     _world_force_correction(mi, ws, ci, cf, impulses, J, Rq)
     for k in range(nv):
         w[k] = v_plus[k] + e * v[k]
@@ -801,9 +809,9 @@ def _check_impulse(mi, ws, q, v, ci, cf, cws, v_plus, impulses):
 def _impulse_kernel(mi, mf, ws, q, v, e, ci, cf, cws, v_plus, impulses):
     code, m = _check_impulse(mi, ws, q, v, ci, cf, cws, v_plus, impulses)
     if code == 0:
-        for r in range(impulses.shape[0]):
-            impulses[r] = 0.0
         code = impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses)
+    if code == 0:
+        _zero_padding(impulses, m)
     return code
 
 
@@ -828,6 +836,7 @@ def _impulse_derivatives_kernel(mi, mf, ws, q, v, e, ci, cf, cws, v_plus, impuls
     if code == 0:
         code = impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses)
     if code == 0:
+        _zero_padding(impulses, m)
         impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv)
     return code
 
@@ -868,7 +877,7 @@ class Contact:
             frame contact or without a reference.
     """
 
-    __slots__ = ("model", "frame", "kind", "joint", "rows", "baumgarte", "_row_i", "_row_f")
+    __slots__ = ("model", "frame", "kind", "joint", "rows", "_baumgarte", "_row_i", "_row_f")
 
     def __init__(self, model: Model, frame: str, kind: str = "point", baumgarte=None, reference=None) -> None:
         check_model(model)
@@ -893,7 +902,7 @@ class Contact:
                 raise InputError("baumgarte: a frame contact takes no position gain (kp must be 0)", "baumgarte")
         self.model, self.frame, self.kind, self.joint = model, frame, kind, int(joint)
         self.rows = _KINDS[kind]
-        self.baumgarte = (kp, kd)
+        self._baumgarte = (kp, kd)
         self._row_i = np.array([self.rows, joint], dtype=np.int64)
         self._row_f = np.zeros(CF_COLS)
         self._row_f[:9] = placement[:3, :3].ravel()
@@ -903,6 +912,11 @@ class Contact:
             self.reference = reference
         elif kp > 0.0:
             raise InputError("reference: a position gain kp needs a reference position", "reference")
+
+    @property
+    def baumgarte(self) -> tuple:
+        """(kp, kd), fixed at construction (make another Contact for other gains)."""
+        return self._baumgarte
 
     @property
     def reference(self) -> np.ndarray:
@@ -939,10 +953,11 @@ class ContactData:
         nv = model.nv
         self.contacts = contacts
         self.m = m = sum(c.rows for c in contacts)
-        self.ci = np.array([c._row_i for c in contacts])
-        self.cf = np.array([c._row_f for c in contacts])
+        # An empty set (a flight phase) is one unused slot: the kernels then solve M ddq + b = tau.
+        self.ci = np.array([c._row_i for c in contacts] or [np.zeros(CI_COLS, dtype=np.int64)])
+        self.cf = np.array([c._row_f for c in contacts] or [np.zeros(CF_COLS)])
         self.with_reference = any(c.baumgarte[0] > 0.0 for c in contacts)
-        self.cws = np.zeros(workspace_size(nv, 6 * len(contacts)))
+        self.cws = np.zeros(workspace_size(nv, 6 * len(self.ci)))
         for name, shape in (("forces", (m,)), ("dforces", (3, m, nv)), ("dddq_dtau", (nv, nv)), ("v_plus", (nv,)),
                             ("impulses", (m,)), ("dv_plus_dq", (nv, nv)), ("dv_plus_dv", (nv, nv)),
                             ("dimpulses_dq", (m, nv)), ("dimpulses_dv", (m, nv))):
@@ -965,8 +980,6 @@ def _check_contact_set(model: Model, contacts) -> tuple:
         key = tuple(contacts)
     except TypeError:
         raise InputError("contacts: expected a sequence of rbd_deriv.Contact", "contacts") from None
-    if not key:
-        raise InputError("contacts: empty (use aba without contacts)", "contacts")
     for c in key:
         if not isinstance(c, Contact):
             raise InputError(f"contacts: expected rbd_deriv.Contact items, got {type(c).__name__}", "contacts")
@@ -1005,7 +1018,7 @@ def contact_data(model: Model, data: Data, contacts) -> ContactData:
             if len(cache) >= _CACHE_SIZE:
                 del cache[next(iter(cache))]
             cache[key] = state
-    if state.contacts[0].model is not model:
+    if state.contacts and state.contacts[0].model is not model:
         raise InputError("contacts: they belong to another model", "contacts")
     if state.with_reference:
         state.refresh()
@@ -1016,10 +1029,12 @@ def _raise(registered, model: Model, code: int, contacts) -> None:
     kind, argument, index = decode(code)
     if kind in (STATUS_CONTACT_RANK, STATUS_CONTACT_JOINT) and index < len(contacts):
         if kind == STATUS_CONTACT_RANK:
+            contact = contacts[index]
             earlier = ", ".join(repr(c.frame) for c in contacts[:index])
-            raise InputError(f"contacts: redundant contacts: the rows of contact {index} ({contacts[index].frame!r},"
-                             f" {contacts[index].kind}) depend on those of {earlier or 'the others'} (the contact"
-                             " Jacobian loses rank)", "contacts")
+            where = (f"depend on those of {earlier}" if earlier else
+                     "are dependent by themselves (the frame cannot move along every constrained direction here)")
+            raise InputError(f"contacts: redundant contacts: the rows of contact {index} ({contact.frame!r},"
+                             f" {contact.kind}) {where}: the contact Jacobian loses rank", "contacts")
     raise registered.error(model, code)
 
 
@@ -1171,7 +1186,7 @@ def linearize_contacts(model: Model, data: Data, contacts, q, v, tau, dt, fext=N
                                   state.ci, state.cf, dt, state.cws, *outputs)
     except (TypeError, AttributeError):
         code = _converted(CONTACT_LINEARIZE, model, data, state, dict(q=q, v=v, tau=tau, fext=fext, dt=dt),
-                          (state.cws,) + outputs)
+                          outputs)
     if code:
         _raise(CONTACT_LINEARIZE, model, code, state.contacts)
     return data.A, data.B
@@ -1199,13 +1214,13 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
         count = len(Q)
     except TypeError:
         raise InputError("Q: expected K configurations", "Q") from None
-    if len(contacts) and isinstance(contacts[0], Contact):
+    if not len(contacts) or isinstance(contacts[0], Contact):
         sets = [_check_contact_set(model, contacts)] * count
     else:
         if len(contacts) != count:
             raise InputError(f"contacts: {len(contacts)} contact sets for {count} states", "contacts")
         sets = [_check_contact_set(model, s) for s in contacts]
-    width = max(len(s) for s in sets) if sets else 1
+    width = max([1] + [len(s) for s in sets])
     CI = np.zeros((count, width, CI_COLS), dtype=np.int64)
     CF = np.zeros((count, width, CF_COLS))
     for k, s in enumerate(sets):
