@@ -12,22 +12,24 @@ ours/Pinocchio (target <= 1.0) and the largest relative difference of the result
   Python loop of constraintDynamics + its derivatives (target: at least 2 times faster per state). The loop does
   less than ours: no Euler step, no A and B assembled.
 
-Pinocchio runs on one thread (OMP_NUM_THREADS=1, set before it is imported): its OpenMP threads on a shared
-2-core machine made its talos derivatives vary from 0.25 to 30 ms.
+Pinocchio runs on one thread (OMP_NUM_THREADS=1): its OpenMP threads on a shared 2-core machine made its talos
+derivatives vary from 0.25 to 30 ms. The OpenMP runtime reads the variable when it is loaded, which importing
+rbd_deriv (numba) does before this module runs: without it, the benchmark runs itself in a new process with it
+set.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 from typing import Optional, Sequence
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # before Pinocchio is imported: see the module's docstring
+import numpy as np
+import pinocchio as pin
 
-import numpy as np  # noqa: E402
-import pinocchio as pin  # noqa: E402
-
-import rbd_deriv as rd  # noqa: E402
+import rbd_deriv as rd
 from rbd_deriv.bench.timing import Case, format_table, machine_info, ratio, time_cases
 from rbd_deriv.testing.pinocchio_bridge import PinocchioBridge
 from rbd_deriv.testing.pinocchio_contact import PinocchioContacts
@@ -117,6 +119,10 @@ def bench_robot(name: str, repeat: int, block_seconds: float, case_seconds: floa
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    if os.environ.get("OMP_NUM_THREADS") != "1":  # see the module's docstring
+        arguments = list(sys.argv[2:] if argv is None else argv)
+        return subprocess.call([sys.executable, "-m", "rbd_deriv.bench", "contact", *arguments],
+                               env=dict(os.environ, OMP_NUM_THREADS="1"))
     parser = argparse.ArgumentParser(prog="python -m rbd_deriv.bench contact", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few short blocks (a smoke run)")
     parser.add_argument("--robots", nargs="*", default=list(ROBOTS), choices=list(ROBOTS))
