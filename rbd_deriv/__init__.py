@@ -40,6 +40,25 @@ from rbd_deriv.core.minverse import minverse  # noqa: E402
 from rbd_deriv.core.rnea_derivatives import rnea_derivatives, rnea_derivatives_batch  # noqa: E402
 from rbd_deriv.core.aba_derivatives import aba_derivatives, aba_derivatives_batch  # noqa: E402
 from rbd_deriv.core.linearization import linearize, linearize_batch  # noqa: E402
+from rbd_deriv.core.frames import (  # noqa: E402
+    center_of_mass,
+    com_jacobian,
+    frame_acceleration,
+    frame_acceleration_derivatives,
+    frame_classical_acceleration,
+    frame_jacobian,
+    frame_velocity,
+    frame_velocity_derivatives,
+)
+from rbd_deriv.core.contact import (  # noqa: E402
+    Contact,
+    ContactData,
+    contact_dynamics,
+    contact_dynamics_derivatives,
+    contact_forces,
+    impulse_dynamics,
+    impulse_dynamics_derivatives,
+)
 
 __all__ = [
     "Data", "Model", "load_urdf", "bundled_urdf", "InputError", "ModelError", "RbdDerivError", "URDFError",
@@ -48,4 +67,8 @@ __all__ = [
     "dintegrate_dq", "dintegrate_dv", "rnea", "nonlinear_effects", "gravity_torques", "crba", "aba", "minverse",
     "rnea_derivatives", "aba_derivatives", "linearize",
     "rnea_batch", "aba_batch", "rnea_derivatives_batch", "aba_derivatives_batch", "linearize_batch",
+    "Contact", "ContactData", "contact_dynamics", "contact_dynamics_derivatives", "contact_forces",
+    "impulse_dynamics", "impulse_dynamics_derivatives", "frame_jacobian", "frame_velocity", "frame_acceleration",
+    "frame_classical_acceleration", "frame_velocity_derivatives", "frame_acceleration_derivatives",
+    "center_of_mass", "com_jacobian",
 ]

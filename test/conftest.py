@@ -117,6 +117,13 @@ def load_example(name: str, floating_base: bool) -> RobotCase:
     return _load(name, example_source(name), floating_base)
 
 
+@pytest.fixture
+def load_robot():
+    """load_robot(name, floating_base) -> the RobotCase of an example robot (loaded once per session), for
+    tests that pick their robots by name."""
+    return load_example
+
+
 def load_random_tree(seed: int, floating_base: bool) -> RobotCase:
     """Random tree ``seed``, loaded once per session."""
     return _load(f"random{seed}", random_tree_source(seed), floating_base)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import rbd_deriv as rd
-from rbd_deriv.core import calling, configuration, kinematics, linearization, rnea_derivatives
+from rbd_deriv.core import calling, configuration, contact, kinematics, linearization, rnea_derivatives
 from rbd_deriv.core.layout import MI_OFFSETS, REGION_INDEX, region_shape
 from rbd_deriv.testing import assert_close
 
@@ -39,7 +39,29 @@ def _values(model, data, rng):
         "q": q, "q0": q, "q1": rd.random_configuration(model, rng),
         "v": rng.standard_normal(model.nv), "a": rng.standard_normal(model.nv),
         "tau": rng.standard_normal(model.nv), "fext": rng.standard_normal((model.njoints, 6)), "dt": 0.01,
+        **_contact_values(model),
     }
+
+
+def _contact_values(model):
+    """The arguments of the contact and frame kernels: a point contact on the last frame of the last body (a
+    joint's own origin may not move along three directions: redundant rows)."""
+    point = rd.Contact(model, [f for f in model.frame_names if model.frames[f][0] == model.njoints - 1][-1])
+    return {"ci": point._row_i[None, :].copy(), "cf": point._row_f[None, :].copy(), "e": 0.2,
+            "X": point._row_f[:12].copy(), "joint": point.joint, "level": 3}
+
+
+def _output_shape(name, model):
+    """The shape of an output: its Data region, or for the contact and frame kernels' own outputs, that of a
+    single point contact (m = 3)."""
+    nv, m = model.nv, 3
+    shapes = {"cws": (contact.workspace_size(nv, 6),), "forces": (m,), "impulses": (m,), "v_plus": (nv,),
+              "dforces": (3, m, nv), "dddq_dtau": (nv, nv), "dv_plus_dq": (nv, nv), "dv_plus_dv": (nv, nv),
+              "dimpulses_dq": (m, nv), "dimpulses_dv": (m, nv), "pose": (4, 4), "motion": (3, 6),
+              "derivs": (4, 6, nv), "com": (3,), "vcom": (3,), "Jcom": (3, nv)}
+    if name in shapes:
+        return shapes[name]
+    return region_shape(name, model.njoints, model.nv, model.nq)
 
 
 def _arguments(registered, model, data, rng):
@@ -49,7 +71,7 @@ def _arguments(registered, model, data, rng):
     arguments = []
     for argument in registered.arguments:
         if argument.letter in "IF":
-            arguments.append(np.zeros(region_shape(argument.name, model.njoints, model.nv, model.nq)))
+            arguments.append(np.zeros(_output_shape(argument.name, model)))
         elif argument.letter != "N":
             arguments.append(values[argument.name])
     return arguments
@@ -576,5 +598,8 @@ def test_kernel_modules_register_and_the_convention_module_knows_them_all():
             "rnea_derivatives._rnea_derivatives_kernel", "aba_derivatives._aba_derivatives_kernel",
             "linearization._linearize_kernel", "kinematics._forward_kinematics_kernel",
             "configuration._integrate_kernel", "configuration._difference_kernel",
-            "configuration._dintegrate_kernel", "rnea._nle_kernel", "rnea._gravity_kernel"} == names
+            "configuration._dintegrate_kernel", "rnea._nle_kernel", "rnea._gravity_kernel",
+            "frames._frame_kernel", "frames._com_kernel", "contact._contact_dynamics_kernel",
+            "contact._contact_derivatives_kernel", "contact._contact_linearize_kernel", "contact._impulse_kernel",
+            "contact._impulse_derivatives_kernel"} == names
     assert Path(calling.__file__).name == "calling.py" and kinematics.FORWARD_KINEMATICS.outputs == ("oMi",)

@@ -20,5 +20,6 @@ SUBCOMMANDS: Dict[str, str] = {
     "startup": "rbd_deriv.bench.startup",
     "soak": "rbd_deriv.nodes.soak",
     "loaded-loop": "rbd_deriv.bench.loaded_loop",
+    "contact": "rbd_deriv.bench.contact",
 }
 """Subcommand name -> module path (the module defines ``main(argv)``)."""

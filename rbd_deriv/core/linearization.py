@@ -68,14 +68,22 @@ def _apply_integrate_jacobian(mi, J, X, scale, out):
 @njit(**JIT_OPTIONS)
 def linearize_into(mi, mf, ws, q, v, tau, fext, dt, A, B, x_next):
     """A, B and x+. Returns 0, or the joint whose articulated inertia is singular."""
-    nv, nq = mi[0, MI_NVTOT], mi[0, MI_NQTOT]
+    nv = mi[0, MI_NVTOT]
     dddq_dq = region2(mi, ws, R_DDDQ_DQ, nv, nv)
     dddq_dv = region2(mi, ws, R_DDDQ_DV, nv, nv)
     Minv = region2(mi, ws, R_MINV, nv, nv)
     singular = aba_derivatives_into(mi, mf, ws, q, v, tau, fext, dddq_dq, dddq_dv, Minv)
     if singular:
         return singular
-    ddq = region1(mi, ws, R_DDQ, nv)
+    euler_step_into(mi, ws, q, v, dt, region1(mi, ws, R_DDQ, nv), dddq_dq, dddq_dv, Minv, A, B, x_next)
+    return 0
+
+
+@njit(**JIT_OPTIONS)
+def euler_step_into(mi, ws, q, v, dt, ddq, dddq_dq, dddq_dv, dddq_dtau, A, B, x_next):
+    """x+ and the Jacobians A, B of the Euler step, given ddq and its derivatives (dddq_dtau is M^-1 without
+    contacts)."""
+    nv, nq = mi[0, MI_NVTOT], mi[0, MI_NQTOT]
     v_next = region1(mi, ws, R_VNEXT, nv)
     step = region1(mi, ws, R_STEP, nv)
     Jq = region2(mi, ws, R_JQ, nv, nv)
@@ -86,21 +94,20 @@ def linearize_into(mi, mf, ws, q, v, tau, fext, dt, A, B, x_next):
         x_next[nq + k] = v_next[k]
     integrate_into(mi, q, as_readonly(step), x_next[:nq])
     dintegrate_into(mi, as_readonly(step), Jq, Jv)
-    # Bottom rows: [dt dFD/dq, I + dt dFD/dv] and dt M^-1.
+    # Bottom rows: [dt dFD/dq, I + dt dFD/dv] and dt dFD/dtau.
     for r in range(nv):
         for c in range(nv):
             A[nv + r, c] = dt * dddq_dq[r, c]
             A[nv + r, nv + c] = dt * dddq_dv[r, c]
         A[nv + r, nv + r] += 1.0
         for c in range(nv):
-            B[nv + r, c] = dt * Minv[r, c]
+            B[nv + r, c] = dt * dddq_dtau[r, c]
     # Top rows: Jv dt times the bottom rows, plus Jq on the dq block.
     _apply_integrate_jacobian(mi, Jv, A[nv:, :], dt, A[:nv, :])
     _apply_integrate_jacobian(mi, Jv, B[nv:, :], dt, B[:nv, :])
     for r in range(nv):
         for c in range(nv):
             A[r, c] += Jq[r, c]
-    return 0
 
 
 @njit(**JIT_OPTIONS)
@@ -135,7 +142,12 @@ def check_time_step(dt) -> float:
     return dt
 
 
-def linearize(model: Model, data: Data, q, v, tau, dt, fext=None):
+CONTACT_STEP = {}
+"""Filled by :mod:`rbd_deriv.core.contact` (which builds on this module): "single" and "batch", the contact
+versions of linearize and linearize_batch that ``contacts=`` dispatches to."""
+
+
+def linearize(model: Model, data: Data, q, v, tau, dt, fext=None, contacts=None):
     """Linearize one semi-implicit Euler step x+ = f(x, tau) of duration dt.
 
     Args:
@@ -144,11 +156,16 @@ def linearize(model: Model, data: Data, q, v, tau, dt, fext=None):
         tau: (nv,) joint torques/forces [N m, N].
         dt: Integration time step in [s].
         fext: (njoints, 6) external forces in the joint frames [N, N m], or None.
+        contacts: A sequence of :class:`rbd_deriv.Contact`: the step runs the contact dynamics
+            (:func:`rbd_deriv.contact_dynamics`) instead of ABA; the forces of the step are then
+            ``rd.contact_forces(model, data, contacts)``.
 
     Returns:
         (A, B): views data.A (2nv, 2nv) and data.B (2nv, nv), in the tangent space of x = (q, v).
         data.x_next (nq + nv,) holds x+ = (q+, v+).
     """
+    if contacts is not None:
+        return CONTACT_STEP["single"](model, data, contacts, q, v, tau, dt, fext)
     dt = check_time_step(dt)
     try:
         code = _linearize(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, dt,
@@ -160,6 +177,12 @@ def linearize(model: Model, data: Data, q, v, tau, dt, fext=None):
     return data.A, data.B
 
 
-def linearize_batch(model: Model, Q, V, TAU, dt):
-    """linearize at K states with time step dt [s] -> (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv))."""
+def linearize_batch(model: Model, Q, V, TAU, dt, contacts=None):
+    """linearize at K states with time step dt [s] -> (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv)).
+
+    With ``contacts`` (K sequences of :class:`rbd_deriv.Contact`, one per state, or one for all): the contact
+    step at each state, and a fourth result, the forces (K, m_max) padded with zeros (m_max: the most force
+    rows of a state)."""
+    if contacts is not None:
+        return CONTACT_STEP["batch"](model, Q, V, TAU, dt, contacts)
     return tuple(run_batch(LINEARIZE, model, Q, V, TAU, None, check_time_step(dt)))

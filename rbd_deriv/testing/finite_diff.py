@@ -130,19 +130,25 @@ def aba_derivatives(
     return dddq_dq, central_difference(ddq_of_v, v, eps), central_difference(ddq_of_tau, tau, eps)
 
 
-def semi_implicit_euler_step(model: Any, data: Any, q: Vector, v: Vector, tau: Vector, dt: float):
+def semi_implicit_euler_step(model: Any, data: Any, q: Vector, v: Vector, tau: Vector, dt: float,
+                             contacts: Any = None):
     """x+ = (q+, v+) with ddq = aba(q, v, tau), v+ = v + dt ddq, q+ = integrate(q, dt v+).
 
-    Written from the three library calls, independently of ``rbd_deriv.linearize``.
+    Written from the three library calls, independently of ``rbd_deriv.linearize``. With ``contacts``, ddq is
+    ``contact_dynamics(q, v, tau)`` instead of ABA.
     """
     rd = _rd()
-    ddq = rd.aba(model, data, q, v, tau).copy()
+    if contacts is None:
+        ddq = rd.aba(model, data, q, v, tau).copy()
+    else:
+        ddq = rd.contact_dynamics(model, data, contacts, q, v, tau)[0].copy()
     v_next = np.asarray(v, dtype=float) + dt * ddq
     return rd.integrate(model, q, dt * v_next).copy(), v_next
 
 
 def linearization(
     model: Any, data: Any, q: Vector, v: Vector, tau: Vector, dt: float, eps: float = FORWARD_DYNAMICS_STEP,
+    contacts: Any = None,
 ) -> Tuple[np.ndarray, np.ndarray]:
     """(A (2nv, 2nv), B (2nv, nv)) of :func:`semi_implicit_euler_step` by central differences.
 
@@ -154,10 +160,10 @@ def linearization(
     q = np.asarray(q, dtype=float)
     v = np.asarray(v, dtype=float)
     tau = np.asarray(tau, dtype=float)
-    q_next, v_next = semi_implicit_euler_step(model, data, q, v, tau, dt)
+    q_next, v_next = semi_implicit_euler_step(model, data, q, v, tau, dt, contacts)
 
     def tangent_of_step(qq, vv, tt):
-        q_plus, v_plus = semi_implicit_euler_step(model, data, qq, vv, tt, dt)
+        q_plus, v_plus = semi_implicit_euler_step(model, data, qq, vv, tt, dt, contacts)
         return np.concatenate([rd.difference(model, q_next, q_plus), v_plus - v_next])
 
     A = np.zeros((2 * nv, 2 * nv))

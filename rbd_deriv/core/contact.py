@@ -1,0 +1,1236 @@
+"""Rigid contacts: constrained forward dynamics, impulses, and their analytical derivatives.
+
+A point contact (3D) holds the classical acceleration of a frame's origin p at zero; a frame contact (6D) holds
+the frame's spatial acceleration at zero. Forces are stacked in the order of the contacts, 3 per point and 6 per
+frame ([linear, angular]), expressed LOCAL_WORLD_ALIGNED (world axes, origin p), and act on the robot:
+
+    M ddq + b(q, v) = tau + J^T f,        J ddq + gamma = 0
+
+with J the LWA Jacobian of the contacts (:mod:`rbd_deriv.core.frames`) and gamma the contact acceleration at
+ddq = 0 (plus the Baumgarte terms kd v_p + kp (p - p_ref) when gains are given). These are Pinocchio's
+conventions (constraintDynamics with LOCAL_WORLD_ALIGNED contact models and zero corrector gains).
+
+Forward dynamics (the KKT system solved through M's factorization, Featherstone RBDA sec. 6.5):
+
+    M = L^T D L                      (LTDL: L has the sparsity of the tree, factored in place, O(sum of depths))
+    ddq_free = M^-1 (tau - b),   Y = M^-1 J^T,   G = J Y = Lambda^-1     (the m x m Delassus matrix)
+    f = -G^-1 (J ddq_free + gamma),   ddq = ddq_free + Y f
+
+For the contact counts of legged robots (m = 6..24) against nv = 18..50, applying M^-1 to the m columns of
+J^T by the tree-sparse LTDL costs O(m * sum of depths), and the Cholesky of the small G O(m^3); the
+alternative through ABA's articulated inertias and the operational-space inertia needs a sweep per contact
+row as well, with more arithmetic per joint. The factorization is reused by every derivative.
+
+Derivatives (the KKT recipe of Carpentier & Mansard's constrained extension, as Crocoddyl does): with
+R_x = d ID(q, v, a, f)/dx at (a = ddq, f), ID(q, v, a, f) = M a + b - J^T f, and D_x = d(contact
+acceleration)/dx at a = ddq, for x in {q, v}:
+
+    df/dx = G^-1 (J M^-1 R_x - D_x),     dddq/dx = M^-1 (J^T df/dx - R_x) = Y df/dx - M^-1 R_x
+    df/dtau = -G^-1 Y^T,                  dddq/dtau = M^-1 + Y df/dtau
+
+R_x comes from the IDSVA derivatives (:mod:`rbd_deriv.core.rnea_derivatives`) with the contact forces as
+external forces. Those treat an external force as fixed in its joint frame (turning with the body); an LWA force
+keeps its world direction while its point moves with the body, so
+
+    R_q = dID/dq (forces fixed in the joint frames) - sum_c (J_c,lin^T [f_c]x J_c,ang + J_c,ang^T [n_c]x J_c,ang)
+
+(the correction lies in the range of J^T: it moves df/dq only). D_x: :func:`frames.lwa_motion_derivatives`.
+
+Impulses (touchdown with restitution e): M (v+ - v) = J^T P, J v+ = -e J v, so P = -(1 + e) G^-1 J v and
+v+ = v + Y P. Their derivatives follow the same recipe with R_q = dID/dq at (v = 0, a = v+ - v, no gravity,
+external forces P) and the q-derivative of J w at w = v+ + e v in place of D_q; dP/dv = -(1 + e) G^-1 J.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+from numba import njit
+
+from rbd_deriv.core import constants
+from rbd_deriv.core.batch import run_batch
+from rbd_deriv.core.calling import (
+    STATUS_SHAPE,
+    STATUS_SINGULAR,
+    check_length,
+    check_matrix,
+    check_position,
+    check_shape,
+    check_state,
+    check_vector,
+    convert,
+    check_model,
+    decode,
+    define_status,
+    register,
+    status,
+)
+from rbd_deriv.core import linearization
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.crba import crba_into
+from rbd_deriv.core.frames import (
+    FRAME_COLS,
+    frame_origin,
+    lwa_jacobian_into,
+    lwa_motion,
+    lwa_motion_derivatives,
+    lwa_velocity_derivative,
+)
+from rbd_deriv.core.kinematics import FK_ACCELERATION, FK_DERIVATIVES, forward_pass, position_pass
+from rbd_deriv.core.layout import (
+    MI_IDX_V,
+    MI_NJ,
+    MI_NQTOT,
+    MI_NV,
+    MI_NVTOT,
+    MI_PARENT,
+    R_DDDQ_DQ,
+    R_DDDQ_DV,
+    R_DDQ,
+    R_DTAU_DQ,
+    R_DTAU_DV,
+    R_FEXTW,
+    R_M,
+    R_OA,
+    R_OF,
+    R_PSIDD,
+    R_S,
+    R_TAU,
+    as_readonly,
+    region1,
+    region2,
+    zero_forces,
+    zero_velocity,
+)
+from rbd_deriv.core.linearization import check_time_step, euler_step_into
+from rbd_deriv.core.model import Data, Model
+from rbd_deriv.core.rnea import body_forces
+from rbd_deriv.core.rnea_derivatives import rnea_derivatives_into
+from rbd_deriv.core.spatial import dot_rows
+from rbd_deriv.exceptions import InputError
+
+# --- how a contact set reaches the kernels ----------------------------------------------------------------
+# ci (ncontacts, CI_COLS) int64: kind (POINT 3, FRAME 6: its number of force rows; 0 an unused slot of a
+# batch), the joint of its body. cf (ncontacts, CF_COLS) float64: the frame's placement in that joint frame
+# (frames.FRAME_COLS numbers), the Baumgarte gains kp, kd and the reference position p_ref (world).
+CI_KIND, CI_JOINT, CI_COLS = 0, 1, 2
+CF_KP, CF_KD, CF_REF = FRAME_COLS, FRAME_COLS + 1, FRAME_COLS + 2
+CF_COLS = CF_REF + 3
+KIND_POINT, KIND_FRAME = 3, 6
+
+CONTACT_RANK_TOLERANCE = 1e-10
+"""A pivot of the Cholesky of the Delassus matrix below this fraction of its diagonal entry means the contact
+Jacobian has lost rank: that contact's rows depend on the earlier contacts' (redundant contacts)."""
+
+
+def _rank_error(model: Model, name: str, index: int) -> Exception:
+    return InputError(f"{name}: redundant contacts: the rows of contact {index} depend on the earlier contacts'"
+                      " (the contact Jacobian loses rank)", name)
+
+
+def _contact_error(model: Model, name: str, index: int) -> Exception:
+    return InputError(f"{name}: contact {index} names no moving joint of this model", name)
+
+
+STATUS_CONTACT_RANK = define_status(21, _rank_error)
+STATUS_CONTACT_JOINT = define_status(22, _contact_error)
+
+
+# --- the workspace of a contact set -------------------------------------------------------------------------
+
+
+@njit(**JIT_OPTIONS)
+def _offsets(nv, m):
+    """Offsets of the contact workspace's parts: L (nv, nv), J (m, nv), Y (nv, m), G (m, m),
+    rhs (max(m, nv),), bias (nv,), Dq (m, nv), Dv (m, nv), w (nv,), then for the derivatives X (nv, 3nv),
+    D (m, 3nv), F (m, 3nv), and for the linearization dddq_dtau (nv, nv) and df_dq, df_dv, df_dtau
+    (3, m, nv); and the total size."""
+    o_L = 0
+    o_J = o_L + nv * nv
+    o_Y = o_J + m * nv
+    o_G = o_Y + nv * m
+    o_rhs = o_G + m * m
+    o_bias = o_rhs + max(m, nv)
+    o_Dq = o_bias + nv
+    o_Dv = o_Dq + m * nv
+    o_w = o_Dv + m * nv
+    o_X = o_w + nv
+    o_D3 = o_X + 3 * nv * nv
+    o_F3 = o_D3 + 3 * m * nv
+    o_T = o_F3 + 3 * m * nv
+    o_F = o_T + nv * nv
+    return o_L, o_J, o_Y, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv
+
+
+def workspace_size(nv: int, m: int) -> int:
+    """Size of the float64 workspace of a contact set with m force rows on a model of nv dofs."""
+    return int(_offsets(nv, m)[-1])
+
+
+@njit(**JIT_OPTIONS)
+def check_contacts(mi, ci, cf, cws, argument, cws_argument):
+    """(status, m): 0 and the number of force rows, or the status of a contact description (ci at position
+    ``argument``, cf next) or of its workspace cws (at ``cws_argument``) that does not fit the model."""
+    nc = ci.shape[0]
+    if ci.shape[1] != CI_COLS:
+        return status(STATUS_SHAPE, argument, 0), 0
+    code = check_matrix(cf, nc, CF_COLS, argument + 1)
+    if code:
+        return code, 0
+    m = 0
+    for c in range(nc):
+        kind, joint = ci[c, CI_KIND], ci[c, CI_JOINT]
+        if kind != 0 and kind != KIND_POINT and kind != KIND_FRAME:
+            return status(STATUS_CONTACT_JOINT, argument, c), 0
+        if kind != 0 and not 0 < joint < mi[0, MI_NJ]:
+            return status(STATUS_CONTACT_JOINT, argument, c), 0
+        m += kind
+    if cws.shape[0] < _offsets(mi[0, MI_NVTOT], 6 * nc)[-1]:
+        return status(STATUS_SHAPE, cws_argument, 0), 0
+    return 0, m
+
+
+# --- dense and tree-sparse linear algebra -----------------------------------------------------------------------
+
+
+# The dof tree of Featherstone's LTDL: the ancestors of dof k are the earlier dofs of its joint, then the dofs
+# of each joint up the chain, each joint's dofs a contiguous range. The loops below walk that chain through the
+# model's parent array, so the innermost loops run over contiguous ranges.
+
+
+@njit(**JIT_OPTIONS)
+def ltdl_factor(mi, H):
+    """H = L^T D L in place (Featherstone, RBDA Table 6.3): L's strict lower part (unit diagonal) and D on the
+    diagonal; only the entries of H between a dof and its ancestors are read or written. Returns 0, or the
+    joint at whose dof the pivot vanishes (M singular)."""
+    for jk in range(mi[0, MI_NJ] - 1, 0, -1):
+        ivk = mi[jk, MI_IDX_V]
+        for k in range(ivk + mi[jk, MI_NV] - 1, ivk - 1, -1):
+            hkk = H[k, k]
+            if not hkk > constants.SINGULAR_INERTIA:
+                return jk
+            ji, top = jk, k
+            while ji > 0:
+                ivi = mi[ji, MI_IDX_V]
+                for i in range(top - 1, ivi - 1, -1):
+                    a = H[k, i] / hkk
+                    for j in range(ivi, i + 1):
+                        H[i, j] -= a * H[k, j]
+                    jj = mi[ji, MI_PARENT]
+                    while jj > 0:
+                        ivj = mi[jj, MI_IDX_V]
+                        for j in range(ivj, ivj + mi[jj, MI_NV]):
+                            H[i, j] -= a * H[k, j]
+                        jj = mi[jj, MI_PARENT]
+                    H[k, i] = a
+                ji = mi[ji, MI_PARENT]
+                top = mi[ji, MI_IDX_V] + mi[ji, MI_NV] if ji > 0 else 0
+    return 0
+
+
+@njit(**JIT_OPTIONS)
+def ltdl_forward(mi, H, X):
+    """X (nv, c) <- L^-T X, the first sweep of a solve with M = L^T D L factored in H (row updates from the
+    leaves up: row i, final, updates the rows of its ancestors)."""
+    c = X.shape[1]
+    for ji in range(mi[0, MI_NJ] - 1, 0, -1):
+        ivi = mi[ji, MI_IDX_V]
+        for i in range(ivi + mi[ji, MI_NV] - 1, ivi - 1, -1):
+            jj, top = ji, i
+            while jj > 0:
+                ivj = mi[jj, MI_IDX_V]
+                for j in range(ivj, top):
+                    l = H[i, j]
+                    for col in range(c):
+                        X[j, col] -= l * X[i, col]
+                jj = mi[jj, MI_PARENT]
+                top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
+
+
+@njit(**JIT_OPTIONS)
+def ltdl_backward(mi, H, X):
+    """X (nv, c) <- L^-1 D^-1 X, the rest of the solve after :func:`ltdl_forward` (from the root down)."""
+    nj, nv, c = mi[0, MI_NJ], X.shape[0], X.shape[1]
+    for i in range(nv):
+        d = 1.0 / H[i, i]
+        for col in range(c):
+            X[i, col] *= d
+    for ji in range(1, nj):
+        ivi = mi[ji, MI_IDX_V]
+        for i in range(ivi, ivi + mi[ji, MI_NV]):
+            jj, top = ji, i
+            while jj > 0:
+                ivj = mi[jj, MI_IDX_V]
+                for j in range(ivj, top):
+                    l = H[i, j]
+                    for col in range(c):
+                        X[i, col] -= l * X[j, col]
+                jj = mi[jj, MI_PARENT]
+                top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
+
+
+@njit(**JIT_OPTIONS)
+def ltdl_solve(mi, H, X):
+    """X (nv, c) <- M^-1 X with M = L^T D L factored in H: L^-T, D^-1, L^-1, each a sweep of row updates."""
+    ltdl_forward(mi, H, X)
+    ltdl_backward(mi, H, X)
+
+
+@njit(**JIT_OPTIONS)
+def cholesky(G, m):
+    """G[:m, :m] = C C^T in place (C in the lower triangle). Returns -1, or the first row whose pivot falls
+    below CONTACT_RANK_TOLERANCE of its diagonal entry (G loses rank there)."""
+    for r in range(m):
+        for c in range(r + 1):
+            s = G[r, c]
+            for k in range(c):
+                s -= G[r, k] * G[c, k]
+            if r == c:
+                if not s > CONTACT_RANK_TOLERANCE * G[r, r]:
+                    return r
+                G[r, r] = math.sqrt(s)
+            else:
+                G[r, c] = s / G[c, c]
+    return -1
+
+
+@njit(**JIT_OPTIONS)
+def cholesky_solve(G, m, X):
+    """X (m, c) <- G^-1 X for G = C C^T factored by :func:`cholesky`, row updates over the columns."""
+    c = X.shape[1]
+    for r in range(m):
+        for k in range(r):
+            g = G[r, k]
+            for col in range(c):
+                X[r, col] -= g * X[k, col]
+        d = 1.0 / G[r, r]
+        for col in range(c):
+            X[r, col] *= d
+    for r in range(m - 1, -1, -1):
+        for k in range(r + 1, m):
+            g = G[k, r]
+            for col in range(c):
+                X[r, col] -= g * X[k, col]
+        d = 1.0 / G[r, r]
+        for col in range(c):
+            X[r, col] *= d
+
+
+@njit(**JIT_OPTIONS)
+def _contact_row(ci, row):
+    """The contact whose force rows include ``row``."""
+    first = 0
+    for c in range(ci.shape[0]):
+        first += ci[c, CI_KIND]
+        if row < first:
+            return c
+    return ci.shape[0] - 1
+
+
+# --- the shared steps -----------------------------------------------------------------------------------------
+
+
+@njit(**JIT_OPTIONS)
+def bias_forces(mi, ws, out):
+    """out (nv,) = S^T of the subtree forces: the RNEA torques of the forward pass's accelerations (with a = 0,
+    b(q, v) = C v + g - J^T fext), in the world frame."""
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    S = region2(mi, ws, R_S, nv, 6)
+    of = region2(mi, ws, R_OF, nj, 6)
+    body_forces(mi, ws)
+    for i in range(nj - 1, 0, -1):
+        iv = mi[i, MI_IDX_V]
+        for k in range(iv, iv + mi[i, MI_NV]):
+            out[k] = dot_rows(S, k, of, i)
+        parent = mi[i, MI_PARENT]
+        if parent > 0:
+            for k in range(6):
+                of[parent, k] += of[i, k]
+
+
+@njit(**JIT_OPTIONS)
+def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
+    """After a forward pass: M, its LTDL, the contact Jacobian J, Z = L^-T J^T (in the place of Y = M^-1 J^T =
+    L^-1 D^-1 Z, which the derivatives complete with :func:`complete_y`), the Cholesky of G = J M^-1 J^T =
+    Z^T D^-1 Z, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
+    Returns 0 or a status."""
+    nv = mi[0, MI_NVTOT]
+    o_L, o_J, o_Y, o_G, o_rhs, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
+    J = cws[o_J:o_J + m * nv].reshape((m, nv))
+    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    G = cws[o_G:o_G + m * m].reshape((m, m))
+    rhs = cws[o_rhs:o_rhs + m]
+    crba_into(mi, mf, ws, L)  # M, factored in place in the contact workspace
+    singular = ltdl_factor(mi, L)
+    if singular:
+        return status(STATUS_SINGULAR, 0, singular)
+    row = 0
+    for c in range(ci.shape[0]):
+        kind, b = ci[c, CI_KIND], ci[c, CI_JOINT]
+        if kind == 0:
+            continue
+        px, py, pz = frame_origin(mi, ws, b, cf[c])
+        lwa_jacobian_into(mi, ws, b, px, py, pz, kind, J, row)
+        if with_motion:
+            kp = cf[c, CF_KP]
+            lwa_motion(mi, mf, ws, b, px, py, pz, kind, cf[c, CF_KD], rhs, row)
+            rhs[row] += kp * (px - cf[c, CF_REF])
+            rhs[row + 1] += kp * (py - cf[c, CF_REF + 1])
+            rhs[row + 2] += kp * (pz - cf[c, CF_REF + 2])
+        row += kind
+    for k in range(nv):
+        for r in range(m):
+            Y[k, r] = J[r, k]
+    ltdl_forward(mi, L, Y)
+    for r in range(m):
+        for s in range(r + 1):
+            acc = 0.0
+            for k in range(nv):
+                acc += Y[k, r] * Y[k, s] / L[k, k]
+            G[r, s] = acc
+            G[s, r] = acc
+    failed = cholesky(G, m)
+    if failed >= 0:
+        return status(STATUS_CONTACT_RANK, argument, _contact_row(ci, failed))
+    return 0
+
+
+@njit(**JIT_OPTIONS)
+def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
+    """ddq (nv,) and the contact forces (m,) of the KKT system. Returns 0 or a status."""
+    nv = mi[0, MI_NVTOT]
+    o_L, o_J, o_Y, o_G, o_rhs, o_bias, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    forward_pass(mi, mf, ws, q, v, zero_velocity(mi, ws), fext, FK_ACCELERATION)
+    bias = cws[o_bias:o_bias + nv]
+    bias_forces(mi, ws, bias)
+    code = _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, True, ARG_CI)
+    if code:
+        return code
+    L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
+    J = cws[o_J:o_J + m * nv].reshape((m, nv))
+    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    G = cws[o_G:o_G + m * m].reshape((m, m))
+    rhs = cws[o_rhs:o_rhs + m]
+    # With w = L^-T (tau - b): J ddq_free = Z^T D^-1 w, and ddq = M^-1 (tau - b + J^T f) = L^-1 D^-1 (w + Z f).
+    for k in range(nv):
+        ddq[k] = tau[k] - bias[k]
+    ltdl_forward(mi, L, ddq.reshape((nv, 1)))
+    for r in range(m):
+        acc = rhs[r]
+        for k in range(nv):
+            acc += Y[k, r] * ddq[k] / L[k, k]
+        forces[r] = -acc
+    cholesky_solve(G, m, forces[:m].reshape((m, 1)))
+    for k in range(nv):
+        acc = 0.0
+        for r in range(m):
+            acc += Y[k, r] * forces[r]
+        ddq[k] += acc
+    ltdl_backward(mi, L, ddq.reshape((nv, 1)))
+    return 0
+
+
+@njit(**JIT_OPTIONS)
+def complete_y(mi, cws, m):
+    """Y = M^-1 J^T from the Z = L^-T J^T that the forward step left in its place (the derivatives need Y)."""
+    nv = mi[0, MI_NVTOT]
+    o_L, _, o_Y, _, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    ltdl_backward(mi, cws[o_L:o_L + nv * nv].reshape((nv, nv)), cws[o_Y:o_Y + nv * m].reshape((nv, m)))
+
+
+@njit(**JIT_OPTIONS)
+def _add_contact_forces(mi, ws, ci, cf, forces):
+    """fext_world of each contact's body += its force, moved from the LWA frame at p to the world origin."""
+    fw = region2(mi, ws, R_FEXTW, mi[0, MI_NJ], 6)
+    row = 0
+    for c in range(ci.shape[0]):
+        kind, b = ci[c, CI_KIND], ci[c, CI_JOINT]
+        if kind == 0:
+            continue
+        px, py, pz = frame_origin(mi, ws, b, cf[c])
+        fx, fy, fz = forces[row], forces[row + 1], forces[row + 2]
+        fw[b, 0] += fx
+        fw[b, 1] += fy
+        fw[b, 2] += fz
+        fw[b, 3] += py * fz - pz * fy
+        fw[b, 4] += pz * fx - px * fz
+        fw[b, 5] += px * fy - py * fx
+        if kind == KIND_FRAME:
+            fw[b, 3] += forces[row + 3]
+            fw[b, 4] += forces[row + 4]
+            fw[b, 5] += forces[row + 5]
+        row += kind
+
+
+@njit(**JIT_OPTIONS)
+def _world_force_correction(mi, ws, ci, cf, forces, J, Rq):
+    """Rq -= sum_c J_c,lin^T [f_c]x J_c,ang (+ J_c,ang^T [n_c]x J_c,ang for a frame): from forces fixed in the
+    joint frames to forces fixed in the world (LWA). Only the dofs supporting each contact are touched."""
+    nv = mi[0, MI_NVTOT]
+    S = region2(mi, ws, R_S, nv, 6)
+    row = 0
+    for c in range(ci.shape[0]):
+        kind, b = ci[c, CI_KIND], ci[c, CI_JOINT]
+        if kind == 0:
+            continue
+        fx, fy, fz = forces[row], forces[row + 1], forces[row + 2]
+        nx = ny = nz = 0.0
+        if kind == KIND_FRAME:
+            nx, ny, nz = forces[row + 3], forces[row + 4], forces[row + 5]
+        j = b
+        while j > 0:
+            iv = mi[j, MI_IDX_V]
+            for k in range(iv, iv + mi[j, MI_NV]):
+                tx, ty, tz = S[k, 3], S[k, 4], S[k, 5]
+                ux, uy, uz = fy * tz - fz * ty, fz * tx - fx * tz, fx * ty - fy * tx  # f x S_ang
+                mx, my, mz = ny * tz - nz * ty, nz * tx - nx * tz, nx * ty - ny * tx  # n x S_ang
+                i = b
+                while i > 0:
+                    jv = mi[i, MI_IDX_V]
+                    for r in range(jv, jv + mi[i, MI_NV]):
+                        Rq[r, k] -= (J[row, r] * ux + J[row + 1, r] * uy + J[row + 2, r] * uz
+                                     + S[r, 3] * mx + S[r, 4] * my + S[r, 5] * mz)
+                    i = mi[i, MI_PARENT]
+            j = mi[j, MI_PARENT]
+        row += kind
+
+
+@njit(**JIT_OPTIONS)
+def _kkt_derivative(mi, L, J, Y, G, m, D, X, dF):
+    """dF (m, c) = G^-1 (J M^-1 R - D) and X (nv, c) = Y dF - M^-1 R, for R given in X: the KKT inverse
+    applied to the c columns of [-R; -D]."""
+    nv, c = X.shape[0], X.shape[1]
+    ltdl_solve(mi, L, X)  # M^-1 R
+    for r in range(m):
+        for k in range(c):
+            dF[r, k] = -D[r, k]
+        for k in range(nv):
+            jrk = J[r, k]
+            if jrk != 0.0:
+                for col in range(c):
+                    dF[r, col] += jrk * X[k, col]
+    cholesky_solve(G, m, dF)
+    for k in range(nv):
+        for col in range(c):
+            X[k, col] = -X[k, col]
+        for r in range(m):
+            ykr = Y[k, r]
+            for col in range(c):
+                X[k, col] += ykr * dF[r, col]
+
+
+@njit(**JIT_OPTIONS)
+def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, dddq_dq, dddq_dv, dddq_dtau,
+                        df_dq, df_dv, df_dtau):
+    """The derivatives of ddq and the forces after :func:`contact_forward` (same state, same cws)."""
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    o_L, o_J, o_Y, o_G, _, _, o_Dq, o_Dv, _, o_X, o_D3, o_F3, _, _, _ = _offsets(nv, m)
+    L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
+    J = cws[o_J:o_J + m * nv].reshape((m, nv))
+    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    G = cws[o_G:o_G + m * m].reshape((m, m))
+    Dq = cws[o_Dq:o_Dq + m * nv].reshape((m, nv))
+    Dv = cws[o_Dv:o_Dv + m * nv].reshape((m, nv))
+    Rq = region2(mi, ws, R_DTAU_DQ, nv, nv)
+    Rv = region2(mi, ws, R_DTAU_DV, nv, nv)
+    complete_y(mi, cws, m)
+    forward_pass(mi, mf, ws, q, v, as_readonly(ddq), fext, FK_DERIVATIVES)
+    _add_contact_forces(mi, ws, ci, cf, forces)
+    rnea_derivatives_into(mi, mf, ws, as_readonly(ddq), region1(mi, ws, R_TAU, nv), Rq, Rv,
+                          region2(mi, ws, R_M, nv, nv))
+    _world_force_correction(mi, ws, ci, cf, forces, J, Rq)
+    row = 0
+    for c in range(ci.shape[0]):
+        kind, b = ci[c, CI_KIND], ci[c, CI_JOINT]
+        if kind == 0:
+            continue
+        px, py, pz = frame_origin(mi, ws, b, cf[c])
+        lwa_motion_derivatives(mi, mf, ws, b, px, py, pz, kind, cf[c, CF_KP], cf[c, CF_KD], Dq, Dv, row)
+        row += kind
+    # One KKT solve for the 3 nv columns [R_q, R_v, -I] (dID/dtau = -I) against [D_q, D_v, 0]: one sweep over
+    # the factorizations with rows three times longer.
+    X = cws[o_X:o_X + 3 * nv * nv].reshape((nv, 3 * nv))
+    D3 = cws[o_D3:o_D3 + 3 * m * nv].reshape((m, 3 * nv))
+    F3 = cws[o_F3:o_F3 + 3 * m * nv].reshape((m, 3 * nv))
+    for r in range(nv):
+        for c in range(nv):
+            X[r, c] = Rq[r, c]
+            X[r, nv + c] = Rv[r, c]
+            X[r, 2 * nv + c] = 0.0
+        X[r, 2 * nv + r] = -1.0
+    for r in range(m):
+        for c in range(nv):
+            D3[r, c] = Dq[r, c]
+            D3[r, nv + c] = Dv[r, c]
+            D3[r, 2 * nv + c] = 0.0
+    _kkt_derivative(mi, L, J, Y, G, m, D3, X, F3)
+    for r in range(nv):
+        for c in range(nv):
+            dddq_dq[r, c] = X[r, c]
+            dddq_dv[r, c] = X[r, nv + c]
+            dddq_dtau[r, c] = X[r, 2 * nv + c]
+    for r in range(m):
+        for c in range(nv):
+            df_dq[r, c] = F3[r, c]
+            df_dv[r, c] = F3[r, nv + c]
+            df_dtau[r, c] = F3[r, 2 * nv + c]
+
+
+@njit(**JIT_OPTIONS)
+def _zero_padding(forces, m):
+    """Zero the entries of a batch's force row past the state's m rows (written only once a call succeeded)."""
+    for r in range(m, forces.shape[0]):
+        forces[r] = 0.0
+
+
+# --- kernels ------------------------------------------------------------------------------------------------------
+
+# Positions of the contact arguments in the dynamics kernels (after mi mf data q v tau fext).
+ARG_CI = 7
+
+
+@njit(**JIT_OPTIONS)
+def _check_dynamics(mi, ws, q, v, tau, fext, ci, cf, cws, ddq, forces):
+    code = check_state(mi, ws, q, v, tau, fext)
+    m = 0
+    if code == 0:
+        code, m = check_contacts(mi, ci, cf, cws, ARG_CI, ARG_CI + 2)
+    if code == 0:
+        code = check_length(ddq, mi[0, MI_NVTOT], ARG_CI + 3)
+    if code == 0 and forces.shape[0] < m:
+        code = status(STATUS_SHAPE, ARG_CI + 4, 0)
+    return code, m
+
+
+@njit(**JIT_OPTIONS)
+def _contact_dynamics_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, cws, ddq, forces):
+    code, m = _check_dynamics(mi, ws, q, v, tau, fext, ci, cf, cws, ddq, forces)
+    if code == 0:
+        code = contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces)
+    if code == 0:
+        _zero_padding(forces, m)
+    return code
+
+
+CONTACT_DYNAMICS = register(
+    _contact_dynamics_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 ci:i2 cf:f2 cws:F1 ddq:F1 forces:F1")
+_contact_dynamics = CONTACT_DYNAMICS.call
+
+
+@njit(**JIT_OPTIONS)
+def _contact_derivatives_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, cws, ddq, forces, dddq_dq, dddq_dv,
+                                dddq_dtau, dforces):
+    code, m = _check_dynamics(mi, ws, q, v, tau, fext, ci, cf, cws, ddq, forces)
+    nv = mi[0, MI_NVTOT]
+    first = ARG_CI + 5
+    if code == 0:
+        code = check_shape(dddq_dq, nv, nv, first)
+    if code == 0:
+        code = check_shape(dddq_dv, nv, nv, first + 1)
+    if code == 0:
+        code = check_shape(dddq_dtau, nv, nv, first + 2)
+    if code == 0 and (dforces.shape[0] != 3 or dforces.shape[1] != m or dforces.shape[2] != nv):
+        code = status(STATUS_SHAPE, first + 3, 0)
+    if code == 0:
+        code = contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces)
+    if code == 0:
+        _zero_padding(forces, m)
+        contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, dddq_dq, dddq_dv, dddq_dtau,
+                            dforces[0], dforces[1], dforces[2])
+    return code
+
+
+# dforces (3, m, nv): d/dq, d/dv, d/dtau (the extension passes at most 16 arguments).
+CONTACT_DERIVATIVES = register(
+    _contact_derivatives_kernel,
+    "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 ci:i2 cf:f2 cws:F1 ddq:F1 forces:F1 dddq_dq:F2 dddq_dv:F2"
+    " dddq_dtau:F2 dforces:F3")
+_contact_derivatives = CONTACT_DERIVATIVES.call
+
+
+@njit(**JIT_OPTIONS)
+def _contact_linearize_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, cws, A, B, x_next, forces):
+    nv, nq = mi[0, MI_NVTOT], mi[0, MI_NQTOT]
+    code = check_state(mi, ws, q, v, tau, fext)
+    m = 0
+    if code == 0:
+        code, m = check_contacts(mi, ci, cf, cws, ARG_CI, ARG_CI + 3)
+    if code == 0 and forces.shape[0] < m:
+        code = status(STATUS_SHAPE, ARG_CI + 7, 0)
+    if code == 0:
+        code = check_shape(A, 2 * nv, 2 * nv, ARG_CI + 4)
+    if code == 0:
+        code = check_shape(B, 2 * nv, nv, ARG_CI + 5)
+    if code == 0:
+        code = check_length(x_next, nq + nv, ARG_CI + 6)
+    if code != 0:
+        return code
+    _, _, _, _, _, _, _, _, _, _, _, _, o_T, o_F, _ = _offsets(nv, m)
+    ddq = region1(mi, ws, R_DDQ, nv)
+    code = contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces)
+    if code:
+        return code
+    _zero_padding(forces, m)
+    dddq_dq = region2(mi, ws, R_DDDQ_DQ, nv, nv)
+    dddq_dv = region2(mi, ws, R_DDDQ_DV, nv, nv)
+    dddq_dtau = cws[o_T:o_T + nv * nv].reshape((nv, nv))
+    dF = cws[o_F:o_F + 3 * m * nv].reshape((3, m, nv))
+    contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, dddq_dq, dddq_dv, dddq_dtau,
+                        dF[0], dF[1], dF[2])
+    euler_step_into(mi, ws, q, v, dt, ddq, dddq_dq, dddq_dv, dddq_dtau, A, B, x_next)
+    return 0
+
+
+@njit(**JIT_OPTIONS)
+def impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses):
+    """v+ (nv,) and the impulses P (m,) of a touchdown with restitution e. Returns 0 or a status."""
+    nv = mi[0, MI_NVTOT]
+    o_L, o_J, o_Y, o_G, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    position_pass(mi, mf, ws, q)
+    code = _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, False, ARG_IMPULSE_CI)
+    if code:
+        return code
+    J = cws[o_J:o_J + m * nv].reshape((m, nv))
+    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    G = cws[o_G:o_G + m * m].reshape((m, m))
+    for r in range(m):
+        acc = 0.0
+        for k in range(nv):
+            acc += J[r, k] * v[k]
+        impulses[r] = -(1.0 + e) * acc
+    cholesky_solve(G, m, impulses[:m].reshape((m, 1)))
+    # v+ = v + M^-1 J^T P = v + L^-1 D^-1 (Z P)
+    for k in range(nv):
+        acc = 0.0
+        for r in range(m):
+            acc += Y[k, r] * impulses[r]
+        v_plus[k] = acc
+    ltdl_backward(mi, cws[o_L:o_L + nv * nv].reshape((nv, nv)), v_plus.reshape((nv, 1)))
+    for k in range(nv):
+        v_plus[k] += v[k]
+    return 0
+
+
+@njit(**JIT_OPTIONS)
+def _remove_gravity(mi, mf, ws):
+    """Take the base acceleration -g out of a forward pass (FK_DERIVATIVES, v = 0): it enters every oa_i and,
+    through a_lambda x S, every Psidd, linearly."""
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    oa = region2(mi, ws, R_OA, nj, 6)
+    S = region2(mi, ws, R_S, nv, 6)
+    Psidd = region2(mi, ws, R_PSIDD, nv, 6)
+    gx, gy, gz, hx, hy, hz = mf[0, 0], mf[0, 1], mf[0, 2], mf[0, 3], mf[0, 4], mf[0, 5]
+    for i in range(nj):
+        for k in range(6):
+            oa[i, k] += mf[0, k]
+    for d in range(nv):
+        sx, sy, sz, tx, ty, tz = S[d, 0], S[d, 1], S[d, 2], S[d, 3], S[d, 4], S[d, 5]
+        Psidd[d, 0] += hy * sz - hz * sy + gy * tz - gz * ty
+        Psidd[d, 1] += hz * sx - hx * sz + gz * tx - gx * tz
+        Psidd[d, 2] += hx * sy - hy * sx + gx * ty - gy * tx
+        Psidd[d, 3] += hy * tz - hz * ty
+        Psidd[d, 4] += hz * tx - hx * tz
+        Psidd[d, 5] += hx * ty - hy * tx
+
+
+@njit(**JIT_OPTIONS)
+def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv):
+    """The derivatives of v+ and P after :func:`impulse_forward` (same state, same cws)."""
+    nv = mi[0, MI_NVTOT]
+    o_L, o_J, o_Y, o_G, _, _, o_Dq, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
+    L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
+    J = cws[o_J:o_J + m * nv].reshape((m, nv))
+    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    G = cws[o_G:o_G + m * m].reshape((m, m))
+    Gq = cws[o_Dq:o_Dq + m * nv].reshape((m, nv))
+    w = cws[o_w:o_w + nv]
+    Rq = region2(mi, ws, R_DTAU_DQ, nv, nv)
+    complete_y(mi, cws, m)
+    for k in range(nv):
+        w[k] = v_plus[k] - v[k]
+    forward_pass(mi, mf, ws, q, zero_velocity(mi, ws), as_readonly(w), zero_forces(mi, ws), FK_DERIVATIVES)
+    _remove_gravity(mi, mf, ws)
+    _add_contact_forces(mi, ws, ci, cf, impulses)
+    rnea_derivatives_into(mi, mf, ws, as_readonly(w), region1(mi, ws, R_TAU, nv), Rq,
+                          region2(mi, ws, R_DTAU_DV, nv, nv), region2(mi, ws, R_M, nv, nv))
+    _world_force_correction(mi, ws, ci, cf, impulses, J, Rq)
+    for k in range(nv):
+        w[k] = v_plus[k] + e * v[k]
+    row = 0
+    for c in range(ci.shape[0]):
+        kind, b = ci[c, CI_KIND], ci[c, CI_JOINT]
+        if kind == 0:
+            continue
+        px, py, pz = frame_origin(mi, ws, b, cf[c])
+        lwa_velocity_derivative(mi, ws, b, px, py, pz, kind, w, Gq, row)
+        row += kind
+    for r in range(nv):
+        for c in range(nv):
+            dv_dq[r, c] = Rq[r, c]
+    _kkt_derivative(mi, L, J, Y, G, m, Gq, dv_dq, dP_dq)
+    # v: dP/dv = -(1 + e) G^-1 J, dv+/dv = I + Y dP/dv
+    for r in range(m):
+        for k in range(nv):
+            dP_dv[r, k] = -(1.0 + e) * J[r, k]
+    cholesky_solve(G, m, dP_dv)
+    for k in range(nv):
+        for c in range(nv):
+            dv_dv[k, c] = 1.0 if k == c else 0.0
+        for r in range(m):
+            ykr = Y[k, r]
+            for c in range(nv):
+                dv_dv[k, c] += ykr * dP_dv[r, c]
+
+
+# Impulse kernels: mi mf data q v e ci cf cws v_plus impulses [dv_plus_dq dv_plus_dv dimpulses_dq dimpulses_dv]
+ARG_IMPULSE_CI = 6
+
+
+@njit(**JIT_OPTIONS)
+def _check_impulse(mi, ws, q, v, ci, cf, cws, v_plus, impulses):
+    nv = mi[0, MI_NVTOT]
+    code = check_position(mi, ws, q)
+    if code == 0:
+        code = check_vector(v, nv, 4)
+    m = 0
+    if code == 0:
+        code, m = check_contacts(mi, ci, cf, cws, ARG_IMPULSE_CI, ARG_IMPULSE_CI + 2)
+    if code == 0:
+        code = check_length(v_plus, nv, ARG_IMPULSE_CI + 3)
+    if code == 0 and impulses.shape[0] < m:
+        code = status(STATUS_SHAPE, ARG_IMPULSE_CI + 4, 0)
+    return code, m
+
+
+@njit(**JIT_OPTIONS)
+def _impulse_kernel(mi, mf, ws, q, v, e, ci, cf, cws, v_plus, impulses):
+    code, m = _check_impulse(mi, ws, q, v, ci, cf, cws, v_plus, impulses)
+    if code == 0:
+        code = impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses)
+    if code == 0:
+        _zero_padding(impulses, m)
+    return code
+
+
+IMPULSE_DYNAMICS = register(_impulse_kernel,
+                            "mi:i2 mf:f2 data:W q:f1 v:f1 e:d ci:i2 cf:f2 cws:F1 v_plus:F1 impulses:F1", lazy=True)
+_impulse_dynamics = IMPULSE_DYNAMICS.call
+
+
+@njit(**JIT_OPTIONS)
+def _impulse_derivatives_kernel(mi, mf, ws, q, v, e, ci, cf, cws, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv):
+    code, m = _check_impulse(mi, ws, q, v, ci, cf, cws, v_plus, impulses)
+    nv = mi[0, MI_NVTOT]
+    first = ARG_IMPULSE_CI + 5
+    if code == 0:
+        code = check_shape(dv_dq, nv, nv, first)
+    if code == 0:
+        code = check_shape(dv_dv, nv, nv, first + 1)
+    if code == 0:
+        code = check_shape(dP_dq, m, nv, first + 2)
+    if code == 0:
+        code = check_shape(dP_dv, m, nv, first + 3)
+    if code == 0:
+        code = impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses)
+    if code == 0:
+        _zero_padding(impulses, m)
+        impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv)
+    return code
+
+
+IMPULSE_DERIVATIVES = register(
+    _impulse_derivatives_kernel,
+    "mi:i2 mf:f2 data:W q:f1 v:f1 e:d ci:i2 cf:f2 cws:F1 v_plus:F1 impulses:F1 dv_plus_dq:F2 dv_plus_dv:F2"
+    " dimpulses_dq:F2 dimpulses_dv:F2", lazy=True)
+_impulse_derivatives = IMPULSE_DERIVATIVES.call
+
+CONTACT_LINEARIZE = register(
+    _contact_linearize_kernel,
+    "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 ci:i2 cf:f2 dt:d cws:F1 A:F2 B:F2 x_next:F1 forces:F1")
+_contact_linearize = CONTACT_LINEARIZE.call
+
+
+# --- Python API ------------------------------------------------------------------------------------------------
+
+_KINDS = {"point": KIND_POINT, "frame": KIND_FRAME}
+
+
+class Contact:
+    """A rigid contact of a frame of the model with the environment.
+
+    Args:
+        model: The model.
+        frame: A frame name (``model.frame_names``: links and joints) on a moving body.
+        kind: ``"point"`` (3D: the classical acceleration of the frame's origin is zero; 3 force rows) or
+            ``"frame"`` (6D: the frame's spatial acceleration is zero; 6 force rows, [linear, angular]).
+        baumgarte: Optional gains (kp [1/s^2], kd [1/s]) of the drift correction: the contact acceleration is
+            held at -kp (p - reference) - kd v_p (LOCAL_WORLD_ALIGNED) instead of zero. kp needs ``reference``;
+            a frame contact takes kd only (its velocity, linear and angular, times kd).
+        reference: (3,) world position [m] the origin is pulled to with kp; settable.
+
+    Raises:
+        InputError: an unknown frame, a frame fixed to the universe (it cannot move: no contact force acts on
+            the robot through it), an unknown kind, gains that are not two finite non-negative numbers, kp on a
+            frame contact or without a reference.
+    """
+
+    __slots__ = ("model", "frame", "kind", "joint", "rows", "_baumgarte", "_row_i", "_row_f")
+
+    def __init__(self, model: Model, frame: str, kind: str = "point", baumgarte=None, reference=None) -> None:
+        check_model(model)
+        if kind not in _KINDS:
+            raise InputError(f"kind: expected 'point' or 'frame', got {kind!r}", "kind")
+        try:
+            joint, placement = model.frames[frame]
+        except (KeyError, TypeError):
+            raise InputError(f"frame: no frame named {frame!r}; model.frame_names lists them", "frame") from None
+        if joint == 0:
+            raise InputError(f"frame: {frame!r} is fixed to the universe: it cannot move, so no contact there acts"
+                             " on the robot", "frame")
+        kp, kd = 0.0, 0.0
+        if baumgarte is not None:
+            try:
+                kp, kd = (float(g) for g in baumgarte)
+            except (TypeError, ValueError):
+                raise InputError(f"baumgarte: expected (kp, kd), got {baumgarte!r}", "baumgarte") from None
+            if not (math.isfinite(kp) and math.isfinite(kd) and kp >= 0.0 and kd >= 0.0):
+                raise InputError(f"baumgarte: gains must be finite and non-negative, got {baumgarte!r}", "baumgarte")
+            if kp > 0.0 and kind == "frame":
+                raise InputError("baumgarte: a frame contact takes no position gain (kp must be 0)", "baumgarte")
+        self.model, self.frame, self.kind, self.joint = model, frame, kind, int(joint)
+        self.rows = _KINDS[kind]
+        self._baumgarte = (kp, kd)
+        self._row_i = np.array([self.rows, joint], dtype=np.int64)
+        self._row_f = np.zeros(CF_COLS)
+        self._row_f[:9] = placement[:3, :3].ravel()
+        self._row_f[9:12] = placement[:3, 3]
+        self._row_f[CF_KP], self._row_f[CF_KD] = kp, kd
+        if reference is not None:
+            self.reference = reference
+        elif kp > 0.0:
+            raise InputError("reference: a position gain kp needs a reference position", "reference")
+
+    @property
+    def baumgarte(self) -> tuple:
+        """(kp, kd), fixed at construction (make another Contact for other gains)."""
+        return self._baumgarte
+
+    @property
+    def reference(self) -> np.ndarray:
+        """(3,) world position [m] that kp pulls the frame's origin to."""
+        return self._row_f[CF_REF:CF_REF + 3].copy()
+
+    @reference.setter
+    def reference(self, value) -> None:
+        try:
+            p = np.asarray(value, dtype=float).reshape(-1)
+        except (TypeError, ValueError):
+            raise InputError(f"reference: expected 3 numbers, got {value!r}", "reference") from None
+        if p.shape != (3,) or not np.all(np.isfinite(p)):
+            raise InputError(f"reference: expected 3 finite numbers, got {value!r}", "reference")
+        self._row_f[CF_REF:CF_REF + 3] = p
+
+    def __repr__(self) -> str:
+        return f"Contact({self.frame!r}, kind={self.kind!r}, baumgarte={self.baumgarte})"
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.setflags(write=False)
+    return view
+
+
+class ContactData:
+    """The workspace and results of one contact set on one Data (made by the contact functions, kept on the
+    Data): ``forces`` (m,), ``dforces_dq``, ``dforces_dv``, ``dforces_dtau`` (m, nv), ``dddq_dtau`` (nv, nv),
+    ``v_plus`` (nv,), ``impulses`` (m,), ``dv_plus_dq``, ``dv_plus_dv`` (nv, nv), ``dimpulses_dq``,
+    ``dimpulses_dv`` (m, nv). Public arrays are read-only views, overwritten by the next call."""
+
+    def __init__(self, model: Model, contacts: tuple) -> None:
+        nv = model.nv
+        self.contacts = contacts
+        self.m = m = sum(c.rows for c in contacts)
+        # An empty set (a flight phase) is one unused slot: the kernels then solve M ddq + b = tau.
+        self.ci = np.array([c._row_i for c in contacts] or [np.zeros(CI_COLS, dtype=np.int64)])
+        self.cf = np.array([c._row_f for c in contacts] or [np.zeros(CF_COLS)])
+        self.with_reference = any(c.baumgarte[0] > 0.0 for c in contacts)
+        self.cws = np.zeros(workspace_size(nv, 6 * len(self.ci)))
+        for name, shape in (("forces", (m,)), ("dforces", (3, m, nv)), ("dddq_dtau", (nv, nv)), ("v_plus", (nv,)),
+                            ("impulses", (m,)), ("dv_plus_dq", (nv, nv)), ("dv_plus_dv", (nv, nv)),
+                            ("dimpulses_dq", (m, nv)), ("dimpulses_dv", (m, nv))):
+            array = np.zeros(shape)
+            setattr(self, "_" + name, array)
+            setattr(self, name, _readonly(array))
+        self.dforces_dq, self.dforces_dv, self.dforces_dtau = self.dforces
+    def refresh(self) -> None:
+        """Copy the contacts' reference positions (settable) into the kernels' description."""
+        for k, contact in enumerate(self.contacts):
+            self.cf[k, CF_REF:CF_REF + 3] = contact._row_f[CF_REF:CF_REF + 3]
+
+
+_CACHE_SIZE = 32
+"""Contact sets whose workspace a Data keeps (the oldest is dropped past this)."""
+
+
+def _check_contact_set(model: Model, contacts) -> tuple:
+    try:
+        key = tuple(contacts)
+    except TypeError:
+        raise InputError("contacts: expected a sequence of rbd_deriv.Contact", "contacts") from None
+    for c in key:
+        if not isinstance(c, Contact):
+            raise InputError(f"contacts: expected rbd_deriv.Contact items, got {type(c).__name__}", "contacts")
+        if c.model is not model:
+            raise InputError(f"contacts: {c!r} belongs to another model", "contacts")
+    # Two contacts on one rigid body are always redundant: a frame contact fixes the body, and two points
+    # of a body keep their distance, so their accelerations along the line joining them are dependent.
+    bodies = {}
+    for c in key:
+        if c.joint in bodies:
+            other = bodies[c.joint]
+            raise InputError(f"contacts: redundant contacts: {other!r} and {c!r} are on the same rigid body (joint"
+                             f" {model.joint_names[c.joint - 1]!r}); one point or one frame contact per body",
+                             "contacts")
+        bodies[c.joint] = c
+    return key
+
+
+def contact_data(model: Model, data: Data, contacts) -> ContactData:
+    """The :class:`ContactData` of ``contacts`` on ``data`` (made at the first call with this set)."""
+    try:
+        cache = data._contact_sets
+    except AttributeError:
+        if not isinstance(data, Data):
+            raise InputError("data: not a workspace of this model (use model.create_data())", "data") from None
+        cache = data._contact_sets = {}
+    key = contacts if type(contacts) is tuple else None
+    try:
+        state = cache[key if key is not None else tuple(contacts)]
+    except (KeyError, TypeError):
+        check_model(model)
+        key = _check_contact_set(model, contacts)
+        state = cache.get(key)
+        if state is None:
+            state = ContactData(model, key)
+            if len(cache) >= _CACHE_SIZE:
+                del cache[next(iter(cache))]
+            cache[key] = state
+    if state.contacts and state.contacts[0].model is not model:
+        raise InputError("contacts: they belong to another model", "contacts")
+    if state.with_reference:
+        state.refresh()
+    return state
+
+
+def _raise(registered, model: Model, code: int, contacts) -> None:
+    kind, argument, index = decode(code)
+    if kind in (STATUS_CONTACT_RANK, STATUS_CONTACT_JOINT) and index < len(contacts):
+        if kind == STATUS_CONTACT_RANK:
+            contact = contacts[index]
+            earlier = ", ".join(repr(c.frame) for c in contacts[:index])
+            where = (f"depend on those of {earlier}" if earlier else
+                     "are dependent by themselves (the frame cannot move along every constrained direction here)")
+            raise InputError(f"contacts: redundant contacts: the rows of contact {index} ({contact.frame!r},"
+                             f" {contact.kind}) {where}: the contact Jacobian loses rank", "contacts")
+    raise registered.error(model, code)
+
+
+def _converted(registered, model: Model, data: Data, state: ContactData, inputs: dict, outputs: Sequence):
+    """The call with every input converted (the slow path, for lists or other dtypes), or InputError."""
+    check_model(model)
+    if not isinstance(data, Data):
+        raise InputError("data: not a workspace of this model (use model.create_data())", "data")
+    arguments = []
+    given = iter(outputs)
+    for argument in registered.arguments:
+        if argument.name == "mi":
+            arguments.append(model.mi)
+        elif argument.name == "mf":
+            arguments.append(model.mf)
+        elif argument.letter == "W":
+            arguments.append(data.ws)
+        elif argument.name == "ci":
+            arguments.append(state.ci)
+        elif argument.name == "cf":
+            arguments.append(state.cf)
+        elif argument.name == "cws":
+            arguments.append(state.cws)
+        elif argument.letter in "IF":
+            arguments.append(next(given))
+        elif argument.name == "fext" and inputs["fext"] is None:
+            arguments.append(data._zero_fext)
+        else:
+            arguments.append(convert(inputs[argument.name], argument))
+    return registered.call(*arguments)
+
+
+def contact_dynamics(model: Model, data: Data, contacts, q, v, tau, fext=None):
+    """Forward dynamics under rigid contacts: M ddq + b(q, v) = tau + J^T f with the contacts held (KKT).
+
+    Args:
+        contacts: A sequence of :class:`Contact` of this model (forces stacked in this order).
+        q: (nq,) configuration.
+        v: (nv,) velocity [rad/s, m/s].
+        tau: (nv,) joint torques/forces [N m, N].
+        fext: (njoints, 6) other external forces in the joint frames [N, N m], or None.
+
+    Returns:
+        (ddq, forces): data.ddq (nv,) [rad/s^2, m/s^2] and the contact forces (m,) [N, N m], LWA at each
+        frame's origin, acting on the robot; read-only views.
+
+    Raises:
+        InputError: bad contacts (another model's, redundant), wrong shapes, NaN or inf.
+        ModelError: M singular at this configuration.
+    """
+    state = contact_data(model, data, contacts)
+    try:
+        code = _contact_dynamics(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext,
+                                 state.ci, state.cf, state.cws, data._ddq, state._forces)
+    except (TypeError, AttributeError):
+        code = _converted(CONTACT_DYNAMICS, model, data, state, dict(q=q, v=v, tau=tau, fext=fext),
+                          (data._ddq, state._forces))
+    if code:
+        _raise(CONTACT_DYNAMICS, model, code, state.contacts)
+    return data.ddq, state.forces
+
+
+def contact_dynamics_derivatives(model: Model, data: Data, contacts, q, v, tau, fext=None):
+    """Partial derivatives of :func:`contact_dynamics` (same arguments).
+
+    Returns:
+        (dddq_dq, dddq_dv, dddq_dtau, dforces_dq, dforces_dv, dforces_dtau): (nv, nv) three times (data.dddq_dq,
+        data.dddq_dv and the contact set's dddq_dtau), then (m, nv) three times; derivatives with respect to q
+        are in the tangent space. data.ddq and the contact set's forces hold the dynamics as a by-product.
+    """
+    state = contact_data(model, data, contacts)
+    outputs = (data._ddq, state._forces, data._dddq_dq, data._dddq_dv, state._dddq_dtau, state._dforces)
+    try:
+        code = _contact_derivatives(model.mi, model.mf, data.ws, q, v, tau,
+                                    data._zero_fext if fext is None else fext, state.ci, state.cf, state.cws,
+                                    *outputs)
+    except (TypeError, AttributeError):
+        code = _converted(CONTACT_DERIVATIVES, model, data, state, dict(q=q, v=v, tau=tau, fext=fext), outputs)
+    if code:
+        _raise(CONTACT_DERIVATIVES, model, code, state.contacts)
+    return (data.dddq_dq, data.dddq_dv, state.dddq_dtau, state.dforces_dq, state.dforces_dv, state.dforces_dtau)
+
+
+def _check_restitution(restitution) -> float:
+    try:
+        e = float(restitution)
+    except (TypeError, ValueError):
+        raise InputError(f"restitution: expected a number, got {restitution!r}", "restitution") from None
+    if not (math.isfinite(e) and 0.0 <= e <= 1.0):
+        raise InputError(f"restitution: must be in [0, 1], got {e}", "restitution")
+    return e
+
+
+def impulse_dynamics(model: Model, data: Data, contacts, q, v, restitution: float = 0.0):
+    """Velocity after an impact at the contacts: M (v+ - v) = J^T P with J v+ = -e J v.
+
+    Args:
+        contacts: A sequence of :class:`Contact` (Baumgarte gains are ignored here).
+        q: (nq,) configuration.
+        v: (nv,) velocity before the impact [rad/s, m/s].
+        restitution: e in [0, 1] (0: the contacts stop dead).
+
+    Returns:
+        (v_plus, impulses): (nv,) velocity after the impact and the impulses (m,) [N s, N m s], LWA; read-only
+        views of the contact set's ContactData.
+    """
+    e = _check_restitution(restitution)
+    state = contact_data(model, data, contacts)
+    outputs = (state._v_plus, state._impulses)
+    try:
+        code = _impulse_dynamics(model.mi, model.mf, data.ws, q, v, e, state.ci, state.cf, state.cws, *outputs)
+    except (TypeError, AttributeError):
+        code = _converted(IMPULSE_DYNAMICS, model, data, state, dict(q=q, v=v, e=e), outputs)
+    if code:
+        _raise(IMPULSE_DYNAMICS, model, code, state.contacts)
+    return state.v_plus, state.impulses
+
+
+def impulse_dynamics_derivatives(model: Model, data: Data, contacts, q, v, restitution: float = 0.0):
+    """Partial derivatives of :func:`impulse_dynamics` (same arguments).
+
+    Returns:
+        (dv_plus_dq, dv_plus_dv, dimpulses_dq, dimpulses_dv): (nv, nv) twice, (m, nv) twice; with respect to q
+        in the tangent space. v_plus and impulses are computed as a by-product.
+    """
+    e = _check_restitution(restitution)
+    state = contact_data(model, data, contacts)
+    outputs = (state._v_plus, state._impulses, state._dv_plus_dq, state._dv_plus_dv, state._dimpulses_dq,
+               state._dimpulses_dv)
+    try:
+        code = _impulse_derivatives(model.mi, model.mf, data.ws, q, v, e, state.ci, state.cf, state.cws, *outputs)
+    except (TypeError, AttributeError):
+        code = _converted(IMPULSE_DERIVATIVES, model, data, state, dict(q=q, v=v, e=e), outputs)
+    if code:
+        _raise(IMPULSE_DERIVATIVES, model, code, state.contacts)
+    return state.dv_plus_dq, state.dv_plus_dv, state.dimpulses_dq, state.dimpulses_dv
+
+
+def linearize_contacts(model: Model, data: Data, contacts, q, v, tau, dt, fext=None):
+    """:func:`rbd_deriv.linearize` under contacts: semi-implicit Euler on the manifold with the contact
+    dynamics, v+ = v + dt ddq, q+ = q (+) dt v+ (Crocoddyl's IntegratedActionModelEuler over its contact
+    forward dynamics). Returns (A, B) as data.A, data.B; data.x_next holds x+, the contact set's ``forces``
+    the contact forces of the step."""
+    dt = check_time_step(dt)
+    state = contact_data(model, data, contacts)
+    outputs = (data._A, data._B, data._x_next, state._forces)
+    try:
+        code = _contact_linearize(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext,
+                                  state.ci, state.cf, dt, state.cws, *outputs)
+    except (TypeError, AttributeError):
+        code = _converted(CONTACT_LINEARIZE, model, data, state, dict(q=q, v=v, tau=tau, fext=fext, dt=dt),
+                          outputs)
+    if code:
+        _raise(CONTACT_LINEARIZE, model, code, state.contacts)
+    return data.A, data.B
+
+
+def contact_forces(model: Model, data: Data, contacts) -> np.ndarray:
+    """The forces (m,) of the last contact_dynamics, its derivatives or linearize with these contacts on data."""
+    return contact_data(model, data, contacts).forces
+
+
+def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
+    """linearize_contacts at K states, one contact set per state.
+
+    Args:
+        contacts: K sequences of :class:`Contact` (one per state; they may differ: a gait), or one sequence
+            for all states.
+
+    Returns:
+        (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv), forces (K, m_max)): each state's forces first,
+        padded with zeros to the largest number of force rows of a state.
+    """
+    check_model(model)
+    dt = check_time_step(dt)
+    try:
+        count = len(Q)
+    except TypeError:
+        raise InputError("Q: expected K configurations", "Q") from None
+    if not len(contacts) or isinstance(contacts[0], Contact):
+        sets = [_check_contact_set(model, contacts)] * count
+    else:
+        if len(contacts) != count:
+            raise InputError(f"contacts: {len(contacts)} contact sets for {count} states", "contacts")
+        sets = [_check_contact_set(model, s) for s in contacts]
+    width = max([1] + [len(s) for s in sets])
+    CI = np.zeros((count, width, CI_COLS), dtype=np.int64)
+    CF = np.zeros((count, width, CF_COLS))
+    for k, s in enumerate(sets):
+        for c, contact in enumerate(s):
+            CI[k, c] = contact._row_i
+            CF[k, c] = contact._row_f
+    rows = max(sum(c.rows for c in s) for s in sets) if sets else 0
+    shapes = {"cws": (workspace_size(model.nv, 6 * width),), "forces": (rows,)}
+    _, A, B, X, F = run_batch(CONTACT_LINEARIZE, model, Q, V, TAU, None, CI, CF, dt, shapes=shapes)
+    return A, B, X, F
+
+
+linearization.CONTACT_STEP.update(single=linearize_contacts, batch=linearize_contacts_batch)

@@ -1,0 +1,528 @@
+"""Frames: placement, velocity, accelerations and Jacobians of a frame, and their derivatives.
+
+A frame c is fixed to the body of joint b at placement bMc (rotation, translation in the joint frame).
+Everything here reads the world-frame quantities of the forward pass of :mod:`rbd_deriv.core.kinematics`: the
+joint placements oMi, the motion subspace columns S_k (world frame, at the world origin), the spatial
+velocities ov and accelerations oa (at the world origin; oa carries a_0 = -g). With v_b = (v_o, w) and
+a_b = (a_o, alpha) the true spatial velocity and acceleration of body b at the world origin and p the frame's
+origin in the world:
+
+    v_p = v_o + w x p                              velocity of the point p (LOCAL_WORLD_ALIGNED, "LWA")
+    a_p = a_o + alpha x p + w x v_p                classical acceleration of p
+    a_6 = (a_o + alpha x p, alpha)                 spatial acceleration, LWA (world axes, origin p)
+    J_p[:, k] = S_k,lin + S_k,ang x p              for every dof k supporting b (zero elsewhere)
+
+The derivatives along dof k of joint j supporting b (lambda the parent of j), as in Carpentier & Mansard
+(RSS 2018, sec. III) written in the world frame:
+
+    dp/dq_k     = S_k,lin + S_k,ang x p
+    dv_b/dq_k   = S_k x (v_b - v_lambda)
+    da_b/dq_k   = S_k x (a_b - a_lambda) - (S_k x v_lambda) x (v_b - v_lambda)
+    dv_b/dqd_k  = S_k,     da_b/dqd_k = S_k x (v_b - v_lambda) + v_j x S_k,     da_b/dqdd_k = S_k
+
+(v_j is body j's own velocity: for one dof v_j x S_k = v_lambda x S_k, for the free flyer it is not), and
+the chain rule through v_p, a_p, a_6. Each costs O(depth of b) per frame.
+
+Contacts (:mod:`rbd_deriv.core.contact`) build on these kernels; so do the public frame functions below.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from rbd_deriv.core.calling import STATUS_SHAPE, check_model, check_state, check_vector, convert, register, status
+from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.kinematics import FK_ACCELERATION, FK_POSITION, FK_VELOCITY, forward_pass, position_pass
+from rbd_deriv.core.layout import (
+    MI_IDX_V,
+    MI_NJ,
+    MI_NV,
+    MI_NVTOT,
+    MI_PARENT,
+    R_IC10,
+    R_OA,
+    R_OI,
+    R_OMI,
+    R_OV,
+    R_S,
+    region2,
+    region3,
+    zero_forces,
+)
+from rbd_deriv.core.model import Data, Model
+from rbd_deriv.exceptions import InputError
+
+# A frame's placement in its joint frame as 12 numbers: rotation row-major (9), then translation (3).
+FRAME_ROT, FRAME_POS, FRAME_COLS = 0, 9, 12
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def cross3(ax, ay, az, bx, by, bz):
+    """a x b for 3-vectors given as scalars."""
+    return ay * bz - az * by, az * bx - ax * bz, ax * by - ay * bx
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def motion_cross6(v1x, v1y, v1z, w1x, w1y, w1z, v2x, v2y, v2z, w2x, w2y, w2z):
+    """m1 x m2 = (w1 x v2 + v1 x w2, w1 x w2) for motions given as scalars."""
+    c0, c1, c2 = cross3(w1x, w1y, w1z, v2x, v2y, v2z)
+    e0, e1, e2 = cross3(v1x, v1y, v1z, w2x, w2y, w2z)
+    a0, a1, a2 = cross3(w1x, w1y, w1z, w2x, w2y, w2z)
+    return c0 + e0, c1 + e1, c2 + e2, a0, a1, a2
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def velocity_column(sx, sy, sz, tx, ty, tz, dvx, dvy, dvz, dwx, dwy, dwz, px, py, pz, wx, wy, wz):
+    """For the dof of motion column S = (s, t): dp/dq = s + t x p, the body velocity's dv_b/dq = S x (v_b -
+    v_lambda) (given as dv, dw) and the point velocity's dv_p/dq = dv_o + dw x p + w x dp: 12 scalars
+    (dp, dv_o, dw, dv_p)."""
+    c0, c1, c2 = cross3(tx, ty, tz, px, py, pz)
+    dpx, dpy, dpz = sx + c0, sy + c1, sz + c2
+    qvx, qvy, qvz, qwx, qwy, qwz = motion_cross6(sx, sy, sz, tx, ty, tz, dvx, dvy, dvz, dwx, dwy, dwz)
+    c0, c1, c2 = cross3(qwx, qwy, qwz, px, py, pz)
+    e0, e1, e2 = cross3(wx, wy, wz, dpx, dpy, dpz)
+    return (dpx, dpy, dpz, qvx, qvy, qvz, qwx, qwy, qwz, qvx + c0 + e0, qvy + c1 + e1, qvz + c2 + e2)
+
+
+@njit(**JIT_OPTIONS)
+def frame_origin(mi, ws, b, X):
+    """The world position p (3 scalars) of the origin of a frame at placement X (12,) in joint b."""
+    oMi = region3(mi, ws, R_OMI, mi[0, MI_NJ], 4, 4)
+    o = oMi[b]
+    t0, t1, t2 = X[FRAME_POS], X[FRAME_POS + 1], X[FRAME_POS + 2]
+    return (o[0, 3] + o[0, 0] * t0 + o[0, 1] * t1 + o[0, 2] * t2,
+            o[1, 3] + o[1, 0] * t0 + o[1, 1] * t1 + o[1, 2] * t2,
+            o[2, 3] + o[2, 0] * t0 + o[2, 1] * t1 + o[2, 2] * t2)
+
+
+@njit(**JIT_OPTIONS)
+def lwa_jacobian_into(mi, ws, b, px, py, pz, rows, J, row0):
+    """Rows row0..row0+rows of J (.., nv) = the LWA Jacobian of the frame at p on body b: the linear rows
+    (S_lin + S_ang x p) for rows = 3, and the angular rows S_ang too for rows = 6."""
+    nv = mi[0, MI_NVTOT]
+    S = region2(mi, ws, R_S, nv, 6)
+    for r in range(row0, row0 + rows):
+        for k in range(nv):
+            J[r, k] = 0.0
+    j = b
+    while j > 0:
+        iv = mi[j, MI_IDX_V]
+        for k in range(iv, iv + mi[j, MI_NV]):
+            cx, cy, cz = cross3(S[k, 3], S[k, 4], S[k, 5], px, py, pz)
+            J[row0, k] = S[k, 0] + cx
+            J[row0 + 1, k] = S[k, 1] + cy
+            J[row0 + 2, k] = S[k, 2] + cz
+            if rows == 6:
+                J[row0 + 3, k] = S[k, 3]
+                J[row0 + 4, k] = S[k, 4]
+                J[row0 + 5, k] = S[k, 5]
+        j = mi[j, MI_PARENT]
+
+
+@njit(**JIT_OPTIONS)
+def body_motion(mi, mf, ws, b):
+    """(v_o, w, a_o, alpha) of body b as 12 scalars: its true spatial velocity and acceleration at the world
+    origin (gravity, which oa carries as a_0 = -g, added back)."""
+    nj = mi[0, MI_NJ]
+    ov = region2(mi, ws, R_OV, nj, 6)
+    oa = region2(mi, ws, R_OA, nj, 6)
+    return (ov[b, 0], ov[b, 1], ov[b, 2], ov[b, 3], ov[b, 4], ov[b, 5],
+            oa[b, 0] + mf[0, 0], oa[b, 1] + mf[0, 1], oa[b, 2] + mf[0, 2],
+            oa[b, 3] + mf[0, 3], oa[b, 4] + mf[0, 4], oa[b, 5] + mf[0, 5])
+
+
+@njit(**JIT_OPTIONS)
+def lwa_motion(mi, mf, ws, b, px, py, pz, rows, kd, out, row0):
+    """out[row0:row0+rows] = the frame's acceleration plus kd times its velocity: for rows = 3 the classical
+    acceleration of the point p, a_p + kd v_p; for rows = 6 the LWA spatial acceleration a_6 + kd (v_p, w).
+    Needs forward_pass at FK_ACCELERATION."""
+    vx, vy, vz, wx, wy, wz, ax, ay, az, bx, by, bz = body_motion(mi, mf, ws, b)
+    cx, cy, cz = cross3(wx, wy, wz, px, py, pz)
+    vpx, vpy, vpz = vx + cx, vy + cy, vz + cz
+    cx, cy, cz = cross3(bx, by, bz, px, py, pz)
+    apx, apy, apz = ax + cx, ay + cy, az + cz
+    if rows == 3:
+        cx, cy, cz = cross3(wx, wy, wz, vpx, vpy, vpz)
+        apx, apy, apz = apx + cx, apy + cy, apz + cz
+    out[row0], out[row0 + 1], out[row0 + 2] = apx + kd * vpx, apy + kd * vpy, apz + kd * vpz
+    if rows == 6:
+        out[row0 + 3], out[row0 + 4], out[row0 + 5] = bx + kd * wx, by + kd * wy, bz + kd * wz
+
+
+@njit(**JIT_OPTIONS)
+def lwa_motion_derivatives(mi, mf, ws, b, px, py, pz, rows, kp, kd, Dq, Dv, row0):
+    """Rows row0..row0+rows of Dq, Dv (.., nv): the derivatives with respect to q (tangent space) and v of
+    lwa_motion(...) + kp * (p, 0), at the state of the forward pass (FK_ACCELERATION; a = the acceleration
+    at which they are wanted). Zero outside the dofs supporting b."""
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    S = region2(mi, ws, R_S, nv, 6)
+    ov = region2(mi, ws, R_OV, nj, 6)
+    oa = region2(mi, ws, R_OA, nj, 6)
+    for r in range(row0, row0 + rows):
+        for k in range(nv):
+            Dq[r, k] = 0.0
+            Dv[r, k] = 0.0
+    vx, vy, vz, wx, wy, wz, ax, ay, az, bx, by, bz = body_motion(mi, mf, ws, b)
+    cx, cy, cz = cross3(wx, wy, wz, px, py, pz)
+    vpx, vpy, vpz = vx + cx, vy + cy, vz + cz
+    j = b
+    while j > 0:
+        lam = mi[j, MI_PARENT]
+        # v_b - v_lambda and a_b - a_lambda (gravity cancels in the difference)
+        dvx, dvy, dvz = ov[b, 0] - ov[lam, 0], ov[b, 1] - ov[lam, 1], ov[b, 2] - ov[lam, 2]
+        dwx, dwy, dwz = ov[b, 3] - ov[lam, 3], ov[b, 4] - ov[lam, 4], ov[b, 5] - ov[lam, 5]
+        dax, day, daz = oa[b, 0] - oa[lam, 0], oa[b, 1] - oa[lam, 1], oa[b, 2] - oa[lam, 2]
+        dbx, dby, dbz = oa[b, 3] - oa[lam, 3], oa[b, 4] - oa[lam, 4], oa[b, 5] - oa[lam, 5]
+        lvx, lvy, lvz, lwx, lwy, lwz = ov[lam, 0], ov[lam, 1], ov[lam, 2], ov[lam, 3], ov[lam, 4], ov[lam, 5]
+        jvx, jvy, jvz, jwx, jwy, jwz = ov[j, 0], ov[j, 1], ov[j, 2], ov[j, 3], ov[j, 4], ov[j, 5]
+        iv = mi[j, MI_IDX_V]
+        for k in range(iv, iv + mi[j, MI_NV]):
+            sx, sy, sz, tx, ty, tz = S[k, 0], S[k, 1], S[k, 2], S[k, 3], S[k, 4], S[k, 5]
+            (dpx, dpy, dpz, qvx, qvy, qvz, qwx, qwy, qwz,
+             qpx, qpy, qpz) = velocity_column(sx, sy, sz, tx, ty, tz, dvx, dvy, dvz, dwx, dwy, dwz, px, py, pz,
+                                              wx, wy, wz)
+            # da_b/dq = S x (a_b - a_lambda) - (S x v_lambda) x (v_b - v_lambda)
+            qax, qay, qaz, qbx, qby, qbz = motion_cross6(sx, sy, sz, tx, ty, tz, dax, day, daz, dbx, dby, dbz)
+            mvx, mvy, mvz, mwx, mwy, mwz = motion_cross6(sx, sy, sz, tx, ty, tz, lvx, lvy, lvz, lwx, lwy, lwz)
+            c0, c1, c2, e0, e1, e2 = motion_cross6(mvx, mvy, mvz, mwx, mwy, mwz, dvx, dvy, dvz, dwx, dwy, dwz)
+            qax, qay, qaz, qbx, qby, qbz = qax - c0, qay - c1, qaz - c2, qbx - e0, qby - e1, qbz - e2
+            # d(a_o + alpha x p)/dq = da_o + dalpha x p + alpha x dp
+            c0, c1, c2 = cross3(qbx, qby, qbz, px, py, pz)
+            e0, e1, e2 = cross3(bx, by, bz, dpx, dpy, dpz)
+            gx, gy, gz = qax + c0 + e0, qay + c1 + e1, qaz + c2 + e2
+            # velocity derivatives: dv_b/dv = S, dv_p/dv = dp, da_b/dv = S x (v_b - v_lambda) + v_j x S
+            c0, c1, c2, e0, e1, e2 = motion_cross6(jvx, jvy, jvz, jwx, jwy, jwz, sx, sy, sz, tx, ty, tz)
+            vax, vay, vaz, vbx, vby, vbz = qvx + c0, qvy + c1, qvz + c2, qwx + e0, qwy + e1, qwz + e2
+            c0, c1, c2 = cross3(vbx, vby, vbz, px, py, pz)
+            hx, hy, hz = vax + c0, vay + c1, vaz + c2  # d(a_o + alpha x p)/dv
+            if rows == 3:
+                # a_p = (a_o + alpha x p) + w x v_p
+                c0, c1, c2 = cross3(qwx, qwy, qwz, vpx, vpy, vpz)
+                e0, e1, e2 = cross3(wx, wy, wz, qpx, qpy, qpz)
+                gx, gy, gz = gx + c0 + e0, gy + c1 + e1, gz + c2 + e2
+                c0, c1, c2 = cross3(tx, ty, tz, vpx, vpy, vpz)
+                e0, e1, e2 = cross3(wx, wy, wz, dpx, dpy, dpz)
+                hx, hy, hz = hx + c0 + e0, hy + c1 + e1, hz + c2 + e2
+            Dq[row0, k] = gx + kd * qpx + kp * dpx
+            Dq[row0 + 1, k] = gy + kd * qpy + kp * dpy
+            Dq[row0 + 2, k] = gz + kd * qpz + kp * dpz
+            Dv[row0, k] = hx + kd * dpx
+            Dv[row0 + 1, k] = hy + kd * dpy
+            Dv[row0 + 2, k] = hz + kd * dpz
+            if rows == 6:
+                Dq[row0 + 3, k] = qbx + kd * qwx
+                Dq[row0 + 4, k] = qby + kd * qwy
+                Dq[row0 + 5, k] = qbz + kd * qwz
+                Dv[row0 + 3, k] = vbx + kd * tx
+                Dv[row0 + 4, k] = vby + kd * ty
+                Dv[row0 + 5, k] = vbz + kd * tz
+        j = lam
+
+
+@njit(**JIT_OPTIONS)
+def lwa_velocity_derivative(mi, ws, b, px, py, pz, rows, w, G, row0):
+    """Rows row0..row0+rows of G (.., nv) = d(J w)/dq for the LWA Jacobian J of the frame at p on body b and a
+    fixed velocity vector w (nv,): the q-derivative of the frame's velocity (v_p, and the angular velocity for
+    rows = 6) were the joints moving at w. Needs forward_pass at FK_POSITION only: the body velocities at w
+    along the chain are partial sums of S_k w_k (v_b - v_lambda(j) is the sum over the joints from j to b)."""
+    nv = mi[0, MI_NVTOT]
+    S = region2(mi, ws, R_S, nv, 6)
+    for r in range(row0, row0 + rows):
+        for k in range(nv):
+            G[r, k] = 0.0
+    vx = vy = vz = wx = wy = wz = 0.0
+    j = b
+    while j > 0:
+        iv = mi[j, MI_IDX_V]
+        for k in range(iv, iv + mi[j, MI_NV]):
+            vx += S[k, 0] * w[k]
+            vy += S[k, 1] * w[k]
+            vz += S[k, 2] * w[k]
+            wx += S[k, 3] * w[k]
+            wy += S[k, 4] * w[k]
+            wz += S[k, 5] * w[k]
+        j = mi[j, MI_PARENT]
+    # Partial sums from b up: after joint j, (dvx..dwz) = v_b - v_lambda(j).
+    dvx = dvy = dvz = dwx = dwy = dwz = 0.0
+    j = b
+    while j > 0:
+        iv = mi[j, MI_IDX_V]
+        for k in range(iv, iv + mi[j, MI_NV]):
+            dvx += S[k, 0] * w[k]
+            dvy += S[k, 1] * w[k]
+            dvz += S[k, 2] * w[k]
+            dwx += S[k, 3] * w[k]
+            dwy += S[k, 4] * w[k]
+            dwz += S[k, 5] * w[k]
+        for k in range(iv, iv + mi[j, MI_NV]):
+            (_, _, _, _, _, _, qwx, qwy, qwz,
+             qpx, qpy, qpz) = velocity_column(S[k, 0], S[k, 1], S[k, 2], S[k, 3], S[k, 4], S[k, 5], dvx, dvy, dvz,
+                                              dwx, dwy, dwz, px, py, pz, wx, wy, wz)
+            G[row0, k], G[row0 + 1, k], G[row0 + 2, k] = qpx, qpy, qpz
+            if rows == 6:
+                G[row0 + 3, k], G[row0 + 4, k], G[row0 + 5, k] = qwx, qwy, qwz
+        j = mi[j, MI_PARENT]
+
+
+# --- public frame functions ---------------------------------------------------------------------------------
+# One kernel computes, for one frame, what its level asks for, all LOCAL_WORLD_ALIGNED (world axes, origin p):
+# level 0 the placement and the Jacobian, 1 + the velocity, 2 + the accelerations, 3 + the derivatives. The
+# Python functions express them in the reference frame asked for.
+
+LEVEL_JACOBIAN, LEVEL_VELOCITY, LEVEL_ACCELERATION, LEVEL_DERIVATIVES = 0, 1, 2, 3
+
+
+@njit(**JIT_OPTIONS)
+def _frame_kernel(mi, mf, ws, q, v, a, X, joint, level, pose, motion, derivs):
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    code = check_state(mi, ws, q, v, a, zero_forces(mi, ws))
+    if code == 0:
+        code = check_vector(X, FRAME_COLS, 6)
+    if code == 0 and not 0 < joint < nj:
+        code = status(STATUS_SHAPE, 7, 0)
+    if code == 0 and (pose.shape[0] != 4 or pose.shape[1] != 4 or motion.shape[0] != 3 or motion.shape[1] != 6
+                      or derivs.shape[0] != 4 or derivs.shape[1] != 6 or derivs.shape[2] != nv):
+        code = status(STATUS_SHAPE, 9, 0)
+    if code != 0:
+        return code
+    forward_pass(mi, mf, ws, q, v, a, zero_forces(mi, ws), FK_ACCELERATION if level >= LEVEL_ACCELERATION
+                 else FK_VELOCITY if level == LEVEL_VELOCITY else FK_POSITION)
+    oMi = region3(mi, ws, R_OMI, nj, 4, 4)
+    o = oMi[joint]
+    for r in range(3):
+        for c in range(3):
+            pose[r, c] = o[r, 0] * X[c] + o[r, 1] * X[3 + c] + o[r, 2] * X[6 + c]
+        pose[3, r] = 0.0
+    pose[3, 3] = 1.0
+    px, py, pz = frame_origin(mi, ws, joint, X)
+    pose[0, 3], pose[1, 3], pose[2, 3] = px, py, pz
+    lwa_jacobian_into(mi, ws, joint, px, py, pz, 6, derivs[0], 0)
+    if level >= LEVEL_VELOCITY:
+        ov = region2(mi, ws, R_OV, nj, 6)
+        vx, vy, vz, wx, wy, wz = ov[joint, 0], ov[joint, 1], ov[joint, 2], ov[joint, 3], ov[joint, 4], ov[joint, 5]
+        cx, cy, cz = cross3(wx, wy, wz, px, py, pz)
+        motion[0, 0], motion[0, 1], motion[0, 2] = vx + cx, vy + cy, vz + cz
+        motion[0, 3], motion[0, 4], motion[0, 5] = wx, wy, wz
+    if level >= LEVEL_ACCELERATION:
+        lwa_motion(mi, mf, ws, joint, px, py, pz, 6, 0.0, motion[1], 0)
+        lwa_motion(mi, mf, ws, joint, px, py, pz, 3, 0.0, motion[2], 0)
+        for k in range(3, 6):
+            motion[2, k] = motion[1, k]
+    if level >= LEVEL_DERIVATIVES:
+        lwa_velocity_derivative(mi, ws, joint, px, py, pz, 6, v, derivs[1], 0)
+        lwa_motion_derivatives(mi, mf, ws, joint, px, py, pz, 6, 0.0, 0.0, derivs[2], derivs[3], 0)
+    return 0
+
+
+FRAME = register(_frame_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 a:f1 X:f1 joint:n level:n pose:F2 motion:F2"
+                 " derivs:F3", lazy=True)
+
+
+@njit(**JIT_OPTIONS)
+def _com_kernel(mi, mf, ws, q, v, com, vcom, Jcom):
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    code = check_state(mi, ws, q, v, v, zero_forces(mi, ws))
+    if code == 0 and (com.shape[0] != 3 or vcom.shape[0] != 3 or Jcom.shape[0] != 3 or Jcom.shape[1] != nv):
+        code = status(STATUS_SHAPE, 5, 0)
+    if code != 0:
+        return code
+    position_pass(mi, mf, ws, q)
+    oI = region2(mi, ws, R_OI, nj, 10)
+    IC = region2(mi, ws, R_IC10, nj, 10)  # subtree mass and first moment (the first 4 parameters)
+    S = region2(mi, ws, R_S, nv, 6)
+    for i in range(nj):
+        for k in range(4):
+            IC[i, k] = oI[i, k] if i > 0 else 0.0
+    for i in range(nj - 1, 0, -1):
+        parent = mi[i, MI_PARENT]
+        if parent > 0:
+            for k in range(4):
+                IC[parent, k] += IC[i, k]
+    total = 0.0
+    hx = hy = hz = 0.0
+    for i in range(1, nj):
+        if mi[i, MI_PARENT] == 0:
+            total += IC[i, 0]
+            hx += IC[i, 1]
+            hy += IC[i, 2]
+            hz += IC[i, 3]
+    com[0], com[1], com[2] = hx / total, hy / total, hz / total
+    # Column k: (m_sub S_lin + S_ang x h_sub) / m over the subtree of dof k's joint.
+    for i in range(1, nj):
+        m_sub, sx, sy, sz = IC[i, 0], IC[i, 1], IC[i, 2], IC[i, 3]
+        iv = mi[i, MI_IDX_V]
+        for k in range(iv, iv + mi[i, MI_NV]):
+            cx, cy, cz = cross3(S[k, 3], S[k, 4], S[k, 5], sx, sy, sz)
+            Jcom[0, k] = (m_sub * S[k, 0] + cx) / total
+            Jcom[1, k] = (m_sub * S[k, 1] + cy) / total
+            Jcom[2, k] = (m_sub * S[k, 2] + cz) / total
+    for r in range(3):
+        acc = 0.0
+        for k in range(nv):
+            acc += Jcom[r, k] * v[k]
+        vcom[r] = acc
+    return 0
+
+
+COM = register(_com_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 com:F1 vcom:F1 Jcom:F2", lazy=True)
+
+REFERENCES = ("local_world_aligned", "local", "world")
+"""Reference frames of the public functions: LOCAL_WORLD_ALIGNED (world axes at the frame's origin), LOCAL (the
+frame's own axes and origin), WORLD (world axes and origin: the spatial quantities of Featherstone)."""
+
+
+class FrameData:
+    """The results of the frame functions on one Data (kept on it): views overwritten by the next call."""
+
+    def __init__(self, nv: int) -> None:
+        self.pose = np.zeros((4, 4))
+        self.motion = np.zeros((3, 6))
+        self.derivs = np.zeros((4, 6, nv))
+        self.com, self.vcom, self.Jcom = np.zeros(3), np.zeros(3), np.zeros((3, nv))
+
+
+def _frame_data(data: Data) -> FrameData:
+    try:
+        return data._frame_data
+    except AttributeError:
+        if not isinstance(data, Data):
+            raise InputError("data: not a workspace of this model (use model.create_data())", "data") from None
+        data._frame_data = FrameData(data.ddq.shape[0])
+        return data._frame_data
+
+
+def _frame_description(model: Model, frame: str):
+    try:
+        joint, placement = model.frames[frame]
+    except (KeyError, TypeError):
+        raise InputError(f"frame: no frame named {frame!r}; model.frame_names lists them", "frame") from None
+    return int(joint), np.concatenate([placement[:3, :3].ravel(), placement[:3, 3]])
+
+
+def _run_frame(model: Model, data: Data, frame: str, q, v, a, level: int, reference: str) -> FrameData:
+    if reference not in REFERENCES:
+        raise InputError(f"reference: expected one of {REFERENCES}, got {reference!r}", "reference")
+    check_model(model)
+    joint, X = _frame_description(model, frame)
+    fd = _frame_data(data)
+    if joint == 0:  # fixed to the universe: it does not move
+        fd.pose[:] = np.eye(4)
+        fd.pose[:3, :3], fd.pose[:3, 3] = X[:9].reshape(3, 3), X[9:]
+        fd.motion[:] = 0.0
+        fd.derivs[:] = 0.0
+        return fd
+    zero = np.zeros(model.nv)
+    arguments = [q, zero if v is None else v, zero if a is None else a]
+    try:
+        code = FRAME.call(model.mi, model.mf, data.ws, *arguments, X, joint, level, fd.pose, fd.motion, fd.derivs)
+    except (TypeError, AttributeError):
+        converted = [convert(x, arg) for x, arg in zip(arguments, FRAME.arguments[3:6])]
+        code = FRAME.call(model.mi, model.mf, data.ws, *converted, X, joint, level, fd.pose, fd.motion, fd.derivs)
+    if code:
+        raise FRAME.error(model, code)
+    return fd
+
+
+def _skew(p: np.ndarray) -> np.ndarray:
+    return np.array([[0.0, -p[2], p[1]], [p[2], 0.0, -p[0]], [-p[1], p[0], 0.0]])
+
+
+def _express(fd: FrameData, x: np.ndarray, reference: str) -> np.ndarray:
+    """A motion (6,) or motion columns (6, n) given LWA, expressed in ``reference`` (a new array)."""
+    if reference == "local_world_aligned":
+        return x.copy()
+    R, p = fd.pose[:3, :3], fd.pose[:3, 3]
+    if reference == "local":
+        return np.concatenate([R.T @ x[:3], R.T @ x[3:]])
+    # world: the same rigid motion seen at the world origin, v_o = v_p - w x p = v_p + p x w
+    return np.concatenate([x[:3] + _skew(p) @ x[3:], x[3:]])
+
+
+def frame_jacobian(model: Model, data: Data, q, frame: str, reference: str = "local_world_aligned") -> np.ndarray:
+    """Jacobian (6, nv) of a frame, [linear; angular], in ``reference`` (see :data:`REFERENCES`): v_frame = J v."""
+    fd = _run_frame(model, data, frame, q, None, None, LEVEL_JACOBIAN, reference)
+    return _express(fd, fd.derivs[0], reference)
+
+
+def frame_velocity(model: Model, data: Data, q, v, frame: str, reference: str = "local_world_aligned") -> np.ndarray:
+    """Spatial velocity (6,) [m/s, rad/s] of a frame, [linear, angular], in ``reference``."""
+    fd = _run_frame(model, data, frame, q, v, None, LEVEL_VELOCITY, reference)
+    return _express(fd, fd.motion[0], reference)
+
+
+def frame_acceleration(model: Model, data: Data, q, v, a, frame: str,
+                       reference: str = "local_world_aligned") -> np.ndarray:
+    """Spatial acceleration (6,) [m/s^2, rad/s^2] of a frame (the derivative of its spatial velocity in a fixed
+    frame: not the acceleration of its origin), in ``reference``."""
+    fd = _run_frame(model, data, frame, q, v, a, LEVEL_ACCELERATION, reference)
+    return _express(fd, fd.motion[1], reference)
+
+
+def frame_classical_acceleration(model: Model, data: Data, q, v, a, frame: str,
+                                 reference: str = "local_world_aligned") -> np.ndarray:
+    """Classical acceleration (6,) of a frame: the acceleration of its origin [m/s^2] and its angular
+    acceleration [rad/s^2], with the axes of ``reference`` ("local_world_aligned" or "local")."""
+    if reference == "world":
+        raise InputError("reference: the classical acceleration is defined at the frame's origin: use"
+                         " 'local_world_aligned' or 'local'", "reference")
+    fd = _run_frame(model, data, frame, q, v, a, LEVEL_ACCELERATION, reference)
+    return _express(fd, fd.motion[2], reference)
+
+
+def _express_derivative(fd: FrameData, x: np.ndarray, dx: np.ndarray, reference: str) -> np.ndarray:
+    """The q-derivative (6, nv) of a motion x (LWA, its derivative dx) once expressed in ``reference``."""
+    J = fd.derivs[0]
+    if reference == "local_world_aligned":
+        return dx.copy()
+    R, p = fd.pose[:3, :3], fd.pose[:3, 3]
+    if reference == "local":
+        # d(R^T y) = R^T (dy + y x w_k): the frame turns with angular velocity column w_k = J_ang[:, k]
+        return np.concatenate([R.T @ (dx[:3] + _skew(x[:3]) @ J[3:]), R.T @ (dx[3:] + _skew(x[3:]) @ J[3:])])
+    # world: d(v_p + p x w) = dv_p + dp x w + p x dw, dp = J_lin
+    return np.concatenate([dx[:3] - _skew(x[3:]) @ J[:3] + _skew(p) @ dx[3:], dx[3:]])
+
+
+def frame_velocity_derivatives(model: Model, data: Data, q, v, frame: str, reference: str = "local_world_aligned"):
+    """(dv_dq, dv_dv), each (6, nv): the derivatives of :func:`frame_velocity` (q in the tangent space)."""
+    fd = _run_frame(model, data, frame, q, v, None, LEVEL_DERIVATIVES, reference)
+    x, J = fd.motion[0], fd.derivs[0]
+    return _express_derivative(fd, x, fd.derivs[1], reference), _express(fd, J, reference)
+
+
+def frame_acceleration_derivatives(model: Model, data: Data, q, v, a, frame: str,
+                                   reference: str = "local_world_aligned"):
+    """(dv_dq, da_dq, da_dv, da_da), each (6, nv): the derivatives of :func:`frame_velocity` and of
+    :func:`frame_acceleration` (as Pinocchio's getFrameAccelerationDerivatives)."""
+    fd = _run_frame(model, data, frame, q, v, a, LEVEL_DERIVATIVES, reference)
+    J = fd.derivs[0]
+    dv_dq = _express_derivative(fd, fd.motion[0], fd.derivs[1], reference)
+    da_dq = _express_derivative(fd, fd.motion[1], fd.derivs[2], reference)
+    # The acceleration does not turn the frame: its v-derivative is expressed like a motion (in LOCAL the
+    # rotation of the axes depends on q only).
+    return dv_dq, da_dq, _express(fd, fd.derivs[3], reference), _express(fd, J, reference)
+
+
+def _run_com(model: Model, data: Data, q, v) -> FrameData:
+    check_model(model)
+    fd = _frame_data(data)
+    v = np.zeros(model.nv) if v is None else v
+    try:
+        code = COM.call(model.mi, model.mf, data.ws, q, v, fd.com, fd.vcom, fd.Jcom)
+    except (TypeError, AttributeError):
+        converted = [convert(x, arg) for x, arg in zip((q, v), COM.arguments[3:5])]
+        code = COM.call(model.mi, model.mf, data.ws, *converted, fd.com, fd.vcom, fd.Jcom)
+    if code:
+        raise COM.error(model, code)
+    return fd
+
+
+def center_of_mass(model: Model, data: Data, q, v=None):
+    """Center of mass (3,) [m] in the world; with v, also its velocity (3,) [m/s]: returns (com, vcom)."""
+    fd = _run_com(model, data, q, v)
+    return fd.com.copy() if v is None else (fd.com.copy(), fd.vcom.copy())
+
+
+def com_jacobian(model: Model, data: Data, q) -> np.ndarray:
+    """Jacobian (3, nv) of the center of mass: vcom = Jcom v (world axes)."""
+    return _run_com(model, data, q, None).Jcom.copy()
