@@ -16,6 +16,7 @@ import pinocchio as pin
 import pytest
 
 import rbd_deriv as rd
+from rbd_deriv.core import frames
 from rbd_deriv.testing import FINITE_DIFFERENCE_RTOL, assert_close, finite_diff
 
 
@@ -119,3 +120,22 @@ def test_frames_refuse_bad_input(load_robot):
     assert error.value.argument == "q"
     # Lists are converted.
     assert_close(rd.frame_jacobian(model, data, list(q), "FL_FOOT"), rd.frame_jacobian(model, data, q, "FL_FOOT"))
+
+
+def test_frame_fixed_to_the_universe_checks_its_state(load_robot):
+    robot = load_robot("ur5", False)
+    model, data = robot.model, robot.data
+    q, v, a = robot.states("frames universe", 1)[0]
+    frame = next(name for name in model.frame_names if model.frames[name][0] == 0)
+    placement = model.frames[frame][1]
+    assert not rd.frame_jacobian(model, data, q, frame).any()
+    assert_close(frames._frame_data(data).pose, placement, what="pose of a frame on the universe")
+    assert not rd.frame_acceleration(model, data, q, v, a, frame).any()
+    bad = {"q": (np.full(model.nq, np.nan), v, a), "v": (q, v[:-1], a), "a": (q, v, np.r_[a[:-1], np.inf])}
+    for name, (qq, vv, aa) in bad.items():
+        with pytest.raises(rd.InputError) as error:
+            rd.frame_acceleration(model, data, qq, vv, aa, frame)
+        assert error.value.argument == name
+    with pytest.raises(rd.InputError) as error:
+        rd.frame_jacobian(model, data, q[:-1], frame)
+    assert error.value.argument == "q"

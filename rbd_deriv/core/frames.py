@@ -279,13 +279,23 @@ def _frame_kernel(mi, mf, ws, q, v, a, X, joint, level, pose, motion, derivs):
     code = check_state(mi, ws, q, v, a, zero_forces(mi, ws))
     if code == 0:
         code = check_vector(X, FRAME_COLS, 6)
-    if code == 0 and not 0 < joint < nj:
+    if code == 0 and not 0 <= joint < nj:
         code = status(STATUS_SHAPE, 7, 0)
     if code == 0 and (pose.shape[0] != 4 or pose.shape[1] != 4 or motion.shape[0] != 3 or motion.shape[1] != 6
                       or derivs.shape[0] != 4 or derivs.shape[1] != 6 or derivs.shape[2] != nv):
         code = status(STATUS_SHAPE, 9, 0)
     if code != 0:
         return code
+    if joint == 0:  # fixed to the universe (checked like any frame): it does not move
+        for r in range(3):
+            for c in range(3):
+                pose[r, c] = X[3 * r + c]
+            pose[r, 3] = X[FRAME_POS + r]
+            pose[3, r] = 0.0
+        pose[3, 3] = 1.0
+        motion[:, :] = 0.0
+        derivs[:, :, :] = 0.0
+        return 0
     forward_pass(mi, mf, ws, q, v, a, zero_forces(mi, ws), FK_ACCELERATION if level >= LEVEL_ACCELERATION
                  else FK_VELOCITY if level == LEVEL_VELOCITY else FK_POSITION)
     oMi = region3(mi, ws, R_OMI, nj, 4, 4)
@@ -406,12 +416,6 @@ def _run_frame(model: Model, data: Data, frame: str, q, v, a, level: int, refere
     check_model(model)
     joint, X = _frame_description(model, frame)
     fd = _frame_data(data)
-    if joint == 0:  # fixed to the universe: it does not move
-        fd.pose[:] = np.eye(4)
-        fd.pose[:3, :3], fd.pose[:3, 3] = X[:9].reshape(3, 3), X[9:]
-        fd.motion[:] = 0.0
-        fd.derivs[:] = 0.0
-        return fd
     zero = np.zeros(model.nv)
     arguments = [q, zero if v is None else v, zero if a is None else a]
     try:
