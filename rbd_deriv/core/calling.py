@@ -553,14 +553,15 @@ class Registered:
 
         return checked
 
-    def call_converted(self, model, data, *inputs):
+    def call_converted(self, model, data, *inputs, bound: Optional[Dict[str, object]] = None):
         """The call for arguments the fast path refused: checks the model and the Data, converts each input
         to the array the kernel takes (InputError naming it otherwise) and calls again.
 
         ``inputs`` are the arguments that come neither from the model (mi, mf, continuous, nv, nq) nor from
-        the Data (the workspace and the outputs, which are its regions of the same names), in spec order;
-        outputs of a kernel without workspace are among them, passed as they are. None for ``fext`` stands
-        for no external force."""
+        the Data (the workspace and the outputs, which are its regions of the same names) nor from ``bound``,
+        in spec order; outputs of a kernel without workspace are among them, passed as they are. None for
+        ``fext`` stands for no external force. ``bound`` maps argument names to arrays passed as they are
+        (the library's own: a contact set's description, workspace and outputs)."""
         check_model(model)
         uses_data = any(a.letter == "W" for a in self.arguments)
         if uses_data and not isinstance(data, Data):
@@ -568,7 +569,9 @@ class Registered:
         given = iter(inputs)
         arguments = []
         for argument in self.arguments:
-            if argument.name in _MODEL_ARGUMENTS:
+            if bound and argument.name in bound:
+                arguments.append(bound[argument.name])
+            elif argument.name in _MODEL_ARGUMENTS:
                 arguments.append(getattr(model, _MODEL_ARGUMENTS[argument.name]))
             elif argument.letter == "W":
                 arguments.append(data.ws)

@@ -60,7 +60,6 @@ from rbd_deriv.core.calling import (
     check_shape,
     check_state,
     check_vector,
-    convert,
     check_model,
     decode,
     define_status,
@@ -965,6 +964,12 @@ class ContactData:
             setattr(self, "_" + name, array)
             setattr(self, name, _readonly(array))
         self.dforces_dq, self.dforces_dv, self.dforces_dtau = self.dforces
+        # The kernel arguments this set holds, by name (the slow path's call_converted takes them as they are).
+        self.bound = {"ci": self.ci, "cf": self.cf, "cws": self.cws}
+        self.bound.update((name, getattr(self, "_" + name)) for name in (
+            "forces", "dforces", "dddq_dtau", "v_plus", "impulses", "dv_plus_dq", "dv_plus_dv", "dimpulses_dq",
+            "dimpulses_dv"))
+
     def refresh(self) -> None:
         """Copy the contacts' reference positions (settable) into the kernels' description."""
         for k, contact in enumerate(self.contacts):
@@ -1038,35 +1043,6 @@ def _raise(registered, model: Model, code: int, contacts) -> None:
     raise registered.error(model, code)
 
 
-def _converted(registered, model: Model, data: Data, state: ContactData, inputs: dict, outputs: Sequence):
-    """The call with every input converted (the slow path, for lists or other dtypes), or InputError."""
-    check_model(model)
-    if not isinstance(data, Data):
-        raise InputError("data: not a workspace of this model (use model.create_data())", "data")
-    arguments = []
-    given = iter(outputs)
-    for argument in registered.arguments:
-        if argument.name == "mi":
-            arguments.append(model.mi)
-        elif argument.name == "mf":
-            arguments.append(model.mf)
-        elif argument.letter == "W":
-            arguments.append(data.ws)
-        elif argument.name == "ci":
-            arguments.append(state.ci)
-        elif argument.name == "cf":
-            arguments.append(state.cf)
-        elif argument.name == "cws":
-            arguments.append(state.cws)
-        elif argument.letter in "IF":
-            arguments.append(next(given))
-        elif argument.name == "fext" and inputs["fext"] is None:
-            arguments.append(data._zero_fext)
-        else:
-            arguments.append(convert(inputs[argument.name], argument))
-    return registered.call(*arguments)
-
-
 def contact_dynamics(model: Model, data: Data, contacts, q, v, tau, fext=None):
     """Forward dynamics under rigid contacts: M ddq + b(q, v) = tau + J^T f with the contacts held (KKT).
 
@@ -1090,8 +1066,7 @@ def contact_dynamics(model: Model, data: Data, contacts, q, v, tau, fext=None):
         code = _contact_dynamics(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext,
                                  state.ci, state.cf, state.cws, data._ddq, state._forces)
     except (TypeError, AttributeError):
-        code = _converted(CONTACT_DYNAMICS, model, data, state, dict(q=q, v=v, tau=tau, fext=fext),
-                          (data._ddq, state._forces))
+        code = CONTACT_DYNAMICS.call_converted(model, data, q, v, tau, fext, bound=state.bound)
     if code:
         _raise(CONTACT_DYNAMICS, model, code, state.contacts)
     return data.ddq, state.forces
@@ -1112,7 +1087,7 @@ def contact_dynamics_derivatives(model: Model, data: Data, contacts, q, v, tau, 
                                     data._zero_fext if fext is None else fext, state.ci, state.cf, state.cws,
                                     *outputs)
     except (TypeError, AttributeError):
-        code = _converted(CONTACT_DERIVATIVES, model, data, state, dict(q=q, v=v, tau=tau, fext=fext), outputs)
+        code = CONTACT_DERIVATIVES.call_converted(model, data, q, v, tau, fext, bound=state.bound)
     if code:
         _raise(CONTACT_DERIVATIVES, model, code, state.contacts)
     return (data.dddq_dq, data.dddq_dv, state.dddq_dtau, state.dforces_dq, state.dforces_dv, state.dforces_dtau)
@@ -1147,7 +1122,7 @@ def impulse_dynamics(model: Model, data: Data, contacts, q, v, restitution: floa
     try:
         code = _impulse_dynamics(model.mi, model.mf, data.ws, q, v, e, state.ci, state.cf, state.cws, *outputs)
     except (TypeError, AttributeError):
-        code = _converted(IMPULSE_DYNAMICS, model, data, state, dict(q=q, v=v, e=e), outputs)
+        code = IMPULSE_DYNAMICS.call_converted(model, data, q, v, e, bound=state.bound)
     if code:
         _raise(IMPULSE_DYNAMICS, model, code, state.contacts)
     return state.v_plus, state.impulses
@@ -1167,7 +1142,7 @@ def impulse_dynamics_derivatives(model: Model, data: Data, contacts, q, v, resti
     try:
         code = _impulse_derivatives(model.mi, model.mf, data.ws, q, v, e, state.ci, state.cf, state.cws, *outputs)
     except (TypeError, AttributeError):
-        code = _converted(IMPULSE_DERIVATIVES, model, data, state, dict(q=q, v=v, e=e), outputs)
+        code = IMPULSE_DERIVATIVES.call_converted(model, data, q, v, e, bound=state.bound)
     if code:
         _raise(IMPULSE_DERIVATIVES, model, code, state.contacts)
     return state.dv_plus_dq, state.dv_plus_dv, state.dimpulses_dq, state.dimpulses_dv
@@ -1185,8 +1160,7 @@ def linearize_contacts(model: Model, data: Data, contacts, q, v, tau, dt, fext=N
         code = _contact_linearize(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext,
                                   state.ci, state.cf, dt, state.cws, *outputs)
     except (TypeError, AttributeError):
-        code = _converted(CONTACT_LINEARIZE, model, data, state, dict(q=q, v=v, tau=tau, fext=fext, dt=dt),
-                          outputs)
+        code = CONTACT_LINEARIZE.call_converted(model, data, q, v, tau, fext, dt, bound=state.bound)
     if code:
         _raise(CONTACT_LINEARIZE, model, code, state.contacts)
     return data.A, data.B
