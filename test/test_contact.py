@@ -346,6 +346,15 @@ def test_redundant_contacts_at_a_configuration_name_the_contact(load_robot):
     with pytest.raises(rd.InputError, match="redundant"):
         rd.contact_dynamics(model, data, contacts, q, v, tau)
     assert np.array_equal(rd.contact_forces(model, data, contacts), forces), "a failed call keeps the forces"
+    # In a batch, the error names the state and the frames of its own contact set.
+    Q, V, TAU = (np.array([x, x]) for x in (q, v, tau))
+    frames = [c.frame for c in contacts]
+    with pytest.raises(rd.InputError, match=rf"state 1 of 2: contacts: redundant contacts: the rows of contact 1"
+                       rf" \('{frames[1]}', point\) depend on those of '{frames[0]}'") as error:
+        rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=[contacts[:1], contacts])
+    assert error.value.argument == "contacts"
+    with pytest.raises(rd.InputError, match=rf"state 0 of 2: .*contact 1 \('{frames[1]}'"):
+        rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=contacts)
 
 
 @pytest.mark.parametrize("label", ["solo12-4", "talos-2soles"])

@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import threading
 import weakref
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numba
 import numpy as np
@@ -114,8 +114,8 @@ def _zero_forces(model: Model) -> np.ndarray:
     return zero
 
 
-def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Dict[str, tuple]] = None
-              ) -> List[np.ndarray]:
+def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Dict[str, tuple]] = None,
+              explain: Optional[Callable[[int, int, Sequence[str]], Exception]] = None) -> List[np.ndarray]:
     """Run a registered kernel at K states; return its outputs, each (K, ...).
 
     Args:
@@ -124,6 +124,8 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
         inputs: The kernel's inputs in spec order: arrays with one row per state, None for zero external
             forces, scalars shared by all states.
         shapes: One state's shape of an output that is not a Data region of the same name.
+        explain: The exception of state k's nonzero status, given (k, status, argument names), for errors
+            that depend on the state's own arguments (a contact set's frames); default ``registered.error``.
 
     Raises:
         InputError: an input that is not an array of K rows, or the first failing state's error, prefixed
@@ -175,7 +177,8 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
         _give_back_workspaces(model, workspaces)
     if failed:
         k = int(np.flatnonzero(codes)[0])
-        error = registered.error(model, int(codes[k]), plan.names)
+        error = (registered.error(model, int(codes[k]), plan.names) if explain is None
+                 else explain(k, int(codes[k]), plan.names))
         if isinstance(error, InputError):
             raise InputError(f"state {k} of {count}: {error}", error.argument) from None
         raise error

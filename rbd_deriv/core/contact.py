@@ -44,7 +44,7 @@ external forces P) and the q-derivative of J w at w = v+ + e v in place of D_q; 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 from numba import njit
@@ -1031,16 +1031,24 @@ def contact_data(model: Model, data: Data, contacts) -> ContactData:
 
 
 def _raise(registered, model: Model, code: int, contacts) -> None:
+    raise _error(registered, model, code, contacts)
+
+
+def _error(registered, model: Model, code: int, contacts, names: Optional[Sequence[str]] = None) -> Exception:
+    """The exception of a nonzero status of a contact kernel run with ``contacts``: a contact at fault is named
+    by its index and its frame (``names``: the argument names, as in Registered.error)."""
     kind, argument, index = decode(code)
     if kind in (STATUS_CONTACT_RANK, STATUS_CONTACT_JOINT) and index < len(contacts):
-        if kind == STATUS_CONTACT_RANK:
-            contact = contacts[index]
-            earlier = ", ".join(repr(c.frame) for c in contacts[:index])
-            where = (f"depend on those of {earlier}" if earlier else
-                     "are dependent by themselves (the frame cannot move along every constrained direction here)")
-            raise InputError(f"contacts: redundant contacts: the rows of contact {index} ({contact.frame!r},"
-                             f" {contact.kind}) {where}: the contact Jacobian loses rank", "contacts")
-    raise registered.error(model, code)
+        contact = contacts[index]
+        if kind == STATUS_CONTACT_JOINT:
+            return InputError(f"contacts: contact {index} ({contact.frame!r}, {contact.kind}) names no moving joint"
+                              " of this model", "contacts")
+        earlier = ", ".join(repr(c.frame) for c in contacts[:index])
+        where = (f"depend on those of {earlier}" if earlier else
+                 "are dependent by themselves (the frame cannot move along every constrained direction here)")
+        return InputError(f"contacts: redundant contacts: the rows of contact {index} ({contact.frame!r},"
+                          f" {contact.kind}) {where}: the contact Jacobian loses rank", "contacts")
+    return registered.error(model, code, names)
 
 
 def contact_dynamics(model: Model, data: Data, contacts, q, v, tau, fext=None):
@@ -1203,7 +1211,8 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
             CF[k, c] = contact._row_f
     rows = max(sum(c.rows for c in s) for s in sets) if sets else 0
     shapes = {"cws": (workspace_size(model.nv, 6 * width),), "forces": (rows,)}
-    _, A, B, X, F = run_batch(CONTACT_LINEARIZE, model, Q, V, TAU, None, CI, CF, dt, shapes=shapes)
+    _, A, B, X, F = run_batch(CONTACT_LINEARIZE, model, Q, V, TAU, None, CI, CF, dt, shapes=shapes,
+                              explain=lambda k, code, names: _error(CONTACT_LINEARIZE, model, code, sets[k], names))
     return A, B, X, F
 
 
