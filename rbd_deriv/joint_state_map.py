@@ -218,7 +218,8 @@ class JointStateMap:
             velocity: (n,) [rad/s or m/s]; required for the model's joints.
             effort: (n,) [N m or N] or empty.
             stamp_ns: Header stamp [ns].
-            now_ns: Current time [ns] for the staleness check, or None to skip it.
+            now_ns: Current time [ns] for the staleness and lead checks; None (or 0: a clock on simulated time
+                not started yet) skips them.
 
         Raises:
             JointStateError: the message is refused; the stored state is unchanged.
@@ -270,6 +271,10 @@ class JointStateMap:
                      joints: Callable[[], List[str]]) -> None:
         """Refuse ``stamp_ns`` if stale, ahead of the clock, or older than ``previous`` (the last accepted
         stamps of the joints concerned); ``joints()`` names them (called on the way to an error only)."""
+        # A clock that reads 0 is a ROS clock on simulated time before its first /clock message: there is no
+        # time yet to measure ages and leads against (stamps of a played recording would all look ahead).
+        if not now_ns:
+            now_ns = None
         # Staleness first: a message seconds old is better reported as stale than as out of order.
         if self.max_age_ns and now_ns is not None and now_ns - stamp_ns > self.max_age_ns:
             raise JointStateError(
@@ -299,7 +304,8 @@ class JointStateMap:
             linear: Base linear velocity in the base frame (3,) [m/s] (Odometry's child frame).
             angular: Base angular velocity in the base frame (3,) [rad/s].
             stamp_ns: Header stamp [ns].
-            now_ns: Current time [ns] for the staleness check, or None to skip it.
+            now_ns: Current time [ns] for the staleness and lead checks; None (or 0: a clock on simulated time
+                not started yet) skips them.
 
         Raises:
             JointStateError: reason ``bad_base``, ``out_of_order`` or ``stale``; nothing is stored.

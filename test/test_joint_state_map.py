@@ -185,6 +185,20 @@ def test_a_stamp_from_the_future_is_refused_and_never_becomes_the_reference(arm)
         JointStateMap(arm, max_lead=-1.0)
 
 
+def test_a_clock_on_simulated_time_not_started_yet_judges_no_stamp(arm):
+    # use_sim_time before the first /clock message: the node's clock reads 0, and a played recording's
+    # stamps are neither ahead of it nor stale; once the clock runs, both checks apply again.
+    state = JointStateMap(arm, max_age=0.5, max_lead=0.1)
+    names = list(arm.joint_names)
+    recorded = 1_600_000_000 * SECOND
+    state.update(names, np.zeros(7), np.zeros(7), [], recorded, now_ns=0)
+    assert state.stamp_ns == recorded
+    _assert_refused_without_change(state, "future", names, np.ones(7), np.ones(7), [], recorded + SECOND,
+                                   now_ns=recorded)
+    _assert_refused_without_change(state, "stale", names, np.ones(7), np.ones(7), [], recorded + SECOND,
+                                   now_ns=recorded + 2 * SECOND)
+
+
 def test_strict_mode_applies_at_once_to_name_lists_seen_before(arm):
     state = JointStateMap(arm)
     names = list(arm.joint_names) + ["gripper"]

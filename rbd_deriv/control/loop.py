@@ -36,7 +36,7 @@ from rbd_deriv.control.problem import Mode, MPCProblem
 from rbd_deriv.control.reference import TrajectoryReference, horizon_reference
 from rbd_deriv.control.safety import CommandSource, is_stale, select_command
 from rbd_deriv.exceptions import InputError, RbdDerivError
-from rbd_deriv.joint_state_map import PLAUSIBLE, JointStateMap, implausible
+from rbd_deriv.joint_state_map import JointStateMap, implausible
 from rbd_deriv.messages import MessageError, ns_to_seconds
 from rbd_deriv.pipeline import warm_up
 from rbd_deriv.refusals import Refusals
@@ -191,7 +191,7 @@ class ControlLoop:
 
     # ---------------------------------------------------------------------------------------- inputs
     def _check_lead(self, stamp_ns: int, now_ns: Optional[int]) -> None:
-        if now_ns is not None and stamp_ns - now_ns > self._max_lead_ns:
+        if now_ns and stamp_ns - now_ns > self._max_lead_ns:  # 0: simulated time not started (no /clock yet)
             raise MessageError(f"stamp {stamp_ns * 1e-9:.6f} s is {(stamp_ns - now_ns) * 1e-9:.6g} s ahead of the "
                                f"clock (max_stamp_lead {self.settings.max_stamp_lead:g} s)", "future")
 
