@@ -24,7 +24,8 @@ import numpy as np
 from rbd_deriv.exceptions import InputError
 
 __all__ = [
-    "MATRIX_NAMES", "DynamicsMessages", "MessageError", "answer_fields", "fill_message", "float_views",
+    "MATRIX_NAMES", "DynamicsMessages", "MessageError", "answer_fields", "contact_fields_arrays", "fill_message",
+    "float_views",
     "linearization_arrays", "linearization_fields", "linearization_sizes", "linearization_views", "matrix_array",
     "matrix_fields", "matrix_view", "ns_to_seconds", "ns_to_stamp", "odometry_arrays", "seconds_to_stamp",
     "set_stamp", "stamp_to_ns",
@@ -142,8 +143,10 @@ def linearization_sizes(joint_names: Sequence[str], nq: int, nv: int) -> Dict[st
     return {"joint_names": list(joint_names), "nx": 2 * int(nv), "nu": int(nv), "nq": int(nq), "nv": int(nv)}
 
 
-def linearization_fields(dt: float, x: Any, u: Any, A: Any, B: Any, x_next: Any) -> Dict[str, Any]:
-    """The numeric fields of a rbd_deriv/Linearization.
+def linearization_fields(dt: float, x: Any, u: Any, A: Any, B: Any, x_next: Any,
+                         contact_frames: Sequence[str] = (), contact_kinds: Sequence[str] = (),
+                         contact_forces: Any = ()) -> Dict[str, Any]:
+    """The fields of a rbd_deriv/Linearization but its header and sizes (:func:`linearization_sizes`).
 
     Args:
         dt: Integration step [s].
@@ -151,12 +154,15 @@ def linearization_fields(dt: float, x: Any, u: Any, A: Any, B: Any, x_next: Any)
         u: Input torques (nv,) [N m or N].
         A: (2 nv, 2 nv) state Jacobian; B: (2 nv, nv) input Jacobian. Sent row-major.
         x_next: f(x, u) (nq + nv,).
+        contact_frames, contact_kinds: The contacts the step was constrained by (empty: none).
+        contact_forces: Their forces (3 per point, 6 per frame contact) [N, N m].
 
-    Every array may carry leading axes (K states at once, for a batched encoder): the last one or two
-    axes make one message. ``dt`` is the one number of the message.
+    Every array but the contact forces may carry leading axes (K states at once, for a batched encoder
+    without contacts): the last one or two axes make one message. ``dt`` is the one number of the message.
     """
     return {"dt": float(dt), "x": _vector(x), "u": _vector(u), "a": _flat(A), "b": _flat(B),
-            "x_next": _vector(x_next)}
+            "x_next": _vector(x_next), "nc": len(contact_frames), "contact_forces": _vector(contact_forces),
+            "contact_frames": list(contact_frames), "contact_kinds": list(contact_kinds)}
 
 
 def linearization_views(message: Any, nq: int, nv: int) -> Dict[str, np.ndarray]:
@@ -181,7 +187,7 @@ def linearization_arrays(message: Any, nq: int, nv: int,
     Raises:
         MessageError: ``joints`` (another joint list than ``joint_names``, when given) or ``size``
             (``nx``, ``nu``, ``nq``, ``nv`` or an array length that does not fit). Values are not
-            checked here: NaN passes.
+            checked here: NaN passes. The contact fields are not read here (:func:`contact_fields_arrays`).
     """
     if joint_names is not None and list(message.joint_names) != list(joint_names):
         raise MessageError(f"joints {list(message.joint_names)[:8]} differ from the model's {list(joint_names)[:8]}",
@@ -195,6 +201,24 @@ def linearization_arrays(message: Any, nq: int, nv: int,
                            f"{wanted}", "size")
     return {"A": arrays["a"].reshape(nx, nx), "B": arrays["b"].reshape(nx, nv), "x": arrays["x"],
             "u": arrays["u"], "x_next": arrays["x_next"], "dt": float(message.dt)}
+
+
+def contact_fields_arrays(message: Any) -> Dict[str, Any]:
+    """The contact set and forces of a received rbd_deriv/Linearization: ``{"frames": [...], "kinds": [...],
+    "forces": (m,)}``.
+
+    Raises:
+        MessageError: ``size``: not one kind per frame, or not 3 forces per point and 6 per frame contact.
+    """
+    frames, kinds = list(message.contact_frames), list(message.contact_kinds)
+    forces = _field(message, "contact_forces")
+    rows = {"point": 3, "frame": 6}
+    if not message.nc == len(kinds) == len(frames) or any(k not in rows for k in kinds) or \
+            forces.size != sum(rows[k] for k in kinds):
+        raise MessageError(f"nc = {message.nc}, {len(frames)} contact frames, kinds {kinds[:8]} and {forces.size} "
+                           "contact forces do not fit (nc frames, one kind per frame, point or frame; 3 forces per "
+                           "point, 6 per frame)", "size")
+    return {"frames": frames, "kinds": kinds, "forces": forces}
 
 
 # ------------------------------------------------------------------------------------------- Matrix
@@ -273,6 +297,21 @@ class DynamicsMessages(NamedTuple):
         linearization = linearization_type(**linearization_sizes(joint_names, nq, nv))
         return cls(torques, minv, linearization, float_views(torques, {"effort": (len(actuated_names),)})["effort"],
                    matrix_view(minv, nv, nv), linearization_views(linearization, nq, nv))
+
+    def write_linearization(self, fields: Dict[str, Any], header: Any) -> Any:
+        """Write a pipeline's linearization (``DynamicsOutputs.linearization``) and ``header`` into the kept
+        message; return it. The contact names are assigned only when the contact set changed."""
+        message = self.linearization
+        for key, view in self.linearization_arrays.items():
+            view[...] = fields[key]
+        message.dt, message.header = fields["dt"], header
+        frames, kinds = fields["contact_frames"], fields["contact_kinds"]
+        if len(message.contact_frames) != len(frames) or list(message.contact_frames) != list(frames) \
+                or list(message.contact_kinds) != list(kinds):
+            message.contact_frames, message.contact_kinds = list(frames), list(kinds)
+            message.nc = len(frames)
+        fill_message(message, {"contact_forces": fields["contact_forces"]})
+        return message
 
 
 def odometry_arrays(message: Any) -> Tuple[Tuple[float, ...], ...]:

@@ -7,7 +7,11 @@ What :mod:`rbd_deriv.nodes.dynamics_node` computes, as a library that takes and 
   compute. :meth:`~DynamicsPipeline.outputs` gives, at a state (q, v), the bias torques RNEA(q, v, 0),
   M^-1(q) and the linearization x+ = f(x, u) with u the bias torques or the measured efforts;
   :meth:`~DynamicsPipeline.outputs_from_state` does the same at the state assembled from joint_states;
-  :meth:`~DynamicsPipeline.derivatives` answers a derivatives request at any state.
+  :meth:`~DynamicsPipeline.derivatives` answers a derivatives request at any state. With a contact set
+  (:meth:`~DynamicsPipeline.set_contacts`: the frames in contact with the ground), the linearization is the
+  contact-constrained one and comes with the contact forces.
+* :func:`contact_set` turns frame names and kinds (a parameter, a rbd_deriv/ContactSet message, a request)
+  into :class:`rbd_deriv.Contact` objects.
 * :func:`replace_robot` is the rule by which a new description replaces the running one.
 * :func:`warm_up` runs every algorithm once before the first input (numba compilation, model check).
 
@@ -24,7 +28,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -32,8 +36,8 @@ import rbd_deriv as rd
 from rbd_deriv.exceptions import InputError, RbdDerivError
 from rbd_deriv.joint_state_map import PLAUSIBLE, JointStateMap, describe, implausible, velocity_names
 
-__all__ = ["DERIVATIVES", "LINEARIZATION_INPUTS", "DynamicsOutputs", "DynamicsPipeline", "OutputSelection",
-           "PipelineError", "Throughput", "replace_robot", "warm_up"]
+__all__ = ["CONTACT_KINDS", "DERIVATIVES", "LINEARIZATION_INPUTS", "DynamicsOutputs", "DynamicsPipeline",
+           "OutputSelection", "PipelineError", "Throughput", "contact_set", "replace_robot", "warm_up"]
 
 #: What the linearization's input u can be: the bias torques RNEA(q, v, 0) (the input that keeps the
 #: current velocity) or the efforts measured by the robot.
@@ -43,6 +47,10 @@ LINEARIZATION_INPUTS = ("bias", "effort")
 DERIVATIVES = ("inverse_dynamics_derivatives", "forward_dynamics_derivatives", "mass_matrix",
                "mass_matrix_inverse", "linearization")
 
+#: The kinds of a contact (:class:`rbd_deriv.Contact`): ``point`` holds a frame's origin still (3 force rows),
+#: ``frame`` the whole frame (6 rows, [linear, angular]).
+CONTACT_KINDS = ("point", "frame")
+
 
 class PipelineError(InputError):
     """A description, a request or a result is refused.
@@ -50,14 +58,43 @@ class PipelineError(InputError):
     Attributes:
         reason: ``bad_description`` (empty, not XML, or an unusable URDF), ``robot_changed`` (a description
             with other joints while that is not allowed), ``bad_request`` (a derivatives request),
+            ``bad_contacts`` (a contact set that does not fit the model),
             ``unusable_state`` (a state the library refuses to compute at) or ``non_finite_output`` (a
             result that is not finite: nothing of it may be sent).
     """
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message, argument="request" if reason == "bad_request" else
+                         "contacts" if reason == "bad_contacts" else
                          "state" if reason in ("unusable_state", "non_finite_output") else "robot_description")
         self.reason = reason
+
+
+def contact_set(model: Any, frames: Sequence[str], kinds: Sequence[str] = ()) -> tuple:
+    """The contacts of ``model`` at ``frames``, in that order (the order of the contact forces).
+
+    Args:
+        frames: Frame names (``model.frame_names``: links and joints), each on a different moving body.
+        kinds: One of :data:`CONTACT_KINDS` per frame, or empty: every contact is a point contact.
+
+    Returns:
+        A tuple of :class:`rbd_deriv.Contact` (empty for no frame: the free tree).
+
+    Raises:
+        PipelineError: ``bad_contacts``: an unknown frame or kind, a frame fixed to the universe, a frame given
+            twice or two contacts on one body, or as many kinds as frames not given.
+    """
+    frames, kinds = list(frames), list(kinds) or ["point"] * len(frames)
+    if len(kinds) != len(frames):
+        raise PipelineError(f"{len(frames)} contact frames but {len(kinds)} contact kinds: give one kind per frame "
+                            f"({' or '.join(CONTACT_KINDS)}) or none", "bad_contacts")
+    try:
+        contacts = tuple(rd.Contact(model, str(frame), str(kind)) for frame, kind in zip(frames, kinds))
+        if contacts:  # the set is checked as a whole (two contacts on one body...) when first used on a Data
+            rd.contact_forces(model, model.create_data(), contacts)
+    except InputError as error:
+        raise PipelineError(f"contact set {describe(frames)}: {error}", "bad_contacts") from error
+    return contacts
 
 
 def warm_up(model: Any, data: Any = None, dt: float = 1e-3, batched: bool = False) -> float:
@@ -144,9 +181,11 @@ class DynamicsOutputs(NamedTuple):
         bias: RNEA(q, v, 0) (nv,) [N m or N], whenever the torques or a bias-input linearization were asked.
         torques: The bias torques of the actuated joints (``model.actuated_joint_names`` order).
         mass_matrix_inverse: M^-1(q) (nv, nv).
-        linearization: ``{"dt", "x", "u", "A", "B", "x_next"}``, the keywords of
-            :func:`rbd_deriv.messages.linearization_fields`: x = (q, v) (nq + nv,), u (nv,),
-            A (2 nv, 2 nv), B (2 nv, nv), x_next (nq + nv,).
+        linearization: ``{"dt", "x", "u", "A", "B", "x_next", "contact_frames", "contact_kinds",
+            "contact_forces"}``, the keywords of :func:`rbd_deriv.messages.linearization_fields`: x = (q, v)
+            (nq + nv,), u (nv,), A (2 nv, 2 nv), B (2 nv, nv), x_next (nq + nv,); under the contact set, its
+            frames, kinds and forces (3 per point, 6 per frame contact [N, N m], on the robot, at each frame's
+            origin along the world axes), empty without contacts.
     """
 
     bias: Optional[np.ndarray]
@@ -165,6 +204,7 @@ class DynamicsPipeline:
         strict_joint_names: Refuse joint_states naming joints the model does not have.
         max_state_age: Staleness bound of the joint-state map [s]; 0 disables.
         max_stamp_lead: Largest lead of a stamp over the clock [s] the joint-state map accepts.
+        contact_frames, contact_kinds: The contact set (:meth:`set_contacts`); empty: the free tree.
 
     Attributes:
         description: The text it was built from.
@@ -174,15 +214,18 @@ class DynamicsPipeline:
         velocity_names: Name of each velocity coordinate (nv,) (rows and columns of the matrices).
         actuated_joint_names: Joints that joint_states reports and torques drive.
         lock: Held during every computation: the workspace serves one caller at a time.
+        contacts: The contact set, a tuple of :class:`rbd_deriv.Contact`; contact_frames, contact_kinds:
+            its frames and kinds.
 
     Raises:
         PipelineError: ``bad_description``: empty, not XML (a file is read by the caller, never named by a
             description), joint names that collide (a URDF joint named like the free flyer), or a model
-            that cannot compute.
+            that cannot compute; ``bad_contacts``: a contact set that does not fit the model.
     """
 
     def __init__(self, description: str, floating_base: bool = False, strict_joint_names: bool = False,
-                 max_state_age: float = 0.0, max_stamp_lead: float = math.inf) -> None:
+                 max_state_age: float = 0.0, max_stamp_lead: float = math.inf, contact_frames: Sequence[str] = (),
+                 contact_kinds: Sequence[str] = ()) -> None:
         if not isinstance(description, str) or not description.strip():
             raise PipelineError("the robot description is empty", "bad_description")
         # load_urdf also opens file paths: text from a topic or a parameter must never name a file.
@@ -213,6 +256,7 @@ class DynamicsPipeline:
         self._actuated_v = np.array([self.model.idx_v[n] for n in self.actuated_joint_names], dtype=np.int64)
         self._zero_v = np.zeros(self.model.nv)
         self.lock = threading.Lock()
+        self.set_contacts(contact_frames, contact_kinds)
         self._buffer, self._out = _output_buffer(self.model.nq, self.model.nv, len(self.actuated_joint_names))
         self._zeros = np.zeros_like(self._buffer)
         # The actuated joints are the last coordinates (the free flyer, if any, comes first): their torques
@@ -221,6 +265,20 @@ class DynamicsPipeline:
         self._torques_copied = not np.array_equal(self._actuated_v, np.arange(first, self.model.nv))
         if not self._torques_copied:
             self._out = self._out._replace(torques=self._out.bias[first:])
+
+    def set_contacts(self, frames: Sequence[str], kinds: Sequence[str] = ()) -> None:
+        """Constrain the linearization by contacts at ``frames`` from the next output on (see
+        :func:`contact_set`; empty ``frames``: the free tree). A refused set leaves the current one.
+
+        Raises:
+            PipelineError: ``bad_contacts``.
+        """
+        contacts = contact_set(self.model, frames, kinds)
+        with self.lock:
+            self.contacts = contacts
+            self.contact_frames = tuple(c.frame for c in contacts)
+            self.contact_kinds = tuple(c.kind for c in contacts)
+            self._forces = np.zeros(sum(c.rows for c in contacts))
 
     def same_robot(self, other: "DynamicsPipeline") -> bool:
         """Same joints in the same order and the same configuration size: states carry over."""
@@ -259,8 +317,9 @@ class DynamicsPipeline:
                                     "unusable_state") from error
             # One test for every output: NaN and inf times 0 are NaN, any finite value times 0 is 0; one
             # dot product (BLAS) is the cheapest numpy call that reads them all.
-            if self._buffer.dot(self._zeros) != 0.0:
+            if self._buffer.dot(self._zeros) != 0.0 or not np.isfinite(self._forces).all():
                 self._buffer[:] = 0.0
+                self._forces[:] = 0.0
                 raise _non_finite("outputs", q=q, v=v, u=effort if needs_effort else None)
         return DynamicsOutputs(bias, out.torques if selection.torques else None,
                                out.mass_matrix_inverse if selection.mass_matrix_inverse else None, linearization)
@@ -283,11 +342,17 @@ class DynamicsPipeline:
             if effort is not None:
                 u = out.u
                 u[:] = effort
-            A, B = rd.linearize(model, data, q, v, u, selection.dt)
+            contacts = self.contacts
+            if contacts:
+                A, B = rd.linearize(model, data, q, v, u, selection.dt, contacts=contacts)
+                self._forces[:] = rd.contact_forces(model, data, contacts)
+            else:
+                A, B = rd.linearize(model, data, q, v, u, selection.dt)
             x[: model.nq], x[model.nq :] = q, v
             out.A[:], out.B[:], out.x_next[:] = A, B, data.x_next
             linearization = {"dt": float(selection.dt), "x": x, "u": u, "A": out.A, "B": out.B,
-                             "x_next": out.x_next}
+                             "x_next": out.x_next, "contact_frames": self.contact_frames,
+                             "contact_kinds": self.contact_kinds, "contact_forces": self._forces}
         return bias, linearization
 
     def outputs_from_state(self, selection: OutputSelection) -> DynamicsOutputs:
@@ -303,7 +368,8 @@ class DynamicsPipeline:
 
     # --------------------------------------------------------------------------------- derivatives
     def derivatives(self, q: Any, v: Any, a: Any = (), tau: Any = (), dt: float = 0.0,
-                    wanted: Iterable[str] = ()) -> Dict[str, Any]:
+                    wanted: Iterable[str] = (), contact_frames: Sequence[str] = (),
+                    contact_kinds: Sequence[str] = ()) -> Dict[str, Any]:
         """Derivatives at any state, as the ComputeDerivatives service answers them.
 
         Args:
@@ -312,6 +378,9 @@ class DynamicsPipeline:
             tau: Torques (nv,), needed for the forward-dynamics derivatives and the linearization.
             dt: Step of the linearization [s], > 0 when it is asked.
             wanted: Names among :data:`DERIVATIVES`.
+            contact_frames, contact_kinds: A contact set (:func:`contact_set`), independent of the pipeline's
+                own: the forward-dynamics derivatives and the linearization are then those of the
+                contact-constrained dynamics (the linearization with its contact forces).
 
         Returns:
             Per asked output: ``dtau_dq``, ``dtau_dv`` (inverse_dynamics_derivatives), ``dddq_dq``,
@@ -320,7 +389,8 @@ class DynamicsPipeline:
             :func:`rbd_deriv.messages.linearization_fields`). Arrays owned by the caller.
 
         Raises:
-            PipelineError: ``bad_request``: nothing or something unknown asked, a vector of the wrong size,
+            PipelineError: ``bad_request``: nothing or something unknown asked, a contact set that does not fit
+                the model, a vector of the wrong size,
                 NaN, inf or an implausible magnitude (:data:`~rbd_deriv.joint_state_map.PLAUSIBLE`), dt
                 not in (0, ``PLAUSIBLE["step"]``], or a state the library refuses (a non-unit quaternion...);
                 ``non_finite_output``: a result is not finite.
@@ -333,6 +403,10 @@ class DynamicsPipeline:
             raise PipelineError(f"unknown outputs {sorted(unknown)}; choose among {', '.join(DERIVATIVES)}",
                                 "bad_request")
         model, data = self.model, self.data
+        try:
+            contacts = contact_set(model, contact_frames, contact_kinds)
+        except PipelineError as error:
+            raise PipelineError(str(error), "bad_request") from error
         q = _request_vector("q", q, model.nq, "nq", "position")
         v = _request_vector("v", v, model.nv, "nv", "velocity")
         needs_tau = bool(wanted & {"forward_dynamics_derivatives", "linearization"})
@@ -351,19 +425,26 @@ class DynamicsPipeline:
                     dtau_dq, dtau_dv, _ = rd.rnea_derivatives(model, data, q, v, a)
                     answer.update(dtau_dq=dtau_dq.copy(), dtau_dv=dtau_dv.copy())
                 if "forward_dynamics_derivatives" in wanted:
-                    dddq_dq, dddq_dv, _ = rd.aba_derivatives(model, data, q, v, tau)
+                    if contacts:
+                        dddq_dq, dddq_dv = rd.contact_dynamics_derivatives(model, data, contacts, q, v, tau)[:2]
+                    else:
+                        dddq_dq, dddq_dv, _ = rd.aba_derivatives(model, data, q, v, tau)
                     answer.update(dddq_dq=dddq_dq.copy(), dddq_dv=dddq_dv.copy())
                 if "mass_matrix" in wanted:
                     answer["mass_matrix"] = rd.crba(model, data, q).copy()
                 if "mass_matrix_inverse" in wanted:
                     answer["mass_matrix_inverse"] = rd.minverse(model, data, q).copy()
                 if "linearization" in wanted:
-                    A, B = rd.linearize(model, data, q, v, tau, dt)
-                    answer["linearization"] = {"dt": float(dt), "x": np.concatenate((q, v)), "u": tau,
-                                               "A": A.copy(), "B": B.copy(), "x_next": data.x_next.copy()}
+                    A, B = rd.linearize(model, data, q, v, tau, dt, contacts=contacts or None)
+                    answer["linearization"] = {
+                        "dt": float(dt), "x": np.concatenate((q, v)), "u": tau, "A": A.copy(), "B": B.copy(),
+                        "x_next": data.x_next.copy(), "contact_frames": [c.frame for c in contacts],
+                        "contact_kinds": [c.kind for c in contacts],
+                        "contact_forces": rd.contact_forces(model, data, contacts).copy() if contacts else np.zeros(0)}
         except InputError as error:
             raise PipelineError(str(error), "bad_request") from error
-        arrays = [x for value in answer.values() for x in (value.values() if isinstance(value, dict) else [value])]
+        arrays = [x for value in answer.values() for x in (value.values() if isinstance(value, dict) else [value])
+                  if isinstance(x, np.ndarray)]
         if not all(np.isfinite(x).all() for x in arrays):
             raise _non_finite("derivatives", q=q, v=v, a=a, tau=tau, dt=dt)
         return answer

@@ -39,7 +39,8 @@ from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
 import rbd_deriv as rd  # noqa: E402
-from rbd_deriv.msg import Linearization, Matrix  # noqa: E402
+from rbd_deriv.messages import contact_fields_arrays  # noqa: E402
+from rbd_deriv.msg import ContactSet, Linearization, Matrix  # noqa: E402
 from rbd_deriv.nodes import processes  # noqa: E402
 from rbd_deriv.srv import ComputeDerivatives  # noqa: E402
 from rbd_deriv.testing import assert_close  # noqa: E402
@@ -98,6 +99,7 @@ class NodeUnderTest:
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.description = self.node.create_publisher(String, "robot_description", latched)
+        self.contacts = self.node.create_publisher(ContactSet, "active_contacts", latched)
         self.service = self.node.create_client(ComputeDerivatives, "compute_derivatives")
         self.parameters = self.node.create_client(SetParameters, "/dynamics_node/set_parameters")
 
@@ -171,6 +173,8 @@ class NodeUnderTest:
             parameter_value = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=value)
         elif isinstance(value, float):
             parameter_value = ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value)
+        elif isinstance(value, list):
+            parameter_value = ParameterValue(type=ParameterType.PARAMETER_STRING_ARRAY, string_array_value=value)
         else:
             parameter_value = ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=value)
         request = SetParameters.Request(parameters=[ParameterMessage(name=name, value=parameter_value)])
@@ -834,3 +838,71 @@ def test_a_failure_while_applying_parameters_restores_them():
         node.destroy_node()
     finally:
         rclpy.shutdown(context=context)
+
+
+def test_contact_sets_from_parameters_topic_and_service(arm_model):
+    """An arm with its end effector held (a point contact, then a frame contact): the linearization is the
+    constrained one and carries the forces; the set follows the parameter, then the topic; a bad set is refused,
+    counted, and the running set stays."""
+    harness = NodeUnderTest({"contact_frames": "[ee_link]"}, "contact_set")  # a domain of its own
+    model = arm_model
+    rng = np.random.default_rng(31)
+
+    def check(contacts, stamp, q, v):
+        lin = harness.wait_outputs(stamp, topics=("linearization",))["linearization"]
+        data = model.create_data()
+        bias = rd.rnea(model, data, q, v, np.zeros(model.nv)).copy()
+        expected = [rd.Contact(model, frame, kind) for frame, kind in contacts]
+        a, _ = rd.linearize(model, data, q, v, bias, 0.001, contacts=expected or None)
+        assert_close(np.array(lin.a).reshape(2 * model.nv, 2 * model.nv), a, what="constrained A")
+        read = contact_fields_arrays(lin)
+        assert list(zip(read["frames"], read["kinds"])) == contacts
+        if expected:
+            assert_close(read["forces"], rd.contact_forces(model, data, expected), what="contact forces")
+        else:
+            assert read["forces"].shape == (0,)
+
+    def state_and_check(contacts):
+        q, v = random_state(model, rng)
+        check(contacts, harness.publish_state(model.joint_names, q, v), q, v)
+
+    try:
+        harness.wait_ready()
+        state_and_check([("ee_link", "point")])
+        harness.contacts.publish(ContactSet(frames=["link7"], kinds=["frame"]))
+        harness.spin_until(lambda: harness.latest_diagnostics(harness.now_ns()).get("contacts") == "link7",
+                           REPLY_TIMEOUT, "the topic's contact set")
+        state_and_check([("link7", "frame")])
+        # Refused: an unknown frame, two contacts on one body, a kind per frame missing; link7 stays.
+        # (The topic keeps one message: each is sent once the previous one was counted.)
+        for count, bad in enumerate((ContactSet(frames=["no_such_link"]), ContactSet(frames=["ee_link", "ee_joint"]),
+                                     ContactSet(frames=["ee_link", "link5"], kinds=["point"])), start=1):
+            harness.contacts.publish(bad)
+            harness.spin_until(lambda: harness.latest_diagnostics(harness.now_ns()).get(
+                "rejected_bad_contacts") == str(count), REPLY_TIMEOUT, f"{count} refused contact sets")
+        state_and_check([("link7", "frame")])
+        assert "no frame named 'no_such_link'" in harness.log_text()
+        # The parameter replaces the topic's set; a bad value is refused whole.
+        assert not harness.set_parameter("contact_frames", ["no_such_link"])
+        assert harness.set_parameter("contact_frames", [])
+        state_and_check([])
+        # The service takes a set of its own.
+        q, v = random_state(model, rng)
+        tau = rng.uniform(-5.0, 5.0, model.nv)
+        response = harness.call(ComputeDerivatives.Request(
+            q=q.tolist(), v=v.tolist(), tau=tau.tolist(), dt=0.01, linearization=True,
+            forward_dynamics_derivatives=True, contact_frames=["link6"], contact_kinds=["point"]))
+        assert response.success, response.message
+        data = model.create_data()
+        contacts = [rd.Contact(model, "link6")]
+        dddq_dq = rd.contact_dynamics_derivatives(model, data, contacts, q, v, tau)[0].copy()
+        assert_close(np.array(response.dddq_dq.data).reshape(model.nv, model.nv), dddq_dq, what="dddq/dq")
+        rd.linearize(model, data, q, v, tau, 0.01, contacts=contacts)
+        read = contact_fields_arrays(response.linearization)
+        assert read["frames"] == ["link6"]
+        assert_close(read["forces"], rd.contact_forces(model, data, contacts), what="forces of the service")
+        refused = harness.call(ComputeDerivatives.Request(q=q.tolist(), v=v.tolist(), tau=tau.tolist(), dt=0.01,
+                                                          linearization=True, contact_frames=["nowhere"]))
+        assert not refused.success and "nowhere" in refused.message
+    finally:
+        harness.close()

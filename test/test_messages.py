@@ -13,7 +13,8 @@ import types
 import numpy as np
 import pytest
 
-from rbd_deriv.messages import (MATRIX_NAMES, DynamicsMessages, MessageError, answer_fields, fill_message, linearization_arrays, linearization_fields,
+from rbd_deriv.messages import (MATRIX_NAMES, DynamicsMessages, MessageError, answer_fields, contact_fields_arrays,
+                                fill_message, linearization_arrays, linearization_fields,
                                 linearization_sizes, linearization_views, matrix_array, matrix_fields, matrix_view,
                                 ns_to_seconds, ns_to_stamp, odometry_arrays, seconds_to_stamp, set_stamp,
                                 stamp_to_ns)
@@ -205,3 +206,68 @@ def test_odometry_arrays_read_pose_and_twist():
     message.pose.pose.orientation.y, message.pose.pose.orientation.w = 0.6, 0.8
     message.twist.twist.linear.y, message.twist.twist.angular.x = 0.25, -3.0
     assert odometry_arrays(message) == ((1.5, 0.0, -2.0), (0.0, 0.6, 0.0, 0.8), (0.0, 0.25, 0.0), (-3.0, 0.0, 0.0))
+
+
+CONTACTS = {"contact_frames": ["left_sole", "hand"], "contact_kinds": ["frame", "point"],
+            "contact_forces": np.arange(9.0) - 4.5}
+
+
+def test_contact_fields_in_both_serializers_and_read_back():
+    msg = pytest.importorskip("rbd_deriv.msg", reason="interfaces not built")
+    serialization = pytest.importorskip("rclpy.serialization")
+    bagio = pytest.importorskip("rbd_deriv.replay.bagio")
+    store = bagio.package_typestore()
+    fields = linearization_fields(**random_linearization(np.random.default_rng(12)), **CONTACTS)
+    ros = fill_message(msg.Linearization(**linearization_sizes(NAMES, NQ, NV)), fields)
+    raw = bytes(serialization.serialize_message(ros))
+    bag = store.types["rbd_deriv/msg/Linearization"](header=store.types["std_msgs/msg/Header"](
+        stamp=store.types["builtin_interfaces/msg/Time"](sec=0, nanosec=0), frame_id=""),
+        **linearization_sizes(NAMES, NQ, NV), **fields)
+    assert serialization.deserialize_message(
+        bytes(store.serialize_cdr(bag, "rbd_deriv/msg/Linearization", little_endian=True)), msg.Linearization) == ros
+    for received in (serialization.deserialize_message(raw, msg.Linearization),
+                     store.deserialize_cdr(raw, "rbd_deriv/msg/Linearization")):
+        back = contact_fields_arrays(received)
+        assert back["frames"] == CONTACTS["contact_frames"] and back["kinds"] == CONTACTS["contact_kinds"]
+        np.testing.assert_array_equal(back["forces"], CONTACTS["contact_forces"])
+    # Without contacts: empty fields, read back as an empty set.
+    empty = contact_fields_arrays(types.SimpleNamespace(**linearization_fields(**random_linearization(
+        np.random.default_rng(13)))))
+    assert empty["frames"] == [] and empty["kinds"] == [] and empty["forces"].shape == (0,)
+
+
+@pytest.mark.parametrize("change", [
+    {"contact_kinds": ["frame"]},
+    {"nc": 3},
+    {"contact_kinds": ["frame", "edge"]},
+    {"contact_forces": np.zeros(8)},
+    {"contact_forces": np.zeros(12)},
+])
+def test_contact_fields_that_do_not_fit_are_refused(change):
+    fields = {"nc": 2, **CONTACTS, **change}
+    with pytest.raises(MessageError, match="do not fit") as caught:
+        contact_fields_arrays(types.SimpleNamespace(**fields))
+    assert caught.value.reason == "size"
+
+
+def test_write_linearization_fills_numbers_and_contacts_in_place():
+    msg = pytest.importorskip("rbd_deriv.msg", reason="interfaces not built")
+    sensor_msgs = pytest.importorskip("sensor_msgs.msg")
+    std_msgs = pytest.importorskip("std_msgs.msg")
+    serialization = pytest.importorskip("rclpy.serialization")
+    messages = DynamicsMessages.make((sensor_msgs.JointState, msg.Matrix, msg.Linearization), NAMES[1:], NAMES,
+                                     [f"v{i}" for i in range(NV)], NQ, NV)
+    rng = np.random.default_rng(14)
+    for contacts in (CONTACTS, {"contact_frames": (), "contact_kinds": (), "contact_forces": np.zeros(0)}, CONTACTS):
+        arrays = random_linearization(rng)
+        header = std_msgs.Header(frame_id="base")
+        message = messages.write_linearization({**arrays, **contacts}, header)
+        assert message is messages.linearization
+        received = serialization.deserialize_message(serialization.serialize_message(message), msg.Linearization)
+        back = linearization_arrays(received, NQ, NV, NAMES)
+        for key, value in arrays.items():
+            np.testing.assert_array_equal(back[key], value)
+        read = contact_fields_arrays(received)
+        assert read["frames"] == list(contacts["contact_frames"]) and read["kinds"] == list(contacts["contact_kinds"])
+        np.testing.assert_array_equal(read["forces"], contacts["contact_forces"])
+        assert received.header.frame_id == "base"

@@ -316,3 +316,93 @@ def test_throughput_counts_periods_and_totals():
 
 def test_warm_up_runs_the_batched_calls_too(arm):
     assert warm_up(arm.model, batched=True) > 0.0
+
+
+# ------------------------------------------------------------------------------------------- contacts
+SOLO_FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
+
+
+@pytest.fixture(scope="module")
+def solo_text():
+    from rbd_deriv.testing.robots import example_robot_urdf
+    return example_robot_urdf("solo12").read_text()
+
+
+@pytest.mark.parametrize("frames, kinds", [(SOLO_FEET, ()), (("FL_FOOT", "HR_FOOT"), ("frame", "point"))])
+def test_contact_linearization_matches_pinocchio_and_the_library(solo_text, frames, kinds):
+    from rbd_deriv.testing.pinocchio_contact import PinocchioContacts
+    pipeline = DynamicsPipeline(solo_text, floating_base=True, contact_frames=frames, contact_kinds=kinds)
+    model = pipeline.model
+    assert pipeline.contact_frames == frames
+    assert pipeline.contact_kinds == (tuple(kinds) or ("point",) * len(frames))
+    reference = PinocchioContacts(pin_bridge.PinocchioBridge.for_model(model, solo_text), pipeline.contacts)
+    rng = np.random.default_rng(21)
+    dt = 0.002
+    for _ in range(2):
+        q, v = random_state(model, rng)
+        effort = rng.uniform(-2.0, 2.0, model.nv)
+        lin = pipeline.outputs(q, v, OutputSelection(dt=dt, linearization_input="effort"), effort).linearization
+        ddq, forces = reference.dynamics(q, v, effort)
+        assert_close(lin["x_next"][model.nq:], v + dt * ddq, what="v+ against Pinocchio's constraintDynamics")
+        assert_close(lin["contact_forces"], forces, what="contact forces against Pinocchio's lambda_c")
+        data = model.create_data()
+        contacts = [rd.Contact(model, f, k) for f, k in zip(frames, pipeline.contact_kinds)]
+        A, B = rd.linearize(model, data, q, v, effort, dt, contacts=contacts)
+        assert_close(lin["A"], A, what="A")
+        assert_close(lin["B"], B, what="B")
+        assert list(lin["contact_frames"]) == list(frames)
+        assert list(lin["contact_kinds"]) == list(pipeline.contact_kinds)
+    # The free tree again: no forces, ABA's step.
+    pipeline.set_contacts(())
+    lin = pipeline.outputs(q, v, OutputSelection(dt=dt, linearization_input="effort"), effort).linearization
+    assert lin["contact_forces"].shape == (0,) and list(lin["contact_frames"]) == []
+    assert_close(lin["x_next"][model.nq:], v + dt * rd.aba(model, model.create_data(), q, v, effort), what="v+")
+
+
+@pytest.mark.parametrize("frames, kinds, match", [
+    (("FL_FOOT", "NO_SUCH_FOOT"), (), "no frame named 'NO_SUCH_FOOT'"),
+    (("FL_FOOT",), ("point", "point"), "1 contact frames but 2 contact kinds"),
+    (("FL_FOOT",), ("edge",), "kind"),
+    (("FL_FOOT", "FL_FOOT"), (), "redundant contacts"),
+])
+def test_bad_contact_sets_are_refused_and_the_current_set_stays(solo_text, frames, kinds, match):
+    pipeline = DynamicsPipeline(solo_text, floating_base=True, contact_frames=SOLO_FEET[:2])
+    with pytest.raises(PipelineError, match=match) as caught:
+        pipeline.set_contacts(frames, kinds)
+    assert caught.value.reason == "bad_contacts"
+    assert pipeline.contact_frames == SOLO_FEET[:2]
+    with pytest.raises(PipelineError, match=match):
+        DynamicsPipeline(solo_text, floating_base=True, contact_frames=frames, contact_kinds=kinds)
+    with pytest.raises(PipelineError, match=match) as caught:
+        pipeline.derivatives(rd.neutral(pipeline.model), np.zeros(18), wanted=["mass_matrix"], contact_frames=frames,
+                             contact_kinds=kinds)
+    assert caught.value.reason == "bad_request"
+
+
+def test_derivatives_under_a_contact_set(solo_text):
+    pipeline = DynamicsPipeline(solo_text, floating_base=True)
+    model = pipeline.model
+    rng = np.random.default_rng(22)
+    q, v = random_state(model, rng)
+    tau = rng.uniform(-2.0, 2.0, model.nv)
+    answer = pipeline.derivatives(q, v, tau=tau, dt=0.01, wanted=["forward_dynamics_derivatives", "linearization"],
+                                  contact_frames=SOLO_FEET[1:])
+    contacts = [rd.Contact(model, f) for f in SOLO_FEET[1:]]
+    data = model.create_data()
+    dddq_dq, dddq_dv = rd.contact_dynamics_derivatives(model, data, contacts, q, v, tau)[:2]
+    assert_close(answer["dddq_dq"], dddq_dq, what="constrained dddq/dq")
+    assert_close(answer["dddq_dv"], dddq_dv, what="constrained dddq/dv")
+    A, B = rd.linearize(model, data, q, v, tau, 0.01, contacts=contacts)
+    assert_close(answer["linearization"]["A"], A, what="constrained A")
+    assert_close(answer["linearization"]["contact_forces"], rd.contact_forces(model, data, contacts), what="forces")
+    assert answer["linearization"]["contact_frames"] == list(SOLO_FEET[1:])
+    # The request's set is the request's own: the pipeline's set is untouched, and no set is the free tree.
+    assert pipeline.contact_frames == ()
+    free = pipeline.derivatives(q, v, tau=tau, wanted=["forward_dynamics_derivatives"])
+    assert_close(free["dddq_dq"], rd.aba_derivatives(model, data, q, v, tau)[0], what="free dddq/dq")
+
+
+def test_a_contact_on_a_frame_fixed_to_the_universe_is_refused(arm_text):
+    with pytest.raises(PipelineError, match="fixed to the universe") as caught:
+        DynamicsPipeline(arm_text, contact_frames=["base_link"])
+    assert caught.value.reason == "bad_contacts"

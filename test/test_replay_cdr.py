@@ -84,6 +84,10 @@ def test_package_messages_bulk_encoding_matches_rosbags(store, typename):
             a=numbers[:36],
             b=numbers[36:54],
             x_next=numbers[54:60],
+            nc=0,
+            contact_forces=np.zeros(0),
+            contact_frames=[],
+            contact_kinds=[],
         )
 
     numbers = rng.normal(size=(4, 60))

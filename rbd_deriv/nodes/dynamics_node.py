@@ -7,6 +7,9 @@ Topics (names relative, remap as needed):
 * in  ``joint_states`` (sensor_msgs/JointState) - by name, any order, extra joints ignored, may be split
   across publishers.
 * in  ``odom`` (nav_msgs/Odometry) - floating-base pose and twist (twist in the base frame).
+* in  ``active_contacts`` (rbd_deriv/ContactSet) - the frames in contact; replaces the ``contact_frames`` and
+  ``contact_kinds`` parameters' set. With contacts the linearization is the contact-constrained one and
+  carries the contact forces.
 * out ``linearization`` (rbd_deriv/Linearization), ``mass_matrix_inverse`` (rbd_deriv/Matrix),
   ``bias_torques`` (sensor_msgs/JointState, effort = RNEA(q, v, 0)), all stamped like the input.
 * out ``/diagnostics`` (diagnostic_msgs/DiagnosticArray).
@@ -42,12 +45,12 @@ from std_msgs.msg import Header, String
 from rbd_deriv.exceptions import InputError, RbdDerivError
 from rbd_deriv.messages import (DynamicsMessages, answer_fields, fill_message, ns_to_seconds, odometry_arrays,
                                 set_stamp, stamp_to_ns)
-from rbd_deriv.msg import Linearization, Matrix
+from rbd_deriv.msg import ContactSet, Linearization, Matrix
 from rbd_deriv.nodes.parameters import DYNAMICS_NODE as PARAMETERS
 from rbd_deriv.nodes.parameters import declare_parameters, updated_values
 from rbd_deriv.nodes.spin import StateInputs, guard, run_node
 from rbd_deriv.pipeline import (DERIVATIVES, DynamicsPipeline, OutputSelection, PipelineError, Throughput,
-                                replace_robot)
+                                contact_set, replace_robot)
 from rbd_deriv.refusals import Refusals, shorten
 from rbd_deriv.srv import ComputeDerivatives
 
@@ -67,6 +70,7 @@ OUTPUT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, histor
 SERVICE_QOS = QoSProfile(depth=256, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 
 _MODEL_PARAMETERS = ("robot_description", "urdf_path", "floating_base")
+_CONTACT_PARAMETERS = ("contact_frames", "contact_kinds")
 
 
 class _Robot(NamedTuple):
@@ -98,6 +102,7 @@ class DynamicsNode(Node):
         self._state_inputs: Optional[StateInputs] = None
         self._state_inputs_mode = ""
         self._latest_frame = ""
+        self._contacts = (tuple(self._p["contact_frames"]), tuple(self._p["contact_kinds"]))  # the active set
 
         self._pub_linearization = self.create_publisher(Linearization, "linearization", OUTPUT_QOS)
         self._pub_minv = self.create_publisher(Matrix, "mass_matrix_inverse", OUTPUT_QOS)
@@ -112,6 +117,7 @@ class DynamicsNode(Node):
 
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.create_subscription(String, "robot_description", self._guard(self._on_description), DESCRIPTION_QOS)
+        self.create_subscription(ContactSet, "active_contacts", self._guard(self._on_contacts), DESCRIPTION_QOS)
         self.create_service(ComputeDerivatives, "compute_derivatives", self._on_compute_derivatives,
                             qos_profile=SERVICE_QOS)
         self._diagnostics_timer = self.create_timer(self._p["diagnostics_period"], self._guard(self._on_diagnostics))
@@ -151,11 +157,13 @@ class DynamicsNode(Node):
             self._refuse("bad_description", f"cannot read urdf_path {p['urdf_path']!r}: {error}", error=True)
             return None
 
-    def _build(self, description: str, source: str, p: dict) -> Optional[DynamicsPipeline]:
-        """A pipeline of ``description`` with the parameters ``p``; None (logged and counted) if unusable."""
+    def _build(self, description: str, source: str, p: dict, contacts: Optional[tuple] = None
+               ) -> Optional[DynamicsPipeline]:
+        """A pipeline of ``description`` with the parameters ``p`` and the contact set ``contacts`` (frames,
+        kinds; by default the active one); None (logged and counted) if unusable."""
         try:
             return DynamicsPipeline(description, p["floating_base"], p["strict_joint_names"], p["max_state_age"],
-                                    p["max_stamp_lead"])
+                                    p["max_stamp_lead"], *(contacts or self._contacts))
         except PipelineError as error:
             self._refuse(error.reason, f"robot description from {source}, keeping the current model: {error}",
                          error=True)
@@ -180,6 +188,18 @@ class DynamicsNode(Node):
         if pipeline is not None:
             self._install(pipeline, allow_change=self._p["allow_robot_change"])
 
+    def _on_contacts(self, message: ContactSet) -> None:
+        robot, contacts = self._robot, (tuple(message.frames), tuple(message.kinds))
+        if robot is None:
+            self._contacts = contacts  # checked against the model when one comes
+            return
+        try:
+            robot.pipeline.set_contacts(*contacts)
+        except PipelineError as error:
+            self._refuse(error.reason, f"active_contacts, keeping {list(robot.pipeline.contact_frames)}: {error}")
+            return
+        self._contacts = contacts
+
     # ---------------------------------------------------------------------------------- parameters
     def _on_set_parameters(self, parameters: List[Parameter]) -> SetParametersResult:
         """Check a ``ros2 param set`` request and apply it at once, or refuse it whole: whatever fails while
@@ -189,15 +209,21 @@ class DynamicsNode(Node):
             if problem:
                 return SetParametersResult(successful=False, reason=problem)
             pipeline = None
+            new_contacts = any(updated[n] != self._p[n] for n in _CONTACT_PARAMETERS)
             if any(updated[n] != self._p[n] for n in _MODEL_PARAMETERS):
                 description = self._description(updated)
                 if description == "" and self._robot is not None:
                     description = self._robot.pipeline.description
                 if description is None:
                     return SetParametersResult(successful=False, reason="cannot read urdf_path")
-                pipeline = self._build(description, "parameter", updated)
+                pipeline = self._build(description, "parameter", updated, (
+                    tuple(updated["contact_frames"]), tuple(updated["contact_kinds"])) if new_contacts else None)
                 if pipeline is None:
                     return SetParametersResult(successful=False, reason="robot description refused (see log)")
+            elif new_contacts and self._robot is not None:
+                contact_set(self._robot.pipeline.model, updated["contact_frames"], updated["contact_kinds"])
+        except PipelineError as error:
+            return SetParametersResult(successful=False, reason=shorten(str(error)))
         except Exception as error:  # noqa: BLE001 - a request must be answered, never kill the node
             self._internal_error(error)
             return SetParametersResult(successful=False, reason=shorten(f"internal error: {error}"))
@@ -212,6 +238,10 @@ class DynamicsNode(Node):
 
     def _apply(self, p: dict, pipeline: Optional[DynamicsPipeline]) -> None:
         """Use the parameter values ``p`` from now on (and ``pipeline`` if not None)."""
+        if any(p[n] != self._p[n] for n in _CONTACT_PARAMETERS):
+            self._contacts = (tuple(p["contact_frames"]), tuple(p["contact_kinds"]))
+            if pipeline is None and self._robot is not None:
+                self._robot.pipeline.set_contacts(*self._contacts)
         self._p, self._selection = p, OutputSelection.from_parameters(p)
         self._refusals.log_period = p["log_throttle_period"]
         if pipeline is not None:
@@ -326,12 +356,7 @@ class DynamicsNode(Node):
             messages.minv.header = header
             self._pub_minv.publish(messages.minv)
         if outputs.linearization is not None:
-            linearization, message = outputs.linearization, messages.linearization
-            for key, view in messages.linearization_arrays.items():
-                view[...] = linearization[key]
-            message.dt = linearization["dt"]
-            message.header = header
-            self._pub_linearization.publish(message)
+            self._pub_linearization.publish(messages.write_linearization(outputs.linearization, header))
         elapsed = time.perf_counter() - started
         self._throughput.sent(elapsed, ns_to_seconds(now_ns, stamp_to_ns(header.stamp)) + elapsed)
 
@@ -343,7 +368,8 @@ class DynamicsNode(Node):
                 raise PipelineError("no robot model loaded yet", "bad_request")
             pipeline = robot.pipeline
             answer = pipeline.derivatives(request.q, request.v, request.a, request.tau, request.dt,
-                                          [name for name in DERIVATIVES if getattr(request, name)])
+                                          [name for name in DERIVATIVES if getattr(request, name)],
+                                          request.contact_frames, request.contact_kinds)
             header = Header(stamp=self.get_clock().now().to_msg())
             for field, fields in answer_fields(answer, pipeline.joint_names, pipeline.velocity_names,
                                                pipeline.model.nq, pipeline.model.nv).items():
@@ -372,6 +398,7 @@ class DynamicsNode(Node):
         values = {"robot": model.name if model else "", "nq": model.nq if model else 0, "nv": model.nv if model else 0,
                   **self._throughput.report(period)}
         values["lost_joint_states"], values["lost_odom"] = self._lost()
+        values["contacts"] = ", ".join(robot.pipeline.contact_frames) if robot else ""
         values["rejected_total"] = self._refusals.total
         values.update({f"rejected_{reason}": count for reason, count in sorted(self._refusals.counts.items())})
         status.values = [KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v))

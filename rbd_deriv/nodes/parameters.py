@@ -16,11 +16,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.parameter import Parameter
 
 from rbd_deriv.control.problem import Mode
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.joint_state_map import PLAUSIBLE
-from rbd_deriv.pipeline import LINEARIZATION_INPUTS
+from rbd_deriv.pipeline import CONTACT_KINDS, LINEARIZATION_INPUTS
 from rbd_deriv.sim import BACKENDS
 
 #: A check: (name, value) -> None if the value is good, else what is wrong with it.
@@ -32,7 +34,8 @@ class Spec:
     """One parameter of a node.
 
     Attributes:
-        default: Its value when none is given; its type is the parameter's type.
+        default: Its value when none is given; its type is the parameter's type (an empty list: a string
+            array).
         description: What it means, with its unit in brackets.
         check: Refuses bad values, or None when any value of the type will do.
         read_only: Read at start-up only: ROS refuses to set it later.
@@ -87,6 +90,12 @@ def finite_values(name: str, value: Any) -> Optional[str]:
     return f"{name} must be a non-empty list of finite numbers, got {values!r}"
 
 
+def contact_kinds(name: str, value: Any) -> Optional[str]:
+    """A list of contact kinds (:data:`rbd_deriv.pipeline.CONTACT_KINDS`), possibly empty."""
+    bad = [kind for kind in value if kind not in CONTACT_KINDS]
+    return f"{name} must list {' or '.join(CONTACT_KINDS)}, got {bad[:3]!r}" if bad else None
+
+
 def per_joint(values: Any) -> Any:
     """A list parameter given as one value for every joint (returned as a float) or one per joint (an
     array, whose length the library checks against the robot)."""
@@ -114,10 +123,17 @@ def declare_parameters(node: Any, specs: Dict[str, Spec]) -> Dict[str, Any]:
     Raises:
         InputError: Some values given at start-up are refused by their checks (all are listed).
     """
+    values = {}
     for name, spec in specs.items():
-        node.declare_parameter(name, spec.default,
+        # An empty list tells ROS no element type: the parameter is declared as a string array instead, and
+        # left uninitialized unless a value is given.
+        untyped = isinstance(spec.default, list) and not spec.default
+        node.declare_parameter(name, Parameter.Type.STRING_ARRAY if untyped else spec.default,
                                ParameterDescriptor(description=spec.description, read_only=spec.read_only))
-    values = {name: node.get_parameter(name).value for name in specs}
+        try:
+            values[name] = node.get_parameter(name).value
+        except ParameterUninitializedException:
+            values[name] = []
     problems = [p for p in (_problem(name, spec, values[name]) for name, spec in specs.items()) if p]
     if problems:
         raise InputError("invalid parameters: " + "; ".join(problems), "parameters")
@@ -184,6 +200,11 @@ DYNAMICS_NODE: Dict[str, Spec] = {
     "max_state_age": Spec(0.5, "Refuse states whose stamp is older than the clock by more than this, or whose "
                           "joints were updated this far apart [s], in [0, 3600]; 0 disables.", AGE),
     "max_stamp_lead": Spec(0.1, _STAMP_LEAD + " In [0, 3600].", AGE),
+    "contact_frames": Spec([], "Frames in contact (URDF links or joints): the linearization is then the "
+                           "contact-constrained one, with the contact forces. Empty: the free tree. The "
+                           "active_contacts topic (rbd_deriv/ContactSet) replaces it at run time."),
+    "contact_kinds": Spec([], "One per contact frame, point (3 force rows) or frame (6 rows); empty: every "
+                          "contact is a point contact.", contact_kinds),
     "diagnostics_period": Spec(1.0, "Period of /diagnostics [s], in [0.01, 3600]; rates and percentiles cover one "
                                "period.", PERIOD),
     "log_throttle_period": Spec(5.0, "At most one log line per kind of fault per period [s], in [0, 3600].", AGE),
