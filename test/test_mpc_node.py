@@ -33,7 +33,6 @@ from rbd_deriv.demo import DAMPING_PER_EFFORT, FRICTION_PER_EFFORT  # noqa: E402
 from rbd_deriv.messages import feedback_policy_arrays, feedback_policy_fields, fill_message, set_stamp, stamp_to_ns  # noqa: E402,E501
 from rbd_deriv.nodes.processes import ros_parameters, stop_processes  # noqa: E402
 from rbd_deriv.nodes.spin import PolledSubscription  # noqa: E402
-from rbd_deriv.testing import assert_close  # noqa: E402
 from rbd_deriv.testing.robots import bundled_urdf  # noqa: E402
 
 URDF = str(bundled_urdf("rbd_arm7"))
@@ -77,17 +76,32 @@ class Listener:
         from diagnostic_msgs.msg import DiagnosticArray
         from std_msgs.msg import Float64MultiArray
 
+        from trajectory_msgs.msg import JointTrajectory
+
         from rbd_deriv.msg import FeedbackPolicy
 
         self.node = node
         self.commands: list[np.ndarray] = []
         self.policy = None
+        self.policies: dict[int, object] = {}  # by stamp [ns], the latest 100
+        self.plans: dict[int, object] = {}     # the MPC's ~/plan by stamp [ns], the latest 100
         self.diagnostics: dict[str, str] = {}
         self.simulator: dict[str, str] = {}
         node.create_subscription(Float64MultiArray, "/effort_controller/commands",
                                  lambda m: self.commands.append(np.array(m.data)), 100)
-        node.create_subscription(FeedbackPolicy, "feedback_policy", lambda m: setattr(self, "policy", m), 10)
+        node.create_subscription(FeedbackPolicy, "feedback_policy", self._on_policy, 10)
+        node.create_subscription(JointTrajectory, "/mpc_node/plan", lambda m: self._keep(self.plans, m), 10)
         node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+
+    def _on_policy(self, message) -> None:
+        self.policy = message
+        self._keep(self.policies, message)
+
+    @staticmethod
+    def _keep(by_stamp: dict, message) -> None:
+        by_stamp[stamp_to_ns(message.header.stamp)] = message
+        while len(by_stamp) > 100:
+            del by_stamp[next(iter(by_stamp))]
 
     def _on_diagnostics(self, message) -> None:
         for status in message.status:
@@ -196,11 +210,17 @@ def test_safety_rules_of_the_running_node(ros, arm):
     check_commands(listener.commands, model)
     # Moving towards a goal 0.05 rad above on every joint, from rest: not gravity hold.
     assert np.abs(listener.commands[-1] - fake.gravity).max() > 1.0
-    # Every tick also sends the plan's feedback policy: 11 knots over its 0.1 s, the Riccati gain.
-    policy = feedback_policy_arrays(listener.policy)
-    assert listener.policy.knots == 11 and listener.policy.valid_for == 0.1 and listener.policy.knot_dt == 0.01
+    # Every tick also sends the plan's feedback policy: 11 knots over its 0.1 s, the Riccati gain, the knots
+    # of the plan published with the same stamp on ~/plan.
+    stamp = max(set(listener.policies) & set(listener.plans))
+    message, plan = listener.policies[stamp], listener.plans[stamp]
+    policy = feedback_policy_arrays(message)
+    assert message.knots == 11 and message.valid_for == 0.1 and message.knot_dt == 0.01
     assert policy["state_joint_names"] == policy["joint_names"] == list(model.joint_names)
-    assert_close(policy["x_ref"][0], np.r_[q, np.zeros(model.nv)], what="knot 0: the state, at rest")
+    for k in range(11):
+        point = plan.points[k]
+        np.testing.assert_array_equal(policy["x_ref"][k], np.r_[point.positions, point.velocities])
+        np.testing.assert_array_equal(policy["u_ff"][k], point.effort)
     assert np.isfinite(policy["K"]).all() and np.abs(policy["K"]).max() > 1.0
     assert (np.abs(policy["u_ff"]) <= limit).all() and np.abs(policy["u_ff"][0] - fake.gravity).max() > 1.0
     age = node.get_clock().now().nanoseconds - stamp_to_ns(listener.policy.header.stamp)

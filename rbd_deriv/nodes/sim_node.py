@@ -71,7 +71,7 @@ class SimNode(Node):
         self._applied: np.ndarray | None = None
         # The executor's state is shared by the subscriptions (executor thread) and the physics thread.
         self._lock = threading.Lock()
-        self.executor = PolicyExecutor(self.model, p["command_timeout"], p["max_stamp_lead"])
+        self.robot_side = PolicyExecutor(self.model, p["command_timeout"], p["max_stamp_lead"])
         self.actuation = Actuation.BRAKE
         self._message = JointState()
         self._message.name = list(self.plant.joint_names)
@@ -94,7 +94,7 @@ class SimNode(Node):
 
     def _refused(self, kind: str, error: object) -> None:
         with self._lock:
-            line = self.executor.refuse(kind, error)
+            line = self.robot_side.refuse(kind, error)
         if line:
             self.get_logger().warning(shorten(line))
 
@@ -104,7 +104,7 @@ class SimNode(Node):
     def _on_command(self, message: Float64MultiArray) -> None:
         try:
             with self._lock:
-                self.executor.take_command(message.data, self._now_ns())
+                self.robot_side.take_command(message.data, self._now_ns())
         except RbdDerivError as error:
             self._refused("command", error)
 
@@ -112,7 +112,7 @@ class SimNode(Node):
         try:
             fields = feedback_policy_arrays(message)
             with self._lock:
-                self.executor.take_policy(fields, stamp_to_ns(message.header.stamp), self._now_ns())
+                self.robot_side.take_policy(fields, stamp_to_ns(message.header.stamp), self._now_ns())
         except RbdDerivError as error:
             self._refused("policy", error)
 
@@ -127,7 +127,7 @@ class SimNode(Node):
             for step in range(steps):
                 # Each step is evaluated at its own time: a policy moves along its knots.
                 with self._lock:
-                    torque, actuation = self.executor.torque(self.plant.q, self.plant.v,
+                    torque, actuation = self.robot_side.torque(self.plant.q, self.plant.v,
                                                              now_ns - (steps - 1 - step) * period_ns)
                 if torque is None:
                     if self.actuation is not Actuation.BRAKE:
@@ -160,9 +160,9 @@ class SimNode(Node):
 
     def _publish_diagnostics(self) -> None:
         with self._lock:
-            steps = dict(self.executor.steps)
-            refused = dict(self.executor.refusals.counts)
-            policy = self.executor.policy
+            steps = dict(self.robot_side.steps)
+            refused = dict(self.robot_side.refusals.counts)
+            policy = self.robot_side.policy
         values = {"actuation": self.actuation.value}
         values.update({f"steps_{source.value}": str(steps.get(source, 0)) for source in Actuation})
         values["policy_stamp"] = "" if policy is None else f"{policy.stamp_ns * 1e-9:.6f}"
