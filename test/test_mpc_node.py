@@ -460,7 +460,8 @@ def test_closed_loop_tracking_on_the_simulator(ros, arm):
     # (0.008 rad on all but the light last joint). Through DDS on a machine shared with the rest
     # of the test suite the loop runs later and less regularly, so the bound is 0.15 rad: half
     # the 0.3 rad amplitude, which a loop that does not track (wrong sign, stale plans) exceeds.
-    why = f"error per joint {np.abs(error).max(axis=0).round(3)}, node's diagnostics {listener.diagnostics}"
+    why = (f"error per joint {np.abs(error).max(axis=0).round(3)}, node's diagnostics {listener.diagnostics}, "
+           f"simulator's {listener.simulator}")
     assert np.abs(error).max() < 0.15, why
     assert np.sqrt(np.mean(error ** 2)) < 0.05, why
     assert int(listener.diagnostics.get("commands_plan", "0")) > 100
