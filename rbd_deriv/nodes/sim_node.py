@@ -15,7 +15,8 @@ With neither (before the first input, or both stale) the brakes hold the joints 
 input (wrong sizes, unknown joints, NaN or inf, a policy from the future or already expired) is
 refused, counted by reason in ``/diagnostics`` and logged at most once a second per reason; the last
 good one stays. ``/diagnostics`` also counts the physics steps by source (``steps_policy``,
-``steps_command``, ``steps_brake``).
+``steps_command``, ``steps_brake``) and the wall-clock time the physics could not catch up with
+(``lost_time_s``: more than MAX_CATCH_UP_STEPS steps behind, the simulated robot slows down).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class SimNode(Node):
         self._lock = threading.Lock()
         self.robot_side = PolicyExecutor(self.model, p["command_timeout"], p["max_stamp_lead"])
         self.actuation = Actuation.BRAKE
+        self.lost_time = 0.0  # [s] of the wall clock the physics could not catch up with
         self._message = JointState()
         self._message.name = list(self.plant.joint_names)
         self._message.header.frame_id = p["frame_id"]
@@ -138,7 +140,9 @@ class SimNode(Node):
                 self.actuation = actuation
             next_time += steps * period
             if now - next_time > MAX_CATCH_UP_STEPS * period:
-                next_time = now  # too far behind: slow down rather than jump
+                # Too far behind: slow down rather than jump. The simulated robot then lags the clock.
+                self.lost_time += now - next_time
+                next_time = now
             try:
                 self._publish()
             except Exception:  # noqa: BLE001 - Ctrl-C shut the context down between ok() and publish
@@ -166,6 +170,7 @@ class SimNode(Node):
         values = {"actuation": self.actuation.value}
         values.update({f"steps_{source.value}": str(steps.get(source, 0)) for source in Actuation})
         values["policy_stamp"] = "" if policy is None else f"{policy.stamp_ns * 1e-9:.6f}"
+        values["lost_time_s"] = f"{self.lost_time:.3f}"
         values.update({f"refused_{reason}": str(count) for reason, count in sorted(refused.items())})
         healthy = self.actuation is Actuation.POLICY
         status = DiagnosticStatus(name=f"{self.get_name()}: simulator", hardware_id=self.model.name,
