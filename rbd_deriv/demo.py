@@ -5,8 +5,10 @@ Starts three processes talking over DDS, as on a robot: the simulated 7-dof arm
 know), the dynamics node (linearizations at every joint_states message) and the MPC node (torque
 commands). This process publishes a reference that moves every joint, records joint_states,
 commands and diagnostics for a fixed time, then prints the achieved MPC rate, solve-time
-percentiles, the dynamics latency seen by the MPC, the tracking error per joint and the torque
-use, and writes a PNG (reference vs actual, torques vs limits). No display is needed.
+percentiles, the dynamics latency seen by the MPC, the tracking error per joint, the torque
+use and how the simulator actuated the arm (steps from the MPC's feedback policy, from its held
+torque command, braked), and writes a PNG (reference vs actual, torques vs limits) and, with
+``--json``, a summary. No display is needed.
 
 The nodes' parameters come from the package's ``config/``: each node's own file, then ``demo.yaml``, which
 ``ros2 launch rbd_deriv demo.launch.py`` reads too (the same loop for ROS users). ``--mode`` and ``--rate``
@@ -132,8 +134,14 @@ class Recorder:
             self.diagnostics[status.name] = {kv.key: kv.value for kv in status.values}
 
     def mpc_diagnostics(self) -> dict[str, str]:
+        return self._diagnostics_of(": MPC")
+
+    def sim_diagnostics(self) -> dict[str, str]:
+        return self._diagnostics_of(": simulator")
+
+    def _diagnostics_of(self, suffix: str) -> dict[str, str]:
         for name, values in self.diagnostics.items():
-            if name.endswith(": MPC"):
+            if name.endswith(suffix):
                 return values
         return {}
 
@@ -261,6 +269,29 @@ def publish_reference_only(duration: float) -> int:
     return 0
 
 
+def write_summary(path: Path, summary: dict, diagnostics: dict, simulator: dict, steps: dict, mode: str,
+                  rate: float, joint_names: list[str]) -> None:
+    """The run's figures as JSON: MPC rate and solve times, tracking errors and torque use per joint, the
+    simulator's steps by actuation source and the refusals of both nodes."""
+    import json
+
+    def milliseconds(key: str) -> float | None:
+        return float(diagnostics[key]) * 1e-3 if key in diagnostics else None
+
+    document = {
+        "mode": mode, "rate_asked_hz": rate, "mpc_rate_hz": summary["command_rate"],
+        "solve_p50_ms": milliseconds("solve_time_p50_us"), "solve_p99_ms": milliseconds("solve_time_p99_us"),
+        "joint_names": joint_names, "rms_error_rad": summary["rms"].tolist(), "max_error_rad": summary["max"].tolist(),
+        "max_torque_ratio": float(summary["torque_ratio"].max()),
+        "steps_policy": steps["policy"], "steps_command": steps["command"], "steps_brake": steps["brake"],
+        "commands_by_source": {k[len("commands_"):]: int(v) for k, v in diagnostics.items()
+                               if k.startswith("commands_")},
+        "refused_mpc": {k[len("refused_"):]: int(v) for k, v in diagnostics.items() if k.startswith("refused_")},
+        "refused_simulator": {k[len("refused_"):]: int(v) for k, v in simulator.items() if k.startswith("refused_")},
+    }
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rbd_deriv.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -270,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=None,
                         help="MPC rate, and the dynamics node's in held mode [Hz]; default: demo.yaml's")
     parser.add_argument("--output", default="rbd_deriv_demo.png", help="PNG written at the end")
+    parser.add_argument("--json", default=None, help="also write a JSON summary to this file")
     parser.add_argument("--logs", default=None, help="folder for the nodes' logs (default: temp)")
     parser.add_argument("--reference-only", action="store_true",
                         help="only publish the reference once the loop runs, and stay until it ends "
@@ -328,7 +360,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     arguments.duration + 30.0)
         recorder.poll()
         recorder.recording = False
+        # The simulator's last report covers the end of the run.
+        _spin_until(recorder, lambda: False, 1.2)
         diagnostics = recorder.mpc_diagnostics()
+        simulator = recorder.sim_diagnostics()
     finally:
         stop_processes(processes)
         recorder.states_input.destroy()
@@ -355,6 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("commands by source:     " + ", ".join(f"{k} {v}" for k, v in sources.items()))
     refused = {k: v for k, v in diagnostics.items() if k.startswith("refused_")}
     print(f"refused messages:       {refused or 'none'}")
+    steps = {source: int(simulator.get(f"steps_{source}", "0")) for source in ("policy", "command", "brake")}
+    print(f"simulator steps:        {steps['policy']} from the feedback policy, {steps['command']} from the held "
+          f"torque command, {steps['brake']} braked (since it started)")
     print()
     print(f"{'joint':<8} {'rms error [rad]':>16} {'max error [rad]':>16} {'max |tau|/limit':>16}")
     for j, name in enumerate(joint_names):
@@ -365,6 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     output = Path(arguments.output)
     plot(summary, joint_names, effort_limit, output, title)
     print(f"plot written to {output.resolve()}")
+    if arguments.json:
+        write_summary(Path(arguments.json), summary, diagnostics, simulator, steps, mode, rate, joint_names)
+        print(f"summary written to {Path(arguments.json).resolve()}")
     return 0 if not exceeded else 1
 
 

@@ -1,6 +1,7 @@
 """The package's message layouts and ROS time stamps, converted to and from arrays (no ROS import).
 
-One place for what ``msg/Linearization.msg``, ``msg/Matrix.msg`` and builtin_interfaces/Time look like
+One place for what ``msg/Linearization.msg``, ``msg/Matrix.msg``, ``msg/FeedbackPolicy.msg`` and
+builtin_interfaces/Time look like
 as numbers. The functions are duck-typed on the messages' field names, so the same code serves the
 generated rclpy messages of the nodes and the rosbags messages of :mod:`rbd_deriv.replay`:
 
@@ -24,8 +25,8 @@ import numpy as np
 from rbd_deriv.exceptions import InputError
 
 __all__ = [
-    "MATRIX_NAMES", "DynamicsMessages", "MessageError", "answer_fields", "contact_fields_arrays", "fill_message",
-    "float_views",
+    "MATRIX_NAMES", "DynamicsMessages", "MessageError", "answer_fields", "contact_fields_arrays",
+    "feedback_policy_arrays", "feedback_policy_fields", "fill_message", "float_views",
     "linearization_arrays", "linearization_fields", "linearization_sizes", "linearization_views", "matrix_array",
     "matrix_fields", "matrix_view", "ns_to_seconds", "ns_to_stamp", "odometry_arrays", "seconds_to_stamp",
     "set_stamp", "stamp_to_ns",
@@ -219,6 +220,51 @@ def contact_fields_arrays(message: Any) -> Dict[str, Any]:
                            "contact forces do not fit (nc frames, one kind per frame, point or frame; 3 forces per "
                            "point, 6 per frame)", "size")
     return {"frames": frames, "kinds": kinds, "forces": forces}
+
+
+# ----------------------------------------------------------------------------------- FeedbackPolicy
+def feedback_policy_fields(joint_names: Sequence[str], state_joint_names: Sequence[str], nq: int, nv: int,
+                           knot_dt: float, valid_for: float, x_ref: Any, u_ff: Any, K: Any) -> Dict[str, Any]:
+    """The fields of a rbd_deriv/FeedbackPolicy but its header (whose stamp is the time of knot 0).
+
+    Args:
+        joint_names: The controlled joints, order of u_ff's entries and K's rows (nu).
+        state_joint_names: The model's joints in model order (order of q and v in x_ref).
+        nq, nv: The model's dimensions.
+        knot_dt: Knot spacing [s]; valid_for: validity from the stamp [s].
+        x_ref: (knots, nq + nv) reference states; u_ff: (knots, nu) torques [N m]; K: (nu, 2 nv) gain.
+    """
+    u_ff = np.asarray(u_ff, dtype=np.float64)
+    return {"joint_names": list(joint_names), "state_joint_names": list(state_joint_names), "nq": int(nq),
+            "nv": int(nv), "nx": 2 * int(nv), "nu": int(u_ff.shape[-1]), "knots": int(u_ff.shape[0]),
+            "knot_dt": float(knot_dt), "valid_for": float(valid_for), "x_ref": _flat(x_ref), "u_ff": _flat(u_ff),
+            "k": _flat(K)}
+
+
+def feedback_policy_arrays(message: Any) -> Dict[str, Any]:
+    """A received rbd_deriv/FeedbackPolicy as arrays, if its sizes agree with one another.
+
+    Returns:
+        ``{"joint_names", "state_joint_names": lists, "knot_dt", "valid_for": float, "x_ref": (knots, nq + nv),
+        "u_ff": (knots, nu), "K": (nu, nx)}`` (what :meth:`rbd_deriv.control.PolicyExecutor.check_policy`
+        takes). Whether they fit a model, and their values, are not checked here.
+
+    Raises:
+        MessageError: ``size``: nx != 2 nv, no knot, a joint list or an array whose length does not fit the
+            message's own nq, nv, nu and knots.
+    """
+    nq, nv, nx, nu, knots = (int(message.nq), int(message.nv), int(message.nx), int(message.nu),
+                             int(message.knots))
+    arrays = {name: _field(message, name) for name in ("x_ref", "u_ff", "k")}
+    found = (nx, len(message.joint_names)) + tuple(a.size for a in arrays.values())
+    wanted = (2 * nv, nu, knots * (nq + nv), knots * nu, nu * nx)
+    if knots < 1 or found != wanted:
+        raise MessageError(f"nx, len(joint_names) and the sizes of x_ref, u_ff, k are {found} with {knots} knots; "
+                           f"nq = {nq}, nv = {nv}, nu = {nu} need {wanted} and at least one knot", "size")
+    return {"joint_names": list(message.joint_names), "state_joint_names": list(message.state_joint_names),
+            "knot_dt": float(message.knot_dt), "valid_for": float(message.valid_for),
+            "x_ref": arrays["x_ref"].reshape(knots, nq + nv), "u_ff": arrays["u_ff"].reshape(knots, nu),
+            "K": arrays["k"].reshape(nu, nx)}
 
 
 # ------------------------------------------------------------------------------------------- Matrix

@@ -57,3 +57,24 @@ def test_launch_file_gives_the_nodes_the_same_files():
     assert {"demo.yaml", "sim_node", "dynamics_node", "mpc_node", "--reference-only"} <= strings
     # Each node gets [its own file, demo.yaml, overrides], in that order, like the script.
     assert 'parameters=[str(config / f"{name}.yaml"), str(config / "demo.yaml")' in LAUNCH.read_text()
+
+
+def test_json_summary_reports_the_simulators_steps_by_source(tmp_path):
+    import json
+
+    summary = {"command_rate": 198.5, "rms": np.array([0.001, 0.002]), "max": np.array([0.01, 0.03]),
+               "torque_ratio": np.array([0.4, 0.9])}
+    diagnostics = {"solve_time_p50_us": "600.0", "solve_time_p99_us": "2500.0", "commands_plan": "3970",
+                   "commands_stale_state": "2", "refused_joint_states/non_finite": "1", "rate_hz": "199.0"}
+    simulator = {"steps_policy": "19800", "refused_policy/size": "3", "actuation": "policy"}
+    path = tmp_path / "demo.json"
+    demo.write_summary(path, summary, diagnostics, simulator, {"policy": 19800, "command": 12, "brake": 3000},
+                       "held", 200.0, ["j1", "j2"])
+    document = json.loads(path.read_text())
+    assert document["mpc_rate_hz"] == 198.5 and document["rate_asked_hz"] == 200.0
+    assert document["solve_p50_ms"] == 0.6 and document["solve_p99_ms"] == 2.5
+    assert document["max_torque_ratio"] == 0.9 and document["max_error_rad"] == [0.01, 0.03]
+    assert (document["steps_policy"], document["steps_command"], document["steps_brake"]) == (19800, 12, 3000)
+    assert document["commands_by_source"] == {"plan": 3970, "stale_state": 2}
+    assert document["refused_mpc"] == {"joint_states/non_finite": 1}
+    assert document["refused_simulator"] == {"policy/size": 3}

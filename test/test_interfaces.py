@@ -76,7 +76,7 @@ def _check_fields(generated_type, declared):
         assert types[name] == _PYTHON_TYPES[kind], (name, types[name], kind)
 
 
-@pytest.mark.parametrize("name", ["Matrix", "Linearization"])
+@pytest.mark.parametrize("name", ["Matrix", "Linearization", "FeedbackPolicy"])
 def test_message_fields_match_definition(name):
     _check_fields(getattr(msg, name), _declared_fields((ROOT / "msg" / f"{name}.msg").read_text()))
 

@@ -93,6 +93,33 @@ def test_fresh_inputs_give_the_plan_of_the_controller(model, t0):
     assert np.abs(result.command - gravity(model, Q)).max() > 1.0
 
 
+def test_every_tick_gives_a_policy_the_plans_or_the_safe_command_without_gain(model):
+    loop = make_loop(model, policy_validity=0.05, state_timeout=0.05)
+    t0 = 5 * 10**9
+    loop.set_goal(Q + 0.05)
+    feed(loop, model, Q, np.zeros(model.nv), t0)
+    result = loop.tick(t0 + 2 * MS)
+    policy = result.policy
+    # The plan's first knots over the validity (50 ms: 6 knots of 10 ms), the gain of its first knot.
+    assert policy.stamp_ns == result.plan_start_ns == t0 and policy.knots == 6 and policy.valid_for == 0.05
+    np.testing.assert_array_equal(policy.x_ref, result.plan.states[:6])
+    np.testing.assert_array_equal(policy.u_ff, result.plan.torques[:6])
+    np.testing.assert_array_equal(policy.u_ff[0], result.command)
+    np.testing.assert_array_equal(policy.gain, result.plan.gain)
+    assert np.abs(policy.gain).max() > 1.0 and (np.abs(policy.u_ff) <= loop.upper).all()
+    # A safe command is sent as a policy too: that torque, no gain, stamped when it is decided.
+    result = loop.tick(t0 + 60 * MS)
+    assert result.source is CommandSource.STALE_STATE
+    held = result.policy
+    assert held.knots == 1 and not held.gain.any() and held.stamp_ns == t0
+    np.testing.assert_array_equal(held.u_ff[0], result.command)
+    assert_close(held.torque(model, Q + 0.2, np.ones(model.nv), t0 + 70 * MS, loop.lower, loop.upper),
+                 gravity(model, Q), what="the hold whatever the state")
+    predicting = make_loop(model, predict_delay=True)
+    feed(predicting, model, Q, np.zeros(model.nv), t0)
+    assert predicting.tick(t0 + 60 * MS).policy.stamp_ns == t0 + 60 * MS  # stamped now, not at the old state
+
+
 def test_stale_state_holds_with_gravity_at_the_last_state(model):
     loop = make_loop(model, state_timeout=0.05)
     t0 = 5 * 10**9

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from rbd_deriv.messages import (MATRIX_NAMES, DynamicsMessages, MessageError, answer_fields, contact_fields_arrays,
-                                fill_message, linearization_arrays, linearization_fields,
+                                feedback_policy_arrays, feedback_policy_fields, fill_message, linearization_arrays,
+                                linearization_fields,
                                 linearization_sizes, linearization_views, matrix_array, matrix_fields, matrix_view,
                                 ns_to_seconds, ns_to_stamp, odometry_arrays, seconds_to_stamp, set_stamp,
                                 stamp_to_ns)
@@ -79,6 +80,42 @@ def test_a_linearization_that_does_not_fit_is_refused(change, reason):
     fields = {**linearization_sizes(NAMES, NQ, NV), **linearization_fields(**random_linearization(rng)), **change}
     with pytest.raises(MessageError) as caught:
         linearization_arrays(types.SimpleNamespace(**fields), NQ, NV, NAMES)
+    assert caught.value.reason == reason
+
+
+def random_policy(rng, knots=3, nu=2):
+    return {"joint_names": NAMES[1:], "state_joint_names": NAMES, "nq": NQ, "nv": NV, "knot_dt": 0.01,
+            "valid_for": 0.1, "x_ref": rng.normal(size=(knots, NQ + NV)), "u_ff": rng.normal(size=(knots, nu)),
+            "K": rng.normal(size=(nu, 2 * NV))}
+
+
+def test_feedback_policy_round_trip_through_a_duck_typed_message():
+    rng = np.random.default_rng(4)
+    arrays = random_policy(rng)
+    message = types.SimpleNamespace(**feedback_policy_fields(**arrays))
+    assert (message.nx, message.nu, message.knots) == (2 * NV, 2, 3)
+    # Row-major: K's entry (i, j) is k[i * nx + j]; knot i's state starts at x_ref[i * (nq + nv)].
+    assert message.k[1 * 2 * NV + 5] == arrays["K"][1, 5] and message.x_ref[2 * (NQ + NV)] == arrays["x_ref"][2, 0]
+    back = feedback_policy_arrays(message)
+    for key in ("x_ref", "u_ff", "K"):
+        np.testing.assert_array_equal(back[key], arrays[key])
+    assert back["joint_names"] == NAMES[1:] and back["state_joint_names"] == NAMES
+    assert (back["knot_dt"], back["valid_for"]) == (0.01, 0.1)
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(nx=2 * NV - 1), "size"),
+    (dict(knots=0, x_ref=np.zeros(0), u_ff=np.zeros(0)), "size"),
+    (dict(knots=4), "size"),
+    (dict(nu=3), "size"),
+    (dict(joint_names=NAMES), "size"),
+    (dict(k=np.zeros(5)), "size"),
+    (dict(nq=NV), "size"),
+])
+def test_a_feedback_policy_whose_sizes_disagree_is_refused(change, reason):
+    fields = {**feedback_policy_fields(**random_policy(np.random.default_rng(5))), **change}
+    with pytest.raises(MessageError) as caught:
+        feedback_policy_arrays(types.SimpleNamespace(**fields))
     assert caught.value.reason == reason
 
 

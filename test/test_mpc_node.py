@@ -5,8 +5,10 @@ Real DDS traffic between processes, as on a robot. Two set-ups:
 - the MPC node alone, fed by this test with joint_states, linearizations and compensation
   torques it computes with the library: the safety rules are driven one by one (stale inputs,
   solver failure, bad messages) and the command is checked against the library entry by entry;
+- the simulator node alone, fed by this test with feedback policies and torque commands: the policy
+  applied at every physics step, bad policies refused and counted, the fallback when a policy expires;
 - the closed loop: the simulator node (MuJoCo, with damping and friction the model does not know)
-  and the MPC node in re-linearization mode tracking a reference trajectory.
+  applying the MPC node's feedback policy, the MPC in re-linearization mode tracking a reference trajectory.
 
 Each test runs in its own random ROS domain, limited to this machine.
 """
@@ -28,6 +30,7 @@ pytest.importorskip("rbd_deriv.msg")
 import rbd_deriv as rd  # noqa: E402
 from rbd_deriv.control import SinusoidReference  # noqa: E402
 from rbd_deriv.demo import DAMPING_PER_EFFORT, FRICTION_PER_EFFORT  # noqa: E402
+from rbd_deriv.messages import feedback_policy_arrays, feedback_policy_fields, fill_message, set_stamp, stamp_to_ns  # noqa: E402,E501
 from rbd_deriv.nodes.processes import ros_parameters, stop_processes  # noqa: E402
 from rbd_deriv.nodes.spin import PolledSubscription  # noqa: E402
 from rbd_deriv.testing.robots import bundled_urdf  # noqa: E402
@@ -66,23 +69,46 @@ def ros():
 
 
 class Listener:
-    """Keeps the commands and the MPC node's latest diagnostics."""
+    """Keeps the commands, the latest feedback policy and the latest diagnostics of the MPC node and of the
+    simulator node."""
 
     def __init__(self, node) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
         from std_msgs.msg import Float64MultiArray
 
+        from trajectory_msgs.msg import JointTrajectory
+
+        from rbd_deriv.msg import FeedbackPolicy
+
         self.node = node
         self.commands: list[np.ndarray] = []
+        self.policy = None
+        self.policies: dict[int, object] = {}  # by stamp [ns], the latest 100
+        self.plans: dict[int, object] = {}     # the MPC's ~/plan by stamp [ns], the latest 100
         self.diagnostics: dict[str, str] = {}
+        self.simulator: dict[str, str] = {}
         node.create_subscription(Float64MultiArray, "/effort_controller/commands",
                                  lambda m: self.commands.append(np.array(m.data)), 100)
+        node.create_subscription(FeedbackPolicy, "feedback_policy", self._on_policy, 10)
+        node.create_subscription(JointTrajectory, "/mpc_node/plan", lambda m: self._keep(self.plans, m), 10)
         node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+
+    def _on_policy(self, message) -> None:
+        self.policy = message
+        self._keep(self.policies, message)
+
+    @staticmethod
+    def _keep(by_stamp: dict, message) -> None:
+        by_stamp[stamp_to_ns(message.header.stamp)] = message
+        while len(by_stamp) > 100:
+            del by_stamp[next(iter(by_stamp))]
 
     def _on_diagnostics(self, message) -> None:
         for status in message.status:
             if status.name.endswith(": MPC"):
                 self.diagnostics = {kv.key: kv.value for kv in status.values}
+            elif status.name.endswith(": simulator"):
+                self.simulator = {kv.key: kv.value for kv in status.values}
 
     def spin(self, seconds: float, every=None, until=None) -> bool:
         """Spin for ``seconds`` (calling ``every()`` each 10 ms) or until ``until()`` holds."""
@@ -184,6 +210,21 @@ def test_safety_rules_of_the_running_node(ros, arm):
     check_commands(listener.commands, model)
     # Moving towards a goal 0.05 rad above on every joint, from rest: not gravity hold.
     assert np.abs(listener.commands[-1] - fake.gravity).max() > 1.0
+    # Every tick also sends the plan's feedback policy: 11 knots over its 0.1 s, the Riccati gain, the knots
+    # of the plan published with the same stamp on ~/plan.
+    stamp = max(set(listener.policies) & set(listener.plans))
+    message, plan = listener.policies[stamp], listener.plans[stamp]
+    policy = feedback_policy_arrays(message)
+    assert message.knots == 11 and message.valid_for == 0.1 and message.knot_dt == 0.01
+    assert policy["state_joint_names"] == policy["joint_names"] == list(model.joint_names)
+    for k in range(11):
+        point = plan.points[k]
+        np.testing.assert_array_equal(policy["x_ref"][k], np.r_[point.positions, point.velocities])
+        np.testing.assert_array_equal(policy["u_ff"][k], point.effort)
+    assert np.isfinite(policy["K"]).all() and np.abs(policy["K"]).max() > 1.0
+    assert (np.abs(policy["u_ff"]) <= limit).all() and np.abs(policy["u_ff"][0] - fake.gravity).max() > 1.0
+    age = node.get_clock().now().nanoseconds - stamp_to_ns(listener.policy.header.stamp)
+    assert -0.1e9 < age < 0.5e9
 
     # Inputs stop: after the timeout, the command is gravity compensation at the last state,
     # computed by the node itself (the compensation torques are stale as well).
@@ -193,6 +234,10 @@ def test_safety_rules_of_the_running_node(ros, arm):
     expected = np.clip(rd.gravity_torques(model, data, q), -limit, limit)
     for command in listener.commands:
         np.testing.assert_allclose(command, expected, rtol=1e-9, atol=1e-9)
+    # The policy says the same: that torque, without gain.
+    policy = feedback_policy_arrays(listener.policy)
+    assert listener.policy.knots == 1 and not policy["K"].any()
+    np.testing.assert_allclose(policy["u_ff"][0], expected, rtol=1e-9, atol=1e-9)
 
     # A linearization that makes the Riccati recursion overflow: the solver fails, the node
     # holds with the compensation torques it receives, and keeps running.
@@ -275,6 +320,89 @@ def test_absurd_and_future_inputs_never_stop_the_controller(ros, arm, mode):
     check_commands(listener.commands, model)
 
 
+def test_simulator_applies_policies_refuses_bad_ones_and_falls_back(ros, arm):
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
+
+    from rbd_deriv.msg import FeedbackPolicy
+
+    node, start, processes = ros
+    model, data = arm
+    center = np.array([0.0, 0.5, 0.0, -1.2, 0.0, 0.8, 0.0])
+    start("rbd_deriv.nodes.sim_node", {"urdf_path": URDF, "damping": [0.0], "friction": [0.0],
+                                       "initial_positions": center.tolist(), "command_timeout": 0.3,
+                                       "diagnostics_period": 0.1})
+    listener = Listener(node)
+    policies = node.create_publisher(FeedbackPolicy, "feedback_policy", 10)
+    commands = node.create_publisher(Float64MultiArray, "/effort_controller/commands", 10)
+    states = PolledSubscription(node, JointState, "joint_states", QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+    names = list(model.joint_names)
+
+    def latest_state():
+        taken = states.take()
+        return (np.array(taken[-1].position), np.array(taken[-1].velocity)) if taken else None
+
+    def steps(source):
+        return int(listener.simulator.get(f"steps_{source}", "0"))
+
+    def refused(reason):
+        return int(listener.simulator.get(f"refused_policy/{reason}", "0"))
+
+    def send(q_ref, valid_for, change=None):
+        # A PD law around q_ref, critically damped per joint, with gravity compensation at q_ref.
+        kp = 100.0
+        kd = 2.0 * np.sqrt(kp * np.diag(rd.crba(model, data, q_ref)))
+        fields = feedback_policy_fields(names, names, model.nv, model.nv, 0.01, valid_for,
+                                        np.r_[q_ref, np.zeros(model.nv)][None, :],
+                                        rd.gravity_torques(model, data, q_ref)[None, :],
+                                        np.hstack([-kp * np.eye(model.nv), -np.diag(kd)]))
+        message = fill_message(FeedbackPolicy(), {**fields, **(change or {})})
+        set_stamp(message.header.stamp, node.get_clock().now().nanoseconds)
+        policies.publish(message)
+
+    # Brakes until the first input.
+    assert listener.spin(STARTUP_TIMEOUT, None, lambda: steps("brake") > 0), "the simulator did not start"
+    # A policy valid for 10 s brings the arm to its reference, 0.1 rad away on every joint, in a few tenths
+    # of a second: the simulator applies it from its own state at every step.
+    target = center + 0.1
+    send(target, 10.0)
+    assert listener.spin(10.0, None, lambda: listener.simulator.get("actuation") == "policy")
+    listener.spin(2.0)
+    q, v = latest_state()
+    assert np.abs(q - target).max() < 0.01 and np.abs(v).max() < 0.05, (q - target, v)
+    assert steps("policy") > 1500
+
+    # Bad policies: refused, counted by reason, the good one stays in use.
+    bad = [({"joint_names": names[:6] + ["elbow_of_another_robot"]}, "joints"),
+           ({"x_ref": np.zeros(5)}, "size"),
+           ({"k": np.full(model.nv * 2 * model.nv, np.nan)}, "non_finite"),
+           ({"nv": 6, "nx": 12, "k": np.zeros(7 * 12), "x_ref": np.zeros(13)}, "size")]
+    for change, _ in bad:
+        send(target, 10.0, change)
+    assert listener.spin(5.0, None, lambda: refused("joints") == 1 and refused("non_finite") == 1
+                         and refused("size") == 2), listener.simulator
+    assert listener.simulator["actuation"] == "policy" and processes[0].poll() is None
+
+    # A policy that expires after 0.3 s, no torque command: the brakes hold the arm where it is.
+    send(center, 0.3)
+    assert listener.spin(5.0, None, lambda: listener.simulator.get("actuation") == "brake")
+    braked = steps("brake")
+    listener.spin(0.3)
+    latest_state()
+    listener.spin(0.1)
+    q, v = latest_state()
+    assert steps("brake") > braked + 200 and not v.any()
+    # A torque command is held until command_timeout, then the brakes again.
+    commands.publish(Float64MultiArray(data=rd.gravity_torques(model, data, q).tolist()))
+    assert listener.spin(5.0, None, lambda: listener.simulator.get("actuation") == "command")
+    assert listener.spin(5.0, None, lambda: listener.simulator.get("actuation") == "brake")
+    commands.publish(Float64MultiArray(data=[1.0, 2.0]))
+    assert listener.spin(5.0, None, lambda: int(listener.simulator.get("refused_command/size", "0")) == 1)
+    assert int(listener.simulator.get("refused_internal_error", "0")) == 0 and processes[0].poll() is None
+    states.destroy()
+
+
 def test_closed_loop_tracking_on_the_simulator(ros, arm):
     from builtin_interfaces.msg import Duration
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -332,7 +460,12 @@ def test_closed_loop_tracking_on_the_simulator(ros, arm):
     # (0.008 rad on all but the light last joint). Through DDS on a machine shared with the rest
     # of the test suite the loop runs later and less regularly, so the bound is 0.15 rad: half
     # the 0.3 rad amplitude, which a loop that does not track (wrong sign, stale plans) exceeds.
-    why = f"error per joint {np.abs(error).max(axis=0).round(3)}, node's diagnostics {listener.diagnostics}"
+    why = (f"error per joint {np.abs(error).max(axis=0).round(3)}, node's diagnostics {listener.diagnostics}, "
+           f"simulator's {listener.simulator}")
     assert np.abs(error).max() < 0.15, why
     assert np.sqrt(np.mean(error ** 2)) < 0.05, why
     assert int(listener.diagnostics.get("commands_plan", "0")) > 100
+    # The simulator applied the MPC's feedback policy, not its held torque.
+    policy_steps = int(listener.simulator.get("steps_policy", "0"))
+    assert policy_steps > 5000 and int(listener.simulator.get("steps_command", "0")) < 0.01 * policy_steps, \
+        listener.simulator

@@ -109,6 +109,19 @@ def test_torque_saturates_at_the_effort_limit(arm, backend):
 
 
 @pytest.mark.parametrize("backend", ["aba", "mujoco"])
+def test_brakes_stop_the_joints_where_they_are(arm, backend):
+    model, _ = arm
+    plant = plant_of(backend, model)
+    plant.reset(np.full(7, 0.1), np.full(7, 0.5))
+    plant.step(np.zeros(7), steps=10)
+    q = plant.q
+    plant.brake()
+    assert_close(plant.q, q, what="positions kept")
+    assert_close(plant.v, np.zeros(7), what="velocities stopped")
+    assert plant.time == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize("backend", ["aba", "mujoco"])
 def test_bad_torque_is_refused_and_changes_nothing(arm, backend):
     model, _ = arm
     plant = plant_of(backend, model)

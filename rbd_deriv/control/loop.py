@@ -10,7 +10,9 @@ at the clock's time, decides the torque command:
 3. the state is carried forward over the loop's delay (:mod:`~rbd_deriv.control.prediction`);
 4. the reference of the horizon is sampled and the problem solved (:mod:`~rbd_deriv.control.mpc`);
 5. the command is the plan's first torque, or the safe command and the reason
-   (:func:`~rbd_deriv.control.safety.select_command`): finite and inside the torque box whatever happened.
+   (:func:`~rbd_deriv.control.safety.select_command`): finite and inside the torque box whatever happened;
+6. the feedback policy for the robot side (:mod:`~rbd_deriv.control.policy`): the plan's first knots and
+   the Riccati gain of its first knot, or, with a safe command, that command as a policy with no gain.
 
 The clock is the caller's (a node's ROS clock, simulated time included): every age is a difference of
 stamps and ``now_ns`` given to the loop. Refused inputs raise an
@@ -31,6 +33,7 @@ import numpy as np
 import rbd_deriv as rd
 from rbd_deriv.control.mpc import HeldLinearization, ModelPredictiveController, Plan
 from rbd_deriv.control.observer import DisturbanceObserver
+from rbd_deriv.control.policy import FeedbackPolicy, constant_policy, policy_from_plan
 from rbd_deriv.control.prediction import CommandHistory, predict_state
 from rbd_deriv.control.problem import Mode, MPCProblem
 from rbd_deriv.control.reference import TrajectoryReference, horizon_reference
@@ -68,6 +71,8 @@ class LoopSettings:
         disturbance_bound: Largest observer estimate, a fraction of each effort limit, in (0, 1].
         max_stamp_lead: Inputs stamped ahead of the clock by more than this [s] are refused (``future``):
             a state from the future would otherwise make every later one out of order.
+        policy_validity: How long [s] after the time of its first knot the robot side may apply a tick's
+            feedback policy, > 0: how long a stalled MPC is covered before the robot side falls back.
     """
 
     rate_hz: float = 200.0
@@ -78,12 +83,13 @@ class LoopSettings:
     disturbance_time_constant: float = 0.01
     disturbance_bound: float = 0.2
     max_stamp_lead: float = 0.1
+    policy_validity: float = 0.1
 
     def __post_init__(self) -> None:
         def finite(value: Any) -> bool:
             return isinstance(value, (int, float)) and math.isfinite(value)
 
-        for name in ("rate_hz", "state_timeout", "linearization_timeout"):
+        for name in ("rate_hz", "state_timeout", "linearization_timeout", "policy_validity"):
             if not (finite(getattr(self, name)) and getattr(self, name) > 0.0):
                 raise InputError(f"{name} must be > 0, got {getattr(self, name)!r}", name)
         if not (finite(self.command_delay) and 0.0 <= self.command_delay < self.state_timeout):
@@ -112,6 +118,8 @@ class TickResult:
             when the command acts); meaningful with ``plan`` only.
         trouble: A log line when this tick's solve was refused or failed (at most one per log period
             and reason), else None.
+        policy: The feedback policy for the robot side: the plan's (stamped ``plan_start_ns``) with
+            ``source`` PLAN, else ``command`` as a policy without gain. Finite, torques inside the box.
     """
 
     command: np.ndarray
@@ -120,6 +128,7 @@ class TickResult:
     plan: Optional[Plan]
     plan_start_ns: int
     trouble: Optional[str] = None
+    policy: Optional[FeedbackPolicy] = None
 
 
 class ControlLoop:
@@ -372,7 +381,24 @@ class ControlLoop:
         self._window_ticks += 1
         self.tick_times.append(time.perf_counter() - started)
         good = plan if plan is not None and plan.ok else None
-        return TickResult(command, source, previous, good, self._epoch_ns + int(round(solve_from * 1e9)), trouble)
+        start_ns = self._epoch_ns + int(round(solve_from * 1e9))
+        policy = self._policy(good if source is CommandSource.PLAN else None, command, q, v, start_ns, now_ns)
+        return TickResult(command, source, previous, good, start_ns, trouble, policy)
+
+    def _policy(self, plan: Optional[Plan], command: np.ndarray, q: np.ndarray, v: np.ndarray, start_ns: int,
+                now_ns: int) -> FeedbackPolicy:
+        """The plan's policy, or ``command`` held as one (no plan, or a gain that is not finite).
+
+        A held command is stamped like a plan of this tick would be (the time the command acts, or the
+        state's time without prediction), so that the stamps the robot side sees never go backwards."""
+        validity, dt = self.settings.policy_validity, self.problem.dt
+        if plan is not None:
+            if np.isfinite(plan.gain).all():
+                return policy_from_plan(plan.states, plan.torques, plan.gain, start_ns, dt, validity)
+            self.refuse("non_finite_policy", "a Riccati gain with NaN or inf: the command is sent without gain")
+        stamp_ns = (now_ns + int(round(self.settings.command_delay * 1e9)) if self.settings.predict_delay
+                    else self.state.stamp_ns)
+        return constant_policy(command, q, v, stamp_ns, validity, dt)
 
     def _observe(self, q: np.ndarray, v: np.ndarray, state_time: float, fresh: bool) -> Optional[np.ndarray]:
         """The observer's disturbance estimate after the new state (None without an observer)."""

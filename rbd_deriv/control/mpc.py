@@ -67,6 +67,10 @@ class Plan:
         clamped: Number of (knot, joint) torques on a bound.
         solve_time: Wall time of the tick in [s].
         status: :class:`SolveStatus`.
+        gain: (nu, nx) feedback gain K of the first knot from the last Riccati pass: the first torque at a
+            state x near ``states[0]`` is ``torque + gain (x - states[0])`` (clamped to the box), as the
+            pass's forward rollout applies it (:mod:`rbd_deriv.control.policy`); zero rows for torques on a
+            bound.
     """
 
     torque: np.ndarray
@@ -78,6 +82,7 @@ class Plan:
     clamped: int
     solve_time: float
     status: SolveStatus
+    gain: np.ndarray
 
     @property
     def ok(self) -> bool:
@@ -204,7 +209,7 @@ class ModelPredictiveController:
         torques = w.U.copy()
         return Plan(torque=torques[0].copy(), states=w.X.copy(), torques=torques, cost=cost,
                     iterations=iterations, qp_iterations=qp_iterations, clamped=clamped,
-                    solve_time=_time.perf_counter() - start, status=solve_status)
+                    solve_time=_time.perf_counter() - start, status=solve_status, gain=w.K[0].copy())
 
     def _relinearize(self, disturbance: np.ndarray) -> None:
         w = self.workspace

@@ -6,13 +6,16 @@ effort = RNEA(q, v, 0)), a reference (trajectory_msgs/JointTrajectory on a topic
 ``goal_positions`` parameter; without either the robot holds its first measured configuration).
 
 Outputs every tick: the torque command (std_msgs/Float64MultiArray, the input of ros2_control's
-effort forward-command controller), the plan (trajectory_msgs/JointTrajectory, decimated), and
+effort forward-command controller), the feedback policy (rbd_deriv/msg/FeedbackPolicy: the plan's first
+knots and the Riccati gain, u = u_ff + K (x (-) x_ref), for a robot-side controller that applies it at its
+own rate; the safe command as a policy without gain when the tick does not plan), the plan
+(trajectory_msgs/JointTrajectory, decimated), and
 ``/diagnostics`` (solve time percentiles, iterations, cost, active torque bounds, why each
 command was chosen, refused messages by reason).
 
 The tick policy is :class:`rbd_deriv.control.ControlLoop`; this node wires parameters, QoS, message
 conversion and timing. Whatever goes wrong, the command is finite and inside the URDF effort limits; a
-plan that is not finite is not sent. Every callback runs inside one guard (an unexpected error is counted
+plan or policy that is not finite is not sent. Every callback runs inside one guard (an unexpected error is counted
 as ``internal_error``, the tick keeps its timer). Inputs stamped ahead of the clock by more than
 ``max_stamp_lead`` are refused; joint_states lost before the node are counted (``lost_joint_states``).
 Every age is measured on the node's clock, so ``use_sim_time`` works.
@@ -36,9 +39,10 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 import rbd_deriv as rd
 from rbd_deriv import bundled_urdf
-from rbd_deriv.control import CommandSource, ControlLoop, LoopSettings, MPCProblem, Plan
+from rbd_deriv.control import CommandSource, ControlLoop, FeedbackPolicy, LoopSettings, MPCProblem, Plan
 from rbd_deriv.exceptions import RbdDerivError
-from rbd_deriv.messages import linearization_arrays, set_stamp, stamp_to_ns
+from rbd_deriv.messages import feedback_policy_fields, fill_message, linearization_arrays, set_stamp, stamp_to_ns
+from rbd_deriv.msg import FeedbackPolicy as FeedbackPolicyMessage
 from rbd_deriv.msg import Linearization
 from rbd_deriv.nodes.parameters import MPC_NODE, declare_parameters, per_joint, updated_values
 from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, guard, run_node
@@ -68,7 +72,7 @@ class MpcNode(Node):
             rate_hz=p["rate_hz"], state_timeout=p["state_timeout"], linearization_timeout=p["linearization_timeout"],
             predict_delay=p["predict_delay"], command_delay=p["command_delay"],
             disturbance_time_constant=p["disturbance_time_constant"], disturbance_bound=p["disturbance_bound"],
-            max_stamp_lead=p["max_stamp_lead"])
+            max_stamp_lead=p["max_stamp_lead"], policy_validity=p["policy_validity"])
         self.loop = ControlLoop(self.model, problem, settings)
         self.loop.warm_up()
         self.joint_names = list(self.model.joint_names)
@@ -80,6 +84,8 @@ class MpcNode(Node):
 
         self.command_publisher = self.create_publisher(Float64MultiArray, p["command_topic"], 10)
         self.plan_publisher = self.create_publisher(JointTrajectory, p["plan_topic"], 10)
+        self.policy_publisher = (self.create_publisher(FeedbackPolicyMessage, p["policy_topic"], 10)
+                                 if p["policy_topic"] else None)
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.joint_states_input = PolledSubscription(self, JointState, p["joint_states_topic"], INPUT_QOS)
         self.newest_inputs = [(PolledSubscription(self, JointState, p["compensation_topic"], NEWEST_QOS),
@@ -187,6 +193,8 @@ class MpcNode(Node):
         self._log(result.trouble)
         if result.source is not CommandSource.PLAN and result.source is not result.previous_source:
             self.get_logger().warning(f"safe command (hold with gravity compensation): {result.source.value}")
+        if self.policy_publisher is not None and result.policy is not None:
+            self._publish_policy(result.policy)
         self.command_publisher.publish(Float64MultiArray(data=result.command.tolist()))
         if result.plan is not None and self.loop.ticks % self._p["plan_decimation"] == 0:
             self._publish_plan(result.plan, result.plan_start_ns)
@@ -205,6 +213,16 @@ class MpcNode(Node):
             set_stamp(point.time_from_start, round(k * dt_ns))
             message.points.append(point)
         self.plan_publisher.publish(message)
+
+    def _publish_policy(self, policy: FeedbackPolicy) -> None:
+        if not (np.isfinite(policy.x_ref).all() and np.isfinite(policy.u_ff).all() and np.isfinite(policy.gain).all()):
+            self._log(self.loop.refuse("non_finite_policy", "a policy with NaN or inf: not published"))
+            return
+        message = fill_message(FeedbackPolicyMessage(), feedback_policy_fields(
+            self.loop.actuated_joint_names, self.joint_names, self.model.nq, self.model.nv, policy.knot_dt,
+            policy.valid_for, policy.x_ref, policy.u_ff, policy.gain))
+        set_stamp(message.header.stamp, policy.stamp_ns)
+        self.policy_publisher.publish(message)
 
     def destroy_node(self) -> None:
         """Remove the polled subscriptions and their helper nodes, then the node."""

@@ -251,6 +251,12 @@ MPC_NODE: Dict[str, Spec] = {
                            "time (replaces the reference); the default [0.0] means none", finite_values),
     "plan_decimation": Spec(5, "publish the plan every this many ticks, in [1, 1000000]", in_range(1, 1e6),
                             read_only=True),
+    "policy_topic": Spec("feedback_policy", "rbd_deriv/msg/FeedbackPolicy output, every tick: the plan's feedback "
+                         "policy u = u_ff + K (x (-) x_ref) for a robot-side controller; empty: not published",
+                         read_only=True),
+    "policy_validity": Spec(0.1, "how long [s] after its first knot's time the robot side may apply a policy, in "
+                            "(0, 3600]; the policy carries the plan's knots over that time", in_range(0.0, 3600.0,
+                            low_open=True), read_only=True),
     "diagnostics_period": Spec(1.0, "period of /diagnostics [s], in [0.01, 3600]", PERIOD, read_only=True),
     "command_topic": Spec("/effort_controller/commands", "std_msgs/Float64MultiArray torque command output",
                           read_only=True),
@@ -275,6 +281,14 @@ SIM_NODE: Dict[str, Spec] = {
                               "joint", finite_values, read_only=True),
     "command_topic": Spec("/effort_controller/commands", "std_msgs/Float64MultiArray effort commands [N m]",
                           read_only=True),
+    "policy_topic": Spec("feedback_policy", "rbd_deriv/msg/FeedbackPolicy input, applied at every physics step "
+                         "while valid (before the torque commands); empty: torque commands only", read_only=True),
+    "command_timeout": Spec(0.5, "a torque command older than this [s] is no longer applied (when no valid policy "
+                            "is either, the brakes hold the joints), in [0, 3600]; 0: held for ever", AGE,
+                            read_only=True),
+    "max_stamp_lead": Spec(0.1, "Refuse policies stamped ahead of the node's clock by more than this [s], in "
+                           "[0, 3600].", AGE, read_only=True),
+    "diagnostics_period": Spec(1.0, "period of /diagnostics [s], in [0.01, 3600]", PERIOD, read_only=True),
     "joint_states_topic": Spec("joint_states", "sensor_msgs/JointState output", read_only=True),
     "frame_id": Spec("", "frame_id of the joint_states header", read_only=True),
 }

@@ -1,14 +1,22 @@
-"""Simulated torque-controlled robot: effort commands in, joint_states out at 1 kHz.
+"""Simulated torque-controlled robot: a feedback policy or effort commands in, joint_states out at 1 kHz.
 
 The physics (:mod:`rbd_deriv.sim`) runs in its own thread paced on the wall clock, so the
-joint_states rate does not depend on the executor; commands arrive through the executor and are
-picked up at the next physics step. The command topic takes std_msgs/Float64MultiArray like
-ros2_control's effort forward-command controller (``/<controller>/commands``), so a controller
-written against this node drives a real robot's controller unchanged.
+joint_states rate does not depend on the executor; inputs arrive through the executor and are
+picked up at the next physics step. Two inputs, as on a robot:
 
-Until the first valid command arrives the robot is held still (brakes on); afterwards the last
-valid command stays applied, as the forward-command controller does. A bad command (wrong
-length, NaN or inf) is refused, counted and logged; the last good one stays.
+- the MPC's feedback policy (rbd_deriv/msg/FeedbackPolicy on ``policy_topic``): while the newest one
+  is valid, every physics step applies u = clamp(u_ff(t) + K (x (-) x_ref(t))) from the simulated
+  robot's own state, the robot side of a whole-body MPC (:class:`rbd_deriv.control.PolicyExecutor`);
+- torque commands (std_msgs/Float64MultiArray, like ros2_control's effort forward-command controller,
+  ``/<controller>/commands``): the last one is applied while no policy is valid, for at most
+  ``command_timeout`` after it arrived.
+
+With neither (before the first input, or both stale) the brakes hold the joints where they are. A bad
+input (wrong sizes, unknown joints, NaN or inf, a policy from the future or already expired) is
+refused, counted by reason in ``/diagnostics`` and logged at most once a second per reason; the last
+good one stays. ``/diagnostics`` also counts the physics steps by source (``steps_policy``,
+``steps_command``, ``steps_brake``) and the wall-clock time the physics could not catch up with
+(``lost_time_s``: more than MAX_CATCH_UP_STEPS steps behind, the simulated robot slows down).
 """
 
 from __future__ import annotations
@@ -20,15 +28,21 @@ from pathlib import Path
 
 import numpy as np
 import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 import rbd_deriv as rd
-from rbd_deriv.nodes.parameters import SIM_NODE, declare_parameters, per_joint
-from rbd_deriv.nodes.spin import run_node
-from rbd_deriv.sim import make_plant
 from rbd_deriv import bundled_urdf
+from rbd_deriv.control import Actuation, PolicyExecutor
+from rbd_deriv.exceptions import RbdDerivError
+from rbd_deriv.messages import feedback_policy_arrays, stamp_to_ns
+from rbd_deriv.msg import FeedbackPolicy
+from rbd_deriv.nodes.parameters import SIM_NODE, declare_parameters, per_joint
+from rbd_deriv.nodes.spin import guard, run_node
+from rbd_deriv.refusals import shorten
+from rbd_deriv.sim import make_plant
 
 #: Largest number of physics steps taken at once to catch up with the wall clock; beyond it the
 #: simulation slows down instead of jumping.
@@ -55,46 +69,80 @@ class SimNode(Node):
             initial = np.full(self.model.nv, float(initial[0]))
         self.plant.reset(initial)
         self.nv = self.model.nv
-        self._command: np.ndarray | None = None
         self._applied: np.ndarray | None = None
+        # The executor's state is shared by the subscriptions (executor thread) and the physics thread.
         self._lock = threading.Lock()
-        self.refused_commands = 0
+        self.robot_side = PolicyExecutor(self.model, p["command_timeout"], p["max_stamp_lead"])
+        self.actuation = Actuation.BRAKE
+        self.lost_time = 0.0  # [s] of the wall clock the physics could not catch up with
         self._message = JointState()
         self._message.name = list(self.plant.joint_names)
         self._message.header.frame_id = p["frame_id"]
         self.publisher = self.create_publisher(JointState, p["joint_states_topic"], 10)
-        self.create_subscription(Float64MultiArray, p["command_topic"], self._on_command, 10)
+        self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(Float64MultiArray, p["command_topic"], self._guard(self._on_command), 10)
+        if p["policy_topic"]:
+            self.create_subscription(FeedbackPolicy, p["policy_topic"], self._guard(self._on_policy), 10)
+        self.create_timer(p["diagnostics_period"], self._guard(self._publish_diagnostics))
         self._running = True
         self._thread = threading.Thread(target=self._physics_loop, daemon=True)
         self._thread.start()
         self.get_logger().info(
             f"{p['backend']} plant of {self.model.name!r} ({self.nv} joints) at {rate:g} Hz, "
-            f"commands on {p['command_topic']}")
+            f"policies on {p['policy_topic'] or '(none)'}, commands on {p['command_topic']}")
+
+    def _guard(self, callback):
+        return guard(callback, lambda error: self._refused("internal_error", error))
+
+    def _refused(self, kind: str, error: object) -> None:
+        with self._lock:
+            line = self.robot_side.refuse(kind, error)
+        if line:
+            self.get_logger().warning(shorten(line))
+
+    def _now_ns(self) -> int:
+        return self.get_clock().now().nanoseconds
 
     def _on_command(self, message: Float64MultiArray) -> None:
-        command = np.asarray(message.data, dtype=float)
-        if command.shape != (self.nv,) or not np.isfinite(command).all():
-            self.refused_commands += 1
-            self.get_logger().warning(
-                f"refused command: needs {self.nv} finite torques, got {command.size} values "
-                f"({self.refused_commands} refused so far)", throttle_duration_sec=1.0)
-            return
-        with self._lock:
-            self._command = command
+        try:
+            with self._lock:
+                self.robot_side.take_command(message.data, self._now_ns())
+        except RbdDerivError as error:
+            self._refused("command", error)
+
+    def _on_policy(self, message: FeedbackPolicy) -> None:
+        try:
+            fields = feedback_policy_arrays(message)
+            with self._lock:
+                self.robot_side.take_policy(fields, stamp_to_ns(message.header.stamp), self._now_ns())
+        except RbdDerivError as error:
+            self._refused("policy", error)
 
     def _physics_loop(self) -> None:
         period = self.plant.dt
+        period_ns = int(round(period * 1e9))
         next_time = time.monotonic()
         while self._running and rclpy.ok():
             now = time.monotonic()
             steps = min(MAX_CATCH_UP_STEPS, max(1, int((now - next_time) / period) + 1))
-            with self._lock:
-                command = self._command
-            if command is not None:
-                self._applied = self.plant.step(command, steps)
+            now_ns = self._now_ns()
+            for step in range(steps):
+                # Each step is evaluated at its own time: a policy moves along its knots.
+                with self._lock:
+                    torque, actuation = self.robot_side.torque(self.plant.q, self.plant.v,
+                                                             now_ns - (steps - 1 - step) * period_ns)
+                if torque is None:
+                    if self.actuation is not Actuation.BRAKE:
+                        self.plant.brake()
+                    self._applied = None
+                else:
+                    self._applied = self.plant.step(torque)
+                self.actuation = actuation
             next_time += steps * period
             if now - next_time > MAX_CATCH_UP_STEPS * period:
-                next_time = now  # too far behind: slow down rather than jump
+                # Too far behind: slow down rather than jump. The simulated robot then lags the clock.
+                self.lost_time += now - next_time
+                next_time = now
             try:
                 self._publish()
             except Exception:  # noqa: BLE001 - Ctrl-C shut the context down between ok() and publish
@@ -113,6 +161,25 @@ class SimNode(Node):
         # The torque the drives actually applied (saturated), as a real robot reports it.
         message.effort = [] if self._applied is None else self._applied.tolist()
         self.publisher.publish(message)
+
+    def _publish_diagnostics(self) -> None:
+        with self._lock:
+            steps = dict(self.robot_side.steps)
+            refused = dict(self.robot_side.refusals.counts)
+            policy = self.robot_side.policy
+        values = {"actuation": self.actuation.value}
+        values.update({f"steps_{source.value}": str(steps.get(source, 0)) for source in Actuation})
+        values["policy_stamp"] = "" if policy is None else f"{policy.stamp_ns * 1e-9:.6f}"
+        values["lost_time_s"] = f"{self.lost_time:.3f}"
+        values.update({f"refused_{reason}": str(count) for reason, count in sorted(refused.items())})
+        healthy = self.actuation is Actuation.POLICY
+        status = DiagnosticStatus(name=f"{self.get_name()}: simulator", hardware_id=self.model.name,
+                                  level=DiagnosticStatus.OK if healthy else DiagnosticStatus.WARN,
+                                  message=f"actuation: {self.actuation.value}",
+                                  values=[KeyValue(key=k, value=v) for k, v in values.items()])
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diagnostics_publisher.publish(array)
 
     def stop(self) -> None:
         """Stop the physics thread."""

@@ -65,6 +65,12 @@ class Plant(ABC):
     def v(self) -> np.ndarray:
         """Joint velocities (nv,) [rad/s], a copy."""
 
+    def brake(self) -> None:
+        """Brakes on: the joints stop where they are (velocities zero); time and counts are kept."""
+        elapsed, saturated = self.time, self.saturated_steps
+        self.reset(self.q)
+        self.time, self.saturated_steps = elapsed, saturated
+
     def step(self, torque: np.ndarray, steps: int = 1) -> np.ndarray:
         """Apply ``torque`` (nv,) [N m] for ``steps`` physics steps; return the torque applied.
 
