@@ -183,8 +183,6 @@ def _compile_task(task: str) -> Tuple[str, float, float, float, int, int, float]
 def _worker_start() -> None:
     # Ctrl-C reaches the whole process group: the build's main process alone answers it (below).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Import the package now (kernels recorded, not compiled), while the main process looks for the tasks.
-    import rbd_deriv  # noqa: F401
 
 
 def _jobs() -> int:
@@ -199,7 +197,7 @@ def build_folder() -> int:
     One task per kernel (and per module :data:`HOOK`), handed to the pool's processes as they come free in
     the order of :class:`Schedule`. A helper two kernels need is compiled by the first process to need it, the
     other waiting for it under its lock (:func:`jit_cache.defer_compilation`) and loading it. The pool is
-    started first, so that its processes import the package while this one looks for the kernels."""
+    started first: its processes import the package (as the main module's) while this one looks for the kernels."""
     folder = jit_cache.STATE.folder
     start = time.monotonic()
     jobs = _jobs()
