@@ -385,15 +385,18 @@ def is_cached(function: Any, signature: Any) -> bool:
         return False
 
 
-def say_compiling(what: str) -> float:
-    """Say on stderr that ``what`` compiles now, at its first use; returns the time, for :func:`say_compiled`."""
+@contextlib.contextmanager
+def first_use(what: str, function: Any, signature: Any, lazy: bool = True) -> Iterator[None]:
+    """Around the compile of a kernel at its first use (``lazy``): when ``function`` is not in the key's
+    folder for ``signature`` (:func:`is_cached`), say on stderr that ``what`` compiles, then in how long."""
+    if not lazy or STATE.folder is None or is_cached(function, signature):
+        yield
+        return
     _say(f"compiling {what} at its first use: once per install or change of the library (the build compiles "
          "the kernels that every node needs, not this one)")
-    return time.monotonic()
-
-
-def say_compiled(what: str, since: float) -> None:
-    _say(f"{what} compiled in {time.monotonic() - since:.0f} s")
+    start = time.monotonic()
+    yield
+    _say(f"{what} compiled in {time.monotonic() - start:.0f} s")
 
 
 def compile_pending(kernel: Any) -> int:

@@ -12,7 +12,7 @@ key's folder when it is not complete, plus a report. Options:
 The build itself runs in this module too, in a process started by :func:`rbd_deriv.jit_cache.build` (the
 variable :data:`~rbd_deriv.jit_cache.ROLE_VARIABLE` set): it imports every module of the package with the
 kernels' compilation deferred, to find them, then has a pool of processes (``RBD_DERIV_JIT_JOBS``, by default
-one per usable core) compile them one kernel per task, the longest first (:func:`build_folder`). A helper
+one per usable core) compile them one kernel per task, in the order of :class:`Schedule`. A helper
 needed by several kernels is compiled by the first process to need it; the others wait for it and load it from
 the cache. The kernels registered ``lazy=True`` (rbd_deriv.core.calling) are left to their first call.
 
@@ -136,6 +136,7 @@ class Schedule:
         self.compiled: set = set()
 
     def estimate(self, task: str) -> float:
+        """The task's estimated CPU seconds, in an empty cache."""
         return sum(self.reached[task].values())
 
     def _score(self, task: str, busy: set) -> Tuple[float, float]:
@@ -155,6 +156,7 @@ class Schedule:
         return task
 
     def finish(self, task: str) -> None:
+        """The task is done: its functions are in the cache."""
         del self.running[task]
         self.compiled.update(self.reached[task])
 

@@ -488,26 +488,18 @@ class Registered:
         with _COMPILING:
             if self.compiled:
                 return
+            first_use = self.lazy and not BUILDING
             if DIRECT_CALLS:
-                self._entry = self._make_entry(announce=self.lazy and not BUILDING)
+                self._entry = self._make_entry(first_use)
             else:
-                announce = self.lazy and not BUILDING and jit_cache.STATE.folder is not None \
-                    and not jit_cache.is_cached(self.kernel.py_func, self.signature.args)
-                since = jit_cache.say_compiling(self.name) if announce else None
-                self.call = self._dispatcher_call()
-                if since is not None:
-                    jit_cache.say_compiled(self.name, since)
+                with jit_cache.first_use(self.name, self.kernel.py_func, self.signature.args, first_use):
+                    self.call = self._dispatcher_call()
             self.compiled = True
 
-    def _make_entry(self, announce: bool = False):
+    def _make_entry(self, first_use: bool = False):
         function = _entry_function(self.kernel, self.spec, self.kernel.__name__ + "_entry")
-        since = None
-        if announce and jit_cache.STATE.folder is not None and not jit_cache.is_cached(function, ENTRY_SIGNATURE):
-            since = jit_cache.say_compiling(self.name)
-        entry = cfunc(ENTRY_SIGNATURE, **ENTRY_OPTIONS)(function)
-        if since is not None:
-            jit_cache.say_compiled(self.name, since)
-        return entry
+        with jit_cache.first_use(self.name, function, ENTRY_SIGNATURE, first_use):
+            return cfunc(ENTRY_SIGNATURE, **ENTRY_OPTIONS)(function)
 
     @property
     def loaded_entry(self):
@@ -626,11 +618,10 @@ def register(kernel, spec: str, lazy: bool = False, release_gil: bool = True) ->
     return Registered(kernel, spec, lazy, release_gil)
 
 
-def compile_all(lazy: bool = True) -> None:
-    """Load or compile every registered kernel now, the lazy ones too unless ``lazy`` is False."""
+def compile_all() -> None:
+    """Load or compile every registered kernel now, the lazy ones included."""
     for registered in REGISTRY.values():
-        if lazy or not registered.lazy:
-            registered.compile()
+        registered.compile()
 
 
 # --- converting arguments (the slow path) ------------------------------------------------------------------
