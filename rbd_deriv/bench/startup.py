@@ -5,7 +5,8 @@ temporary folder, so the package's own cache is left alone):
 
 1. the build-time compile, ``python -m rbd_deriv.precompile`` (what ``./run setup`` and the colcon install
    step run), wall time; target <= 90 s on the 2-core machine. Beside it the CPU seconds of its processes, as
-   the build recorded them (less sensitive to other work on the machine), and its slowest kernels;
+   the build recorded them (less sensitive to other work on the machine: on an idle machine the wall time is
+   the busiest process's CPU plus about 3 s), and its slowest kernels;
 2. ``import rbd_deriv`` afterwards, timed inside the process (median of ``--repeat`` processes); target <= 3 s;
 3. the dynamics node started afterwards on the bundled arm: seconds from starting its process to the first
    linearization received (joint_states published every 50 ms from the start); target <= 5 s. Beside it the
@@ -73,6 +74,7 @@ def measure(repeat: int = 3, jobs: Optional[int] = None) -> Dict[str, Any]:
         summary = json.loads((key_folder / "COMPLETE").read_text(encoding="utf-8"))
         results["compile_cpu_s"] = sum(summary["process_cpu_seconds"].values())
         results["compile_processes"] = len(summary["process_cpu_seconds"])
+        results["compile_cpu_busiest_s"] = max(summary["process_cpu_seconds"].values())
         results["slowest_kernels"] = sorted(((entry["cpu"], task) for task, entry in summary["tasks"].items()),
                                             reverse=True)[:4]
         imports = [float(subprocess.run([sys.executable, "-c", _IMPORT_SCRIPT], env=environment, check=True,
@@ -108,7 +110,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for label, key in rows:
         verdict = "met" if results[key] <= TARGETS[key] else "NOT met"
         print(f"{label:54} {results[key]:>9.1f}s {TARGETS[key]:>9.0f}s  {verdict}")
-    print(f"compile: {results['compile_cpu_s']:.0f} s of CPU in {results['compile_processes']} processes; slowest "
+    print(f"compile: {results['compile_cpu_s']:.0f} s of CPU in {results['compile_processes']} processes, the busiest "
+          f"{results['compile_cpu_busiest_s']:.0f} s (the wall time on an idle machine, plus about 3 s); slowest "
           "kernels (CPU s): " + ", ".join(f"{task.rsplit('.', 1)[-1]} {cpu:.0f}"
                                          for cpu, task in results["slowest_kernels"]))
     compiled = results["compiled_at_node_start"]
