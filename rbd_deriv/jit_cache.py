@@ -19,7 +19,8 @@ Layout under the cache *root* (see :func:`cache_root`)::
 complete, the import only loads machine code (about two seconds). Otherwise the first process to take the
 lock builds it (:mod:`rbd_deriv.precompile`: the kernels in parallel processes, progress on stderr); others
 starting meanwhile say that they wait, wait for the lock, then load. A kernel compiled later, at its first
-call (one that has no signature), is added to the folder: numba rewrites a function's index file on each
+call (one registered ``lazy=True``, which the build leaves out, or a numba function without signature), is
+added to the folder: numba rewrites a function's index file on each
 save, so saves to the folder are serialized by a lock (two processes saving two signatures of one function
 at once could otherwise pair an index entry with the other's data file).
 
@@ -361,6 +362,41 @@ def kernel_module(kernel: Any) -> str:
     """Name of the module defining a Dispatcher or CFunc."""
     function = getattr(kernel, "py_func", None) or kernel._pyfunc
     return function.__module__
+
+
+def kernel_name(kernel: Any) -> str:
+    """``module.qualname`` of a Dispatcher or CFunc: how the build names its tasks and records their timings."""
+    function = getattr(kernel, "py_func", None) or kernel._pyfunc
+    return f"{function.__module__}.{function.__qualname__}"
+
+
+def is_cached(function: Any, signature: Any) -> bool:
+    """Whether the key's folder holds machine code of ``function`` (a Python function numba compiles with
+    ``cache=True``) for ``signature`` (what its Dispatcher or CFunc passes to the cache): reads the function's
+    index only. Used to say so before a kernel compiles at its first use."""
+    from numba.core.caching import FunctionCache
+    from numba.core.registry import cpu_target
+
+    try:
+        cache = FunctionCache(function)
+        key = cache._index_key(signature, cpu_target.target_context.codegen())
+        return key in cache._cache_file._load_index()
+    except Exception:  # numba's cache internals moved: assume a compile, which is only a message too many
+        return False
+
+
+@contextlib.contextmanager
+def first_use(what: str, function: Any, signature: Any, lazy: bool = True) -> Iterator[None]:
+    """Around the compile of a kernel at its first use (``lazy``): when ``function`` is not in the key's
+    folder for ``signature`` (:func:`is_cached`), say on stderr that ``what`` compiles, then in how long."""
+    if not lazy or STATE.folder is None or is_cached(function, signature):
+        yield
+        return
+    _say(f"compiling {what} at its first use: once per install or change of the library (the build compiles "
+         "the kernels that every node needs, not this one)")
+    start = time.monotonic()
+    yield
+    _say(f"{what} compiled in {time.monotonic() - start:.0f} s")
 
 
 def compile_pending(kernel: Any) -> int:

@@ -86,6 +86,21 @@ def test_this_process_loads_kernels_from_its_complete_key_folder():
     assert any(cache_path.glob("kinematics._forward_kinematics_kernel_entry-*.nbi"))
 
 
+def test_is_cached_reads_the_key_folders_index():
+    from rbd_deriv.core import calling, crba
+
+    # CRBA is compiled by the build: its entry is in the complete folder, for the entry's signature only.
+    entry = calling._entry_function(crba.CRBA.kernel, crba.CRBA.spec, crba.CRBA.kernel.__name__ + "_entry")
+    assert jit_cache.is_cached(entry, calling.ENTRY_SIGNATURE)
+    assert not jit_cache.is_cached(entry, calling.types.int64(calling.types.CPointer(calling.types.int64)))
+    assert jit_cache.is_cached(crba.CRBA.kernel.py_func, crba.CRBA.signature.args)
+
+    def never_compiled(x):
+        return x
+
+    assert not jit_cache.is_cached(never_compiled, (calling.types.float64,))
+
+
 def test_cache_root_choice(tmp_path, monkeypatch):
     monkeypatch.setenv("RBD_DERIV_CACHE_DIR", str(tmp_path / "mine"))
     assert jit_cache.cache_root("k") == tmp_path / "mine"
@@ -134,7 +149,7 @@ def test_three_processes_on_an_empty_cache_compile_once_and_run_a_changed_consta
                for stdout, _ in outputs]
     assert all(Path(report["package"]).parent == copy for report in reports)
     assert all(report["accepted"] for report in reports), "a process ran kernels of the old constant"
-    builds = sum(stderr.count("compiling the kernels of") for _, stderr in outputs)
+    builds = sum(stderr.count("kernels for this machine and these sources") for _, stderr in outputs)
     waits = sum("waiting for it" in stderr for _, stderr in outputs)
     assert builds == 1, [stderr[-2000:] for _, stderr in outputs]
     assert waits == 2, "the two other processes say that they wait"

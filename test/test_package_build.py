@@ -4,7 +4,8 @@ A copy of the repository is built by ``colcon build`` in a temporary workspace w
 PyPI ROS 2 wheels) as the underlay. Checked: the install step compiled the kernels and verified that nothing
 is left to compile at import (``python -m rbd_deriv.precompile --check`` in the install space), the installed
 layout (executables, share files, setup.bash, no C sources in site-packages), and the dynamics node started
-from the install space publishes a linearization.
+from the install space publishes a linearization without compiling anything (no kernel it calls is left by
+the build to its first use).
 
 This environment holds the package as an editable pip install, whose import hook would put the source tree
 in front of any workspace (docs/ros.md: do not install both in one environment). The test takes the hook out
@@ -28,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from rbd_deriv import jit_cache
+from rbd_deriv.bench.startup import cache_state, compiled_between
 from rbd_deriv.testing.editable import hook_free_path
 
 REPOSITORY = jit_cache.PACKAGE_DIR.parent
@@ -105,7 +107,10 @@ def test_dynamics_node_from_the_install_space_publishes(workspace):
     assert where.stdout.strip().startswith(str(install / "rbd_deriv" / PYTHON_DIR)), where.stdout
     command = ["bash", "-c", f"source {install}/setup.bash && exec {install}/rbd_deriv/lib/rbd_deriv/dynamics_node"
                f" --ros-args -p urdf_path:={share}/urdf/rbd_arm7.urdf"]
+    folder = Path(environment["RBD_DERIV_CACHE_DIR"]) / jit_cache.STATE.key
+    before = cache_state(folder)
     start = time.monotonic()
     seconds = first_linearization(command, environment, [f"joint{k}" for k in range(1, 8)], timeout=600.0)
     assert 0.0 < seconds <= time.monotonic() - start
+    assert compiled_between(before, cache_state(folder)) == [], "the node's start compiled a kernel"
     print(f"dynamics node from the install space: first linearization {seconds:.1f} s after start")

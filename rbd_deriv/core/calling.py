@@ -11,8 +11,9 @@ which compiles the kernel for the argument types of the spec, makes its C entry 
 ``rbd_deriv._kernelcall.Kernel`` that checks each argument's dtype, dimensions and layout and hands the
 entry its data pointer and shape, past numba's dispatcher (which costs about 0.1-0.2 us per array). The public
 function binds it once as a module global (``_crba = CRBA.call``), the cheapest thing for Python to call. A
-kernel registered with ``lazy=True`` is loaded from the kernel cache (or compiled) at its first call, behind
-the same callable; the build (:mod:`rbd_deriv.precompile`) compiles every entry, the lazy ones too. Without the
+kernel registered with ``lazy=True`` is loaded from the kernel cache (or compiled, saying so on stderr) at its
+first call, behind the same callable; the build (:mod:`rbd_deriv.precompile`) compiles the other entries, those
+that every node calls, and leaves the lazy ones to their first call. Without the
 extension (a source tree used without building it), or with ``RBD_DERIV_DISPATCHER=1`` at import, ``call`` is
 the numba dispatcher itself: same arguments, same results, slower calls. Both raise TypeError for an argument
 of the wrong type or layout; the public functions then call :meth:`Registered.call_converted`, which converts
@@ -83,8 +84,8 @@ DIRECT_CALLS = Kernel is not None and os.environ.get("RBD_DERIV_DISPATCHER", "")
 """Decided once, at import: kernels are called through their C entries (True) or numba's dispatcher."""
 
 BUILDING = bool(os.environ.get(jit_cache.ROLE_VARIABLE))
-"""This process is a build's (rbd_deriv.precompile): every kernel's C entry, the lazy ones' too, is recorded at
-registration for the build to compile into the cache, and nothing is compiled at import."""
+"""This process is a build's (rbd_deriv.precompile): the C entry of every kernel but the lazy ones is recorded
+at registration for the build to compile into the cache, and nothing is compiled at import."""
 
 
 # --- status codes -------------------------------------------------------------------------------------
@@ -448,13 +449,14 @@ class Registered:
         names: Their names, by position (what status codes index).
         outputs: Names of the arrays the kernel writes (letters F and I), in order.
         call: The fast callable: the extension's Kernel, or the dispatcher (see the module's docstring).
+        lazy: Compiled at its first call rather than at import, and left out of the build.
         compiled: False until a lazy kernel's first call (or :meth:`compile`).
         entry: The C entry (numba cfunc); None without the extension.
     """
 
     # Slots: ``REGISTERED.call`` in a public function costs what a module global would.
     __slots__ = ("kernel", "spec", "arguments", "names", "outputs", "code", "signature", "name", "_entry", "compiled",
-                 "call")
+                 "lazy", "call")
 
     def __init__(self, kernel, spec: str, lazy: bool = False, release_gil: bool = True) -> None:
         self.kernel = kernel
@@ -467,31 +469,37 @@ class Registered:
         self.name = f"{kernel.py_func.__module__.rsplit('.', 1)[-1]}.{kernel.__name__}"
         self._entry = None
         self.compiled = False
+        self.lazy = lazy
         # With the extension, the callable exists from the start and gets the entry's address at its first
         # call: a public function binds it once, as a module global (faster to call than an attribute).
         self.call = Kernel(self._entry_address, self.code, release_gil) if DIRECT_CALLS else self._compile_and_call
         if BUILDING:
-            # The build compiles the recorded entry (and with it the kernel, for the same argument types) in the
-            # module's task; a call in the build's process goes through the dispatcher.
-            self._entry = self._make_entry()
+            # The build compiles the recorded entry (and with it the kernel, for the same argument types) in a
+            # task of its own; a call in the build's processes goes through the dispatcher.
+            if not lazy:
+                self._entry = self._make_entry()
         elif not lazy:
             self.compile()
         REGISTRY[self.name] = self
 
     def compile(self) -> None:
-        """Compile (or load from numba's cache) the kernel and its C entry now."""
+        """Compile (or load from numba's cache) the kernel and its C entry now. A lazy kernel that is not in
+        the cache says so on stderr, with the seconds it took."""
         with _COMPILING:
             if self.compiled:
                 return
+            first_use = self.lazy and not BUILDING
             if DIRECT_CALLS:
-                self._entry = self._make_entry()
+                self._entry = self._make_entry(first_use)
             else:
-                self.call = self._dispatcher_call()
+                with jit_cache.first_use(self.name, self.kernel.py_func, self.signature.args, first_use):
+                    self.call = self._dispatcher_call()
             self.compiled = True
 
-    def _make_entry(self):
-        return cfunc(ENTRY_SIGNATURE, **ENTRY_OPTIONS)(
-            _entry_function(self.kernel, self.spec, self.kernel.__name__ + "_entry"))
+    def _make_entry(self, first_use: bool = False):
+        function = _entry_function(self.kernel, self.spec, self.kernel.__name__ + "_entry")
+        with jit_cache.first_use(self.name, function, ENTRY_SIGNATURE, first_use):
+            return cfunc(ENTRY_SIGNATURE, **ENTRY_OPTIONS)(function)
 
     @property
     def loaded_entry(self):
@@ -601,7 +609,8 @@ def register(kernel, spec: str, lazy: bool = False, release_gil: bool = True) ->
     Args:
         kernel: The kernel, ``njit(**JIT_OPTIONS)``; it is compiled here for the spec's types.
         spec: Its arguments (see the module's docstring).
-        lazy: Load (or compile) at the first call instead of now (for kernels few programs call).
+        lazy: Load (or compile) at the first call instead of now, and leave it out of the build (for kernels
+            that the nodes do not call: their first call compiles them, once, saying so on stderr).
         release_gil: Let other Python threads run during a call. False for kernels of a few microseconds on
             any robot: releasing and taking back the GIL costs about 40 ns, and so short a call would not give
             another thread time to run (Python switches threads every 5 ms). Batches always release it.
@@ -610,8 +619,7 @@ def register(kernel, spec: str, lazy: bool = False, release_gil: bool = True) ->
 
 
 def compile_all() -> None:
-    """Load or compile every registered kernel now, the lazy ones included (``precompile --check`` then sees
-    whether the build left any to compile)."""
+    """Load or compile every registered kernel now, the lazy ones included."""
     for registered in REGISTRY.values():
         registered.compile()
 
