@@ -48,7 +48,7 @@ def _contact_values(model):
     joint's own origin may not move along three directions: redundant rows)."""
     point = rd.Contact(model, [f for f in model.frame_names if model.frames[f][0] == model.njoints - 1][-1])
     return {"ci": point._row_i[None, :].copy(), "cf": point._row_f[None, :].copy(), "e": 0.2,
-            "X": point._row_f[:12].copy(), "joint": point.joint, "level": 3}
+            "X": point._row_f[:12].copy(), "joint": point.joint, "level": 3, "mode": contact.MODE_LINEARIZE}
 
 
 def _output_shape(name, model):

@@ -245,22 +245,27 @@ def ltdl_factor(mi, H, t):
 
 
 @njit(**JIT_OPTIONS)
+def _to_ancestors(mi, H, X, ji, i, col0, ncols):
+    """X[j, col0:col0 + ncols] -= L_ij X[i, col0:col0 + ncols] for every ancestor j of dof i (of joint ji)."""
+    jj, top = ji, i
+    while jj > 0:
+        ivj = mi[jj, MI_IDX_V]
+        for j in range(ivj, top):
+            l = H[i, j]
+            for col in range(col0, col0 + ncols):
+                X[j, col] -= l * X[i, col]
+        jj = mi[jj, MI_PARENT]
+        top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
+
+
+@njit(**JIT_OPTIONS)
 def ltdl_forward(mi, H, X):
     """X (nv, c) <- L^-T X, the first sweep of a solve with M = L^T D L factored in H (row updates from the
     leaves up: row i, final, updates the rows of its ancestors)."""
-    c = X.shape[1]
     for ji in range(mi[0, MI_NJ] - 1, 0, -1):
         ivi = mi[ji, MI_IDX_V]
         for i in range(ivi + mi[ji, MI_NV] - 1, ivi - 1, -1):
-            jj, top = ji, i
-            while jj > 0:
-                ivj = mi[jj, MI_IDX_V]
-                for j in range(ivj, top):
-                    l = H[i, j]
-                    for col in range(c):
-                        X[j, col] -= l * X[i, col]
-                jj = mi[jj, MI_PARENT]
-                top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
+            _to_ancestors(mi, H, X, ji, i, 0, X.shape[1])
 
 
 @njit(**JIT_OPTIONS)
@@ -294,15 +299,7 @@ def ltdl_forward_chain(mi, H, X, b, col0, ncols):
     while ji > 0:
         ivi = mi[ji, MI_IDX_V]
         for i in range(ivi + mi[ji, MI_NV] - 1, ivi - 1, -1):
-            jj, top = ji, i
-            while jj > 0:
-                ivj = mi[jj, MI_IDX_V]
-                for j in range(ivj, top):
-                    l = H[i, j]
-                    for col in range(col0, col0 + ncols):
-                        X[j, col] -= l * X[i, col]
-                jj = mi[jj, MI_PARENT]
-                top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
+            _to_ancestors(mi, H, X, ji, i, col0, ncols)
         ji = mi[ji, MI_PARENT]
 
 
