@@ -244,7 +244,7 @@ def ltdl_factor(mi, H, t):
     return 0
 
 
-@njit(**JIT_OPTIONS)
+@njit(inline="always", **JIT_OPTIONS)
 def _to_ancestors(mi, H, X, ji, i, col0, ncols):
     """X[j, col0:col0 + ncols] -= L_ij X[i, col0:col0 + ncols] for every ancestor j of dof i (of joint ji)."""
     jj, top = ji, i
