@@ -48,7 +48,7 @@ def _contact_values(model):
     joint's own origin may not move along three directions: redundant rows)."""
     point = rd.Contact(model, [f for f in model.frame_names if model.frames[f][0] == model.njoints - 1][-1])
     return {"ci": point._row_i[None, :].copy(), "cf": point._row_f[None, :].copy(), "e": 0.2,
-            "X": point._row_f[:12].copy(), "joint": point.joint, "level": 3}
+            "X": point._row_f[:12].copy(), "joint": point.joint, "level": 3, "mode": contact.MODE_LINEARIZE}
 
 
 def _output_shape(name, model):
@@ -599,7 +599,5 @@ def test_kernel_modules_register_and_the_convention_module_knows_them_all():
             "linearization._linearize_kernel", "kinematics._forward_kinematics_kernel",
             "configuration._integrate_kernel", "configuration._difference_kernel",
             "configuration._dintegrate_kernel", "rnea._nle_kernel", "rnea._gravity_kernel",
-            "frames._frame_kernel", "frames._com_kernel", "contact._contact_dynamics_kernel",
-            "contact._contact_derivatives_kernel", "contact._contact_linearize_kernel", "contact._impulse_kernel",
-            "contact._impulse_derivatives_kernel"} == names
+            "frames._frame_kernel", "frames._com_kernel", "contact._contact_kernel", "contact._impulse_kernel"} == names
     assert Path(calling.__file__).name == "calling.py" and kinematics.FORWARD_KINEMATICS.outputs == ("oMi",)

@@ -7,7 +7,8 @@ frame ([linear, angular]), expressed LOCAL_WORLD_ALIGNED (world axes, origin p),
     M ddq + b(q, v) = tau + J^T f,        J ddq + gamma = 0
 
 with J the LWA Jacobian of the contacts (:mod:`rbd_deriv.core.frames`) and gamma the contact acceleration at
-ddq = 0 (plus the Baumgarte terms kd v_p + kp (p - p_ref) when gains are given). These are Pinocchio's
+ddq = 0 (plus the Baumgarte terms when gains are given: kd v_p + kp (p - p_ref) for a point, kd (v_p, w) +
+kp R log6(ref^-1 oMc) for a frame, see :func:`frames.placement_error`). These are Pinocchio's
 conventions (constraintDynamics with LOCAL_WORLD_ALIGNED contact models and zero corrector gains).
 
 Forward dynamics (the KKT system solved through M's factorization, Featherstone RBDA sec. 6.5):
@@ -71,15 +72,19 @@ from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.core.crba import crba_into
 from rbd_deriv.core.frames import (
     FRAME_COLS,
+    FRAME_POS,
     frame_origin,
     lwa_jacobian_into,
     lwa_motion,
     lwa_motion_derivatives,
     lwa_velocity_derivative,
+    placement_error,
+    placement_error_jacobian,
 )
 from rbd_deriv.core.kinematics import FK_ACCELERATION, FK_DERIVATIVES, forward_pass, position_pass
 from rbd_deriv.core.layout import (
     MI_IDX_V,
+    MI_SUBTREE_END,
     MI_NJ,
     MI_NQTOT,
     MI_NV,
@@ -113,10 +118,12 @@ from rbd_deriv.exceptions import InputError
 # --- how a contact set reaches the kernels ----------------------------------------------------------------
 # ci (ncontacts, CI_COLS) int64: kind (POINT 3, FRAME 6: its number of force rows; 0 an unused slot of a
 # batch), the joint of its body. cf (ncontacts, CF_COLS) float64: the frame's placement in that joint frame
-# (frames.FRAME_COLS numbers), the Baumgarte gains kp, kd and the reference position p_ref (world).
+# (frames.FRAME_COLS numbers), the Baumgarte gains kp, kd and the reference placement (world; FRAME_COLS numbers:
+# rotation row-major, then the position p_ref, which is all a point contact reads).
 CI_KIND, CI_JOINT, CI_COLS = 0, 1, 2
 CF_KP, CF_KD, CF_REF = FRAME_COLS, FRAME_COLS + 1, FRAME_COLS + 2
-CF_COLS = CF_REF + 3
+CF_REF_POS = CF_REF + FRAME_POS
+CF_COLS = CF_REF + FRAME_COLS
 KIND_POINT, KIND_FRAME = 3, 6
 
 CONTACT_RANK_TOLERANCE = 1e-10
@@ -145,7 +152,7 @@ def _offsets(nv, m):
     """Offsets of the contact workspace's parts: L (nv, nv), J (m, nv), Y (nv, m), G (m, m),
     rhs (max(m, nv),), bias (nv,), Dq (m, nv), Dv (m, nv), w (nv,), then for the derivatives X (nv, 3nv),
     D (m, 3nv), F (m, 3nv), and for the linearization dddq_dtau (nv, nv) and df_dq, df_dv, df_dtau
-    (3, m, nv); and the total size."""
+    (3, m, nv); then the scratch of the frame position gain, K (6, 6) and T (8, 3, 3); and the total size."""
     o_L = 0
     o_J = o_L + nv * nv
     o_Y = o_J + m * nv
@@ -160,7 +167,7 @@ def _offsets(nv, m):
     o_F3 = o_D3 + 3 * m * nv
     o_T = o_F3 + 3 * m * nv
     o_F = o_T + nv * nv
-    return o_L, o_J, o_Y, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv
+    return o_L, o_J, o_Y, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv + 108
 
 
 def workspace_size(nv: int, m: int) -> int:
@@ -195,57 +202,70 @@ def check_contacts(mi, ci, cf, cws, argument, cws_argument):
 
 
 # The dof tree of Featherstone's LTDL: the ancestors of dof k are the earlier dofs of its joint, then the dofs
-# of each joint up the chain, each joint's dofs a contiguous range. The loops below walk that chain through the
-# model's parent array, so the innermost loops run over contiguous ranges.
+# of each joint up the chain, each joint's dofs a contiguous range; the descendants of k (its subtree) are the dofs
+# from k to the end of its joint's subtree (MI_SUBTREE_END), a contiguous range in the depth-first order. The
+# loops below walk the chain through the model's parent array and run their innermost loops over such ranges.
 
 
 @njit(**JIT_OPTIONS)
-def ltdl_factor(mi, H):
-    """H = L^T D L in place (Featherstone, RBDA Table 6.3): L's strict lower part (unit diagonal) and D on the
-    diagonal; only the entries of H between a dof and its ancestors are read or written. Returns 0, or the
-    joint at whose dof the pivot vanishes (M singular)."""
+def ltdl_factor(mi, H, t):
+    """H = L^T D L in place (Featherstone, RBDA Table 6.3), L unit lower triangular with the sparsity of the tree,
+    computed in the dot-product order (that of Pinocchio's cholesky::decompose): from the leaves up, for dof k
+    with subtree C (the dofs after k in its subtree, a contiguous range),
+
+        D_k = H_kk - sum_{c in C} L_ck^2 D_c,    L_ki = (H_ik - sum_{c in C} L_ci D_c L_ck) / D_k  (i ancestor of k)
+
+    the sums read along rows of the upper triangle. L_ki is written to both H[k, i] and H[i, k], D on the
+    diagonal; only the entries between a dof and its ancestors are read or written. t (nv,) scratch. Returns 0,
+    or the joint at whose dof the pivot vanishes (M singular)."""
     for jk in range(mi[0, MI_NJ] - 1, 0, -1):
-        ivk = mi[jk, MI_IDX_V]
+        ivk, end = mi[jk, MI_IDX_V], mi[jk, MI_SUBTREE_END]
         for k in range(ivk + mi[jk, MI_NV] - 1, ivk - 1, -1):
-            hkk = H[k, k]
-            if not hkk > constants.SINGULAR_INERTIA:
+            d = H[k, k]
+            for c in range(k + 1, end):
+                t[c] = H[c, c] * H[k, c]
+                d -= H[k, c] * t[c]
+            if not d > constants.SINGULAR_INERTIA:
                 return jk
+            H[k, k] = d
+            inverse = 1.0 / d
             ji, top = jk, k
             while ji > 0:
                 ivi = mi[ji, MI_IDX_V]
-                for i in range(top - 1, ivi - 1, -1):
-                    a = H[k, i] / hkk
-                    for j in range(ivi, i + 1):
-                        H[i, j] -= a * H[k, j]
-                    jj = mi[ji, MI_PARENT]
-                    while jj > 0:
-                        ivj = mi[jj, MI_IDX_V]
-                        for j in range(ivj, ivj + mi[jj, MI_NV]):
-                            H[i, j] -= a * H[k, j]
-                        jj = mi[jj, MI_PARENT]
-                    H[k, i] = a
+                for i in range(ivi, top):
+                    acc = H[i, k]
+                    for c in range(k + 1, end):
+                        acc -= H[i, c] * t[c]
+                    acc *= inverse
+                    H[i, k] = acc
+                    H[k, i] = acc
                 ji = mi[ji, MI_PARENT]
                 top = mi[ji, MI_IDX_V] + mi[ji, MI_NV] if ji > 0 else 0
     return 0
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def _to_ancestors(mi, H, X, ji, i, col0, ncols):
+    """X[j, col0:col0 + ncols] -= L_ij X[i, col0:col0 + ncols] for every ancestor j of dof i (of joint ji)."""
+    jj, top = ji, i
+    while jj > 0:
+        ivj = mi[jj, MI_IDX_V]
+        for j in range(ivj, top):
+            l = H[i, j]
+            for col in range(col0, col0 + ncols):
+                X[j, col] -= l * X[i, col]
+        jj = mi[jj, MI_PARENT]
+        top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
 
 
 @njit(**JIT_OPTIONS)
 def ltdl_forward(mi, H, X):
     """X (nv, c) <- L^-T X, the first sweep of a solve with M = L^T D L factored in H (row updates from the
     leaves up: row i, final, updates the rows of its ancestors)."""
-    c = X.shape[1]
     for ji in range(mi[0, MI_NJ] - 1, 0, -1):
         ivi = mi[ji, MI_IDX_V]
         for i in range(ivi + mi[ji, MI_NV] - 1, ivi - 1, -1):
-            jj, top = ji, i
-            while jj > 0:
-                ivj = mi[jj, MI_IDX_V]
-                for j in range(ivj, top):
-                    l = H[i, j]
-                    for col in range(c):
-                        X[j, col] -= l * X[i, col]
-                jj = mi[jj, MI_PARENT]
-                top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
+            _to_ancestors(mi, H, X, ji, i, 0, X.shape[1])
 
 
 @njit(**JIT_OPTIONS)
@@ -268,6 +288,19 @@ def ltdl_backward(mi, H, X):
                         X[i, col] -= l * X[j, col]
                 jj = mi[jj, MI_PARENT]
                 top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
+
+
+@njit(**JIT_OPTIONS)
+def ltdl_forward_chain(mi, H, X, b, col0, ncols):
+    """:func:`ltdl_forward` for the columns col0..col0+ncols of X that are zero outside the dofs supporting body b
+    (the rows of J^T of a contact on b): L^-T only moves a row towards the root, so they stay so, and only the
+    chain's rows are swept."""
+    ji = b
+    while ji > 0:
+        ivi = mi[ji, MI_IDX_V]
+        for i in range(ivi + mi[ji, MI_NV] - 1, ivi - 1, -1):
+            _to_ancestors(mi, H, X, ji, i, col0, ncols)
+        ji = mi[ji, MI_PARENT]
 
 
 @njit(**JIT_OPTIONS)
@@ -356,16 +389,19 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
     Z^T D^-1 Z, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
     Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Y, o_G, o_rhs, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Y, o_G, o_rhs, _, _, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
     Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     rhs = cws[o_rhs:o_rhs + m]
+    dinv = cws[o_w:o_w + nv]
     crba_into(mi, mf, ws, L)  # M, factored in place in the contact workspace
-    singular = ltdl_factor(mi, L)
+    singular = ltdl_factor(mi, L, dinv)
     if singular:
         return status(STATUS_SINGULAR, 0, singular)
+    for k in range(nv):
+        dinv[k] = 1.0 / L[k, k]
     row = 0
     for c in range(ci.shape[0]):
         kind, b = ci[c, CI_KIND], ci[c, CI_JOINT]
@@ -376,21 +412,46 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
         if with_motion:
             kp = cf[c, CF_KP]
             lwa_motion(mi, mf, ws, b, px, py, pz, kind, cf[c, CF_KD], rhs, row)
-            rhs[row] += kp * (px - cf[c, CF_REF])
-            rhs[row + 1] += kp * (py - cf[c, CF_REF + 1])
-            rhs[row + 2] += kp * (pz - cf[c, CF_REF + 2])
+            if kind == KIND_POINT:
+                rhs[row] += kp * (px - cf[c, CF_REF_POS])
+                rhs[row + 1] += kp * (py - cf[c, CF_REF_POS + 1])
+                rhs[row + 2] += kp * (pz - cf[c, CF_REF_POS + 2])
+            elif kp != 0.0:
+                ax, ay, az, bx, by, bz, _, _ = placement_error(mi, ws, b, cf[c], px, py, pz, cf[c, CF_REF:])
+                rhs[row] += kp * ax
+                rhs[row + 1] += kp * ay
+                rhs[row + 2] += kp * az
+                rhs[row + 3] += kp * bx
+                rhs[row + 4] += kp * by
+                rhs[row + 5] += kp * bz
         row += kind
     for k in range(nv):
         for r in range(m):
             Y[k, r] = J[r, k]
-    ltdl_forward(mi, L, Y)
-    for r in range(m):
-        for s in range(r + 1):
-            acc = 0.0
-            for k in range(nv):
-                acc += Y[k, r] * Y[k, s] / L[k, k]
-            G[r, s] = acc
-            G[s, r] = acc
+    # Z = L^-T J^T and G = Z^T D^-1 Z contact by contact: contact c's columns of Z are zero outside the dofs
+    # supporting its body, so G[r, s] (s in an earlier contact or c's own rows) sums over that chain only.
+    row = 0
+    for c in range(ci.shape[0]):
+        kind, b = ci[c, CI_KIND], ci[c, CI_JOINT]
+        if kind == 0:
+            continue
+        ltdl_forward_chain(mi, L, Y, b, row, kind)
+        for r in range(row, row + kind):
+            for s in range(r + 1):
+                G[r, s] = 0.0
+        j = b
+        while j > 0:
+            iv = mi[j, MI_IDX_V]
+            for k in range(iv, iv + mi[j, MI_NV]):
+                for r in range(row, row + kind):
+                    a = Y[k, r] * dinv[k]
+                    for s in range(r + 1):
+                        G[r, s] += a * Y[k, s]
+            j = mi[j, MI_PARENT]
+        for r in range(row, row + kind):
+            for s in range(r):
+                G[s, r] = G[r, s]
+        row += kind
     failed = cholesky(G, m)
     if failed >= 0:
         return status(STATUS_CONTACT_RANK, argument, _contact_row(ci, failed))
@@ -401,7 +462,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
 def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     """ddq (nv,) and the contact forces (m,) of the KKT system. Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Y, o_G, o_rhs, o_bias, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, _, o_Y, o_G, o_rhs, o_bias, _, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
     forward_pass(mi, mf, ws, q, v, zero_velocity(mi, ws), fext, FK_ACCELERATION)
     bias = cws[o_bias:o_bias + nv]
     bias_forces(mi, ws, bias)
@@ -409,18 +470,20 @@ def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     if code:
         return code
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
-    J = cws[o_J:o_J + m * nv].reshape((m, nv))
     Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     rhs = cws[o_rhs:o_rhs + m]
+    dinv = cws[o_w:o_w + nv]
     # With w = L^-T (tau - b): J ddq_free = Z^T D^-1 w, and ddq = M^-1 (tau - b + J^T f) = L^-1 D^-1 (w + Z f).
     for k in range(nv):
         ddq[k] = tau[k] - bias[k]
     ltdl_forward(mi, L, ddq.reshape((nv, 1)))
+    for k in range(nv):
+        bias[k] = ddq[k] * dinv[k]  # D^-1 w (b is used no more)
     for r in range(m):
         acc = rhs[r]
         for k in range(nv):
-            acc += Y[k, r] * ddq[k] / L[k, k]
+            acc += Y[k, r] * bias[k]
         forces[r] = -acc
     cholesky_solve(G, m, forces[:m].reshape((m, 1)))
     for k in range(nv):
@@ -525,8 +588,8 @@ def _kkt_derivative(mi, L, J, Y, G, m, D, X, dF):
 def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, dddq_dq, dddq_dv, dddq_dtau,
                         df_dq, df_dv, df_dtau):
     """The derivatives of ddq and the forces after :func:`contact_forward` (same state, same cws)."""
-    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
-    o_L, o_J, o_Y, o_G, _, _, o_Dq, o_Dv, _, o_X, o_D3, o_F3, _, _, _ = _offsets(nv, m)
+    nv = mi[0, MI_NVTOT]
+    o_L, o_J, o_Y, o_G, _, _, o_Dq, o_Dv, _, o_X, o_D3, o_F3, _, _, o_end = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
     Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
@@ -547,7 +610,20 @@ def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, ddd
         if kind == 0:
             continue
         px, py, pz = frame_origin(mi, ws, b, cf[c])
-        lwa_motion_derivatives(mi, mf, ws, b, px, py, pz, kind, cf[c, CF_KP], cf[c, CF_KD], Dq, Dv, row)
+        kp = cf[c, CF_KP]
+        lwa_motion_derivatives(mi, mf, ws, b, px, py, pz, kind, kp if kind == KIND_POINT else 0.0, cf[c, CF_KD], Dq,
+                               Dv, row)
+        if kind == KIND_FRAME and kp != 0.0:
+            # kp (a, b) moves with the frame: its q-derivative is kp K J_c (K: frames.placement_error_jacobian)
+            K = cws[o_end - 108:o_end - 72].reshape((6, 6))
+            ax, ay, az, bx, by, bz, theta, k = placement_error(mi, ws, b, cf[c], px, py, pz, cf[c, CF_REF:])
+            placement_error_jacobian(ax, ay, az, bx, by, bz, theta, k, K, cws[o_end - 72:o_end].reshape((8, 3, 3)))
+            for r in range(6):
+                for col in range(nv):
+                    acc = 0.0
+                    for s in range(6):
+                        acc += K[r, s] * J[row + s, col]
+                    Dq[row + r, col] += kp * acc
         row += kind
     # One KKT solve for the 3 nv columns [R_q, R_v, -I] (dID/dtau = -I) against [D_q, D_v, 0]: one sweep over
     # the factorizations with rows three times longer.
@@ -587,100 +663,59 @@ def _zero_padding(forces, m):
 
 # --- kernels ------------------------------------------------------------------------------------------------------
 
-# Positions of the contact arguments in the dynamics kernels (after mi mf data q v tau fext).
+# One kernel per family serves the dynamics, their derivatives and the linearization, chosen by ``mode``: each
+# registered kernel links its own copy of everything it calls (RNEA derivatives, the factorizations, the frame
+# kernels), so separate kernels would compile that code once each.
+MODE_DYNAMICS, MODE_DERIVATIVES, MODE_LINEARIZE = 0, 1, 2
+
+# Positions of the contact kernel's arguments: mi mf data q v tau fext ci cf dt mode cws A B x_next forces.
 ARG_CI = 7
+ARG_CWS = ARG_CI + 4
 
 
 @njit(**JIT_OPTIONS)
-def _check_dynamics(mi, ws, q, v, tau, fext, ci, cf, cws, ddq, forces):
-    code = check_state(mi, ws, q, v, tau, fext)
-    m = 0
-    if code == 0:
-        code, m = check_contacts(mi, ci, cf, cws, ARG_CI, ARG_CI + 2)
-    if code == 0:
-        code = check_length(ddq, mi[0, MI_NVTOT], ARG_CI + 3)
-    if code == 0 and forces.shape[0] < m:
-        code = status(STATUS_SHAPE, ARG_CI + 4, 0)
-    return code, m
-
-
-@njit(**JIT_OPTIONS)
-def _contact_dynamics_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, cws, ddq, forces):
-    code, m = _check_dynamics(mi, ws, q, v, tau, fext, ci, cf, cws, ddq, forces)
-    if code == 0:
-        code = contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces)
-    if code == 0:
-        _zero_padding(forces, m)
-    return code
-
-
-CONTACT_DYNAMICS = register(
-    _contact_dynamics_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 ci:i2 cf:f2 cws:F1 ddq:F1 forces:F1")
-_contact_dynamics = CONTACT_DYNAMICS.call
-
-
-@njit(**JIT_OPTIONS)
-def _contact_derivatives_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, cws, ddq, forces, dddq_dq, dddq_dv,
-                                dddq_dtau, dforces):
-    code, m = _check_dynamics(mi, ws, q, v, tau, fext, ci, cf, cws, ddq, forces)
-    nv = mi[0, MI_NVTOT]
-    first = ARG_CI + 5
-    if code == 0:
-        code = check_shape(dddq_dq, nv, nv, first)
-    if code == 0:
-        code = check_shape(dddq_dv, nv, nv, first + 1)
-    if code == 0:
-        code = check_shape(dddq_dtau, nv, nv, first + 2)
-    if code == 0 and (dforces.shape[0] != 3 or dforces.shape[1] != m or dforces.shape[2] != nv):
-        code = status(STATUS_SHAPE, first + 3, 0)
-    if code == 0:
-        code = contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces)
-    if code == 0:
-        _zero_padding(forces, m)
-        contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, dddq_dq, dddq_dv, dddq_dtau,
-                            dforces[0], dforces[1], dforces[2])
-    return code
-
-
-# dforces (3, m, nv): d/dq, d/dv, d/dtau (the extension passes at most 16 arguments).
-CONTACT_DERIVATIVES = register(
-    _contact_derivatives_kernel,
-    "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 ci:i2 cf:f2 cws:F1 ddq:F1 forces:F1 dddq_dq:F2 dddq_dv:F2"
-    " dddq_dtau:F2 dforces:F3")
-_contact_derivatives = CONTACT_DERIVATIVES.call
-
-
-@njit(**JIT_OPTIONS)
-def _contact_linearize_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, cws, A, B, x_next, forces):
+def _contact_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, mode, cws, A, B, x_next, forces):
+    """MODE_DYNAMICS: ddq (data.ddq) and the forces; MODE_DERIVATIVES: also dddq/dq, dddq/dv (data.dddq_dq,
+    data.dddq_dv), dddq/dtau and dforces/d(q, v, tau) (in cws, see :func:`_offsets`); MODE_LINEARIZE: also the
+    Euler step's A, B and x_next (dt is read in this mode only)."""
     nv, nq = mi[0, MI_NVTOT], mi[0, MI_NQTOT]
     code = check_state(mi, ws, q, v, tau, fext)
     m = 0
     if code == 0:
-        code, m = check_contacts(mi, ci, cf, cws, ARG_CI, ARG_CI + 3)
+        code, m = check_contacts(mi, ci, cf, cws, ARG_CI, ARG_CWS)
     if code == 0 and forces.shape[0] < m:
-        code = status(STATUS_SHAPE, ARG_CI + 7, 0)
-    if code == 0:
-        code = check_shape(A, 2 * nv, 2 * nv, ARG_CI + 4)
-    if code == 0:
-        code = check_shape(B, 2 * nv, nv, ARG_CI + 5)
-    if code == 0:
-        code = check_length(x_next, nq + nv, ARG_CI + 6)
+        code = status(STATUS_SHAPE, ARG_CWS + 4, 0)
+    if code == 0 and mode >= MODE_LINEARIZE:
+        code = check_shape(A, 2 * nv, 2 * nv, ARG_CWS + 1)
+        if code == 0:
+            code = check_shape(B, 2 * nv, nv, ARG_CWS + 2)
+        if code == 0:
+            code = check_length(x_next, nq + nv, ARG_CWS + 3)
     if code != 0:
         return code
-    _, _, _, _, _, _, _, _, _, _, _, _, o_T, o_F, _ = _offsets(nv, m)
     ddq = region1(mi, ws, R_DDQ, nv)
     code = contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces)
     if code:
         return code
     _zero_padding(forces, m)
+    if mode == MODE_DYNAMICS:
+        return 0
+    _, _, _, _, _, _, _, _, _, _, _, _, o_T, o_F, _ = _offsets(nv, m)
     dddq_dq = region2(mi, ws, R_DDDQ_DQ, nv, nv)
     dddq_dv = region2(mi, ws, R_DDDQ_DV, nv, nv)
     dddq_dtau = cws[o_T:o_T + nv * nv].reshape((nv, nv))
     dF = cws[o_F:o_F + 3 * m * nv].reshape((3, m, nv))
     contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, dddq_dq, dddq_dv, dddq_dtau,
                         dF[0], dF[1], dF[2])
-    euler_step_into(mi, ws, q, v, dt, ddq, dddq_dq, dddq_dv, dddq_dtau, A, B, x_next)
+    if mode >= MODE_LINEARIZE:
+        euler_step_into(mi, ws, q, v, dt, ddq, dddq_dq, dddq_dv, dddq_dtau, A, B, x_next)
     return 0
+
+
+CONTACT = register(
+    _contact_kernel,
+    "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 ci:i2 cf:f2 dt:d mode:n cws:F1 A:F2 B:F2 x_next:F1 forces:F1")
+_contact = CONTACT.call
 
 
 @njit(**JIT_OPTIONS)
@@ -764,7 +799,7 @@ def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, d
         if kind == 0:
             continue
         px, py, pz = frame_origin(mi, ws, b, cf[c])
-        lwa_velocity_derivative(mi, ws, b, px, py, pz, kind, w, Gq, row)
+        lwa_velocity_derivative(mi, ws, b, px, py, pz, kind, w, J, Gq, row)
         row += kind
     for r in range(nv):
         for c in range(nv):
@@ -784,12 +819,13 @@ def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, d
                 dv_dv[k, c] += ykr * dP_dv[r, c]
 
 
-# Impulse kernels: mi mf data q v e ci cf cws v_plus impulses [dv_plus_dq dv_plus_dv dimpulses_dq dimpulses_dv]
+# The impulse kernel: mi mf data q v e ci cf cws mode v_plus impulses dv_plus_dq dv_plus_dv dimpulses_dq
+# dimpulses_dv (the derivatives written in MODE_DERIVATIVES only).
 ARG_IMPULSE_CI = 6
 
 
 @njit(**JIT_OPTIONS)
-def _check_impulse(mi, ws, q, v, ci, cf, cws, v_plus, impulses):
+def _impulse_kernel(mi, mf, ws, q, v, e, ci, cf, cws, mode, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv):
     nv = mi[0, MI_NVTOT]
     code = check_position(mi, ws, q)
     if code == 0:
@@ -797,64 +833,42 @@ def _check_impulse(mi, ws, q, v, ci, cf, cws, v_plus, impulses):
     m = 0
     if code == 0:
         code, m = check_contacts(mi, ci, cf, cws, ARG_IMPULSE_CI, ARG_IMPULSE_CI + 2)
+    first = ARG_IMPULSE_CI + 4
     if code == 0:
-        code = check_length(v_plus, nv, ARG_IMPULSE_CI + 3)
+        code = check_length(v_plus, nv, first)
     if code == 0 and impulses.shape[0] < m:
-        code = status(STATUS_SHAPE, ARG_IMPULSE_CI + 4, 0)
-    return code, m
-
-
-@njit(**JIT_OPTIONS)
-def _impulse_kernel(mi, mf, ws, q, v, e, ci, cf, cws, v_plus, impulses):
-    code, m = _check_impulse(mi, ws, q, v, ci, cf, cws, v_plus, impulses)
+        code = status(STATUS_SHAPE, first + 1, 0)
+    if code == 0 and mode != MODE_DYNAMICS:
+        code = check_shape(dv_dq, nv, nv, first + 2)
+        if code == 0:
+            code = check_shape(dv_dv, nv, nv, first + 3)
+        if code == 0:
+            code = check_shape(dP_dq, m, nv, first + 4)
+        if code == 0:
+            code = check_shape(dP_dv, m, nv, first + 5)
     if code == 0:
         code = impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses)
     if code == 0:
         _zero_padding(impulses, m)
+        if mode != MODE_DYNAMICS:
+            impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv)
     return code
 
 
-IMPULSE_DYNAMICS = register(_impulse_kernel,
-                            "mi:i2 mf:f2 data:W q:f1 v:f1 e:d ci:i2 cf:f2 cws:F1 v_plus:F1 impulses:F1", lazy=True)
-_impulse_dynamics = IMPULSE_DYNAMICS.call
-
-
-@njit(**JIT_OPTIONS)
-def _impulse_derivatives_kernel(mi, mf, ws, q, v, e, ci, cf, cws, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv):
-    code, m = _check_impulse(mi, ws, q, v, ci, cf, cws, v_plus, impulses)
-    nv = mi[0, MI_NVTOT]
-    first = ARG_IMPULSE_CI + 5
-    if code == 0:
-        code = check_shape(dv_dq, nv, nv, first)
-    if code == 0:
-        code = check_shape(dv_dv, nv, nv, first + 1)
-    if code == 0:
-        code = check_shape(dP_dq, m, nv, first + 2)
-    if code == 0:
-        code = check_shape(dP_dv, m, nv, first + 3)
-    if code == 0:
-        code = impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses)
-    if code == 0:
-        _zero_padding(impulses, m)
-        impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv)
-    return code
-
-
-IMPULSE_DERIVATIVES = register(
-    _impulse_derivatives_kernel,
-    "mi:i2 mf:f2 data:W q:f1 v:f1 e:d ci:i2 cf:f2 cws:F1 v_plus:F1 impulses:F1 dv_plus_dq:F2 dv_plus_dv:F2"
+IMPULSE = register(
+    _impulse_kernel,
+    "mi:i2 mf:f2 data:W q:f1 v:f1 e:d ci:i2 cf:f2 cws:F1 mode:n v_plus:F1 impulses:F1 dv_plus_dq:F2 dv_plus_dv:F2"
     " dimpulses_dq:F2 dimpulses_dv:F2", lazy=True)
-_impulse_derivatives = IMPULSE_DERIVATIVES.call
-
-CONTACT_LINEARIZE = register(
-    _contact_linearize_kernel,
-    "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 ci:i2 cf:f2 dt:d cws:F1 A:F2 B:F2 x_next:F1 forces:F1")
-_contact_linearize = CONTACT_LINEARIZE.call
+_impulse = IMPULSE.call
 
 
 # --- Python API ------------------------------------------------------------------------------------------------
 
 _KINDS = {"point": KIND_POINT, "frame": KIND_FRAME}
+_REFERENCE_KIND = {"point": "world position", "frame": "world placement"}
+
+ROTATION_TOLERANCE = 1e-9
+"""Largest entry of R^T R - I accepted in a frame contact's reference placement."""
 
 
 class Contact:
@@ -865,15 +879,18 @@ class Contact:
         frame: A frame name (``model.frame_names``: links and joints) on a moving body.
         kind: ``"point"`` (3D: the classical acceleration of the frame's origin is zero; 3 force rows) or
             ``"frame"`` (6D: the frame's spatial acceleration is zero; 6 force rows, [linear, angular]).
-        baumgarte: Optional gains (kp [1/s^2], kd [1/s]) of the drift correction: the contact acceleration is
-            held at -kp (p - reference) - kd v_p (LOCAL_WORLD_ALIGNED) instead of zero. kp needs ``reference``;
-            a frame contact takes kd only (its velocity, linear and angular, times kd).
-        reference: (3,) world position [m] the origin is pulled to with kp; settable.
+        baumgarte: Optional gains (kp [1/s^2], kd [1/s]) of the drift correction (Pinocchio's corrector), LOCAL_WORLD
+            _ALIGNED: a point's acceleration is held at -kp (p - p_ref) - kd v_p instead of zero; a frame's spatial
+            acceleration at -kp R log6(ref^-1 oMc) - kd (v_p, w), with oMc = (R, p) the frame's placement, log6 its
+            error against the reference placement (linear, angular) in the frame's axes, turned to the world's.
+            kp needs ``reference``.
+        reference: The target of kp, settable: for a point, its world position p_ref (3,) [m]; for a frame, its
+            world placement (4, 4) (a rotation and a position [m]).
 
     Raises:
         InputError: an unknown frame, a frame fixed to the universe (it cannot move: no contact force acts on
             the robot through it), an unknown kind, gains that are not two finite non-negative numbers, kp on a
-            frame contact or without a reference.
+            reference that is not a position (point) or a placement (frame).
     """
 
     __slots__ = ("model", "frame", "kind", "joint", "rows", "_baumgarte", "_row_i", "_row_f")
@@ -897,8 +914,6 @@ class Contact:
                 raise InputError(f"baumgarte: expected (kp, kd), got {baumgarte!r}", "baumgarte") from None
             if not (math.isfinite(kp) and math.isfinite(kd) and kp >= 0.0 and kd >= 0.0):
                 raise InputError(f"baumgarte: gains must be finite and non-negative, got {baumgarte!r}", "baumgarte")
-            if kp > 0.0 and kind == "frame":
-                raise InputError("baumgarte: a frame contact takes no position gain (kp must be 0)", "baumgarte")
         self.model, self.frame, self.kind, self.joint = model, frame, kind, int(joint)
         self.rows = _KINDS[kind]
         self._baumgarte = (kp, kd)
@@ -907,10 +922,11 @@ class Contact:
         self._row_f[:9] = placement[:3, :3].ravel()
         self._row_f[9:12] = placement[:3, 3]
         self._row_f[CF_KP], self._row_f[CF_KD] = kp, kd
+        self._row_f[CF_REF:CF_REF + 9] = np.eye(3).ravel()
         if reference is not None:
             self.reference = reference
         elif kp > 0.0:
-            raise InputError("reference: a position gain kp needs a reference position", "reference")
+            raise InputError(f"reference: a position gain kp needs a reference {_REFERENCE_KIND[kind]}", "reference")
 
     @property
     def baumgarte(self) -> tuple:
@@ -919,18 +935,34 @@ class Contact:
 
     @property
     def reference(self) -> np.ndarray:
-        """(3,) world position [m] that kp pulls the frame's origin to."""
-        return self._row_f[CF_REF:CF_REF + 3].copy()
+        """The target of kp: (3,) world position [m] for a point, (4, 4) world placement for a frame (a copy)."""
+        if self.kind == "point":
+            return self._row_f[CF_REF_POS:CF_REF_POS + 3].copy()
+        placement = np.eye(4)
+        placement[:3, :3] = self._row_f[CF_REF:CF_REF + 9].reshape(3, 3)
+        placement[:3, 3] = self._row_f[CF_REF_POS:CF_REF_POS + 3]
+        return placement
 
     @reference.setter
     def reference(self, value) -> None:
+        shape = (3,) if self.kind == "point" else (4, 4)
         try:
-            p = np.asarray(value, dtype=float).reshape(-1)
+            x = np.asarray(value, dtype=float)
         except (TypeError, ValueError):
-            raise InputError(f"reference: expected 3 numbers, got {value!r}", "reference") from None
-        if p.shape != (3,) or not np.all(np.isfinite(p)):
-            raise InputError(f"reference: expected 3 finite numbers, got {value!r}", "reference")
-        self._row_f[CF_REF:CF_REF + 3] = p
+            x = None
+        if x is None or x.shape != shape or not np.all(np.isfinite(x)):
+            raise InputError(f"reference: expected a {_REFERENCE_KIND[self.kind]}, {shape} finite numbers, got"
+                             f" {value!r}", "reference")
+        if self.kind == "point":
+            self._row_f[CF_REF_POS:CF_REF_POS + 3] = x
+            return
+        R = x[:3, :3]
+        if (np.abs(x[3] - [0.0, 0.0, 0.0, 1.0]).max() > 0.0 or np.abs(R.T @ R - np.eye(3)).max() > ROTATION_TOLERANCE
+                or np.linalg.det(R) < 0.0):
+            raise InputError("reference: a placement's rotation must be orthonormal with determinant 1 (within"
+                             f" {ROTATION_TOLERANCE}) and its last row [0, 0, 0, 1]", "reference")
+        self._row_f[CF_REF:CF_REF + 9] = R.ravel()
+        self._row_f[CF_REF_POS:CF_REF_POS + 3] = x[:3, 3]
 
     def __repr__(self) -> str:
         return f"Contact({self.frame!r}, kind={self.kind!r}, baumgarte={self.baumgarte})"
@@ -957,23 +989,26 @@ class ContactData:
         self.cf = np.array([c._row_f for c in contacts] or [np.zeros(CF_COLS)])
         self.with_reference = any(c.baumgarte[0] > 0.0 for c in contacts)
         self.cws = np.zeros(workspace_size(nv, 6 * len(self.ci)))
-        for name, shape in (("forces", (m,)), ("dforces", (3, m, nv)), ("dddq_dtau", (nv, nv)), ("v_plus", (nv,)),
-                            ("impulses", (m,)), ("dv_plus_dq", (nv, nv)), ("dv_plus_dv", (nv, nv)),
-                            ("dimpulses_dq", (m, nv)), ("dimpulses_dv", (m, nv))):
+        for name, shape in (("forces", (m,)), ("v_plus", (nv,)), ("impulses", (m,)), ("dv_plus_dq", (nv, nv)),
+                            ("dv_plus_dv", (nv, nv)), ("dimpulses_dq", (m, nv)), ("dimpulses_dv", (m, nv))):
             array = np.zeros(shape)
             setattr(self, "_" + name, array)
             setattr(self, name, _readonly(array))
+        # The contact kernel leaves dddq/dtau and the force derivatives in the workspace (see _offsets).
+        offsets = _offsets(nv, m)
+        o_T, o_F = offsets[12], offsets[13]
+        self.dddq_dtau = _readonly(self.cws[o_T:o_T + nv * nv].reshape(nv, nv))
+        self.dforces = _readonly(self.cws[o_F:o_F + 3 * m * nv].reshape(3, m, nv))
         self.dforces_dq, self.dforces_dv, self.dforces_dtau = self.dforces
         # The kernel arguments this set holds, by name (the slow path's call_converted takes them as they are).
         self.bound = {"ci": self.ci, "cf": self.cf, "cws": self.cws}
         self.bound.update((name, getattr(self, "_" + name)) for name in (
-            "forces", "dforces", "dddq_dtau", "v_plus", "impulses", "dv_plus_dq", "dv_plus_dv", "dimpulses_dq",
-            "dimpulses_dv"))
+            "forces", "v_plus", "impulses", "dv_plus_dq", "dv_plus_dv", "dimpulses_dq", "dimpulses_dv"))
 
     def refresh(self) -> None:
-        """Copy the contacts' reference positions (settable) into the kernels' description."""
+        """Copy the contacts' reference placements (settable) into the kernels' description."""
         for k, contact in enumerate(self.contacts):
-            self.cf[k, CF_REF:CF_REF + 3] = contact._row_f[CF_REF:CF_REF + 3]
+            self.cf[k, CF_REF:] = contact._row_f[CF_REF:]
 
 
 _CACHE_SIZE = 32
@@ -1051,6 +1086,25 @@ def _error(registered, model: Model, code: int, contacts, names: Optional[Sequen
     return registered.error(model, code, names)
 
 
+def _run_contact(model: Model, data: Data, state: ContactData, q, v, tau, fext, dt: float, mode: int) -> int:
+    """The contact kernel's status for one state (arguments of other types converted, or refused)."""
+    try:
+        return _contact(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, state.ci,
+                        state.cf, dt, mode, state.cws, data._A, data._B, data._x_next, state._forces)
+    except (TypeError, AttributeError):
+        return CONTACT.call_converted(model, data, q, v, tau, fext, dt, mode, bound=state.bound)
+
+
+def _run_impulse(model: Model, data: Data, state: ContactData, q, v, e: float, mode: int) -> int:
+    """The impulse kernel's status (arguments of other types converted, or refused)."""
+    try:
+        return _impulse(model.mi, model.mf, data.ws, q, v, e, state.ci, state.cf, state.cws, mode, state._v_plus,
+                        state._impulses, state._dv_plus_dq, state._dv_plus_dv, state._dimpulses_dq,
+                        state._dimpulses_dv)
+    except (TypeError, AttributeError):
+        return IMPULSE.call_converted(model, data, q, v, e, mode, bound=state.bound)
+
+
 def contact_dynamics(model: Model, data: Data, contacts, q, v, tau, fext=None):
     """Forward dynamics under rigid contacts: M ddq + b(q, v) = tau + J^T f with the contacts held (KKT).
 
@@ -1070,13 +1124,9 @@ def contact_dynamics(model: Model, data: Data, contacts, q, v, tau, fext=None):
         ModelError: M singular at this configuration.
     """
     state = contact_data(model, data, contacts)
-    try:
-        code = _contact_dynamics(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext,
-                                 state.ci, state.cf, state.cws, data._ddq, state._forces)
-    except (TypeError, AttributeError):
-        code = CONTACT_DYNAMICS.call_converted(model, data, q, v, tau, fext, bound=state.bound)
+    code = _run_contact(model, data, state, q, v, tau, fext, 0.0, MODE_DYNAMICS)
     if code:
-        _raise(CONTACT_DYNAMICS, model, code, state.contacts)
+        _raise(CONTACT, model, code, state.contacts)
     return data.ddq, state.forces
 
 
@@ -1089,15 +1139,9 @@ def contact_dynamics_derivatives(model: Model, data: Data, contacts, q, v, tau, 
         are in the tangent space. data.ddq and the contact set's forces hold the dynamics as a by-product.
     """
     state = contact_data(model, data, contacts)
-    outputs = (data._ddq, state._forces, data._dddq_dq, data._dddq_dv, state._dddq_dtau, state._dforces)
-    try:
-        code = _contact_derivatives(model.mi, model.mf, data.ws, q, v, tau,
-                                    data._zero_fext if fext is None else fext, state.ci, state.cf, state.cws,
-                                    *outputs)
-    except (TypeError, AttributeError):
-        code = CONTACT_DERIVATIVES.call_converted(model, data, q, v, tau, fext, bound=state.bound)
+    code = _run_contact(model, data, state, q, v, tau, fext, 0.0, MODE_DERIVATIVES)
     if code:
-        _raise(CONTACT_DERIVATIVES, model, code, state.contacts)
+        _raise(CONTACT, model, code, state.contacts)
     return (data.dddq_dq, data.dddq_dv, state.dddq_dtau, state.dforces_dq, state.dforces_dv, state.dforces_dtau)
 
 
@@ -1124,15 +1168,10 @@ def impulse_dynamics(model: Model, data: Data, contacts, q, v, restitution: floa
         (v_plus, impulses): (nv,) velocity after the impact and the impulses (m,) [N s, N m s], LWA; read-only
         views of the contact set's ContactData.
     """
-    e = _check_restitution(restitution)
     state = contact_data(model, data, contacts)
-    outputs = (state._v_plus, state._impulses)
-    try:
-        code = _impulse_dynamics(model.mi, model.mf, data.ws, q, v, e, state.ci, state.cf, state.cws, *outputs)
-    except (TypeError, AttributeError):
-        code = IMPULSE_DYNAMICS.call_converted(model, data, q, v, e, bound=state.bound)
+    code = _run_impulse(model, data, state, q, v, _check_restitution(restitution), MODE_DYNAMICS)
     if code:
-        _raise(IMPULSE_DYNAMICS, model, code, state.contacts)
+        _raise(IMPULSE, model, code, state.contacts)
     return state.v_plus, state.impulses
 
 
@@ -1143,16 +1182,10 @@ def impulse_dynamics_derivatives(model: Model, data: Data, contacts, q, v, resti
         (dv_plus_dq, dv_plus_dv, dimpulses_dq, dimpulses_dv): (nv, nv) twice, (m, nv) twice; with respect to q
         in the tangent space. v_plus and impulses are computed as a by-product.
     """
-    e = _check_restitution(restitution)
     state = contact_data(model, data, contacts)
-    outputs = (state._v_plus, state._impulses, state._dv_plus_dq, state._dv_plus_dv, state._dimpulses_dq,
-               state._dimpulses_dv)
-    try:
-        code = _impulse_derivatives(model.mi, model.mf, data.ws, q, v, e, state.ci, state.cf, state.cws, *outputs)
-    except (TypeError, AttributeError):
-        code = IMPULSE_DERIVATIVES.call_converted(model, data, q, v, e, bound=state.bound)
+    code = _run_impulse(model, data, state, q, v, _check_restitution(restitution), MODE_DERIVATIVES)
     if code:
-        _raise(IMPULSE_DERIVATIVES, model, code, state.contacts)
+        _raise(IMPULSE, model, code, state.contacts)
     return state.dv_plus_dq, state.dv_plus_dv, state.dimpulses_dq, state.dimpulses_dv
 
 
@@ -1163,14 +1196,9 @@ def linearize_contacts(model: Model, data: Data, contacts, q, v, tau, dt, fext=N
     the contact forces of the step."""
     dt = check_time_step(dt)
     state = contact_data(model, data, contacts)
-    outputs = (data._A, data._B, data._x_next, state._forces)
-    try:
-        code = _contact_linearize(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext,
-                                  state.ci, state.cf, dt, state.cws, *outputs)
-    except (TypeError, AttributeError):
-        code = CONTACT_LINEARIZE.call_converted(model, data, q, v, tau, fext, dt, bound=state.bound)
+    code = _run_contact(model, data, state, q, v, tau, fext, dt, MODE_LINEARIZE)
     if code:
-        _raise(CONTACT_LINEARIZE, model, code, state.contacts)
+        _raise(CONTACT, model, code, state.contacts)
     return data.A, data.B
 
 
@@ -1196,23 +1224,35 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
         count = len(Q)
     except TypeError:
         raise InputError("Q: expected K configurations", "Q") from None
+    # A horizon repeats few contact sets (the phases of a gait): each distinct set is checked and laid out once,
+    # and the states' descriptions are gathered from those layouts.
     if not len(contacts) or isinstance(contacts[0], Contact):
-        sets = [_check_contact_set(model, contacts)] * count
+        given = [contacts]
+        index = np.zeros(count, dtype=np.intp)
     else:
         if len(contacts) != count:
             raise InputError(f"contacts: {len(contacts)} contact sets for {count} states", "contacts")
-        sets = [_check_contact_set(model, s) for s in contacts]
-    width = max([1] + [len(s) for s in sets])
-    CI = np.zeros((count, width, CI_COLS), dtype=np.int64)
-    CF = np.zeros((count, width, CF_COLS))
-    for k, s in enumerate(sets):
+        given, index, seen = [], np.empty(count, dtype=np.intp), {}
+        for k, s in enumerate(contacts):
+            key = id(s)
+            if key not in seen:
+                seen[key] = len(given)
+                given.append(s)
+            index[k] = seen[key]
+    distinct = [_check_contact_set(model, s) for s in given]
+    width = max([1] + [len(s) for s in distinct])
+    layout_i = np.zeros((len(distinct), width, CI_COLS), dtype=np.int64)
+    layout_f = np.zeros((len(distinct), width, CF_COLS))
+    for k, s in enumerate(distinct):
         for c, contact in enumerate(s):
-            CI[k, c] = contact._row_i
-            CF[k, c] = contact._row_f
-    rows = max(sum(c.rows for c in s) for s in sets) if sets else 0
+            layout_i[k, c] = contact._row_i
+            layout_f[k, c] = contact._row_f
+    CI, CF = layout_i[index], layout_f[index]
+    sets = [distinct[k] for k in index]
+    rows = max(sum(c.rows for c in s) for s in distinct) if count else 0
     shapes = {"cws": (workspace_size(model.nv, 6 * width),), "forces": (rows,)}
-    _, A, B, X, F = run_batch(CONTACT_LINEARIZE, model, Q, V, TAU, None, CI, CF, dt, shapes=shapes,
-                              explain=lambda k, code, names: _error(CONTACT_LINEARIZE, model, code, sets[k], names))
+    _, A, B, X, F = run_batch(CONTACT, model, Q, V, TAU, None, CI, CF, dt, MODE_LINEARIZE, shapes=shapes,
+                              explain=lambda k, code, names: _error(CONTACT, model, code, sets[k], names))
     return A, B, X, F
 
 

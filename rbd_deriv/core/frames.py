@@ -28,6 +28,8 @@ Contacts (:mod:`rbd_deriv.core.contact`) build on these kernels; so do the publi
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -221,29 +223,18 @@ def lwa_motion_derivatives(mi, mf, ws, b, px, py, pz, rows, kp, kd, Dq, Dv, row0
 
 
 @njit(**JIT_OPTIONS)
-def lwa_velocity_derivative(mi, ws, b, px, py, pz, rows, w, G, row0):
-    """Rows row0..row0+rows of G (.., nv) = d(J w)/dq for the LWA Jacobian J of the frame at p on body b and a
-    fixed velocity vector w (nv,): the q-derivative of the frame's velocity (v_p, and the angular velocity for
-    rows = 6) were the joints moving at w. Needs forward_pass at FK_POSITION only: the body velocities at w
-    along the chain are partial sums of S_k w_k (v_b - v_lambda(j) is the sum over the joints from j to b)."""
+def lwa_velocity_derivative(mi, ws, b, px, py, pz, rows, w, J, G, row0):
+    """Rows row0..row0+rows of G (.., nv) = d(J w)/dq for the LWA Jacobian J of the frame at p on body b (its rows
+    row0..row0+rows, from :func:`lwa_jacobian_into`) and a fixed velocity vector w (nv,): the q-derivative of the
+    frame's velocity (v_p, and the angular velocity for rows = 6) were the joints moving at w. Needs forward_pass
+    at FK_POSITION only. One walk from b up: after joint j, the partial sums (dv, dw) of S_k w_k are
+    v_b - v_lambda(j) at w; the term w_b x dp/dq of dv_p/dq needs the total w_b, known at the end of the walk,
+    and is added then with dp/dq = J_lin (zero outside the chain)."""
     nv = mi[0, MI_NVTOT]
     S = region2(mi, ws, R_S, nv, 6)
     for r in range(row0, row0 + rows):
         for k in range(nv):
             G[r, k] = 0.0
-    vx = vy = vz = wx = wy = wz = 0.0
-    j = b
-    while j > 0:
-        iv = mi[j, MI_IDX_V]
-        for k in range(iv, iv + mi[j, MI_NV]):
-            vx += S[k, 0] * w[k]
-            vy += S[k, 1] * w[k]
-            vz += S[k, 2] * w[k]
-            wx += S[k, 3] * w[k]
-            wy += S[k, 4] * w[k]
-            wz += S[k, 5] * w[k]
-        j = mi[j, MI_PARENT]
-    # Partial sums from b up: after joint j, (dvx..dwz) = v_b - v_lambda(j).
     dvx = dvy = dvz = dwx = dwy = dwz = 0.0
     j = b
     while j > 0:
@@ -258,11 +249,156 @@ def lwa_velocity_derivative(mi, ws, b, px, py, pz, rows, w, G, row0):
         for k in range(iv, iv + mi[j, MI_NV]):
             (_, _, _, _, _, _, qwx, qwy, qwz,
              qpx, qpy, qpz) = velocity_column(S[k, 0], S[k, 1], S[k, 2], S[k, 3], S[k, 4], S[k, 5], dvx, dvy, dvz,
-                                              dwx, dwy, dwz, px, py, pz, wx, wy, wz)
+                                              dwx, dwy, dwz, px, py, pz, 0.0, 0.0, 0.0)
             G[row0, k], G[row0 + 1, k], G[row0 + 2, k] = qpx, qpy, qpz
             if rows == 6:
                 G[row0 + 3, k], G[row0 + 4, k], G[row0 + 5, k] = qwx, qwy, qwz
         j = mi[j, MI_PARENT]
+    for k in range(nv):  # (dwx, dwy, dwz) is now w_b
+        cx, cy, cz = cross3(dwx, dwy, dwz, J[row0, k], J[row0 + 1, k], J[row0 + 2, k])
+        G[row0, k] += cx
+        G[row0 + 1, k] += cy
+        G[row0 + 2, k] += cz
+
+
+# --- the placement error of a frame and its Jacobian (the position gain of a frame contact) ----------------------
+# With oMc = (R, p) the frame's placement and ref = (R_r, p_r) a reference placement, the error is
+# (nu, omega) = log6(ref^-1 oMc) (nu linear, omega angular; Pinocchio's log6), and the kernels use it with world
+# axes: (a, b) = (R nu, R omega). The right Jacobian of log6 (Pinocchio's Jlog6) in the (linear, angular) order,
+#     Jlog6 = [[A, -A Q A], [0, A]],  A = I + W/2 + k W^2,  k = 1/theta^2 - (1 + cos theta)/(2 theta sin theta)
+# (W = [omega]x, theta = |omega|; A is Jlog3) and Q the coupling block of the right Jacobian of exp6 at
+# (nu, omega) (Barfoot, "State Estimation for Robotics", sec. 7.1.5, with (rho, phi) = -(nu, omega)):
+#     Q = -N/2 + c1 (W N + N W - W N W) + c2 (3 W N W - W W N - N W W) + c3 (W N W W + W W N W),  N = [nu]x,
+#     c1 = (theta - sin)/theta^3, c2 = (theta^2 + 2 cos - 2)/(2 theta^4), c3 = (2 theta - 3 sin + theta cos)/(2 theta^5).
+# A and Q are polynomials in [nu]x and [omega]x, so R A R^T and R Q R^T are the same expressions in [a]x and
+# [b]x: the world-axis Jacobian needs no rotation.
+
+SMALL_ANGLE = 1e-4
+"""Below this angle [rad] the coefficients of log6 and Jlog6 are taken from their Taylor series."""
+
+
+@njit(**JIT_OPTIONS)
+def placement_error(mi, ws, b, X, px, py, pz, ref):
+    """(a, b, theta, k) as 8 scalars: the world-axis error (a, b) = (R nu, R omega) of the frame at placement X
+    (12,) on body b, whose origin is p, against the reference placement ``ref`` (12: rotation row-major, then
+    position; world), theta = |omega| and the coefficient k of Jlog3."""
+    oMi = region3(mi, ws, R_OMI, mi[0, MI_NJ], 4, 4)
+    o = oMi[b]
+    # R = R_b X_rot, and the relative placement ref^-1 oMc = (R_r^T R, R_r^T (p - p_r))
+    r00 = o[0, 0] * X[0] + o[0, 1] * X[3] + o[0, 2] * X[6]
+    r01 = o[0, 0] * X[1] + o[0, 1] * X[4] + o[0, 2] * X[7]
+    r02 = o[0, 0] * X[2] + o[0, 1] * X[5] + o[0, 2] * X[8]
+    r10 = o[1, 0] * X[0] + o[1, 1] * X[3] + o[1, 2] * X[6]
+    r11 = o[1, 0] * X[1] + o[1, 1] * X[4] + o[1, 2] * X[7]
+    r12 = o[1, 0] * X[2] + o[1, 1] * X[5] + o[1, 2] * X[8]
+    r20 = o[2, 0] * X[0] + o[2, 1] * X[3] + o[2, 2] * X[6]
+    r21 = o[2, 0] * X[1] + o[2, 1] * X[4] + o[2, 2] * X[7]
+    r22 = o[2, 0] * X[2] + o[2, 1] * X[5] + o[2, 2] * X[8]
+    m00 = ref[0] * r00 + ref[3] * r10 + ref[6] * r20
+    m01 = ref[0] * r01 + ref[3] * r11 + ref[6] * r21
+    m02 = ref[0] * r02 + ref[3] * r12 + ref[6] * r22
+    m10 = ref[1] * r00 + ref[4] * r10 + ref[7] * r20
+    m11 = ref[1] * r01 + ref[4] * r11 + ref[7] * r21
+    m12 = ref[1] * r02 + ref[4] * r12 + ref[7] * r22
+    m20 = ref[2] * r00 + ref[5] * r10 + ref[8] * r20
+    m21 = ref[2] * r01 + ref[5] * r11 + ref[8] * r21
+    m22 = ref[2] * r02 + ref[5] * r12 + ref[8] * r22
+    dx, dy, dz = px - ref[9], py - ref[10], pz - ref[11]
+    tx = ref[0] * dx + ref[3] * dy + ref[6] * dz
+    ty = ref[1] * dx + ref[4] * dy + ref[7] * dz
+    tz = ref[2] * dx + ref[5] * dy + ref[8] * dz
+    # log3: theta from the trace, omega from the skew part (from the diagonal near theta = pi, where it vanishes)
+    c = min(1.0, max(-1.0, 0.5 * (m00 + m11 + m22 - 1.0)))
+    theta = math.acos(c)
+    s = math.sin(theta)
+    ex, ey, ez = m21 - m12, m02 - m20, m10 - m01
+    if theta < SMALL_ANGLE:
+        f = 0.5 + theta * theta / 12.0
+        wx, wy, wz = f * ex, f * ey, f * ez
+        k = 1.0 / 12.0 + theta * theta / 720.0
+    elif s < 1e-6:
+        d = 1.0 - c
+        wx = theta * math.sqrt(max(0.0, (m00 - c) / d))
+        wy = theta * math.sqrt(max(0.0, (m11 - c) / d))
+        wz = theta * math.sqrt(max(0.0, (m22 - c) / d))
+        # signs: the largest component positive, the others from the symmetric part R + R^T = 2 (1 - c) u u^T
+        if wx >= wy and wx >= wz:
+            wy, wz = math.copysign(wy, m01 + m10), math.copysign(wz, m02 + m20)
+        elif wy >= wz:
+            wx, wz = math.copysign(wx, m01 + m10), math.copysign(wz, m12 + m21)
+        else:
+            wx, wy = math.copysign(wx, m02 + m20), math.copysign(wy, m12 + m21)
+        k = 1.0 / (theta * theta)
+    else:
+        f = theta / (2.0 * s)
+        wx, wy, wz = f * ex, f * ey, f * ez
+        k = 1.0 / (theta * theta) - (1.0 + c) / (2.0 * theta * s)
+    # nu = V^-1 t = t - omega x t / 2 + k omega x (omega x t)
+    ux, uy, uz = cross3(wx, wy, wz, tx, ty, tz)
+    gx, gy, gz = cross3(wx, wy, wz, ux, uy, uz)
+    nx, ny, nz = tx - 0.5 * ux + k * gx, ty - 0.5 * uy + k * gy, tz - 0.5 * uz + k * gz
+    return (r00 * nx + r01 * ny + r02 * nz, r10 * nx + r11 * ny + r12 * nz, r20 * nx + r21 * ny + r22 * nz,
+            r00 * wx + r01 * wy + r02 * wz, r10 * wx + r11 * wy + r12 * wz, r20 * wx + r21 * wy + r22 * wz,
+            theta, k)
+
+
+@njit(**JIT_OPTIONS)
+def _skew_into(x, y, z, out):
+    out[0, 0], out[0, 1], out[0, 2] = 0.0, -z, y
+    out[1, 0], out[1, 1], out[1, 2] = z, 0.0, -x
+    out[2, 0], out[2, 1], out[2, 2] = -y, x, 0.0
+
+
+@njit(**JIT_OPTIONS)
+def _product3(A, B, out):
+    for r in range(3):
+        for c in range(3):
+            out[r, c] = A[r, 0] * B[0, c] + A[r, 1] * B[1, c] + A[r, 2] * B[2, c]
+
+
+@njit(**JIT_OPTIONS)
+def placement_error_jacobian(ax, ay, az, bx, by, bz, theta, k, K, T):
+    """K (6, 6) = d(a, b)/d(frame motion) for the error of :func:`placement_error`: the variation of (a, b) when
+    the frame moves by the LWA motion (v_p, w) (a Jacobian column), (a, b) turning with the frame:
+    K = [[A, -A Q A - [a]x], [0, A - [b]x]] in world axes. T: (8, 3, 3) scratch."""
+    W, N, A, Q, P1, P2, P3, P4 = T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7]
+    _skew_into(bx, by, bz, W)
+    _skew_into(ax, ay, az, N)
+    _product3(W, W, P1)  # W^2
+    for r in range(3):
+        for c in range(3):
+            A[r, c] = (1.0 if r == c else 0.0) + 0.5 * W[r, c] + k * P1[r, c]
+    if theta < SMALL_ANGLE:
+        c1, c2, c3 = 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0
+    else:
+        t2, sn, cs = theta * theta, math.sin(theta), math.cos(theta)
+        c1 = (theta - sn) / (t2 * theta)
+        c2 = (t2 + 2.0 * cs - 2.0) / (2.0 * t2 * t2)
+        c3 = (2.0 * theta - 3.0 * sn + theta * cs) / (2.0 * t2 * t2 * theta)
+    _product3(W, N, P2)  # W N
+    _product3(P2, W, P3)  # W N W
+    _product3(N, W, P4)  # N W
+    for r in range(3):
+        for c in range(3):
+            Q[r, c] = -0.5 * N[r, c] + c1 * (P2[r, c] + P4[r, c] - P3[r, c])
+    _product3(P1, N, P2)  # W W N
+    _product3(N, P1, P4)  # N W W
+    for r in range(3):
+        for c in range(3):
+            Q[r, c] += c2 * (3.0 * P3[r, c] - P2[r, c] - P4[r, c])
+    _product3(P3, W, P2)  # W N W W
+    _product3(W, P3, P4)  # W W N W
+    for r in range(3):
+        for c in range(3):
+            Q[r, c] += c3 * (P2[r, c] + P4[r, c])
+    _product3(A, Q, P1)
+    _product3(P1, A, P2)  # A Q A
+    for r in range(3):
+        for c in range(3):
+            K[r, c] = A[r, c]
+            K[r, 3 + c] = -P2[r, c] - N[r, c]
+            K[3 + r, c] = 0.0
+            K[3 + r, 3 + c] = A[r, c] - W[r, c]
 
 
 # --- public frame functions ---------------------------------------------------------------------------------
@@ -320,7 +456,7 @@ def _frame_kernel(mi, mf, ws, q, v, a, X, joint, level, pose, motion, derivs):
         for k in range(3, 6):
             motion[2, k] = motion[1, k]
     if level >= LEVEL_DERIVATIVES:
-        lwa_velocity_derivative(mi, ws, joint, px, py, pz, 6, v, derivs[1], 0)
+        lwa_velocity_derivative(mi, ws, joint, px, py, pz, 6, v, derivs[0], derivs[1], 0)
         lwa_motion_derivatives(mi, mf, ws, joint, px, py, pz, 6, 0.0, 0.0, derivs[2], derivs[3], 0)
     return 0
 

@@ -2,9 +2,10 @@
 
 Builds one ``pin.RigidConstraintModel`` per :class:`rbd_deriv.Contact` (CONTACT_3D for a point, CONTACT_6D
 for a frame, LOCAL_WORLD_ALIGNED, on the frame's parent joint at its placement; Baumgarte gains and the
-reference position copied), and runs ``constraintDynamics``, ``computeConstraintDynamicsDerivatives``,
-``impulseDynamics`` and ``computeImpulseDynamicsDerivatives`` with tight proximal settings, our arrays in and
-out (q converted by the bridge).
+reference, a position or a placement, copied as joint2_placement on the universe), and runs
+``constraintDynamics``, ``computeConstraintDynamicsDerivatives``, ``impulseDynamics`` and
+``computeImpulseDynamicsDerivatives`` with tight proximal settings, our arrays in and out (q converted by the
+bridge).
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ class PinocchioContacts:
                 gains = cm.m_baumgarte_parameters
                 gains.Kp, gains.Kd = kp, kd
                 cm.m_baumgarte_parameters = gains
-                cm.joint2_placement = pin.SE3(np.eye(3), contact.reference)
+                ref = contact.reference
+                cm.joint2_placement = (pin.SE3(np.eye(3), ref) if contact.kind == "point" else
+                                       pin.SE3(ref[:3, :3], ref[:3, 3]))
             self.models.append(cm)
             self.datas.append(cm.createData())
         self.data = pm.createData()
