@@ -52,7 +52,7 @@ def test_nothing_compiles_at_import_after_the_build():
     assert "loaded from the cache" in completed.stdout
     assert "compiling" not in completed.stderr, "the build left kernels to compile"
     lazy = next(line for line in completed.stdout.splitlines() if line.startswith("compiled at their first use"))
-    assert "contact._impulse_derivatives_kernel" in lazy and "linearization._linearize_kernel" not in lazy
+    assert "contact._impulse_kernel" in lazy and "linearization._linearize_kernel" not in lazy
 
 
 MPC_TICKS = textwrap.dedent("""
@@ -143,9 +143,9 @@ def test_kernels_are_found_and_none_is_in_a_module_left_out_of_the_key(tmp_path)
     built = {f"rbd_deriv.core.{name.split('.')[0]}.{name.split('.')[1]}_entry"
              for name, lazy in report["lazy"].items() if not lazy}
     assert set(report["tasks"]) == built | {"hook:rbd_deriv.control.mpc"}
-    assert {"rnea._rnea_kernel", "linearization._linearize_kernel", "contact._contact_linearize_kernel"} <= {
+    assert {"rnea._rnea_kernel", "linearization._linearize_kernel", "contact._contact_kernel"} <= {
         name for name, lazy in report["lazy"].items() if not lazy}
-    assert {"contact._impulse_derivatives_kernel", "configuration._difference_kernel"} <= {
+    assert {"contact._impulse_kernel", "configuration._difference_kernel"} <= {
         name for name, lazy in report["lazy"].items() if lazy}
     # What the schedule weighs a kernel by: its entry, the kernel and the helpers it calls.
     assert {"rbd_deriv.core.crba._crba_kernel_entry", "rbd_deriv.core.crba._crba_kernel",
