@@ -301,10 +301,12 @@ def test_contact_linearization_batch_is_the_single_call(load_robot):
     robot, contacts = _case(load_robot, "solo12-4")
     model, data = robot.model, robot.data
     rng = robot.rng("contact batch")
-    count = 7
+    count = 9
     Q = np.array([robot.random_q(rng) for _ in range(count)])
     V, TAU = rng.uniform(-1, 1, (2, count, model.nv))
-    gait = [contacts, contacts[:2], contacts[1:], [contacts[3]], [], contacts[::2], contacts[:1]]  # [] a flight
+    # [] a flight; the last two repeat earlier sets in other sequences (one layout per distinct set).
+    gait = [contacts, contacts[:2], contacts[1:], [contacts[3]], [], contacts[::2], contacts[:1], list(contacts),
+            tuple(contacts[:2])]
     A, B, X, F = rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=gait)
     assert F.shape == (count, 12)
     for k in range(count):

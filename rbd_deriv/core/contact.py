@@ -1224,8 +1224,9 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
         count = len(Q)
     except TypeError:
         raise InputError("Q: expected K configurations", "Q") from None
-    # A horizon repeats few contact sets (the phases of a gait): each distinct set is checked and laid out once,
-    # and the states' descriptions are gathered from those layouts.
+    # A horizon repeats few contact sets (the phases of a gait): each distinct set (the same contacts in the same
+    # order, whichever sequence holds them) is checked and laid out once, and the states' descriptions are
+    # gathered from those layouts.
     if not len(contacts) or isinstance(contacts[0], Contact):
         given = [contacts]
         index = np.zeros(count, dtype=np.intp)
@@ -1234,10 +1235,14 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
             raise InputError(f"contacts: {len(contacts)} contact sets for {count} states", "contacts")
         given, index, seen = [], np.empty(count, dtype=np.intp), {}
         for k, s in enumerate(contacts):
-            key = id(s)
+            try:
+                key = tuple(s)
+            except TypeError:
+                raise InputError(f"contacts: the set of state {k} is not a sequence of rbd_deriv.Contact",
+                                 "contacts") from None
             if key not in seen:
                 seen[key] = len(given)
-                given.append(s)
+                given.append(key)
             index[k] = seen[key]
     distinct = [_check_contact_set(model, s) for s in given]
     width = max([1] + [len(s) for s in distinct])
