@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Dict, Optional, Tuple
+import time
+from typing import Any, Dict, Optional, Tuple
 
 __all__ = ["LOG_TEXT_LIMIT", "Refusals", "shorten"]
 
@@ -56,3 +57,9 @@ class Refusals:
         self._logged[reason] = (now, 0)
         extra = f" ({suppressed} more since the last report)" if suppressed else ""
         return f"refused [{reason}, {self.counts[reason]} so far]: {shorten(str(text))}{extra}"
+
+    def count_error(self, kind: str, error: Any) -> Optional[str]:
+        """:meth:`count` of a refused input (or a failed step) of ``kind``, now, under ``kind/reason`` when
+        ``error`` has a ``reason``, else under ``kind``; ``error`` (an exception or a text) is the text."""
+        reason = getattr(error, "reason", None)
+        return self.count(f"{kind}/{reason}" if reason else kind, str(error), time.monotonic())

@@ -21,3 +21,14 @@ def test_a_zero_period_logs_every_refusal():
     refusals = Refusals(log_period=0.0)
     assert all(refusals.count("bad_request", "x", now=1.0) for _ in range(3))
     assert refusals.counts["bad_request"] == 3
+
+
+def test_an_error_is_counted_under_its_kind_and_reason():
+    class Refused(Exception):
+        reason = "size"
+
+    refusals = Refusals(log_period=0.0)
+    assert refusals.count_error("policy", Refused("3 knots, 4 expected")) == \
+        "refused [policy/size, 1 so far]: 3 knots, 4 expected"
+    assert refusals.count_error("policy", "no reason given") == "refused [policy, 1 so far]: no reason given"
+    assert refusals.counts == {"policy/size": 1, "policy": 1}

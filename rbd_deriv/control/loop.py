@@ -323,8 +323,7 @@ class ControlLoop:
     def refuse(self, kind: str, error: Any) -> Optional[str]:
         """Count a refused input (or a failed tick) of ``kind``, under ``kind/reason`` when the error has a
         ``reason``; return the line to log, or None within the log period of that key."""
-        reason = getattr(error, "reason", None)
-        return self.refusals.count(f"{kind}/{reason}" if reason else kind, str(error), time.monotonic())
+        return self.refusals.count_error(kind, error)
 
     # ------------------------------------------------------------------------------------------ tick
     def tick(self, now_ns: int) -> Optional[TickResult]:

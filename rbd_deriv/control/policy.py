@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import collections
 import math
-import time
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping, Optional, Sequence, Tuple
@@ -184,8 +183,7 @@ class PolicyExecutor:
 
     def refuse(self, kind: str, error: Any) -> Optional[str]:
         """Count a refusal of ``kind`` under ``kind/reason``; the line to log, or None within the log period."""
-        reason = getattr(error, "reason", None)
-        return self.refusals.count(f"{kind}/{reason}" if reason else kind, str(error), time.monotonic())
+        return self.refusals.count_error(kind, error)
 
     def _rows(self, joint_names: Sequence[str]) -> np.ndarray:
         """Where each of this robot's actuated joints is among ``joint_names`` (a policy's rows)."""
