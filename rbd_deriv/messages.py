@@ -352,8 +352,7 @@ class DynamicsMessages(NamedTuple):
             view[...] = fields[key]
         message.dt, message.header = fields["dt"], header
         frames, kinds = fields["contact_frames"], fields["contact_kinds"]
-        if len(message.contact_frames) != len(frames) or list(message.contact_frames) != list(frames) \
-                or list(message.contact_kinds) != list(kinds):
+        if list(message.contact_frames) != list(frames) or list(message.contact_kinds) != list(kinds):
             message.contact_frames, message.contact_kinds = list(frames), list(kinds)
             message.nc = len(frames)
         fill_message(message, {"contact_forces": fields["contact_forces"]})

@@ -70,12 +70,14 @@ class PipelineError(InputError):
         self.reason = reason
 
 
-def contact_set(model: Any, frames: Sequence[str], kinds: Sequence[str] = ()) -> tuple:
+def contact_set(model: Any, frames: Sequence[str], kinds: Sequence[str] = (), data: Any = None) -> tuple:
     """The contacts of ``model`` at ``frames``, in that order (the order of the contact forces).
 
     Args:
         frames: Frame names (``model.frame_names``: links and joints), each on a different moving body.
         kinds: One of :data:`CONTACT_KINDS` per frame, or empty: every contact is a point contact.
+        data: A workspace of ``model`` the set will be used on (its layout is made there, once); a new
+            one if None.
 
     Returns:
         A tuple of :class:`rbd_deriv.Contact` (empty for no frame: the free tree).
@@ -91,7 +93,7 @@ def contact_set(model: Any, frames: Sequence[str], kinds: Sequence[str] = ()) ->
     try:
         contacts = tuple(rd.Contact(model, str(frame), str(kind)) for frame, kind in zip(frames, kinds))
         if contacts:  # the set is checked as a whole (two contacts on one body...) when first used on a Data
-            rd.contact_forces(model, model.create_data(), contacts)
+            rd.contact_forces(model, model.create_data() if data is None else data, contacts)
     except InputError as error:
         raise PipelineError(f"contact set {describe(frames)}: {error}", "bad_contacts") from error
     return contacts
@@ -273,8 +275,8 @@ class DynamicsPipeline:
         Raises:
             PipelineError: ``bad_contacts``.
         """
-        contacts = contact_set(self.model, frames, kinds)
         with self.lock:
+            contacts = contact_set(self.model, frames, kinds, self.data)
             self.contacts = contacts
             self.contact_frames = tuple(c.frame for c in contacts)
             self.contact_kinds = tuple(c.kind for c in contacts)
@@ -403,10 +405,6 @@ class DynamicsPipeline:
             raise PipelineError(f"unknown outputs {sorted(unknown)}; choose among {', '.join(DERIVATIVES)}",
                                 "bad_request")
         model, data = self.model, self.data
-        try:
-            contacts = contact_set(model, contact_frames, contact_kinds)
-        except PipelineError as error:
-            raise PipelineError(str(error), "bad_request") from error
         q = _request_vector("q", q, model.nq, "nq", "position")
         v = _request_vector("v", v, model.nv, "nv", "velocity")
         needs_tau = bool(wanted & {"forward_dynamics_derivatives", "linearization"})
@@ -420,6 +418,7 @@ class DynamicsPipeline:
         answer: Dict[str, Any] = {}
         try:
             with self.lock:
+                contacts = contact_set(model, contact_frames, contact_kinds, data)  # refused as a bad request
                 # Each call overwrites data's results: copy each before the next call.
                 if "inverse_dynamics_derivatives" in wanted:
                     dtau_dq, dtau_dv, _ = rd.rnea_derivatives(model, data, q, v, a)

@@ -1253,11 +1253,10 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
             layout_i[k, c] = contact._row_i
             layout_f[k, c] = contact._row_f
     CI, CF = layout_i[index], layout_f[index]
-    sets = [distinct[k] for k in index]
     rows = max(sum(c.rows for c in s) for s in distinct) if count else 0
     shapes = {"cws": (workspace_size(model.nv, 6 * width),), "forces": (rows,)}
     _, A, B, X, F = run_batch(CONTACT, model, Q, V, TAU, None, CI, CF, dt, MODE_LINEARIZE, shapes=shapes,
-                              explain=lambda k, code, names: _error(CONTACT, model, code, sets[k], names))
+                              explain=lambda k, code, names: _error(CONTACT, model, code, distinct[index[k]], names))
     return A, B, X, F
 
 
