@@ -3,8 +3,8 @@
 numba's own cache keys each function by its own source file and bytecode. A kernel whose file did not change
 keeps machine code compiled against whatever it read from other modules at the time (a constant, a workspace
 layout, a helper of another file), so after an edit or an upgrade it would run stale code. Here every kernel
-of the package is cached under one *build key* instead: a hash of every library source file (all the
-package's ``.py`` files but those of :data:`NOT_KERNEL_SOURCES`), numba's, llvmlite's, numpy's and Python's
+of the package is cached under one *build key* instead: a hash of every source file a kernel can read (the
+modules that import numba and every package module they import, directly or not: :func:`kernel_sources`), numba's, llvmlite's, numpy's and Python's
 versions, numba's code-generation settings and the CPU (numba's target triple, CPU name and features). Any
 change gives another directory, so machine code is only ever loaded for the exact sources it was compiled
 from, however the package was installed or rebuilt.
@@ -30,6 +30,7 @@ ahead of time.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
 import hashlib
@@ -39,16 +40,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 PACKAGE_DIR = Path(os.path.abspath(os.path.dirname(__file__)))
 """The package folder as Python imported it (symlinks kept: a colcon --symlink-install links each file)."""
 
 NOT_KERNEL_SOURCES = ("nodes", "bench", "testing", "msg", "srv")
-"""Subpackages that define no kernel and that no kernel reads (the ROS layer, benchmarks, test oracles, the
-interfaces' generated modules, which a colcon install puts in the package folder and a pip install beside it):
-they are left out of the key, so that editing a node does not recompile the library. test_precompile.py
-checks that none of them defines a kernel."""
+"""Subpackages that define no kernel (the ROS layer, benchmarks, test oracles, the interfaces' generated
+modules, which a colcon install puts in the package folder and a pip install beside it): a build does not
+import them. test_precompile.py checks that none of them defines a kernel."""
+
+HOOK = "precompile_kernels"
+"""Name of a module's function that compiles its kernels without signatures by calling them."""
 
 CACHE_FOLDER = "__jitcache__"
 """Name of the cache root inside the package folder."""
@@ -68,16 +71,80 @@ def _say(text: str) -> None:
     print(f"rbd_deriv: {text}", file=sys.stderr, flush=True)
 
 
+def _module_file(name: str, package_dir: Path) -> Optional[Path]:
+    """The file of the package's module ``name`` (``rbd_deriv.core.rnea``), None for another package's."""
+    parts = name.split(".")
+    if parts[0] != package_dir.name:
+        return None
+    base = package_dir.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _module_name(path: Path, package_dir: Path) -> str:
+    relative = path.relative_to(package_dir).with_suffix("")
+    parts = [package_dir.name, *relative.parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _read_module(path: Path, package_dir: Path) -> Tuple[bool, Set[Path]]:
+    """(is a root, the package files it imports) of one source file. A root imports numba at its top level;
+    its imports are all of them, at any level (a function may import). ``from a import b`` counts as
+    importing a's file only when b is not a module of its own: a kernel reads the names it imports, not the
+    package that holds them."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    name = _module_name(path, package_dir)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    root = False
+    for statement in tree.body:
+        if isinstance(statement, ast.Import) and any(a.name.split(".")[0] == "numba" for a in statement.names) \
+                or isinstance(statement, ast.ImportFrom) and statement.level == 0 \
+                and (statement.module or "").split(".")[0] == "numba":
+            root = True
+    imported: Set[Path] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            targets = [f"{base}.{alias.name}" if _module_file(f"{base}.{alias.name}", package_dir) else base
+                       for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            found = _module_file(target, package_dir)
+            if found is not None:
+                imported.add(found)
+    return root, imported
+
+
 def kernel_sources(package_dir: Path = PACKAGE_DIR) -> List[Path]:
-    """The package's ``.py`` files that the key covers, sorted by relative path."""
-    files = []
+    """The package's ``.py`` files that the key covers, sorted by relative path: the roots (modules importing
+    numba) and every package module they import, directly or not. A kernel reads only its module's globals
+    and what those import, so a file outside this closure (a node, the pipeline, the simulator, the MPC
+    loop) cannot change machine code, and editing it keeps the cache. A module's :data:`HOOK` only chooses
+    which signatures a build compiles: if an edit outside the closure changes them, the new ones compile at
+    their first call and join the folder."""
+    modules = {}
     for path in package_dir.rglob("*.py"):
         relative = path.relative_to(package_dir)
-        if relative.parts[0] in NOT_KERNEL_SOURCES or "__pycache__" in relative.parts \
-                or CACHE_FOLDER in relative.parts:
+        if "__pycache__" in relative.parts or CACHE_FOLDER in relative.parts:
             continue
-        files.append(path)
-    return sorted(files, key=lambda p: p.relative_to(package_dir).as_posix())
+        modules[path] = _read_module(path, package_dir)
+    covered = {path for path, (root, _) in modules.items() if root}
+    frontier = list(covered)
+    while frontier:
+        for found in modules[frontier.pop()][1]:
+            if found in modules and found not in covered:
+                covered.add(found)
+                frontier.append(found)
+    return sorted(covered, key=lambda p: p.relative_to(package_dir).as_posix())
 
 
 def source_digest(package_dir: Path = PACKAGE_DIR) -> str:

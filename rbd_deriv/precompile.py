@@ -71,8 +71,7 @@ def discover_modules() -> Tuple[List[str], Dict[str, str]]:
     return names, skipped
 
 
-HOOK = "precompile_kernels"
-"""Name of a module's function that compiles its kernels without signatures by calling them."""
+HOOK = jit_cache.HOOK
 
 HOOK_TASK = "hook:"
 """Prefix of the task that runs a module's :data:`HOOK` (the other tasks are kernels' names)."""

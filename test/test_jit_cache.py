@@ -22,7 +22,7 @@ import pytest
 import rbd_deriv as rd
 from rbd_deriv import jit_cache
 from rbd_deriv.core import constants as core_constants
-from rbd_deriv.core import kinematics
+from rbd_deriv.core import rnea
 from rbd_deriv.testing.editable import hook_free_path
 
 PACKAGE = Path(rd.__file__).resolve().parent
@@ -54,7 +54,7 @@ def copy_package(destination: Path) -> Path:
     return destination / "rbd_deriv"
 
 
-def test_key_follows_every_library_source_but_not_the_ros_layer(tmp_path):
+def test_key_follows_the_kernels_sources_and_what_they_import_only(tmp_path):
     copy = copy_package(tmp_path)
     key, description = jit_cache.build_key(PACKAGE)
     assert jit_cache.build_key(copy)[0] == key, "the key depends on the content, not the location"
@@ -68,10 +68,23 @@ def test_key_follows_every_library_source_but_not_the_ros_layer(tmp_path):
     constants.write_text(text)
     assert jit_cache.build_key(copy)[0] == key
 
-    (copy / "nodes" / "dynamics_node.py").write_text("# edited\n", encoding="utf-8")
-    assert jit_cache.build_key(copy)[0] == key, "the ROS layer is not compiled into kernels"
-    (copy / "core" / "batch.py").write_text((copy / "core" / "batch.py").read_text() + "\n# edited\n")
-    assert jit_cache.build_key(copy)[0] != key
+    # Files no kernel module imports: the ROS layer, the pipeline, the MPC loop, the simulator.
+    for outside in ("nodes/dynamics_node.py", "pipeline.py", "control/loop.py", "sim/plant.py", "messages.py"):
+        (copy / outside).write_text((copy / outside).read_text() + "\n# edited\n", encoding="utf-8")
+        assert jit_cache.build_key(copy)[0] == key, f"{outside} is compiled into no kernel"
+    # Read by kernels: a kernel module itself, a module a kernel module imports (exceptions: the checks'
+    # messages), and the MPC's numba kernels and their constants.
+    for inside in ("core/batch.py", "exceptions.py", "core/model.py", "control/riccati.py", "control/constants.py"):
+        original = (copy / inside).read_text()
+        (copy / inside).write_text(original + "\n# edited\n", encoding="utf-8")
+        assert jit_cache.build_key(copy)[0] != key, f"{inside} is read by kernels"
+        (copy / inside).write_text(original, encoding="utf-8")
+    # A new kernel module brings its imports into the key, relative ones too.
+    (copy / "sim" / "kernel.py").write_text("import numba\nfrom ..messages import DynamicsMessages\n")
+    with_kernel = jit_cache.build_key(copy)[0]
+    assert with_kernel != key
+    (copy / "messages.py").write_text((copy / "messages.py").read_text() + "\n# again\n", encoding="utf-8")
+    assert jit_cache.build_key(copy)[0] != with_kernel, "messages.py is now imported by a kernel module"
 
 
 def test_this_process_loads_kernels_from_its_complete_key_folder():
@@ -79,11 +92,11 @@ def test_this_process_loads_kernels_from_its_complete_key_folder():
     assert folder is not None and folder.name == jit_cache.build_key()[0]
     assert (folder / jit_cache.COMPLETE).is_file()
     # The kernels' numba caches sit in the key folder, mirroring the package's subfolders; a kernel's C entry
-    # beside the kernel.
-    cache_path = Path(kinematics._forward_kinematics_kernel.stats.cache_path)
+    # beside the kernel. RNEA is built (not lazy), so it is there whatever this process called before.
+    cache_path = Path(rnea._rnea_kernel.stats.cache_path)
     assert cache_path == folder / "core"
-    assert any(cache_path.glob("kinematics._forward_kinematics_kernel-*.nbi"))
-    assert any(cache_path.glob("kinematics._forward_kinematics_kernel_entry-*.nbi"))
+    assert any(cache_path.glob("rnea._rnea_kernel-*.nbi"))
+    assert any(cache_path.glob("rnea._rnea_kernel_entry-*.nbi"))
 
 
 def test_is_cached_reads_the_key_folders_index():

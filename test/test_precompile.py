@@ -3,9 +3,10 @@
 The build of this environment's cache (``./run setup``) must leave nothing to compile at import, which
 ``python -m rbd_deriv.precompile --check`` verifies from numba's own cache statistics, nor on an MPC's first
 ticks (the solver's kernels, compiled by a hook). The kernels registered ``lazy=True`` are left out of it:
-their first call compiles them, saying so. The modules left out of the cache key
-(rbd_deriv.jit_cache.NOT_KERNEL_SOURCES) must define no kernel, which importing them in a build's process
-(kernels recorded, not compiled) shows.
+their first call compiles them, saying so. Every module that defines a kernel must be in
+the cache key (rbd_deriv.jit_cache.kernel_sources), and the subpackages a build does not import
+(rbd_deriv.jit_cache.NOT_KERNEL_SOURCES) must define none, which importing them in a build's process (kernels
+recorded, not compiled) shows.
 """
 
 from __future__ import annotations
@@ -138,7 +139,9 @@ def test_kernels_are_found_and_none_is_in_a_module_left_out_of_the_key(tmp_path)
     modules = report["modules"]
     assert {"rbd_deriv.core.crba", "rbd_deriv.core.rnea", "rbd_deriv.core.aba", "rbd_deriv.core.configuration"} <= set(modules)
     left_out = [m for m in modules if m.split(".")[1] in jit_cache.NOT_KERNEL_SOURCES]
-    assert not left_out, f"kernels defined outside the cache key: {left_out}"
+    assert not left_out, f"kernels defined in modules a build does not import: {left_out}"
+    keyed = {jit_cache._module_name(path, jit_cache.PACKAGE_DIR) for path in jit_cache.kernel_sources()}
+    assert set(modules) <= keyed, f"kernels defined outside the cache key: {set(modules) - keyed}"
     # One task per C entry of a kernel that is not lazy, and the MPC's hook; the lazy kernels are left out.
     built = {f"rbd_deriv.core.{name.split('.')[0]}.{name.split('.')[1]}_entry"
              for name, lazy in report["lazy"].items() if not lazy}
