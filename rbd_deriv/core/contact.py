@@ -44,7 +44,10 @@ external forces P) and the q-derivative of J w at w = v+ + e v in place of D_q; 
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
+import weakref
 from typing import Optional, Sequence
 
 import numpy as np
@@ -170,9 +173,16 @@ def _offsets(nv, m):
     return o_L, o_J, o_Y, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv + 108
 
 
+@functools.lru_cache(maxsize=256)
 def workspace_size(nv: int, m: int) -> int:
     """Size of the float64 workspace of a contact set with m force rows on a model of nv dofs."""
     return int(_offsets(nv, m)[-1])
+
+
+@functools.lru_cache(maxsize=256)
+def _force_derivatives_offset(nv: int, m: int) -> int:
+    """Where dforces/d(q, v, tau) (3, m, nv) start in a contact set's workspace."""
+    return int(_offsets(nv, m)[13])
 
 
 @njit(**JIT_OPTIONS)
@@ -1207,16 +1217,36 @@ def contact_forces(model: Model, data: Data, contacts) -> np.ndarray:
     return contact_data(model, data, contacts).forces
 
 
-def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
+_SCRATCH = threading.local()
+"""Per thread: {model: float64 buffer} holding the contact workspaces of that thread's last batch."""
+
+
+def _batch_workspaces(model: Model, count: int, size: int) -> np.ndarray:
+    """(count, size) contact workspaces for a batch on this thread: scratch, reused from one call to the next
+    (a new one per call costs the page faults and cache misses of K workspaces every time). One buffer per
+    thread and model, grown when a batch needs more."""
+    pool = getattr(_SCRATCH, "pool", None)
+    if pool is None:
+        pool = _SCRATCH.pool = weakref.WeakKeyDictionary()
+    buffer = pool.get(model)
+    if buffer is None or buffer.size < count * size:
+        buffer = pool[model] = np.empty(count * size)
+    return buffer[:count * size].reshape(count, size)
+
+
+def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts, force_derivatives: bool = False):
     """linearize_contacts at K states, one contact set per state.
 
     Args:
         contacts: K sequences of :class:`Contact` (one per state; they may differ: a gait), or one sequence
             for all states.
+        force_derivatives: Also return the derivatives of each state's forces.
 
     Returns:
         (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv), forces (K, m_max)): each state's forces first,
-        padded with zeros to the largest number of force rows of a state.
+        padded with zeros to the largest number of force rows of a state. With ``force_derivatives``, two more:
+        dforces_dx (K, m_max, 2nv) = [dforces/dq, dforces/dv] (q in the tangent space) and dforces_du
+        (K, m_max, nv) = dforces/dtau, zero in the padding rows.
     """
     check_model(model)
     dt = check_time_step(dt)
@@ -1233,31 +1263,47 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
     else:
         if len(contacts) != count:
             raise InputError(f"contacts: {len(contacts)} contact sets for {count} states", "contacts")
-        given, index, seen = [], np.empty(count, dtype=np.intp), {}
+        given, order, seen = [], [], {}
         for k, s in enumerate(contacts):
             try:
-                key = tuple(s)
+                key = s if type(s) is tuple else tuple(s)
             except TypeError:
                 raise InputError(f"contacts: the set of state {k} is not a sequence of rbd_deriv.Contact",
                                  "contacts") from None
-            if key not in seen:
-                seen[key] = len(given)
+            j = seen.get(key)
+            if j is None:
+                j = seen[key] = len(given)
                 given.append(key)
-            index[k] = seen[key]
+            order.append(j)
+        index = np.array(order, dtype=np.intp)
     distinct = [_check_contact_set(model, s) for s in given]
     width = max([1] + [len(s) for s in distinct])
     layout_i = np.zeros((len(distinct), width, CI_COLS), dtype=np.int64)
     layout_f = np.zeros((len(distinct), width, CF_COLS))
+    sizes = []
     for k, s in enumerate(distinct):
         for c, contact in enumerate(s):
             layout_i[k, c] = contact._row_i
             layout_f[k, c] = contact._row_f
+        sizes.append(sum(c.rows for c in s))
     CI, CF = layout_i[index], layout_f[index]
-    rows = max(sum(c.rows for c in s) for s in distinct) if count else 0
-    shapes = {"cws": (workspace_size(model.nv, 6 * width),), "forces": (rows,)}
-    _, A, B, X, F = run_batch(CONTACT, model, Q, V, TAU, None, CI, CF, dt, MODE_LINEARIZE, shapes=shapes,
+    rows = max(sizes) if count else 0
+    nv = model.nv
+    cws = _batch_workspaces(model, count, workspace_size(nv, 6 * width))
+    _, A, B, X, F = run_batch(CONTACT, model, Q, V, TAU, None, CI, CF, dt, MODE_LINEARIZE,
+                              shapes={"forces": (rows,)}, out={"cws": cws},
                               explain=lambda k, code, names: _error(CONTACT, model, code, distinct[index[k]], names))
-    return A, B, X, F
+    if not force_derivatives:
+        return A, B, X, F
+    dF_dx, dF_du = np.zeros((count, rows, 2 * nv)), np.zeros((count, rows, nv))
+    for j, m in enumerate(sizes):
+        if m == 0:  # a flight phase: no force
+            continue
+        states = np.flatnonzero(index == j) if len(distinct) > 1 else slice(None)
+        start = _force_derivatives_offset(nv, m)
+        dF = cws[states, start:start + 3 * m * nv].reshape(-1, 3, m, nv)
+        dF_dx[states, :m, :nv], dF_dx[states, :m, nv:], dF_du[states, :m] = dF[:, 0], dF[:, 1], dF[:, 2]
+    return A, B, X, F, dF_dx, dF_du
 
 
 linearization.CONTACT_STEP.update(single=linearize_contacts, batch=linearize_contacts_batch)
