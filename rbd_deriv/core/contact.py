@@ -124,6 +124,13 @@ from rbd_deriv.exceptions import InputError
 # (frames.FRAME_COLS numbers), the Baumgarte gains kp, kd and the reference placement (world; FRAME_COLS numbers:
 # rotation row-major, then the position p_ref, which is all a point contact reads).
 CI_KIND, CI_JOINT, CI_COLS = 0, 1, 2
+
+U = np.uintp
+"""The innermost loops of the factorizations and solves run over ``range(U(a), U(b))``: numba checks every
+signed index for wraparound (a negative index counts from the end), a branch per access that also keeps LLVM
+from vectorizing; an unsigned index is used as it is. The loop variable then only indexes (never mixed with
+signed integers in arithmetic, which numba would do in floating point)."""
+
 CF_KP, CF_KD, CF_REF = FRAME_COLS, FRAME_COLS + 1, FRAME_COLS + 2
 CF_REF_POS = CF_REF + FRAME_POS
 CF_COLS = CF_REF + FRAME_COLS
@@ -232,9 +239,10 @@ def ltdl_factor(mi, H, t):
         ivk, end = mi[jk, MI_IDX_V], mi[jk, MI_SUBTREE_END]
         for k in range(ivk + mi[jk, MI_NV] - 1, ivk - 1, -1):
             d = H[k, k]
-            for c in range(k + 1, end):
-                t[c] = H[c, c] * H[k, c]
-                d -= H[k, c] * t[c]
+            Hk = H[k]
+            for c in range(U(k + 1), U(end)):
+                t[c] = H[c, c] * Hk[c]
+                d -= Hk[c] * t[c]
             if not d > constants.SINGULAR_INERTIA:
                 return jk
             H[k, k] = d
@@ -243,9 +251,10 @@ def ltdl_factor(mi, H, t):
             while ji > 0:
                 ivi = mi[ji, MI_IDX_V]
                 for i in range(ivi, top):
-                    acc = H[i, k]
-                    for c in range(k + 1, end):
-                        acc -= H[i, c] * t[c]
+                    Hi = H[i]
+                    acc = Hi[k]
+                    for c in range(U(k + 1), U(end)):
+                        acc -= Hi[c] * t[c]
                     acc *= inverse
                     H[i, k] = acc
                     H[k, i] = acc
@@ -257,13 +266,14 @@ def ltdl_factor(mi, H, t):
 @njit(inline="always", **JIT_OPTIONS)
 def _to_ancestors(mi, H, X, ji, i, col0, ncols):
     """X[j, col0:col0 + ncols] -= L_ij X[i, col0:col0 + ncols] for every ancestor j of dof i (of joint ji)."""
-    jj, top = ji, i
+    jj, top, Xi = ji, i, X[i]
     while jj > 0:
         ivj = mi[jj, MI_IDX_V]
         for j in range(ivj, top):
             l = H[i, j]
-            for col in range(col0, col0 + ncols):
-                X[j, col] -= l * X[i, col]
+            Xj = X[j]
+            for col in range(U(col0), U(col0 + ncols)):
+                Xj[col] -= l * Xi[col]
         jj = mi[jj, MI_PARENT]
         top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
 
@@ -284,18 +294,21 @@ def ltdl_backward(mi, H, X):
     nj, nv, c = mi[0, MI_NJ], X.shape[0], X.shape[1]
     for i in range(nv):
         d = 1.0 / H[i, i]
-        for col in range(c):
-            X[i, col] *= d
+        Xi = X[i]
+        for col in range(U(0), U(c)):
+            Xi[col] *= d
     for ji in range(1, nj):
         ivi = mi[ji, MI_IDX_V]
         for i in range(ivi, ivi + mi[ji, MI_NV]):
+            Xi = X[i]
             jj, top = ji, i
             while jj > 0:
                 ivj = mi[jj, MI_IDX_V]
                 for j in range(ivj, top):
                     l = H[i, j]
-                    for col in range(c):
-                        X[i, col] -= l * X[j, col]
+                    Xj = X[j]
+                    for col in range(U(0), U(c)):
+                        Xi[col] -= l * Xj[col]
                 jj = mi[jj, MI_PARENT]
                 top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
 
@@ -343,21 +356,25 @@ def cholesky_solve(G, m, X):
     """X (m, c) <- G^-1 X for G = C C^T factored by :func:`cholesky`, row updates over the columns."""
     c = X.shape[1]
     for r in range(m):
+        Xr = X[r]
         for k in range(r):
             g = G[r, k]
-            for col in range(c):
-                X[r, col] -= g * X[k, col]
+            Xk = X[k]
+            for col in range(U(0), U(c)):
+                Xr[col] -= g * Xk[col]
         d = 1.0 / G[r, r]
-        for col in range(c):
-            X[r, col] *= d
+        for col in range(U(0), U(c)):
+            Xr[col] *= d
     for r in range(m - 1, -1, -1):
+        Xr = X[r]
         for k in range(r + 1, m):
             g = G[k, r]
-            for col in range(c):
-                X[r, col] -= g * X[k, col]
+            Xk = X[k]
+            for col in range(U(0), U(c)):
+                Xr[col] -= g * Xk[col]
         d = 1.0 / G[r, r]
-        for col in range(c):
-            X[r, col] *= d
+        for col in range(U(0), U(c)):
+            Xr[col] *= d
 
 
 @njit(**JIT_OPTIONS)
@@ -577,21 +594,25 @@ def _kkt_derivative(mi, L, J, Y, G, m, D, X, dF):
     nv, c = X.shape[0], X.shape[1]
     ltdl_solve(mi, L, X)  # M^-1 R
     for r in range(m):
-        for k in range(c):
-            dF[r, k] = -D[r, k]
+        dFr, Dr = dF[r], D[r]
+        for col in range(U(0), U(c)):
+            dFr[col] = -Dr[col]
         for k in range(nv):
             jrk = J[r, k]
             if jrk != 0.0:
-                for col in range(c):
-                    dF[r, col] += jrk * X[k, col]
+                Xk = X[k]
+                for col in range(U(0), U(c)):
+                    dFr[col] += jrk * Xk[col]
     cholesky_solve(G, m, dF)
     for k in range(nv):
-        for col in range(c):
-            X[k, col] = -X[k, col]
+        Xk = X[k]
+        for col in range(U(0), U(c)):
+            Xk[col] = -Xk[col]
         for r in range(m):
             ykr = Y[k, r]
-            for col in range(c):
-                X[k, col] += ykr * dF[r, col]
+            dFr = dF[r]
+            for col in range(U(0), U(c)):
+                Xk[col] += ykr * dFr[col]
 
 
 @njit(**JIT_OPTIONS)
