@@ -71,7 +71,7 @@ from rbd_deriv.core.calling import (
     status,
 )
 from rbd_deriv.core import linearization
-from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.constants import JIT_OPTIONS, UINT
 from rbd_deriv.core.crba import crba_into
 from rbd_deriv.core.frames import (
     FRAME_COLS,
@@ -124,12 +124,6 @@ from rbd_deriv.exceptions import InputError
 # (frames.FRAME_COLS numbers), the Baumgarte gains kp, kd and the reference placement (world; FRAME_COLS numbers:
 # rotation row-major, then the position p_ref, which is all a point contact reads).
 CI_KIND, CI_JOINT, CI_COLS = 0, 1, 2
-
-U = np.uintp
-"""The innermost loops of the factorizations and solves run over ``range(U(a), U(b))``: numba checks every
-signed index for wraparound (a negative index counts from the end), a branch per access that also keeps LLVM
-from vectorizing; an unsigned index is used as it is. The loop variable then only indexes (never mixed with
-signed integers in arithmetic, which numba would do in floating point)."""
 
 CF_KP, CF_KD, CF_REF = FRAME_COLS, FRAME_COLS + 1, FRAME_COLS + 2
 CF_REF_POS = CF_REF + FRAME_POS
@@ -240,7 +234,7 @@ def ltdl_factor(mi, H, t):
         for k in range(ivk + mi[jk, MI_NV] - 1, ivk - 1, -1):
             d = H[k, k]
             Hk = H[k]
-            for c in range(U(k + 1), U(end)):
+            for c in range(UINT(k + 1), UINT(end)):
                 t[c] = H[c, c] * Hk[c]
                 d -= Hk[c] * t[c]
             if not d > constants.SINGULAR_INERTIA:
@@ -253,7 +247,7 @@ def ltdl_factor(mi, H, t):
                 for i in range(ivi, top):
                     Hi = H[i]
                     acc = Hi[k]
-                    for c in range(U(k + 1), U(end)):
+                    for c in range(UINT(k + 1), UINT(end)):
                         acc -= Hi[c] * t[c]
                     acc *= inverse
                     H[i, k] = acc
@@ -272,7 +266,7 @@ def _to_ancestors(mi, H, X, ji, i, col0, ncols):
         for j in range(ivj, top):
             l = H[i, j]
             Xj = X[j]
-            for col in range(U(col0), U(col0 + ncols)):
+            for col in range(UINT(col0), UINT(col0 + ncols)):
                 Xj[col] -= l * Xi[col]
         jj = mi[jj, MI_PARENT]
         top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
@@ -295,7 +289,7 @@ def ltdl_backward(mi, H, X):
     for i in range(nv):
         d = 1.0 / H[i, i]
         Xi = X[i]
-        for col in range(U(0), U(c)):
+        for col in range(UINT(0), UINT(c)):
             Xi[col] *= d
     for ji in range(1, nj):
         ivi = mi[ji, MI_IDX_V]
@@ -307,7 +301,7 @@ def ltdl_backward(mi, H, X):
                 for j in range(ivj, top):
                     l = H[i, j]
                     Xj = X[j]
-                    for col in range(U(0), U(c)):
+                    for col in range(UINT(0), UINT(c)):
                         Xi[col] -= l * Xj[col]
                 jj = mi[jj, MI_PARENT]
                 top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
@@ -360,20 +354,20 @@ def cholesky_solve(G, m, X):
         for k in range(r):
             g = G[r, k]
             Xk = X[k]
-            for col in range(U(0), U(c)):
+            for col in range(UINT(0), UINT(c)):
                 Xr[col] -= g * Xk[col]
         d = 1.0 / G[r, r]
-        for col in range(U(0), U(c)):
+        for col in range(UINT(0), UINT(c)):
             Xr[col] *= d
     for r in range(m - 1, -1, -1):
         Xr = X[r]
         for k in range(r + 1, m):
             g = G[k, r]
             Xk = X[k]
-            for col in range(U(0), U(c)):
+            for col in range(UINT(0), UINT(c)):
                 Xr[col] -= g * Xk[col]
         d = 1.0 / G[r, r]
-        for col in range(U(0), U(c)):
+        for col in range(UINT(0), UINT(c)):
             Xr[col] *= d
 
 
@@ -595,23 +589,23 @@ def _kkt_derivative(mi, L, J, Y, G, m, D, X, dF):
     ltdl_solve(mi, L, X)  # M^-1 R
     for r in range(m):
         dFr, Dr = dF[r], D[r]
-        for col in range(U(0), U(c)):
+        for col in range(UINT(0), UINT(c)):
             dFr[col] = -Dr[col]
         for k in range(nv):
             jrk = J[r, k]
             if jrk != 0.0:
                 Xk = X[k]
-                for col in range(U(0), U(c)):
+                for col in range(UINT(0), UINT(c)):
                     dFr[col] += jrk * Xk[col]
     cholesky_solve(G, m, dF)
     for k in range(nv):
         Xk = X[k]
-        for col in range(U(0), U(c)):
+        for col in range(UINT(0), UINT(c)):
             Xk[col] = -Xk[col]
         for r in range(m):
             ykr = Y[k, r]
             dFr = dF[r]
-            for col in range(U(0), U(c)):
+            for col in range(UINT(0), UINT(c)):
                 Xk[col] += ykr * dFr[col]
 
 
