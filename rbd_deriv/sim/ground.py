@@ -36,6 +36,7 @@ from typing import Any, Sequence, Tuple
 
 import numpy as np
 
+import rbd_deriv as rd
 from rbd_deriv.exceptions import InputError
 
 #: Contact kinds: a point foot (one sphere) or a flat sole (four spheres).
@@ -103,6 +104,21 @@ class Ground:
             return np.zeros((1, 3))
         length, width = self.sole_size
         return np.array([[sx * length / 2, sy * width / 2, self.foot_radius] for sx in (1, -1) for sy in (1, -1)])
+
+
+def rest_on_floor(model: Any, q: np.ndarray, ground: Ground) -> np.ndarray:
+    """q (nq,) with the base's height changed so that the lowest foot sphere touches the floor (the base's
+    orientation, x, y and the joints as given)."""
+    q = np.array(q, dtype=float)
+    data = model.create_data()
+    rd.forward_kinematics(model, data, q)
+    lowest = math.inf
+    for frame, kind in zip(ground.contact_frames, ground.contact_kinds):
+        placement = rd.frame_placement(model, data, frame)
+        centers = placement[:3, :3] @ ground.sphere_centers(kind).T + placement[:3, 3:4]
+        lowest = min(lowest, float(centers[2].min()) - ground.foot_radius)
+    q[2] -= lowest
+    return q
 
 
 def _set_contact(geom: Any, friction: float) -> None:
@@ -234,4 +250,4 @@ class GroundContacts:
 
 
 __all__ = ["CONE_TOLERANCE", "Ground", "GroundContacts", "IMPRATIO", "KINDS", "SOLIMP", "SOLREF", "add_ground",
-           "trunk_box"]
+           "rest_on_floor", "trunk_box"]

@@ -205,6 +205,7 @@ class MujocoPlant(Plant):
         self.mj_model.dof_frictionloss[self._dof] = _joint_vector("friction", friction, nu)
         self._locks = np.arange(len(locks), dtype=np.int64)  # the description has no equality of its own
         self._root_body = 1  # the world's first child: the base
+        self.base_link = mujoco.mj_id2name(self.mj_model, mujoco.mjtObj.mjOBJ_BODY, self._root_body)
         self.mass = float(self.mj_model.body_mass.sum())
         self.contacts = GroundContacts(self.mj_model, ground) if ground is not None else None
         nc = len(ground.contact_frames) if ground is not None else 0
