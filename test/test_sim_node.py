@@ -28,7 +28,7 @@ from sensor_msgs.msg import JointState  # noqa: E402
 
 import rbd_deriv as rd  # noqa: E402
 from rbd_deriv.messages import feedback_policy_fields, fill_message, odometry_arrays, set_stamp  # noqa: E402
-from rbd_deriv.msg import FeedbackPolicy, Push  # noqa: E402
+from rbd_deriv.msg import ContactForces, FeedbackPolicy, Push  # noqa: E402
 from rbd_deriv.nodes.processes import ros_parameters, stop_processes  # noqa: E402
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_data_dir  # noqa: E402
 
@@ -65,6 +65,8 @@ class Simulator:
         self.odometry = None
         self.joint_states = None
         self.diagnostics: dict = {}
+        self.contact_forces = None
+        self.node.create_subscription(ContactForces, "contact_forces", self._on_contact_forces, 10)
         self.node.create_subscription(Odometry, "odom", self._on_odometry, 10)
         self.node.create_subscription(JointState, "joint_states", self._on_joint_states, 10)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
@@ -73,6 +75,9 @@ class Simulator:
 
     def _on_odometry(self, message) -> None:
         self.odometry = message
+
+    def _on_contact_forces(self, message) -> None:
+        self.contact_forces = message
 
     def _on_joint_states(self, message) -> None:
         self.joint_states = message
@@ -140,6 +145,13 @@ def test_legged_simulator_publishes_odometry_takes_pushes_and_applies_a_policy(s
         assert np.abs(q[7:] - standing).max() < 5e-3 and np.abs(v).max() < 0.05
         assert sim.diagnostics["fell"] == "false" and sim.diagnostics["feet_touching"] == "1111"
         assert sim.diagnostics["actuation"] == "brake"
+        # The floor carries the robot's weight, shared by its feet.
+        contact = sim.contact_forces
+        assert list(contact.frames) == FEET and list(contact.touching) == [True] * 4
+        forces = np.reshape(contact.forces, (4, 3))
+        weight = rd.crba(model, data, q)[0, 0] * 9.81
+        assert forces[:, 2].sum() == pytest.approx(weight, rel=0.02)
+        assert (forces[:, 2] > 0.15 * weight).all() and contact.header.frame_id == "odom"
 
         # A policy for the 12 actuated joints of the 18-dof robot: PD on the joints around the standing posture
         # (K has zero columns for the base), from the simulator's own state at every step.
@@ -149,7 +161,6 @@ def test_legged_simulator_publishes_odometry_takes_pushes_and_applies_a_policy(s
         gain[:, 6:18] = -8.0 * np.eye(12)
         gain[:, 24:36] = -0.2 * np.eye(12)
         # Feedforward: the static stance torques, g(q) = S^T tau + sum_i J_i^T f_i with f_i = (0, 0, m g / 4).
-        weight = rd.crba(model, data, q)[0, 0] * 9.81
         tau = rd.gravity_torques(model, data, q)[6:].copy()
         for foot in FEET:
             tau -= rd.frame_jacobian(model, data, q, foot, "local_world_aligned")[:3, 6:].T @ [0, 0, weight / 4]

@@ -306,4 +306,8 @@ SIM_NODE: Dict[str, Spec] = {
     "odom_topic": Spec("odom", "nav_msgs/Odometry output of a floating base (ground truth)", read_only=True),
     "odom_frame_id": Spec("odom", "the odometry's world frame", read_only=True),
     "push_topic": Spec("push", "rbd_deriv/msg/Push input: a wrench on a floating base for a while", read_only=True),
+    "contact_forces_topic": Spec("contact_forces", "rbd_deriv/msg/ContactForces output: the floor's force on each "
+                                 "foot (world frame); empty: not published", read_only=True),
+    "contact_forces_period": Spec(0.01, "period of contact_forces [s], in [0.001, 3600]", in_range(0.001, 3600.0),
+                                  read_only=True),
 }

@@ -17,7 +17,9 @@ A floating-base robot (``floating_base``; a legged robot) stands on a floor with
 of ``contact_frames`` (:class:`rbd_deriv.sim.Ground`). It publishes, besides the actuated joints' states, the
 base's ground-truth odometry (nav_msgs/Odometry on ``odom_topic``: the pose of the base link in
 ``odom_frame_id``, the twist in the base link's own frame, as nav_msgs specifies for ``child_frame_id``) at the
-joint_states rate, and takes pushes (rbd_deriv/msg/Push on ``push_topic``: a wrench on the base for a while).
+joint_states rate, the floor's force on each foot (rbd_deriv/msg/ContactForces on ``contact_forces_topic``, every
+``contact_forces_period``), and takes pushes (rbd_deriv/msg/Push on ``push_topic``: a wrench on the base for a
+while).
 Its brakes lock the joints and the robot keeps standing (or falling) on them. ``/diagnostics`` adds ``fell``
 (the base below half its initial height, or a trunk or limb on the floor), ``pushes_applied`` and
 ``friction_cone_violations`` (foot-steps whose contact force left the friction cone).
@@ -41,6 +43,7 @@ import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
+from rclpy.time import Time
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -50,7 +53,7 @@ from rbd_deriv import bundled_urdf
 from rbd_deriv.control import Actuation, PolicyExecutor
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.messages import feedback_policy_arrays, stamp_to_ns
-from rbd_deriv.msg import FeedbackPolicy, Push
+from rbd_deriv.msg import ContactForces, FeedbackPolicy, Push
 from rbd_deriv.nodes.parameters import SIM_NODE, declare_parameters, per_joint
 from rbd_deriv.nodes.spin import guard, run_node
 from rbd_deriv.refusals import shorten
@@ -102,6 +105,13 @@ class SimNode(Node):
             self._odometry.child_frame_id = self.plant.base_link
             self.odometry_publisher = self.create_publisher(Odometry, p["odom_topic"], 10)
             self.create_subscription(Push, p["push_topic"], self._guard(self._on_push), 10)
+        self.contact_forces_publisher = None
+        if ground is not None and p["contact_forces_topic"]:
+            self._contact_forces = ContactForces(frames=list(ground.contact_frames))
+            self._contact_forces.header.frame_id = p["odom_frame_id"]
+            self._contact_forces_period_ns = int(round(p["contact_forces_period"] * 1e9))
+            self._contact_forces_due_ns = 0
+            self.contact_forces_publisher = self.create_publisher(ContactForces, p["contact_forces_topic"], 10)
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(Float64MultiArray, p["command_topic"], self._guard(self._on_command), 10)
         if p["policy_topic"]:
@@ -206,6 +216,8 @@ class SimNode(Node):
         stamp = self.get_clock().now().to_msg()
         with self._lock:
             q, v, applied = self.plant.q, self.plant.v, self._applied
+            if self.contact_forces_publisher is not None:
+                forces, touching = self.plant.contact_forces.copy(), self.plant.touching.copy()
         message.header.stamp = stamp
         message.position = q[self._q_rows].tolist()
         message.velocity = v[self._v_rows].tolist()
@@ -222,6 +234,14 @@ class SimNode(Node):
             twist.linear.x, twist.linear.y, twist.linear.z = v[0:3].tolist()
             twist.angular.x, twist.angular.y, twist.angular.z = v[3:6].tolist()
             self.odometry_publisher.publish(odometry)
+        now_ns = Time.from_msg(stamp).nanoseconds
+        if self.contact_forces_publisher is not None and now_ns >= self._contact_forces_due_ns:
+            self._contact_forces_due_ns = now_ns + self._contact_forces_period_ns
+            contact = self._contact_forces
+            contact.header.stamp = stamp
+            contact.forces = forces.ravel().tolist()
+            contact.touching = touching.tolist()
+            self.contact_forces_publisher.publish(contact)
 
     def _publish_diagnostics(self) -> None:
         with self._lock:
