@@ -46,7 +46,8 @@ def test_bad_settings_are_refused(arguments, message):
 def test_trunk_box_has_the_inertia_it_was_made_from():
     mass, half = 3.0, np.array([0.2, 0.1, 0.05])
     # A uniform box: I_x = m (b^2 + c^2) / 3 with half-sizes (a, b, c).
-    inertia = mass / 3 * np.array([half[1] ** 2 + half[2] ** 2, half[0] ** 2 + half[2] ** 2, half[0] ** 2 + half[1] ** 2])
+    a, b, c = half ** 2
+    inertia = mass / 3 * np.array([b + c, a + c, a + b])
     assert_close(trunk_box(mass, inertia), half)
     # A flat body at the triangle inequality's limit gets a millimetre, not a NaN.
     assert_close(trunk_box(1.0, np.array([1.0, 1.0, 2.0]))[2], 1e-3)

@@ -13,19 +13,20 @@ ground adds the only geometry that touches the floor:
 - fall detectors that collide like the rest: a box on the root body with the root's mass and principal
   inertia (the uniform box of the same inertia, at its centre of mass) for the trunk, and a capsule of
   radius ``foot_radius / 2`` along each limb segment (from a body's origin to its child's), except the
-  segments that end at a foot. A detector on the floor means the robot has fallen: a knee, the trunk, an
-  elbow touching the ground. The thinner limb capsules cannot touch before the foot sphere they end in.
+  segments that end at a foot (the shin of a point foot, the ankle of a sole), so a foot on the floor is never
+  taken for a fall. A detector on the floor means the robot has fallen: a knee, the trunk, an elbow on the
+  ground.
 
 Contact settings. MuJoCo's contacts are soft: a constraint force follows a reference acceleration
 -b v - k d of the penetration d with the time constant and damping ratio of ``solref`` and an impedance
 from ``solimp``. MuJoCo's defaults (``solref`` 0.02 s, ``solimp`` 0.9 to 0.95) let solo12 (2.5 kg on four
-2 cm feet) standing at its SRDF posture under a PD with its stance torques sink 3 mm into the floor and creep
-(9 mm/s after 2 s). :data:`SOLREF` takes a time constant of 5 ms, stable at the 1 ms step (MuJoCo needs it
-above twice the step), and :data:`SOLIMP` an impedance of 0.99 over 1 mm of penetration, which makes the
-constraint nearly rigid: the same robot sinks 0.04 mm and rests (test/test_mujoco_plant.py). The friction cone is
-MuJoCo's elliptic cone (the exact cone |f_t| <= mu f_n rather than a pyramid) with ``impratio`` 10, which
-makes the friction rows stiffer than the normal one, as MuJoCo recommends for elliptic cones to stop feet
-creeping under a tangential load.
+2 cm feet) standing at its SRDF posture under a PD with its stance torques sink 3 mm into the floor, still
+sinking at 2 mm/s after 1.5 s. :data:`SOLREF` takes a time constant of 5 ms, stable at the 1 ms step (MuJoCo
+needs it above twice the step), and :data:`SOLIMP` an impedance of 0.99 over 1 mm of penetration, which makes
+the constraint nearly rigid: the same robot sinks 0.04 mm and rests (test/test_mujoco_plant.py). The friction
+cone is MuJoCo's elliptic cone (the exact cone |f_t| <= mu f_n rather than a pyramid) with ``impratio`` 10,
+which makes the friction rows stiffer than the normal one, as MuJoCo's documentation suggests with elliptic
+cones to reduce slip.
 """
 
 from __future__ import annotations
