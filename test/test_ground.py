@@ -77,3 +77,27 @@ def test_rest_on_floor_puts_the_lowest_sphere_on_the_floor():
                 lowest.append(center[2] - 0.01)
     assert min(lowest) == pytest.approx(0.0, abs=1e-12)
     assert max(lowest) > 0.01
+
+
+def test_initial_configuration():
+    import rbd_deriv as rd
+    from rbd_deriv.sim.ground import initial_configuration, rest_on_floor
+    from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, bundled_urdf
+
+    arm = rd.load_urdf(bundled_urdf("rbd_arm7"))
+    assert_close(initial_configuration(arm, [0.3]), np.full(7, 0.3))
+    assert_close(initial_configuration(arm, np.arange(7.0)), np.arange(7.0))
+    solo = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    joints = np.linspace(-1.0, 1.0, 12)
+    pose = [0.1, 0.2, 0.3, 0.0, 0.0, 0.0, 1.0]
+    q = initial_configuration(solo, joints, pose)
+    assert_close(q[:7], pose)
+    assert_close(q[[solo.idx_q[n] for n in solo.actuated_joint_names]], joints)
+    feet = Ground(["FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT"])
+    rested = initial_configuration(solo, joints, [0.0], feet)
+    assert_close(rested[[0, 1, 3, 4, 5, 6]], [0.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    assert_close(rested, rest_on_floor(solo, np.r_[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, joints], feet))
+    with pytest.raises(InputError, match="12 actuated joints"):
+        initial_configuration(solo, np.zeros(5))
+    with pytest.raises(InputError, match="7 values"):
+        initial_configuration(solo, joints, [0.0, 0.0, 0.3])

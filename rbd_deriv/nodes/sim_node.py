@@ -58,7 +58,7 @@ from rbd_deriv.nodes.parameters import SIM_NODE, declare_parameters, per_joint
 from rbd_deriv.nodes.spin import guard, run_node
 from rbd_deriv.refusals import shorten
 from rbd_deriv.sim import Ground, make_plant
-from rbd_deriv.sim.ground import rest_on_floor
+from rbd_deriv.sim.ground import initial_configuration
 
 #: Largest number of physics steps taken at once to catch up with the wall clock; beyond it the
 #: simulation slows down instead of jumping.
@@ -66,7 +66,8 @@ MAX_CATCH_UP_STEPS = 20
 
 
 class SimNode(Node):
-    """Wires the plant to ROS: parameters, command subscription, joint_states publisher."""
+    """Wires the plant to ROS: parameters, policy, command and push subscriptions, joint_states, odometry and
+    contact-force publishers, diagnostics."""
 
     def __init__(self) -> None:
         # rclpy destroys a context's nodes at shutdown, this one too when the rest of __init__ fails (MuJoCo
@@ -84,7 +85,7 @@ class SimNode(Node):
                             p["ground_friction"])
         self.plant = make_plant(p["backend"], urdf_path, dt=1.0 / rate, damping=per_joint(p["damping"]),
                                 friction=per_joint(p["friction"]), model=self.model, ground=ground)
-        self.plant.reset(self._initial_configuration(p, ground))
+        self.plant.reset(initial_configuration(self.model, p["initial_positions"], p["initial_base_pose"], ground))
         self.nv = self.model.nv
         self._q_rows = np.array([self.model.idx_q[name] for name in self.plant.joint_names], dtype=np.int64)
         self._v_rows = np.array([self.model.idx_v[name] for name in self.plant.joint_names], dtype=np.int64)
@@ -121,27 +122,10 @@ class SimNode(Node):
         self._thread = threading.Thread(target=self._physics_loop, daemon=True)
         self._thread.start()
         self.get_logger().info(
-            f"{p['backend']} plant of {self.model.name!r} ({self.nv} joints) at {rate:g} Hz, "
+            f"{p['backend']} plant of {self.model.name!r} ({self.nv} dof"
+            f"{', floating base' if self.model.has_floating_base else ''}"
+            f"{', feet ' + ' '.join(ground.contact_frames) if ground is not None else ''}) at {rate:g} Hz, "
             f"policies on {p['policy_topic'] or '(none)'}, commands on {p['command_topic']}")
-
-    def _initial_configuration(self, p: dict, ground) -> np.ndarray:
-        """q (nq,) from initial_positions (one value or one per actuated joint) and, on a floating base,
-        initial_base_pose (7 values, or one: upright above the origin, resting on the floor)."""
-        joints = np.asarray(p["initial_positions"], dtype=float)
-        nu = len(self.plant.joint_names)
-        if joints.size == 1:
-            joints = np.full(nu, float(joints[0]))
-        if joints.size != nu:
-            raise RbdDerivError(f"initial_positions has {joints.size} values; the robot has {nu} actuated joints")
-        if not self.model.has_floating_base:
-            return joints
-        base = np.asarray(p["initial_base_pose"], dtype=float)
-        if base.size == 7:
-            return np.concatenate([base, joints])
-        if base.size != 1:
-            raise RbdDerivError(f"initial_base_pose needs x y z qx qy qz qw (7 values) or one, got {base.size}")
-        q = np.concatenate([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0], joints])
-        return q if ground is None else rest_on_floor(self.model, q, ground)
 
     def _guard(self, callback):
         return guard(callback, lambda error: self._refused("internal_error", error))

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -120,6 +120,40 @@ def rest_on_floor(model: Any, q: np.ndarray, ground: Ground) -> np.ndarray:
         lowest = min(lowest, float(centers[2].min()) - ground.foot_radius)
     q[2] -= lowest
     return q
+
+
+def initial_configuration(model: Any, joint_positions: Any, base_pose: Any = (0.0,),
+                          ground: Optional[Ground] = None) -> np.ndarray:
+    """A robot's q (nq,) from its actuated joints' positions and, on a floating base, its base's pose.
+
+    Args:
+        model: The model.
+        joint_positions: One value for every actuated joint, or one per actuated joint in model order [rad, m].
+        base_pose: Floating base: x y z [m] qx qy qz qw, or one value (any): upright above the origin, with its
+            lowest foot sphere on the floor when there is a ``ground`` (else at z = 0).
+        ground: The feet, for the resting height.
+
+    Raises:
+        InputError: Wrong numbers of values.
+    """
+    actuated = model.actuated_joint_names
+    joints = np.asarray(joint_positions, dtype=float).ravel()
+    if joints.size == 1:
+        joints = np.full(len(actuated), float(joints[0]))
+    if joints.size != len(actuated):
+        raise InputError(f"{joints.size} initial joint positions; the robot has {len(actuated)} actuated joints")
+    q = rd.neutral(model)
+    for name, value in zip(actuated, joints):
+        q[model.idx_q[name]] = value
+    if not model.has_floating_base:
+        return q
+    base = np.asarray(base_pose, dtype=float).ravel()
+    if base.size == 7:
+        q[0:7] = base
+        return q
+    if base.size != 1:
+        raise InputError(f"the initial base pose needs x y z qx qy qz qw (7 values) or one, got {base.size}")
+    return q if ground is None else rest_on_floor(model, q, ground)
 
 
 def _set_contact(geom: Any, friction: float) -> None:
@@ -251,4 +285,4 @@ class GroundContacts:
 
 
 __all__ = ["CONE_TOLERANCE", "Ground", "GroundContacts", "IMPRATIO", "KINDS", "SOLIMP", "SOLREF", "add_ground",
-           "rest_on_floor", "trunk_box"]
+           "initial_configuration", "rest_on_floor", "trunk_box"]
