@@ -18,6 +18,7 @@ its child frame.
 
 from __future__ import annotations
 
+import math
 from typing import Tuple
 
 import numpy as np
@@ -31,13 +32,35 @@ def rotation_of(quaternion_xyzw: np.ndarray) -> np.ndarray:
                      [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
 
 
+def rotate(quaternion_xyzw: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """R v (3,) for the rotation R of a unit quaternion (x, y, z, w): v + w t + u x t with t = 2 u x v, u the
+    quaternion's vector part. Scalar arithmetic: a plant reads its state at every step, and forming R costs
+    more from Python."""
+    x, y, z, w = (float(c) for c in quaternion_xyzw)
+    vx, vy, vz = (float(c) for c in vector)
+    tx, ty, tz = 2.0 * (y * vz - z * vy), 2.0 * (z * vx - x * vz), 2.0 * (x * vy - y * vx)
+    return np.array([vx + w * tx + y * tz - z * ty, vy + w * ty + z * tx - x * tz, vz + w * tz + x * ty - y * tx])
+
+
+def pose_from_mujoco(qpos: np.ndarray) -> np.ndarray:
+    """Library base configuration q (7,) of a MuJoCo free joint's qpos (7,), the quaternion normalized."""
+    w, x, y, z = qpos[3:7]
+    norm = math.sqrt(w * w + x * x + y * y + z * z)
+    return np.array([qpos[0], qpos[1], qpos[2], x / norm, y / norm, z / norm, w / norm])
+
+
+def twist_from_mujoco(qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
+    """Library base velocity v (6,) (base frame) of a MuJoCo free joint's (qpos (7,), qvel (6,))."""
+    w, x, y, z = qpos[3:7]
+    norm = math.sqrt(w * w + x * x + y * y + z * z)
+    # R^T is the rotation of the conjugate quaternion.
+    linear = rotate((-x / norm, -y / norm, -z / norm, w / norm), qvel[0:3])
+    return np.concatenate([linear, qvel[3:6]])
+
+
 def from_mujoco(qpos: np.ndarray, qvel: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """Library base state (q (7,), v (6,)) of a MuJoCo free joint's (qpos (7,), qvel (6,))."""
-    w, x, y, z = qpos[3:7]
-    quaternion = np.array([x, y, z, w]) / np.sqrt(w * w + x * x + y * y + z * z)
-    q = np.concatenate([qpos[0:3], quaternion])
-    v = np.concatenate([rotation_of(quaternion).T @ qvel[0:3], qvel[3:6]])
-    return q, v
+    return pose_from_mujoco(qpos), twist_from_mujoco(qpos, qvel)
 
 
 def to_mujoco(q: np.ndarray, v: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -50,4 +73,4 @@ def to_mujoco(q: np.ndarray, v: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return qpos, qvel
 
 
-__all__ = ["from_mujoco", "rotation_of", "to_mujoco"]
+__all__ = ["from_mujoco", "pose_from_mujoco", "rotate", "rotation_of", "to_mujoco", "twist_from_mujoco"]

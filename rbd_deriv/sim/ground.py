@@ -52,6 +52,8 @@ IMPRATIO = 10.0
 #: Friction-cone check of a foot's force: |f_t| > mu f_n + CONE_TOLERANCE * max(1, |f|) [N] counts a violation.
 CONE_TOLERANCE = 1e-6
 
+_AXES = np.arange(3)
+
 #: Collision bits: the floor collides with the robot's geoms, the robot's geoms not with each other.
 _FLOOR_CONTYPE, _FLOOR_CONAFFINITY = 1, 0
 _ROBOT_CONTYPE, _ROBOT_CONAFFINITY = 0, 1
@@ -250,31 +252,46 @@ class GroundContacts:
                 self.foot_of_geom[geom] = int(name[4:].split("_")[0])
             elif name.startswith("detector_"):
                 self.foot_of_geom[geom] = -1
-        self._wrench = np.zeros(6)
+        self._foot_of = self.foot_of_geom.tolist()
 
     def read(self, mj_model: Any, mj_data: Any) -> Tuple[np.ndarray, np.ndarray, bool]:
         """(forces (nc, 3) [N] the floor exerts on each foot in the world frame, summed over the foot's spheres;
         touching (nc,) whether each foot is in contact with the floor; whether a fall detector or any geom other
         than a foot touches the floor)."""
-        forces = np.zeros((len(self.ground.contact_frames), 3))
-        touching = np.zeros(len(self.ground.contact_frames), dtype=bool)
+        nc = len(self.ground.contact_frames)
+        forces, touching = np.zeros((nc, 3)), np.zeros(nc, dtype=bool)
+        count = mj_data.ncon
+        if count == 0:
+            return forces, touching, False
+        contact = mj_data.contact
+        # A handful of contacts: plain Python over lists beats numpy's per-call cost here.
+        geom1, geom2, floor, foot_of_geom = contact.geom1.tolist(), contact.geom2.tolist(), self.floor, self._foot_of
+        rows, feet, signs = [], [], []
         body_on_floor = False
-        for i in range(mj_data.ncon):
-            contact = mj_data.contact[i]
-            geom1, geom2 = int(contact.geom1), int(contact.geom2)
-            if self.floor not in (geom1, geom2):
+        for i in range(count):
+            # The force is the one geom1 exerts on geom2: on the foot when the foot is geom2.
+            if geom1[i] == floor:
+                robot, sign = geom2[i], 1.0
+            elif geom2[i] == floor:
+                robot, sign = geom1[i], -1.0
+            else:
                 continue
-            robot_geom = geom2 if geom1 == self.floor else geom1
-            foot = self.foot_of_geom[robot_geom]
+            foot = foot_of_geom[robot]
             if foot < 0:
                 body_on_floor = True
-                continue
-            touching[foot] = True
-            self._mujoco.mj_contactForce(mj_model, mj_data, i, self._wrench)
-            # The contact frame's rows are the normal (from geom1 to geom2) and two tangents; the force is the
-            # one geom1 exerts on geom2.
-            force = contact.frame.reshape(3, 3).T @ self._wrench[:3]
-            forces[foot] += force if geom2 == robot_geom else -force
+            else:
+                rows.append(i)
+                feet.append(foot)
+                signs.append(sign)
+        if rows:
+            # Every contact here has condim 3 on an elliptic cone: its three constraint forces are the force
+            # itself in the contact frame (normal from geom1 to geom2, two tangents), whose rows are those axes
+            # in the world.
+            local = mj_data.efc_force[contact.efc_address[rows][:, None] + _AXES]
+            world = np.einsum("kij,ki->kj", contact.frame[rows].reshape(-1, 3, 3), local)
+            for force, foot, sign in zip(world, feet, signs):
+                forces[foot] += sign * force
+                touching[foot] = True
         return forces, touching, body_on_floor
 
     def cone_violations(self, forces: np.ndarray) -> np.ndarray:

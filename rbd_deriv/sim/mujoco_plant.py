@@ -23,7 +23,7 @@ import numpy as np
 
 from rbd_deriv.core.urdf import FREE_FLYER_JOINT
 from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError
-from rbd_deriv.sim.free_flyer import from_mujoco, to_mujoco
+from rbd_deriv.sim.free_flyer import pose_from_mujoco, to_mujoco, twist_from_mujoco
 from rbd_deriv.sim.ground import SOLIMP, SOLREF, Ground, GroundContacts, add_ground
 from rbd_deriv.sim.plant import Plant, _joint_vector
 
@@ -251,8 +251,7 @@ class MujocoPlant(Plant):
         joints = self.mj_data.qpos[self._qpos]
         if not self.floating_base:
             return joints.copy()
-        base, _ = from_mujoco(self.mj_data.qpos[0:7], self.mj_data.qvel[0:6])
-        return np.concatenate([base, joints])
+        return np.concatenate([pose_from_mujoco(self.mj_data.qpos), joints])
 
     @property
     def v(self) -> np.ndarray:
@@ -260,8 +259,7 @@ class MujocoPlant(Plant):
         joints = self.mj_data.qvel[self._dof]
         if not self.floating_base:
             return joints.copy()
-        _, base = from_mujoco(self.mj_data.qpos[0:7], self.mj_data.qvel[0:6])
-        return np.concatenate([base, joints])
+        return np.concatenate([twist_from_mujoco(self.mj_data.qpos, self.mj_data.qvel), joints])
 
     def base_pose(self) -> Tuple[np.ndarray, np.ndarray]:
         """The base's position (3,) [m] and orientation (x, y, z, w) in the world (the ``odom`` frame)."""
@@ -322,11 +320,11 @@ class MujocoPlant(Plant):
             # After mj_step the contacts and their forces are those of the state the step started from: the
             # forces that acted during the step.
             self.contact_forces, self.touching, on_floor = self.contacts.read(self.mj_model, self.mj_data)
-            if count:
+            if count and self.touching.any():
                 self.cone_violations += int(self.contacts.cone_violations(self.contact_forces).sum())
-                self.fell = self.fell or on_floor
+            self.fell = self.fell or bool(count and on_floor)
         if self.floating_base and count:
-            self.fell = self.fell or self.mj_data.qpos[2] < FALL_HEIGHT_FRACTION * self._initial_height
+            self.fell = self.fell or bool(self.mj_data.qpos[2] < FALL_HEIGHT_FRACTION * self._initial_height)
 
     # ------------------------------------------------------------------------------------------------ pushes
     def push(self, force: Any, torque: Any, duration: float) -> int:
