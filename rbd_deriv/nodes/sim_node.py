@@ -14,18 +14,16 @@ picked up at the next physics step. Two inputs, as on a robot:
 With neither (before the first input, or both stale) the brakes hold the joints where they are.
 
 A floating-base robot (``floating_base``; a legged robot) stands on a floor with a foot sphere or a sole at each
-of ``contact_frames`` (:class:`rbd_deriv.sim.Ground`). It publishes, besides the actuated joints' states, the
-base's ground-truth odometry (nav_msgs/Odometry on ``odom_topic``: the pose of the base link in
-``odom_frame_id``, the twist in the base link's own frame, as nav_msgs specifies for ``child_frame_id``) at the
-joint_states rate, the floor's force on each foot (rbd_deriv/msg/ContactForces on ``contact_forces_topic``, every
-``contact_forces_period``), and takes pushes (rbd_deriv/msg/Push on ``push_topic``: a wrench on the base for a
-while).
-Its brakes lock the joints and the robot keeps standing (or falling) on them. ``/diagnostics`` adds ``fell``
-(the base below half its initial height, or a trunk or limb on the floor), ``pushes_applied`` and
+of ``contact_frames`` (:class:`rbd_deriv.sim.Ground`). Besides the actuated joints' states it publishes the
+base's ground-truth odometry at the joint_states rate (nav_msgs/Odometry on ``odom_topic``: the pose of the base
+link in ``odom_frame_id``, the twist in the base link's own frame, as nav_msgs specifies for
+``child_frame_id``) and the floor's force on each foot (rbd_deriv/msg/ContactForces on ``contact_forces_topic``,
+every ``contact_forces_period``); it takes pushes (rbd_deriv/msg/Push on ``push_topic``: a wrench on the base for
+a while). Its brakes lock the joints and the robot keeps standing (or falling) on them. ``/diagnostics`` adds
+``fell`` (the base below half its initial height, or a trunk or limb on the floor), ``pushes_applied`` and
 ``friction_cone_violations`` (foot-steps whose contact force left the friction cone).
 
-A bad
-input (wrong sizes, unknown joints, NaN or inf, a policy from the future or already expired) is
+A bad input (wrong sizes, unknown joints, NaN or inf, a policy from the future or already expired) is
 refused, counted by reason in ``/diagnostics`` and logged at most once a second per reason; the last
 good one stays. ``/diagnostics`` also counts the physics steps by source (``steps_policy``,
 ``steps_command``, ``steps_brake``) and the wall-clock time the physics could not catch up with
@@ -42,9 +40,9 @@ from pathlib import Path
 import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from rclpy.time import Time
-from nav_msgs.msg import Odometry
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 

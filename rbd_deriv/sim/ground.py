@@ -241,7 +241,6 @@ class GroundContacts:
     def __init__(self, mj_model: Any, ground: Ground) -> None:
         import mujoco
 
-        self._mujoco = mujoco
         self.ground = ground
         self.floor = mujoco.mj_name2id(mj_model, mujoco.mjtObj.mjOBJ_GEOM, "floor")
         # Which foot each geom belongs to: -1 for a fall detector, -2 for anything else.
