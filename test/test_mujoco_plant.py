@@ -175,6 +175,21 @@ def test_tipped_over_robot_falls(solo):
     assert not plant.fell and plant.touching.all()
 
 
+def test_trunk_on_the_floor_is_a_fall_at_any_height(solo):
+    """Upside down, 3 cm up, its legs in the air: the trunk lands on the floor with the base above half its
+    initial height. The trunk detector says it fell; no foot touches."""
+    model, _, standing = solo
+    plant = make_plant("mujoco", SOLO, model=model, ground=Ground(FEET))
+    upside_down = standing.copy()
+    upside_down[2], upside_down[3:7] = 0.03, [1.0, 0.0, 0.0, 0.0]
+    plant.reset(upside_down)
+    assert not plant.fell
+    plant.hold(steps=300)
+    assert plant.fell and not plant.touching.any()
+    assert plant.q[2] > 0.5 * 0.03 + 0.005
+    assert plant.contacts.read(plant.mj_model, plant.mj_data)[2]
+
+
 def test_base_below_half_its_height_is_a_fall(solo):
     model, data, standing = solo
     plant = make_plant("mujoco", SOLO, model=model)  # no floor: it falls for ever
