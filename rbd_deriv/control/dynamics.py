@@ -224,6 +224,22 @@ class ContactDynamics:
             found = self._by_pattern[key] = tuple(c for c, on in zip(self.contacts, row) if on)
         return found
 
+    def forces(self, x: np.ndarray, u: np.ndarray, knot: int = 0) -> np.ndarray:
+        """Contact forces (force_rows,) of the step leaving ``knot`` from state x (nx,) under the
+        controls u (nu,), zero past the knot's contacts (after the impulse at a touchdown)."""
+        model, data = self.model, self.data
+        nq = model.nq
+        contacts = self._sets[knot]
+        v = x[nq:]
+        if self.impulses and self.touchdown[knot]:
+            v = rd.impulse_dynamics(model, data, contacts, x[:nq], v, self.restitution)[0].copy()
+        tau = self.bias.copy()
+        tau[self.actuated] += u
+        _, forces = rd.contact_dynamics(model, data, contacts, x[:nq], v, tau)
+        out = np.zeros(self.force_rows)
+        out[:forces.size] = forces
+        return out
+
     def linearize(self, X: np.ndarray, U: np.ndarray, out: KnotDynamics) -> None:
         """A, B (actuated columns), X_next, F, dF/dx, dF/du of every step (see the class)."""
         model, data, dt = self.model, self.data, self.dt

@@ -46,6 +46,7 @@ from rbd_deriv.control.dynamics import ContactDynamics
 from rbd_deriv.control.ocp import OptimalControlProblem, check_state
 from rbd_deriv.control.residuals import ControlResidual, StateResidual
 from rbd_deriv.control.schedule import FORCE_ROWS, Gait
+from rbd_deriv.control.euler_riccati import STATUS_OK
 from rbd_deriv.control.solver import RiccatiSolver, SolveResult
 from rbd_deriv.control.state_space import FREE_FLYER_DOF, ConfigurationSpace
 from rbd_deriv.control.task_residuals import (CenterOfMassResidual, FramePositionResidual,
@@ -214,6 +215,7 @@ class LeggedMPC:
             effort = model.effort_limit[self.dynamics.actuated]
         effort = np.asarray(effort, dtype=float)
         self.swing_height = float(swing_height)
+        self._lift = self._lift_table()
 
         w = weights
         joints = nv - FREE_FLYER_DOF
@@ -235,16 +237,19 @@ class LeggedMPC:
         self.force_references = []
         self.swing_references = []
         self.swing_weights = []
+        self.swinging = []
         for c, (foot, kind) in enumerate(zip(feet, self.kinds)):
             reference = np.zeros((N, FORCE_ROWS[kind]))
             self.force_references.append(reference)
             running.append(Cost(ContactForceResidual(space, nu, offsets, c, kind, reference),
                                 Quadratic(w.force, FORCE_ROWS[kind]), name=f"force {foot}"))
             target = np.tile(self.stance[c], (N, 1))
-            knot_weights = np.zeros(N)
+            knot_weights, swinging = np.zeros(N), np.zeros(N, dtype=bool)
             self.swing_references.append(target)
             self.swing_weights.append(knot_weights)
-            running.append(Cost(FramePositionResidual(space, kinematics, foot, target),
+            self.swinging.append(swinging)
+            running.append(Cost(FramePositionResidual(space, kinematics, foot, target,
+                                                      knots=swinging),
                                 Quadratic(w.swing, 3), knot_weights, name=f"swing {foot}"))
         self.cone = FrictionConeResidual(space, nu, offsets, mu)
         share = self.weight / len(feet)
@@ -269,34 +274,43 @@ class LeggedMPC:
     def _update_references(self) -> None:
         active = self.dynamics.active
         closed = active.sum(axis=1)
+        knots = (self.phase + np.arange(self.horizon)) % self.gait.period
         for c in range(len(self.feet)):
             reference = self.force_references[c]
             reference[:] = 0.0
             reference[:, 2] = np.where(active[:, c], self.weight / np.maximum(closed, 1), 0.0)
-            self.swing_weights[c][:] = ~active[:, c]
+            self.swinging[c][:] = ~active[:, c]
+            self.swing_weights[c][:] = self.swinging[c]
             self.swing_references[c][:] = self.stance[c]
-            self.swing_references[c][:, 2] += self.swing_height * self._lift(active[:, c], c)
+            self.swing_references[c][:, 2] += self.swing_height * self._lift[knots, c]
 
-    def _lift(self, closed: np.ndarray, foot: int) -> np.ndarray:
-        """sin(pi s) along each swing of the horizon (s = fraction of the swing done at the
-        end of the step), 0 in stance. A swing cut by the horizon's end counts the gait's knots
-        past it."""
-        period = self.gait.pattern[:, foot]
-        lift = np.zeros(closed.size)
-        for k in np.flatnonzero(~closed):
-            start = end = self.phase + k
-            while not period[(start - 1) % period.size] and start > self.phase + k - period.size:
-                start -= 1
-            while not period[(end + 1) % period.size] and end < self.phase + k + period.size:
-                end += 1
-            length = end - start + 1
-            lift[k] = np.sin(np.pi * (self.phase + k - start + 1) / (length + 1))
-        return lift
+    def _lift_table(self) -> np.ndarray:
+        """(P, nc) sin(pi s) at each knot of the gait's period, s the fraction of the foot's swing
+        done at the end of the step (0 in stance); a swing wraps around the period's end."""
+        pattern = self.gait.pattern
+        period = pattern.shape[0]
+        table = np.zeros(pattern.shape)
+        for c in range(pattern.shape[1]):
+            if not pattern[:, c].any():
+                raise InputError(f"foot {self.feet[c]!r} never touches the ground in the gait",
+                                 "gait")
+            for p in np.flatnonzero(~pattern[:, c]):
+                start = end = p
+                while not pattern[(start - 1) % period, c]:
+                    start -= 1
+                while not pattern[(end + 1) % period, c]:
+                    end += 1
+                table[p, c] = np.sin(np.pi * (p - start + 1) / (end - start + 2))
+        return table
 
     # ------------------------------------------------------------------------------ tick
     def solve(self, x0: np.ndarray, phase: int | None = None, elapsed: float | None = None,
-              iterations: int = 1) -> LeggedPlan:
+              iterations: int = 1, evaluate_cost: bool = False) -> LeggedPlan:
         """One tick: move to the gait phase, warm-start, iterate, check the first knot's cone.
+
+        Each iteration relinearizes the contact dynamics at the nominal, takes the full
+        Riccati step (no line search: a real-time iteration) and makes it the nominal; the plan's
+        first-knot forces are those of ``rd.contact_dynamics`` at its first state and torques.
 
         Args:
             x0: Measured state (nx,).
@@ -304,6 +318,8 @@ class LeggedMPC:
             elapsed: Time since the previous solve [s] (default: the phase change times dt);
                 the first solve starts from x0 held with the static torques.
             iterations: Real-time iterations (1 per tick in closed loop).
+            evaluate_cost: Report the cost of the nominal the first iteration started from
+                (NaN otherwise: the tick does not need it).
 
         Raises:
             InputError: x0 of the wrong shape or not finite.
@@ -319,9 +335,26 @@ class LeggedMPC:
             if elapsed is None:
                 elapsed = (self.phase - previous) * self.dt
             self.solver.warm_start(elapsed, x0)
-        result = self.solver.solve(x0, max_iterations=iterations, line_search=False)
-        dynamics = self.solver.dynamics
+        solver = self.solver
+        solver.X[0] = x0
+        status = qp_iterations = clamped = 0
+        largest, cost = np.inf, np.nan
+        for iteration in range(1, iterations + 1):
+            solver.linearize()
+            status, stage, clamped, largest = solver.iterate()
+            qp_iterations += stage
+            if iteration == 1 and evaluate_cost:
+                # Read while the kinematics of the nominal's knots are at hand.
+                cost = solver.cost(solver.X, solver.U)
+            if status != STATUS_OK:
+                break
+            solver.accept()
+        result = SolveResult(status, iteration, qp_iterations, clamped, largest, cost)
         offsets = self.dynamics.offsets[0].copy()
-        ok, violation = forces_within_cone(dynamics.F[0], offsets, self.mu)
-        return LeggedPlan(result, self.solver.U[0].copy(), self.solver.K[0].copy(),
-                          self.solver.X[0].copy(), dynamics.F[0].copy(), offsets, ok, violation)
+        if status == STATUS_OK:
+            forces = self.dynamics.forces(solver.X[0], solver.U[0])
+            ok, violation = forces_within_cone(forces, offsets, self.mu)
+        else:
+            forces, ok, violation = np.full(self.dynamics.force_rows, np.nan), False, np.inf
+        return LeggedPlan(result, solver.U[0].copy(), solver.K[0].copy(), solver.X[0].copy(),
+                          forces, offsets, ok, violation)

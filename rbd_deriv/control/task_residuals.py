@@ -41,7 +41,7 @@ class RobotKinematics:
         self.model = model
         self.data = model.create_data()
         self._X: np.ndarray | None = None
-        self._frames: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._frames: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._com: tuple[np.ndarray, np.ndarray] | None = None
 
     def _fresh(self, X: np.ndarray) -> None:
@@ -50,28 +50,36 @@ class RobotKinematics:
             self._frames.clear()
             self._com = None
 
-    def frame_position(self, X: np.ndarray, frame: str) -> tuple[np.ndarray, np.ndarray]:
+    def frame_position(self, X: np.ndarray, frame: str, rows: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
         """Position (K, 3) [m] of the frame's origin in the world at the states X (K, nx), and its
         Jacobian (K, 3, nv) with respect to the tangent dq (LOCAL_WORLD_ALIGNED).
+
+        Args:
+            rows: (K,) booleans: compute these knots only (the others are left zero unless an
+                earlier call at the same states computed them); None for all.
 
         Raises:
             InputError: No frame of that name.
         """
         self._fresh(X)
-        found = self._frames.get(frame)
-        if found is None:
-            model, data = self.model, self.data
+        model, data = self.model, self.data
+        entry = self._frames.get(frame)
+        if entry is None:
             if frame not in model.frames:
                 raise InputError(f"no frame named {frame!r} in model {model.name!r}", "frame")
             K = X.shape[0]
-            positions, jacobians = np.empty((K, 3)), np.empty((K, 3, model.nv))
-            for k in range(K):
-                q = X[k, :model.nq]
-                rd.forward_kinematics(model, data, q)
-                positions[k] = rd.frame_placement(model, data, frame)[:3, 3]
-                jacobians[k] = rd.frame_jacobian(model, data, q, frame)[:3]
-            found = self._frames[frame] = (positions, jacobians)
-        return found
+            entry = (np.zeros((K, 3)), np.zeros((K, 3, model.nv)), np.zeros(K, dtype=bool))
+            self._frames[frame] = entry
+        positions, jacobians, done = entry
+        wanted = ~done if rows is None else rows & ~done
+        for k in np.flatnonzero(wanted):
+            q = X[k, :model.nq]
+            rd.forward_kinematics(model, data, q)
+            positions[k] = rd.frame_placement(model, data, frame)[:3, 3]
+            jacobians[k] = rd.frame_jacobian(model, data, q, frame)[:3]
+            done[k] = True
+        return positions, jacobians
 
     def center_of_mass(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Center of mass (K, 3) [m] in the world at the states X (K, nx) and its Jacobian
@@ -104,8 +112,10 @@ class _PositionResidual(Residual):
     uses_control = False
 
     def __init__(self, space: VectorSpace, reference: np.ndarray | None,
-                 axes: Sequence[int]) -> None:
+                 axes: Sequence[int], knots: np.ndarray | None = None) -> None:
         self.space = space
+        #: (K,) booleans, kept: the knots where the residual is computed (zero elsewhere), or None.
+        self.knots = knots
         self.axes = _axes(axes)
         self.nr = self.axes.size
         self.reference = np.zeros(self.nr) if reference is None else reference
@@ -117,15 +127,20 @@ class _PositionResidual(Residual):
         raise NotImplementedError
 
     def value(self, knots: Knots) -> np.ndarray:
-        """r (K, nr)."""
+        """r (K, nr); zero at the knots left out by :attr:`knots`."""
         position, _ = self._position(knots.X)
-        return position[:, self.axes] - self.reference
+        r = position[:, self.axes] - self.reference
+        if self.knots is not None:
+            r[~self.knots] = 0.0
+        return r
 
     def jacobians(self, knots: Knots) -> tuple[np.ndarray, None]:
-        """dr/dx = [J[axes], 0] (K, nr, ndx)."""
+        """dr/dx = [J[axes], 0] (K, nr, ndx); zero at the knots left out by :attr:`knots`."""
         _, jacobian = self._position(knots.X)
         Rx = np.zeros((knots.count, self.nr, self.space.ndx))
         Rx[:, :, :self.space.nv] = jacobian[:, self.axes, :]
+        if self.knots is not None:
+            Rx[~self.knots] = 0.0
         return Rx, None
 
 
@@ -138,16 +153,23 @@ class FramePositionResidual(_PositionResidual):
         frame: Frame name.
         reference: (K, nr) or (nr,) target positions [m], kept (not copied); None for 0.
         axes: World axes compared (default all three).
+        knots: (K,) booleans, kept (not copied): the knots where the residual is computed, zero
+            elsewhere (a swing foot's cost, weighted only while the foot is in the air, needs the
+            kinematics of those knots only); None for every knot.
     """
 
     def __init__(self, space: VectorSpace, kinematics: RobotKinematics, frame: str,
-                 reference: np.ndarray | None = None, axes: Sequence[int] = (0, 1, 2)) -> None:
-        super().__init__(space, reference, axes)
+                 reference: np.ndarray | None = None, axes: Sequence[int] = (0, 1, 2),
+                 knots: np.ndarray | None = None) -> None:
+        super().__init__(space, reference, axes, knots)
         self.kinematics = kinematics
         self.frame = frame
 
     def _position(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.kinematics.frame_position(X, self.frame)
+        if self.knots is not None and self.knots.shape != (X.shape[0],):
+            raise InputError(f"knots mask of shape {self.knots.shape} for {X.shape[0]} knots",
+                             "knots")
+        return self.kinematics.frame_position(X, self.frame, self.knots)
 
 
 class CenterOfMassResidual(_PositionResidual):

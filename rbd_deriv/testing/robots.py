@@ -23,7 +23,9 @@ __all__ = [
     "RobotDataNotFoundError",
     "bundled_urdf",
     "example_robot_data_dir",
+    "example_robot_srdf",
     "example_robot_urdf",
+    "LEGGED_ROBOTS",
 ]
 
 
@@ -41,6 +43,19 @@ _EXAMPLE_ROBOT_FILES: Dict[str, str] = {
     "talos": "talos_data/robots/talos_full_v2.urdf",
     "romeo": "romeo_description/urdf/romeo.urdf",
 }
+
+_EXAMPLE_SRDF_FILES: Dict[str, str] = {
+    "solo12": "solo_description/srdf/solo.srdf",
+    "talos": "talos_data/srdf/talos.srdf",
+}
+
+LEGGED_ROBOTS: Dict[str, Dict[str, object]] = {
+    "solo12": {"feet": ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT"), "kind": "point",
+               "posture": "standing"},
+    "talos": {"feet": ("leg_left_sole_fix_joint", "leg_right_sole_fix_joint"), "kind": "frame",
+              "posture": "half_sitting"},
+}
+"""Example robots on their feet: contact frames, contact kind and the SRDF reference posture."""
 
 ROBOT_NAMES: List[str] = list(_EXAMPLE_ROBOT_FILES)
 """Robot names in increasing size, the order tests and benchmarks use."""
@@ -95,6 +110,21 @@ def example_robot_urdf(name: str) -> Path:
     path = example_robot_data_dir() / _EXAMPLE_ROBOT_FILES[name]
     if not path.is_file():
         raise RobotDataNotFoundError(f"URDF of example robot {name!r} is missing: {path}")
+    return path
+
+
+def example_robot_srdf(name: str) -> Path:
+    """Return the SRDF path (reference postures as ``<group_state>``) of example robot ``name``.
+
+    Raises:
+        KeyError: no SRDF is known for ``name``.
+        RobotDataNotFoundError: the package or that SRDF file is missing.
+    """
+    if name not in _EXAMPLE_SRDF_FILES:
+        raise KeyError(f"no SRDF known for example robot {name!r}; known: {', '.join(_EXAMPLE_SRDF_FILES)}")
+    path = example_robot_data_dir() / _EXAMPLE_SRDF_FILES[name]
+    if not path.is_file():
+        raise RobotDataNotFoundError(f"SRDF of example robot {name!r} is missing: {path}")
     return path
 
 
