@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from rbd_deriv.control.activation import Quadratic, QuadraticBarrier, RelaxedLogBarrier
-from rbd_deriv.control.contact_force import (ContactForceResidual, FrictionConeResidual,
+from rbd_deriv.control.contact_force import (ContactForceResidual, ForceStackResidual,
+                                             FrictionConeResidual,
                                              cone_violation, forces_within_cone, pyramid)
 from rbd_deriv.control.cost import Cost
 from rbd_deriv.control.dynamics import KnotDynamics
@@ -169,3 +170,44 @@ def test_barrier_keeps_planned_forces_in_the_cone_near_the_constrained_optimum()
     soft.cold_start(x0, np.tile(-MASS * GRAVITY, (N, 1)))
     assert soft.solve(x0, max_iterations=100, tolerance=1e-9).ok
     assert (soft.U @ C.T).min() < 0.0
+
+
+def test_force_stack_residual_is_the_sum_of_the_contacts_residuals():
+    """Regularizing the whole stack at once against one ContactForceResidual per contact, on a
+    schedule whose stack layout changes (a frame contact and two points)."""
+    from rbd_deriv.control.residuals import Derivatives
+    rng = np.random.default_rng(8)
+    space = VectorSpace(4)
+    schedule = ContactSchedule(("a", "b", "c"), np.array([[1, 1, 1], [0, 1, 1], [1, 0, 1]], bool),
+                               kinds=("point", "frame", "point"))
+    offsets, m, K = schedule.force_offsets(), schedule.force_rows, 3
+    rows_of = [schedule.contacts_at(k) for k in range(K)]
+    F = np.zeros((K, m))
+    dF_dx, dF_du = np.zeros((K, m, 8)), np.zeros((K, m, 2))
+    per_contact = [rng.uniform(-5, 5, (K, rows)) for rows in (3, 6, 3)]
+    stack_reference = np.zeros((K, m))
+    for k in range(K):
+        used = sum({"a": 3, "b": 6, "c": 3}[name] for name in rows_of[k])
+        F[k, :used] = rng.uniform(-10, 10, used)
+        dF_dx[k, :used] = rng.uniform(-1, 1, (used, 8))
+        dF_du[k, :used] = rng.uniform(-1, 1, (used, 2))
+        for c, rows in enumerate((3, 6, 3)):
+            if offsets[k, c] >= 0:
+                stack_reference[k, offsets[k, c]:offsets[k, c] + rows] = per_contact[c][k]
+    knots = Knots(rng.uniform(-1, 1, (K, 8)), rng.uniform(-1, 1, (K, 2)), F, dF_dx, dF_du)
+    stack = Cost(ForceStackResidual(space, 2, stack_reference), Quadratic(0.3, m))
+    contacts = [Cost(ContactForceResidual(space, 2, offsets, c, kind, per_contact[c]),
+                     Quadratic(0.3, rows))
+                for c, (kind, rows) in enumerate((("point", 3), ("frame", 6), ("point", 3)))]
+
+    def derivatives(costs):
+        out = Derivatives(np.zeros((K, 8, 8)), np.zeros((K, 8)), np.zeros((K, 2, 2)),
+                          np.zeros((K, 2, 8)), np.zeros((K, 2)))
+        for cost in costs:
+            cost.add_derivatives(knots, out)
+        return out, sum(cost.values(knots) for cost in costs)
+
+    (one, value_one), (many, value_many) = derivatives([stack]), derivatives(contacts)
+    assert_close(value_one, value_many, what="cost")
+    for name in ("Lxx", "Lx", "Luu", "Lux", "Lu"):
+        assert_close(getattr(one, name), getattr(many, name), what=name)

@@ -193,3 +193,30 @@ def test_reaching_problem_converges_to_a_stationary_point(ur5):
 
     start, final = np.abs(gradient(U0)).max(), np.abs(gradient(solver.U)).max()
     assert final <= 1e-4 * start, (final, start)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_structured_gauss_newton_equals_the_dense_products(masked):
+    """The frame residual's products on the q columns of its computed knots against the
+    generic dense products of its full Jacobians."""
+    from rbd_deriv.control.residuals import Derivatives, Residual
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    space = state_space(model)
+    rng = np.random.default_rng(6)
+    K = 5
+    X = np.array([np.r_[rd.integrate(model, rd.neutral(model), rng.uniform(-0.5, 0.5, 18)),
+                        np.zeros(18)] for _ in range(K)])
+    knots = np.array([True, False, True, True, False]) if masked else None
+    residual = FramePositionResidual(space, RobotKinematics(model), "HL_FOOT",
+                                     rng.uniform(-0.3, 0.3, (K, 3)), knots=knots)
+    r = residual.value(Knots(X))
+    gradient, hessian = rng.uniform(-1, 1, r.shape), rng.uniform(0, 2, r.shape)
+    results = []
+    for method in (residual.gauss_newton, lambda *a: Residual.gauss_newton(residual, *a)):
+        out = Derivatives(np.zeros((K, 36, 36)), np.zeros((K, 36)))
+        method(Knots(X), r, gradient, hessian, out)
+        results.append(out)
+    assert_close(results[0].Lxx, results[1].Lxx, what="Lxx")
+    assert_close(results[0].Lx, results[1].Lx, what="Lx")
+    if masked:
+        assert not results[0].Lx[~knots].any() and not r[~knots].any()

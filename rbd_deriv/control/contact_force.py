@@ -8,6 +8,7 @@ dF/dx, dF/du. Which rows belong to which contact at knot k comes from the schedu
 
 - :class:`ContactForceResidual`: :math:`f_c - f^r_c` for one contact (a force regularization,
   a desired load share). Zero with zero Jacobians at knots where the contact is open.
+  :class:`ForceStackResidual`: the same for every contact at once, on the whole stack.
 - :class:`FrictionConeResidual`: the linearized friction pyramid and the unilateral condition
   as residuals that must stay non-negative, for every contact. With the contact normal n (the
   world z axis by default, flat ground) and tangents t1, t2, for each closed contact
@@ -109,6 +110,44 @@ class ContactForceResidual(Residual):
         Rx = np.take_along_axis(knots.dF_dx, rows[:, :, None], axis=1) * closed[:, None, None]
         Ru = np.take_along_axis(knots.dF_du, rows[:, :, None], axis=1) * closed[:, None, None]
         return Rx, Ru
+
+
+class ForceStackResidual(Residual):
+    """r = F - F_ref over the whole force stack of each knot (m rows, zero past its contacts).
+
+    The regularization of every contact's force at once: the stack's layout changes with the
+    contacts closed at each knot, so the reference is given in that layout (the caller writes
+    it when the schedule moves; rows past a knot's contacts stay zero, where F is zero too).
+    Its Jacobians are the dynamics' dF/dx and dF/du themselves, so the Gauss-Newton products
+    are one batched product each.
+
+    Args:
+        space: The state space.
+        nu: Number of controls.
+        reference: (K, m) desired stacks [N, N m], kept (not copied).
+    """
+
+    uses_control = True
+
+    def __init__(self, space: VectorSpace, nu: int, reference: np.ndarray) -> None:
+        reference = np.asarray(reference)
+        if reference.ndim != 2:
+            raise InputError(f"reference must be (K, m), got {reference.shape}", "reference")
+        self.nr = reference.shape[1]
+        self.ndx, self.nu = space.ndx, nu
+        self.reference = reference
+
+    def value(self, knots: Knots) -> np.ndarray:
+        """r (K, m)."""
+        _check_forces(knots)
+        if knots.F.shape != self.reference.shape:
+            raise InputError(f"forces {knots.F.shape} for a reference {self.reference.shape}")
+        return knots.F - self.reference
+
+    def jacobians(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
+        """dF/dx (K, m, ndx), dF/du (K, m, nu)."""
+        _check_forces(knots)
+        return knots.dF_dx, knots.dF_du
 
 
 def pyramid(mu: float, normal: np.ndarray | None = None) -> np.ndarray:

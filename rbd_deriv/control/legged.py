@@ -39,7 +39,7 @@ import numpy as np
 
 import rbd_deriv as rd
 from rbd_deriv.control.activation import Quadratic, RelaxedLogBarrier
-from rbd_deriv.control.contact_force import (ContactForceResidual, FrictionConeResidual,
+from rbd_deriv.control.contact_force import (ForceStackResidual, FrictionConeResidual,
                                              forces_within_cone)
 from rbd_deriv.control.cost import Cost
 from rbd_deriv.control.dynamics import ContactDynamics
@@ -234,15 +234,14 @@ class LeggedMPC:
             running.append(Cost(CenterOfMassResidual(space, kinematics, com[:2], axes=(0, 1)),
                                 Quadratic(w.com, 2), name="com"))
         offsets = self.dynamics.offsets
-        self.force_references = []
+        #: (N, m) weight share of the closed feet in each knot's force stack, written by the schedule.
+        self.force_reference = np.zeros((N, self.dynamics.force_rows))
+        running.append(Cost(ForceStackResidual(space, nu, self.force_reference),
+                            Quadratic(w.force, self.dynamics.force_rows), name="forces"))
         self.swing_references = []
         self.swing_weights = []
         self.swinging = []
-        for c, (foot, kind) in enumerate(zip(feet, self.kinds)):
-            reference = np.zeros((N, FORCE_ROWS[kind]))
-            self.force_references.append(reference)
-            running.append(Cost(ContactForceResidual(space, nu, offsets, c, kind, reference),
-                                Quadratic(w.force, FORCE_ROWS[kind]), name=f"force {foot}"))
+        for c, foot in enumerate(feet):
             target = np.tile(self.stance[c], (N, 1))
             knot_weights, swinging = np.zeros(N), np.zeros(N, dtype=bool)
             self.swing_references.append(target)
@@ -275,10 +274,11 @@ class LeggedMPC:
         active = self.dynamics.active
         closed = active.sum(axis=1)
         knots = (self.phase + np.arange(self.horizon)) % self.gait.period
+        share = self.weight / np.maximum(closed, 1)
+        self.force_reference[:] = 0.0
         for c in range(len(self.feet)):
-            reference = self.force_references[c]
-            reference[:] = 0.0
-            reference[:, 2] = np.where(active[:, c], self.weight / np.maximum(closed, 1), 0.0)
+            rows = np.flatnonzero(self.dynamics.offsets[:, c] >= 0)
+            self.force_reference[rows, self.dynamics.offsets[rows, c] + 2] = share[rows]
             self.swinging[c][:] = ~active[:, c]
             self.swing_weights[c][:] = self.swinging[c]
             self.swing_references[c][:] = self.stance[c]

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.control.residuals import Knots, Residual
+from rbd_deriv.control.residuals import Derivatives, Knots, Residual
 from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError
 
@@ -142,6 +142,20 @@ class _PositionResidual(Residual):
         if self.knots is not None:
             Rx[~self.knots] = 0.0
         return Rx, None
+
+    def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
+                     hessian: np.ndarray, out: Derivatives) -> None:
+        """Products on the q columns of the computed knots only (dr/dv = 0 and the left-out
+        knots' rows are zero)."""
+        _, jacobian = self._position(knots.X)
+        rows = np.arange(knots.count) if self.knots is None else np.flatnonzero(self.knots)
+        if rows.size == 0:
+            return
+        nv = self.space.nv
+        J = jacobian[rows][:, self.axes, :]
+        H = np.broadcast_to(hessian, r.shape)[rows]
+        out.Lx[rows, :nv] += np.einsum("kri,kr->ki", J, gradient[rows])
+        out.Lxx[rows, :nv, :nv] += np.matmul(J.transpose(0, 2, 1), H[:, :, None] * J)
 
 
 class FramePositionResidual(_PositionResidual):
