@@ -32,6 +32,7 @@ sent only if the first knot's forces are inside the exact friction cone within t
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -52,6 +53,13 @@ from rbd_deriv.control.state_space import FREE_FLYER_DOF, ConfigurationSpace
 from rbd_deriv.control.task_residuals import (CenterOfMassResidual, FramePositionResidual,
                                               RobotKinematics)
 from rbd_deriv.exceptions import InputError
+
+
+#: The parts of a tick timed in :attr:`LeggedPlan.timings`: moving the schedule and the warm
+#: start; the contact linearization of the horizon with the gaps and integrator blocks; the
+#: costs' Gauss-Newton derivatives; the Riccati backward and forward passes; the first knot's
+#: forces and cone check.
+TIMING_PARTS = ("schedule", "linearization", "costs", "riccati", "cone check")
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,7 @@ class LeggedPlan:
         offsets: First force row of each foot at the first knot, -1 when open (nc,).
         cone_ok: Every closed foot's force is inside the friction cone within the tolerance.
         cone_violation: Largest excursion out of the cone [N].
+        timings: Seconds spent in each part of the tick (:data:`TIMING_PARTS`).
     """
 
     result: SolveResult
@@ -149,6 +158,7 @@ class LeggedPlan:
     offsets: np.ndarray
     cone_ok: bool
     cone_violation: float
+    timings: dict
 
     @property
     def sendable(self) -> bool:
@@ -325,36 +335,51 @@ class LeggedMPC:
             InputError: x0 of the wrong shape or not finite.
         """
         x0 = check_state("x0", x0, self.space)
+        clock = time.perf_counter
+        start = clock()
         previous = self.phase
         if phase is not None and int(phase) != self.phase:
             self.set_phase(phase)
+        solver = self.solver
         if not self._started:
-            self.solver.cold_start(x0, np.tile(self.u_static, (self.horizon, 1)))
+            solver.cold_start(x0, np.tile(self.u_static, (self.horizon, 1)))
             self._started = True
         else:
             if elapsed is None:
                 elapsed = (self.phase - previous) * self.dt
-            self.solver.warm_start(elapsed, x0)
-        solver = self.solver
+            solver.warm_start(elapsed, x0)
         solver.X[0] = x0
+        timings = dict.fromkeys(TIMING_PARTS, 0.0)
+        timings["schedule"] = clock() - start
         status = qp_iterations = clamped = 0
         largest, cost = np.inf, np.nan
         for iteration in range(1, iterations + 1):
+            start = clock()
             solver.linearize()
-            status, stage, clamped, largest = solver.iterate()
-            qp_iterations += stage
+            middle = clock()
+            timings["linearization"] += middle - start
+            solver.cost_derivatives()
             if iteration == 1 and evaluate_cost:
                 # Read while the kinematics of the nominal's knots are at hand.
                 cost = solver.cost(solver.X, solver.U)
+            start = clock()
+            timings["costs"] += start - middle
+            status, stage, clamped = solver.backward()
+            qp_iterations += stage
+            if status == STATUS_OK:
+                largest = solver.forward()
+                solver.accept()
+            timings["riccati"] += clock() - start
             if status != STATUS_OK:
                 break
-            solver.accept()
         result = SolveResult(status, iteration, qp_iterations, clamped, largest, cost)
+        start = clock()
         offsets = self.dynamics.offsets[0].copy()
         if status == STATUS_OK:
             forces = self.dynamics.forces(solver.X[0], solver.U[0])
             ok, violation = forces_within_cone(forces, offsets, self.mu)
         else:
             forces, ok, violation = np.full(self.dynamics.force_rows, np.nan), False, np.inf
+        timings["cone check"] = clock() - start
         return LeggedPlan(result, solver.U[0].copy(), solver.K[0].copy(), solver.X[0].copy(),
-                          forces, offsets, ok, violation)
+                          forces, offsets, ok, violation, timings)
