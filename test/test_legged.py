@@ -145,3 +145,30 @@ def test_bad_input(solo, talos):
     fixed = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]))
     with pytest.raises(InputError, match="floating base"):
         LeggedMPC(fixed, feet, Gait.standing(feet), rd.neutral(fixed))
+
+
+def test_standing_closed_loop_returns_after_a_push(solo):
+    """solo12 on the rigid-contact plant (rd.contact_dynamics, every foot held) stepped at 1 kHz
+    with the plan's feedback policy u = u_0 + K (x (-) x_0), an MPC tick every 20 ms, and a 5 N
+    lateral push on the base for 0.1 s: the base moves, then comes back."""
+    from rbd_deriv.testing.rigid_contact import RigidContactPlant
+    model, feet, kind, q = solo
+    mpc = LeggedMPC(model, feet, Gait.standing(feet), q, horizon=10, dt=0.02)
+    x0 = np.r_[q, np.zeros(model.nv)]
+    plant = RigidContactPlant(model, feet, kind, x0)
+    effort, h = mpc.ocp.control_upper, 1e-3
+    deviation = []
+    dx = np.empty((1, mpc.space.ndx))
+    for step in range(1500):
+        if step % 20 == 0:
+            plan = mpc.solve(plant.x, elapsed=0.02)
+            assert plan.sendable, (step, plan.cone_violation)
+        mpc.space.difference(plan.state[None], plant.x[None], dx)
+        torque = np.clip(plan.torque + plan.gain @ dx[0], -effort, effort)
+        plant.step(torque, h, np.array([0.0, 5.0, 0.0]) if 300 <= step < 400 else None)
+        deviation.append(np.linalg.norm(plant.x[:3] - x0[:3]))
+        assert not cone_violation(plant.forces, np.arange(4) * 3, mpc.mu).any()
+    deviation = np.array(deviation)
+    assert deviation[:300].max() < 1e-3, "standing still before the push"
+    assert deviation.max() > 3e-3, "the push moves the base"
+    assert deviation[-1] < 0.1 * deviation.max(), (deviation.max(), deviation[-1])
