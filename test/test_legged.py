@@ -14,7 +14,7 @@ import pytest
 import rbd_deriv as rd
 from rbd_deriv.control.contact_force import cone_violation
 from rbd_deriv.control.dynamics import actuated_indices
-from rbd_deriv.control.legged import LeggedMPC, static_torques
+from rbd_deriv.control.legged import LeggedMPC, LeggedWeights, static_torques
 from rbd_deriv.control.schedule import Gait
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.exceptions import InputError
@@ -32,6 +32,10 @@ def robot(name):
     model = rd.load_urdf(str(EXAMPLE_ROBOTS[name]), floating_base=True)
     posture = reference_posture(model, example_robot_srdf(name), info["posture"], missing="neutral")
     return model, info["feet"], info["kind"], posture
+
+
+def weights(name):
+    return LeggedWeights(**LEGGED_ROBOTS[name].get("weights", {}))
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +69,8 @@ def test_static_torques_hold_the_posture(name):
 @pytest.mark.parametrize("name", ["solo12", "talos"])
 def test_standing_solve_holds_the_posture(name):
     model, feet, kind, q = robot(name)
-    mpc = LeggedMPC(model, feet, Gait.standing(feet, kind), q, horizon=20, dt=0.02)
+    mpc = LeggedMPC(model, feet, Gait.standing(feet, kind), q, horizon=20, dt=0.02,
+                    weights=weights(name))
     x0 = np.r_[q, np.zeros(model.nv)]
     costs = []
     for _ in range(4):
@@ -151,24 +156,13 @@ def test_standing_closed_loop_returns_after_a_push(solo):
     """solo12 on the rigid-contact plant (rd.contact_dynamics, every foot held) stepped at 1 kHz
     with the plan's feedback policy u = u_0 + K (x (-) x_0), an MPC tick every 20 ms, and a 5 N
     lateral push on the base for 0.1 s: the base moves, then comes back."""
-    from rbd_deriv.testing.rigid_contact import RigidContactPlant
+    from rbd_deriv.testing.rigid_contact import RigidContactPlant, standing_loop
     model, feet, kind, q = solo
     mpc = LeggedMPC(model, feet, Gait.standing(feet), q, horizon=10, dt=0.02)
     x0 = np.r_[q, np.zeros(model.nv)]
-    plant = RigidContactPlant(model, feet, kind, x0)
-    effort, h = mpc.ocp.control_upper, 1e-3
-    deviation = []
-    dx = np.empty((1, mpc.space.ndx))
-    for step in range(1500):
-        if step % 20 == 0:
-            plan = mpc.solve(plant.x, elapsed=0.02)
-            assert plan.sendable, (step, plan.cone_violation)
-        mpc.space.difference(plan.state[None], plant.x[None], dx)
-        torque = np.clip(plan.torque + plan.gain @ dx[0], -effort, effort)
-        plant.step(torque, h, np.array([0.0, 5.0, 0.0]) if 300 <= step < 400 else None)
-        deviation.append(np.linalg.norm(plant.x[:3] - x0[:3]))
-        assert not cone_violation(plant.forces, np.arange(4) * 3, mpc.mu).any()
-    deviation = np.array(deviation)
+    run = standing_loop(mpc, RigidContactPlant(model, feet, kind, x0), 1.5, [0.0, 5.0, 0.0], 0.3, 0.1)
+    deviation = run["deviation"]
+    assert run["refused"] == 0 and run["cone_violation"] == 0.0
     assert deviation[:300].max() < 1e-3, "standing still before the push"
     assert deviation.max() > 3e-3, "the push moves the base"
     assert deviation[-1] < 0.1 * deviation.max(), (deviation.max(), deviation[-1])

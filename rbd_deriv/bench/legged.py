@@ -14,6 +14,12 @@ median and p99 tick, the rate the median allows, and the median time of each par
 which says where the time goes. Crocoddyl is not timed here: it is not in the package's
 environment (installing it beside Pinocchio 4.1 downgrades example-robot-data).
 
+``--push``: a closed loop without ROS on the rigid-contact plant of
+:mod:`rbd_deriv.testing.rigid_contact` (every foot held by ``rd.contact_dynamics``, 1 kHz, the
+plan's feedback policy between ticks every 20 ms, N = 10), standing, with a lateral push on the base
+(solo12: 5 N, talos: 200 N, 0.1 s from t = 0.3 s) over 2 s: the largest and final base
+deviation, refused plans and the plant's largest excursion out of the friction cone.
+
 BLAS is set to one thread for the process (:func:`rbd_deriv.control.blas.single_threaded_blas`).
 Nothing is asserted: the numbers are printed (and written as JSON with ``--json``).
 """
@@ -30,7 +36,7 @@ import numpy as np
 import rbd_deriv as rd
 from rbd_deriv.bench.timing import format_table, machine_info, write_json
 from rbd_deriv.control.blas import single_threaded_blas
-from rbd_deriv.control.legged import TIMING_PARTS, LeggedMPC
+from rbd_deriv.control.legged import TIMING_PARTS, LeggedMPC, LeggedWeights
 from rbd_deriv.control.schedule import Gait
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, LEGGED_ROBOTS, example_robot_srdf
@@ -43,16 +49,18 @@ HEADERS = (["robot", "nv", "contacts", "gait", "N", "tick p50 [us]", "tick p99 [
            + ["cone refusals", "failures"])
 
 
-def build(name: str, horizon: int, dt: float) -> tuple[Any, LeggedMPC, np.ndarray]:
-    """The model, its legged MPC on the case's gait, and the posture's state at rest."""
+def build(name: str, horizon: int, dt: float, standing: bool = False
+          ) -> tuple[Any, LeggedMPC, np.ndarray]:
+    """The model, its legged MPC on the case's gait (or standing), and the posture's state at rest."""
     info = LEGGED_ROBOTS[name]
     model = rd.load_urdf(str(EXAMPLE_ROBOTS[name]), floating_base=True)
     posture = reference_posture(model, example_robot_srdf(name), str(info["posture"]),
                                 missing="neutral")
     feet = tuple(info["feet"])
-    gait = (Gait.trot(feet, swing=8, support=2) if CASES[name][0] == "trot"
+    gait = (Gait.trot(feet, swing=8, support=2) if CASES[name][0] == "trot" and not standing
             else Gait.standing(feet, str(info["kind"])))
-    mpc = LeggedMPC(model, feet, gait, posture, horizon=horizon, dt=dt)
+    weights = LeggedWeights(**dict(info.get("weights", {})))
+    mpc = LeggedMPC(model, feet, gait, posture, horizon=horizon, dt=dt, weights=weights)
     return model, mpc, np.r_[posture, np.zeros(model.nv)]
 
 
@@ -80,11 +88,34 @@ def run_case(name: str, ticks: int, horizon: int = 20, dt: float = 0.02, warmup:
             "cone_refusals": int(refusals), "failures": int(failures)}
 
 
+#: robot -> lateral push [N] of the closed-loop case.
+PUSHES = {"solo12": 5.0, "talos": 200.0}
+
+PUSH_HEADERS = ["robot", "push [N]", "peak deviation [mm]", "at [s]", "final deviation [mm]",
+                "refused plans", "plant cone excursion [N]", "tick p50 [us]"]
+
+
+def run_push(name: str, seconds: float = 2.0) -> dict:
+    """The standing closed loop with a push (see the module docstring)."""
+    from rbd_deriv.testing.rigid_contact import RigidContactPlant, standing_loop
+    info = LEGGED_ROBOTS[name]
+    model, mpc, x0 = build(name, 10, 0.02, standing=True)
+    plant = RigidContactPlant(model, tuple(info["feet"]), str(info["kind"]), x0)
+    run = standing_loop(mpc, plant, seconds, [0.0, PUSHES[name], 0.0], 0.3, 0.1)
+    deviation = run["deviation"]
+    return {"push_n": PUSHES[name], "peak_m": float(deviation.max()),
+            "peak_at_s": float(np.argmax(deviation) * 1e-3), "final_m": float(deviation[-1]),
+            "refused": int(run["refused"]), "plant_cone_excursion_n": run["cone_violation"],
+            "tick_median_us": float(np.median(run["tick_seconds"]) * 1e6)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rbd_deriv.bench legged", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ticks", type=int, default=200, help="timed ticks per case (default 200)")
     parser.add_argument("--robots", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--push", action="store_true",
+                        help="also run the standing closed loop with a push on the rigid-contact plant")
     parser.add_argument("--json", help="also write the results to this JSON file")
     arguments = parser.parse_args(argv)
     single_threaded_blas()
@@ -102,8 +133,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(format_table(HEADERS, rows, title=f"Legged MPC tick ({arguments.ticks} ticks per case, one "
                                             "real-time iteration each; parts are medians)"))
+    pushes = []
+    if arguments.push:
+        push_rows = []
+        for name in arguments.robots:
+            result = run_push(name)
+            pushes.append({"robot": name, **result})
+            push_rows.append([name, result["push_n"], 1e3 * result["peak_m"], result["peak_at_s"],
+                              1e3 * result["final_m"], result["refused"],
+                              result["plant_cone_excursion_n"], result["tick_median_us"]])
+        print()
+        print(format_table(PUSH_HEADERS, push_rows, title="Standing closed loop on the rigid-contact "
+                                                          "plant, push from 0.3 s to 0.4 s, 2 s"))
     if arguments.json:
-        write_json(arguments.json, {"machine": machine_info(("numpy", "numba")), "results": results})
+        write_json(arguments.json, {"machine": machine_info(("numpy", "numba")), "results": results,
+                                    "pushes": pushes})
     return 0
 
 

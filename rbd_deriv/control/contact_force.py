@@ -265,18 +265,18 @@ def cone_violation(forces: np.ndarray, offsets: np.ndarray, mu: float,
                          f"{offsets.tolist()}", "forces")
     if not (np.isfinite(mu) and mu > 0.0):
         raise InputError(f"friction coefficient must be > 0, got {mu!r}", "mu")
-    violation = np.zeros(offsets.size)
-    for c, start in enumerate(offsets):
-        if start < 0:
-            continue
-        f = forces[start:start + 3]
-        n = np.array([0.0, 0.0, 1.0]) if normals is None else np.asarray(normals[c], float)
-        n = n / np.linalg.norm(n)
-        normal = float(f @ n)
-        tangential = float(np.linalg.norm(f - normal * n))
-        excess = max(0.0, tangential - mu * normal, -normal)
-        violation[c] = excess if np.isfinite(excess) else np.inf
-    return violation
+    closed = offsets >= 0
+    rows = np.where(closed, offsets, 0)[:, None] + np.arange(3)
+    f = forces[rows]                                                   # (nc, 3)
+    n = np.tile([0.0, 0.0, 1.0], (offsets.size, 1)) if normals is None \
+        else np.asarray(normals, dtype=float).reshape(offsets.size, 3)
+    n = n / np.linalg.norm(n, axis=1, keepdims=True)
+    normal = np.einsum("ci,ci->c", f, n)
+    tangential = np.linalg.norm(f - normal[:, None] * n, axis=1)
+    with np.errstate(invalid="ignore"):
+        excess = np.maximum(np.maximum(0.0, tangential - mu * normal), -normal)
+    excess[~np.isfinite(excess)] = np.inf
+    return np.where(closed, excess, 0.0)
 
 
 def forces_within_cone(forces: np.ndarray, offsets: np.ndarray, mu: float,
@@ -295,7 +295,8 @@ def forces_within_cone(forces: np.ndarray, offsets: np.ndarray, mu: float,
     if not np.isfinite(forces).all():
         return False, float("inf")
     violation = cone_violation(forces, offsets, mu, normals)
-    allowed = np.array([absolute_tolerance + relative_tolerance
-                        * (np.linalg.norm(forces[s:s + 3]) if s >= 0 else 0.0) for s in offsets])
+    offsets = np.asarray(offsets, dtype=np.int64)
+    rows = np.where(offsets >= 0, offsets, 0)[:, None] + np.arange(3)
+    allowed = absolute_tolerance + relative_tolerance * np.linalg.norm(forces[rows], axis=1)
     largest = float(violation.max()) if violation.size else 0.0
     return bool((violation <= allowed).all()), largest

@@ -202,6 +202,11 @@ class ContactDynamics:
         self._by_pattern: dict[bytes, tuple] = {}
         self._tau = np.zeros((self.horizon, model.nv))
         self._phi = np.eye(2 * model.nv)
+        # A slice when the actuated joints are contiguous (every joint after the free flyer):
+        # a view instead of a gather.
+        first = int(self.actuated[0])
+        contiguous = np.array_equal(self.actuated, np.arange(first, first + self.nu))
+        self._columns = slice(first, first + self.nu) if contiguous else self.actuated
         self.set_schedule(schedule)
 
     def set_schedule(self, schedule: Any) -> None:
@@ -234,7 +239,7 @@ class ContactDynamics:
         if self.impulses and self.touchdown[knot]:
             v = rd.impulse_dynamics(model, data, contacts, x[:nq], v, self.restitution)[0].copy()
         tau = self.bias.copy()
-        tau[self.actuated] += u
+        tau[self._columns] += u
         _, forces = rd.contact_dynamics(model, data, contacts, x[:nq], v, tau)
         out = np.zeros(self.force_rows)
         out[:forces.size] = forces
@@ -248,8 +253,9 @@ class ContactDynamics:
             raise InputError(f"{X.shape[0]} knots for a schedule of {self.horizon}", "X")
         tau = self._tau
         tau[:] = self.bias
-        tau[:, self.actuated] += U
+        tau[:, self._columns] += U
         phi = self._phi
+        actuated = self._columns
         for k in range(self.horizon):
             contacts = self._sets[k]
             q, v = X[k, :nq], X[k, nq:]
@@ -262,16 +268,17 @@ class ContactDynamics:
                 v = contact_data(model, data, contacts).v_plus.copy()
             A, B = rd.linearize(model, data, q, v, tau[k], dt, contacts=contacts)
             out.A[k] = A
-            np.take(B, self.actuated, axis=1, out=out.B[k])
+            out.B[k] = B[:, actuated]
             out.X_next[k] = data.x_next
             state = contact_data(model, data, contacts)
             m = state.m
             out.F[k, :m] = state.forces
-            out.F[k, m:] = 0.0
             out.dF_dx[k, :m, :nv] = state.dforces_dq
             out.dF_dx[k, :m, nv:] = state.dforces_dv
-            out.dF_dx[k, m:] = 0.0
-            np.take(state.dforces_dtau, self.actuated, axis=1, out=out.dF_du[k, :m])
-            out.dF_du[k, m:] = 0.0
+            out.dF_du[k, :m] = state.dforces_dtau[:, actuated]
+            if m < self.force_rows:
+                out.F[k, m:] = 0.0
+                out.dF_dx[k, m:] = 0.0
+                out.dF_du[k, m:] = 0.0
             if touchdown:
                 compose_impulse(out, k, phi)

@@ -10,6 +10,7 @@ slipping, no lift-off, no impact, so it suits standing only.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -68,3 +69,46 @@ class RigidContactPlant:
         v_next = v + h * ddq
         self.x = np.r_[rd.integrate(model, q, h * v_next), v_next]
         return self.x
+
+
+def standing_loop(mpc: Any, plant: RigidContactPlant, seconds: float, push: Sequence[float],
+                  push_start: float, push_duration: float, h: float = 1e-3) -> dict:
+    """Run a standing legged MPC on the plant: a tick every ``mpc.dt`` (warm-started by that much),
+    the plan's feedback policy :math:`u = u_0 + K (x \\ominus x_0)`, clamped to the torque box,
+    applied at every plant step of h [s]; a world-frame force ``push`` [N] on the base from
+    ``push_start`` for ``push_duration`` [s]. A plan that is not sendable (failed solve, first
+    knot outside the cone) is counted and the previous policy kept.
+
+    Returns:
+        {"deviation": (steps,) distance [m] of the base from its start, "refused": plans not
+        sent, "cone_violation": largest excursion [N] of the plant's forces out of mpc.mu's cone,
+        "tick_seconds": (ticks,) wall time of each solve}.
+    """
+    from rbd_deriv.control.contact_force import cone_violation
+
+    x0 = plant.x.copy()
+    space = mpc.space
+    lower, upper = mpc.ocp.control_lower, mpc.ocp.control_upper
+    per_tick = max(1, int(round(mpc.dt / h)))
+    steps = int(round(seconds / h))
+    rows = np.cumsum([0] + [c.rows for c in plant.contacts[:-1]])
+    deviation, ticks = np.zeros(steps), []
+    refused, violation, plan = 0, 0.0, None
+    dx = np.empty((1, space.ndx))
+    force = np.asarray(push, dtype=float)
+    for step in range(steps):
+        if step % per_tick == 0:
+            start = time.perf_counter()
+            candidate = mpc.solve(plant.x, elapsed=per_tick * h)
+            ticks.append(time.perf_counter() - start)
+            if candidate.sendable or plan is None:
+                plan = candidate
+            refused += not candidate.sendable
+        space.difference(plan.state[None], plant.x[None], dx)
+        torque = np.clip(plan.torque + plan.gain @ dx[0], lower, upper)
+        pushing = push_start <= step * h < push_start + push_duration
+        plant.step(torque, h, force if pushing else None)
+        deviation[step] = np.linalg.norm(plant.x[:3] - x0[:3])
+        violation = max(violation, float(cone_violation(plant.forces, rows, mpc.mu).max()))
+    return {"deviation": deviation, "refused": refused, "cone_violation": violation,
+            "tick_seconds": np.array(ticks)}

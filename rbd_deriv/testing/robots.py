@@ -53,9 +53,14 @@ LEGGED_ROBOTS: Dict[str, Dict[str, object]] = {
     "solo12": {"feet": ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT"), "kind": "point",
                "posture": "standing"},
     "talos": {"feet": ("leg_left_sole_fix_joint", "leg_right_sole_fix_joint"), "kind": "frame",
-              "posture": "half_sitting"},
+              "posture": "half_sitting",
+              "weights": {"base_position": 1e3, "base_orientation": 1e3, "joint_position": 10.0,
+                          "torque": 1e-3, "force": 1e-5}},
 }
-"""Example robots on their feet: contact frames, contact kind and the SRDF reference posture."""
+"""Example robots on their feet: contact frames, contact kind, the SRDF reference posture and the
+cost weights of :class:`rbd_deriv.control.legged.LeggedWeights` that differ from its defaults
+(chosen for solo12's 2.5 kg; a 95 kg humanoid needs lighter torque and force weights and a
+stiffer posture to hold it in closed loop)."""
 
 ROBOT_NAMES: List[str] = list(_EXAMPLE_ROBOT_FILES)
 """Robot names in increasing size, the order tests and benchmarks use."""
