@@ -211,3 +211,28 @@ def test_force_stack_residual_is_the_sum_of_the_contacts_residuals():
     assert_close(value_one, value_many, what="cost")
     for name in ("Lxx", "Lx", "Luu", "Lux", "Lu"):
         assert_close(getattr(one, name), getattr(many, name), what=name)
+
+
+def test_cone_gauss_newton_through_the_forces_equals_the_dense_products():
+    """The cone's products folded into the force stack against the generic dense products of
+    its Jacobians, on knots with open and closed contacts."""
+    from rbd_deriv.control.residuals import Derivatives, Residual
+    rng = np.random.default_rng(9)
+    space = VectorSpace(4)
+    schedule = ContactSchedule(("a", "b", "c"), np.array([[1, 1, 1], [0, 1, 1], [1, 0, 0]], bool))
+    offsets, m, K = schedule.force_offsets(), schedule.force_rows, 3
+    F = rng.uniform(-10, 10, (K, m))
+    knots = Knots(rng.uniform(-1, 1, (K, 8)), rng.uniform(-1, 1, (K, 2)), F,
+                  rng.uniform(-1, 1, (K, m, 8)), rng.uniform(-1, 1, (K, m, 2)))
+    residual = FrictionConeResidual(space, 2, offsets, 0.6, min_normal_force=0.5,
+                                    normals=[[0.0, 0.0, 1.0], [0.1, 0.0, 1.0], [0.0, -0.2, 1.0]])
+    r = residual.value(knots)
+    gradient, hessian = rng.uniform(-1, 1, r.shape), rng.uniform(0, 2, r.shape)
+    results = []
+    for method in (residual.gauss_newton, lambda *a: Residual.gauss_newton(residual, *a)):
+        out = Derivatives(np.zeros((K, 8, 8)), np.zeros((K, 8)), np.zeros((K, 2, 2)),
+                          np.zeros((K, 2, 8)), np.zeros((K, 2)))
+        method(knots, r, gradient, hessian, out)
+        results.append(out)
+    for name in ("Lxx", "Lx", "Luu", "Lux", "Lu"):
+        assert_close(getattr(results[0], name), getattr(results[1], name), what=name)

@@ -40,7 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from rbd_deriv.control.constants import CONE_ABSOLUTE_TOLERANCE, CONE_RELATIVE_TOLERANCE
-from rbd_deriv.control.residuals import Knots, Residual
+from rbd_deriv.control.residuals import Derivatives, Knots, Residual
 from rbd_deriv.control.schedule import FORCE_ROWS
 from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError
@@ -237,6 +237,34 @@ class FrictionConeResidual(Residual):
         Rx = (np.einsum("cij,kcjd->kcid", self.cones, dx) * mask).reshape(K, self.nr, self.ndx)
         Ru = (np.einsum("cij,kcja->kcia", self.cones, du) * mask).reshape(K, self.nr, self.nu)
         return Rx, Ru
+
+
+    def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
+                     hessian: np.ndarray, out: Derivatives) -> None:
+        """Through the forces: with a'(r) and a''(r) folded into the force stack's gradient
+        :math:`C^T a'` and block-diagonal Hessian :math:`G = C^T \\mathrm{diag}(a'') C` (3 x 3
+        per closed contact), :math:`L_{xx} \\mathrel{+}= F_x^T G F_x` and likewise for u: products
+        of the stack's m rows instead of the residual's 5 per contact."""
+        closed, rows = self._forces(knots)
+        K, contacts = closed.shape
+        H = np.broadcast_to(hessian, r.shape).reshape(K, contacts, CONE_ROWS)
+        g = gradient.reshape(K, contacts, CONE_ROWS)
+        force_gradient = np.einsum("cij,kci->kcj", self.cones, g)
+        force_hessian = np.einsum("cij,kci,cil->kcjl", self.cones, H, self.cones)
+        knot, contact = np.nonzero(closed)
+        block = rows[knot, contact]                                      # (n, 3)
+        m = knots.F.shape[1]
+        G, gF = np.zeros((K, m, m)), np.zeros((K, m))
+        G[knot[:, None, None], block[:, :, None], block[:, None, :]] = force_hessian[knot, contact]
+        gF[knot[:, None], block] = force_gradient[knot, contact]
+        Fx, Fu = knots.dF_dx, knots.dF_du
+        G_Fx = np.matmul(G, Fx)
+        out.Lx += np.einsum("kmi,km->ki", Fx, gF)
+        out.Lxx += np.matmul(Fx.transpose(0, 2, 1), G_Fx)
+        if out.Lu is not None:
+            out.Lu += np.einsum("kma,km->ka", Fu, gF)
+            out.Luu += np.matmul(Fu.transpose(0, 2, 1), np.matmul(G, Fu))
+            out.Lux += np.matmul(Fu.transpose(0, 2, 1), G_Fx)
 
 
 def cone_violation(forces: np.ndarray, offsets: np.ndarray, mu: float,
