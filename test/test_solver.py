@@ -26,6 +26,7 @@ from rbd_deriv.control.solver import RiccatiSolver
 from rbd_deriv.control.state_space import ConfigurationSpace, VectorSpace, state_space
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.testing import assert_close
+from rbd_deriv.testing.finite_diff import central_difference
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS
 
 
@@ -193,14 +194,9 @@ def test_floating_base_posture_problem_converges_to_a_stationary_point(solo_zero
     assert np.abs(solver.d).max() < 1e-12, "the converged plan is dynamically consistent"
     assert_close(shooting_cost(model, ocp, x0, solver.U), result.cost, rtol=1e-9)
 
-    def gradient(U, eps=1e-6):
-        g = np.zeros(U.size)
-        for i in range(U.size):
-            step = np.zeros(U.size)
-            step[i] = eps
-            g[i] = (shooting_cost(model, ocp, x0, U + step.reshape(U.shape))
-                    - shooting_cost(model, ocp, x0, U - step.reshape(U.shape))) / (2 * eps)
-        return g
+    def gradient(U):
+        return central_difference(lambda u: shooting_cost(model, ocp, x0, u.reshape(U.shape)),
+                                  U.ravel(), 1e-6)
 
     start, final = np.abs(gradient(U0)).max(), np.abs(gradient(solver.U)).max()
     assert final <= 1e-6 * start, (final, start)

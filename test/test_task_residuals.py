@@ -23,6 +23,7 @@ from rbd_deriv.control.task_residuals import (CenterOfMassResidual, FramePositio
                                               RobotKinematics)
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.testing import assert_close
+from rbd_deriv.testing.finite_diff import central_difference
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS
 
 
@@ -182,14 +183,9 @@ def test_reaching_problem_converges_to_a_stationary_point(ur5):
     assert_close(shooting_cost(ur5, ocp, x0, solver.U), result.cost, rtol=1e-7,
                  what="cost of the rollout of the plan")
 
-    def gradient(U, eps=1e-5):
-        g = np.zeros(U.size)
-        for i in range(U.size):
-            step = np.zeros(U.size)
-            step[i] = eps
-            g[i] = (shooting_cost(ur5, ocp, x0, U + step.reshape(U.shape))
-                    - shooting_cost(ur5, ocp, x0, U - step.reshape(U.shape))) / (2 * eps)
-        return g
+    def gradient(U):
+        return central_difference(lambda u: shooting_cost(ur5, ocp, x0, u.reshape(U.shape)),
+                                  U.ravel(), 1e-5)
 
     start, final = np.abs(gradient(U0)).max(), np.abs(gradient(solver.U)).max()
     assert final <= 1e-4 * start, (final, start)

@@ -103,6 +103,15 @@ def example_robot_data_dir() -> Path:
     return found
 
 
+def _example_file(name: str, files: Dict[str, str], what: str) -> Path:
+    if name not in files:
+        raise KeyError(f"no {what} known for example robot {name!r}; known: {', '.join(files)}")
+    path = example_robot_data_dir() / files[name]
+    if not path.is_file():
+        raise RobotDataNotFoundError(f"{what} of example robot {name!r} is missing: {path}")
+    return path
+
+
 def example_robot_urdf(name: str) -> Path:
     """Return the URDF path of the example robot ``name`` (a key of ``EXAMPLE_ROBOTS``).
 
@@ -110,12 +119,7 @@ def example_robot_urdf(name: str) -> Path:
         KeyError: ``name`` is not one of the known robots.
         RobotDataNotFoundError: the package or that URDF file is missing.
     """
-    if name not in _EXAMPLE_ROBOT_FILES:
-        raise KeyError(f"unknown example robot {name!r}; known robots: {', '.join(ROBOT_NAMES)}")
-    path = example_robot_data_dir() / _EXAMPLE_ROBOT_FILES[name]
-    if not path.is_file():
-        raise RobotDataNotFoundError(f"URDF of example robot {name!r} is missing: {path}")
-    return path
+    return _example_file(name, _EXAMPLE_ROBOT_FILES, "URDF")
 
 
 def example_robot_srdf(name: str) -> Path:
@@ -125,12 +129,7 @@ def example_robot_srdf(name: str) -> Path:
         KeyError: no SRDF is known for ``name``.
         RobotDataNotFoundError: the package or that SRDF file is missing.
     """
-    if name not in _EXAMPLE_SRDF_FILES:
-        raise KeyError(f"no SRDF known for example robot {name!r}; known: {', '.join(_EXAMPLE_SRDF_FILES)}")
-    path = example_robot_data_dir() / _EXAMPLE_SRDF_FILES[name]
-    if not path.is_file():
-        raise RobotDataNotFoundError(f"SRDF of example robot {name!r} is missing: {path}")
-    return path
+    return _example_file(name, _EXAMPLE_SRDF_FILES, "SRDF")
 
 
 class _ExampleRobots(Dict[str, Path]):
