@@ -48,18 +48,22 @@ def _se3_coefficients(theta: np.ndarray) -> tuple[np.ndarray, ...]:
     """sin(t)/t, (1 - cos t)/t^2, (t - sin t)/t^3, (t^2 + 2 cos t - 2)/(2 t^4) and
     (2 t - 3 sin t + t cos t)/(2 t^5) at the angles theta (K,)."""
     small = theta < SERIES_ANGLE
-    t = np.where(small, 1.0, theta)
-    t2 = t * t
-    sin, cos = np.sin(t), np.cos(t)
     x = theta * theta
-    series = (
+    series = None if not small.any() else (
         1.0 - x / 6.0 * (1.0 - x / 20.0 * (1.0 - x / 42.0)),
         0.5 - x / 24.0 * (1.0 - x / 30.0 * (1.0 - x / 56.0)),
         1.0 / 6.0 - x / 120.0 * (1.0 - x / 42.0 * (1.0 - x / 72.0)),
         1.0 / 24.0 - x / 720.0 * (1.0 - x / 56.0 * (1.0 - x / 90.0)),
         1.0 / 120.0 - x / 2520.0 * (1.0 - x / 48.0 * (1.0 - 2.0 * x / 165.0)))
+    if small.all():
+        return tuple(a[:, None, None] for a in series)
+    t = np.where(small, 1.0, theta)
+    t2 = t * t
+    sin, cos = np.sin(t), np.cos(t)
     closed = (sin / t, (1.0 - cos) / t2, (t - sin) / (t2 * t), (t2 + 2.0 * cos - 2.0) / (2.0 * t2 * t2),
               (2.0 * t - 3.0 * sin + t * cos) / (2.0 * t2 * t2 * t))
+    if series is None:
+        return tuple(b[:, None, None] for b in closed)
     return tuple(np.where(small, a, b)[:, None, None] for a, b in zip(series, closed))
 
 
