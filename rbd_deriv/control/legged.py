@@ -232,6 +232,8 @@ class LeggedMPC:
         state_weight = np.r_[np.full(3, w.base_position), np.full(3, w.base_orientation),
                              np.full(joints, w.joint_position), np.full(FREE_FLYER_DOF, w.base_velocity),
                              np.full(joints, w.joint_velocity)]
+        #: (ndx,) weights of the posture cost (before the terminal factor).
+        self.state_weight = state_weight
         N = self.horizon
         kinematics = RobotKinematics(model)
         self.kinematics = kinematics
