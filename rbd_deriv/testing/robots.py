@@ -105,7 +105,7 @@ def example_robot_data_dir() -> Path:
 
 def _example_file(name: str, files: Dict[str, str], what: str) -> Path:
     if name not in files:
-        raise KeyError(f"no {what} known for example robot {name!r}; known: {', '.join(files)}")
+        raise KeyError(f"no {what} known for example robot {name!r}; known robots: {', '.join(files)}")
     path = example_robot_data_dir() / files[name]
     if not path.is_file():
         raise RobotDataNotFoundError(f"{what} of example robot {name!r} is missing: {path}")
