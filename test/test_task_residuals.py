@@ -216,3 +216,34 @@ def test_structured_gauss_newton_equals_the_dense_products(masked):
     assert_close(results[0].Lx, results[1].Lx, what="Lx")
     if masked:
         assert not results[0].Lx[~knots].any() and not r[~knots].any()
+
+
+def test_several_frames_are_the_frames_one_by_one():
+    """One residual on two feet with their own masks against one residual per foot, and its
+    structured products against the dense ones."""
+    from rbd_deriv.control.residuals import Derivatives, Residual
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    space = state_space(model)
+    rng = np.random.default_rng(8)
+    K = 4
+    X = np.array([np.r_[rd.integrate(model, rd.neutral(model), rng.uniform(-0.5, 0.5, 18)),
+                        np.zeros(18)] for _ in range(K)])
+    mask = np.array([[True, False], [True, True], [False, True], [False, False]])
+    reference = rng.uniform(-0.3, 0.3, (K, 6))
+    kinematics = RobotKinematics(model)
+    both = FramePositionResidual(space, kinematics, ("FL_FOOT", "HR_FOOT"), reference, knots=mask)
+    single = [FramePositionResidual(space, kinematics, foot, reference[:, 3 * i:3 * i + 3],
+                                    knots=mask[:, i].copy())
+              for i, foot in enumerate(("FL_FOOT", "HR_FOOT"))]
+    r = both.value(Knots(X))
+    assert_close(r, np.hstack([one.value(Knots(X)) for one in single]))
+    assert_close(both.jacobians(Knots(X))[0],
+                 np.concatenate([one.jacobians(Knots(X))[0] for one in single], axis=1))
+    gradient, hessian = rng.uniform(-1, 1, r.shape), rng.uniform(0, 2, r.shape)
+    results = []
+    for method in (both.gauss_newton, lambda *a: Residual.gauss_newton(both, *a)):
+        out = Derivatives(np.zeros((K, 36, 36)), np.zeros((K, 36)))
+        method(Knots(X), r, gradient, hessian, out)
+        results.append(out)
+    assert_close(results[0].Lxx, results[1].Lxx, what="Lxx")
+    assert_close(results[0].Lx, results[1].Lx, what="Lx")

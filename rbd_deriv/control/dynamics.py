@@ -200,6 +200,7 @@ class ContactDynamics:
         self.touchdown = np.zeros(self.horizon, dtype=bool)
         self._sets: list[tuple] = []
         self._by_pattern: dict[bytes, tuple] = {}
+        self._layouts: dict[int, tuple] = {}
         self._tau = np.zeros((self.horizon, model.nv))
         self._phi = np.eye(2 * model.nv)
         # A slice when the actuated joints are contiguous (every joint after the free flyer):
@@ -217,10 +218,17 @@ class ContactDynamics:
         if schedule.horizon != self.horizon:
             raise InputError(f"schedule of {schedule.horizon} knots for a provider of "
                              f"{self.horizon}", "schedule")
+        layout = self._layouts.get(id(schedule))
+        if layout is None or layout[0] is not schedule:
+            # Kept with the schedule itself, whose arrays are read-only: a schedule met again
+            # (a periodic gait) is laid out once.
+            layout = (schedule, schedule.force_offsets(), schedule.touchdown.any(axis=1),
+                      [self._set(row) for row in schedule.active])
+            self._layouts[id(schedule)] = layout
         self.active[:] = schedule.active
-        self.offsets[:] = schedule.force_offsets()
-        self.touchdown[:] = schedule.touchdown.any(axis=1)
-        self._sets = [self._set(row) for row in self.active]
+        self.offsets[:] = layout[1]
+        self.touchdown[:] = layout[2]
+        self._sets = layout[3]
 
     def _set(self, row: np.ndarray) -> tuple:
         key = row.tobytes()

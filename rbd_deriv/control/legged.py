@@ -209,6 +209,8 @@ class LeggedMPC:
         self.weights = weights
         self.phase = 0
         schedule = gait.schedule(self.horizon, 0)
+        # A horizon moving along a periodic gait meets each of its P schedules again.
+        self._schedules = {0: schedule}
         self.dynamics = ContactDynamics(model, dt, schedule, actuated, impulses)
         self.kinds = self.dynamics.kinds
         nv, nu = model.nv, self.dynamics.nu
@@ -250,18 +252,12 @@ class LeggedMPC:
         self.force_reference = np.zeros((N, self.dynamics.force_rows))
         running.append(Cost(ForceStackResidual(space, nu, self.force_reference),
                             Quadratic(w.force, self.dynamics.force_rows), name="forces"))
-        self.swing_references = []
-        self.swing_weights = []
-        self.swinging = []
-        for c, foot in enumerate(feet):
-            target = np.tile(self.stance[c], (N, 1))
-            knot_weights, swinging = np.zeros(N), np.zeros(N, dtype=bool)
-            self.swing_references.append(target)
-            self.swing_weights.append(knot_weights)
-            self.swinging.append(swinging)
-            running.append(Cost(FramePositionResidual(space, kinematics, foot, target,
-                                                      knots=swinging),
-                                Quadratic(w.swing, 3), knot_weights, name=f"swing {foot}"))
+        #: (N, 3 nc) placement references of the feet, (N, nc) the feet in the air.
+        self.swing_reference = np.tile(self.stance.ravel(), (N, 1))
+        self.swinging = np.zeros((N, len(feet)), dtype=bool)
+        running.append(Cost(FramePositionResidual(space, kinematics, feet, self.swing_reference,
+                                                  knots=self.swinging),
+                            Quadratic(w.swing, 3 * len(feet)), name="swing feet"))
         self.cone = FrictionConeResidual(space, nu, offsets, mu)
         share = self.weight / len(feet)
         running.append(Cost(self.cone, RelaxedLogBarrier(w.cone, w.cone_delta * share,
@@ -279,7 +275,11 @@ class LeggedMPC:
         """Start the horizon at knot ``phase`` of the gait (the contact sets, force references,
         swing references and weights follow, in place)."""
         self.phase = int(phase)
-        self.dynamics.set_schedule(self.gait.schedule(self.horizon, self.phase))
+        key = self.phase % self.gait.period
+        schedule = self._schedules.get(key)
+        if schedule is None:
+            schedule = self._schedules[key] = self.gait.schedule(self.horizon, self.phase)
+        self.dynamics.set_schedule(schedule)
         self._update_references()
 
     def _update_references(self) -> None:
@@ -291,10 +291,9 @@ class LeggedMPC:
         for c in range(len(self.feet)):
             rows = np.flatnonzero(self.dynamics.offsets[:, c] >= 0)
             self.force_reference[rows, self.dynamics.offsets[rows, c] + 2] = share[rows]
-            self.swinging[c][:] = ~active[:, c]
-            self.swing_weights[c][:] = self.swinging[c]
-            self.swing_references[c][:] = self.stance[c]
-            self.swing_references[c][:, 2] += self.swing_height * self._lift[knots, c]
+        self.swinging[:] = ~active
+        self.swing_reference[:] = self.stance.ravel()
+        self.swing_reference[:, 2::3] += self.swing_height * self._lift[knots]
 
     def _lift_table(self) -> np.ndarray:
         """(P, nc) sin(pi s) at each knot of the gait's period, s the fraction of the foot's swing

@@ -107,83 +107,110 @@ def _axes(axes: Sequence[int]) -> np.ndarray:
 
 
 class _PositionResidual(Residual):
-    """p(q)[axes] - reference, for a position given with its Jacobian by a provider."""
+    """p_i(q)[axes] - reference for P points i (frames, the center of mass) given with their
+    Jacobians by the kinematics: nr = P * len(axes), point-major."""
 
     uses_control = False
 
-    def __init__(self, space: VectorSpace, reference: np.ndarray | None,
+    def __init__(self, space: VectorSpace, points: int, reference: np.ndarray | None,
                  axes: Sequence[int], knots: np.ndarray | None = None) -> None:
         self.space = space
-        #: (K,) booleans, kept: the knots where the residual is computed (zero elsewhere), or None.
+        self.points = points
+        #: (K,) or (K, P) booleans, kept: where the residual is computed (zero elsewhere), or None.
         self.knots = knots
         self.axes = _axes(axes)
-        self.nr = self.axes.size
+        self.nr = points * self.axes.size
         self.reference = np.zeros(self.nr) if reference is None else reference
         if self.reference.shape[-1] != self.nr:
             raise InputError(f"reference must have {self.nr} entries per knot, got "
                              f"{self.reference.shape}", "reference")
 
-    def _position(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _mask(self, count: int) -> np.ndarray | None:
+        """(K, P) view of :attr:`knots`, or None."""
+        if self.knots is None:
+            return None
+        mask = self.knots[:, None] if self.knots.ndim == 1 else self.knots
+        if mask.shape != (count, self.points):
+            raise InputError(f"knots mask of shape {self.knots.shape} for {count} knots and "
+                             f"{self.points} points", "knots")
+        return mask
+
+    def _positions(self, X: np.ndarray, mask: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (K, P, 3) and Jacobians (K, P, 3, nv), at least where mask holds."""
         raise NotImplementedError
 
     def value(self, knots: Knots) -> np.ndarray:
-        """r (K, nr); zero at the knots left out by :attr:`knots`."""
-        position, _ = self._position(knots.X)
-        r = position[:, self.axes] - self.reference
-        if self.knots is not None:
-            r[~self.knots] = 0.0
+        """r (K, nr); zero where :attr:`knots` is False."""
+        K = knots.count
+        mask = self._mask(K)
+        position, _ = self._positions(knots.X, mask)
+        r = position[:, :, self.axes].reshape(K, self.nr) - self.reference
+        if mask is not None:
+            r.reshape(K, self.points, -1)[~mask] = 0.0
         return r
 
     def jacobians(self, knots: Knots) -> tuple[np.ndarray, None]:
-        """dr/dx = [J[axes], 0] (K, nr, ndx); zero at the knots left out by :attr:`knots`."""
-        _, jacobian = self._position(knots.X)
-        Rx = np.zeros((knots.count, self.nr, self.space.ndx))
-        Rx[:, :, :self.space.nv] = jacobian[:, self.axes, :]
-        if self.knots is not None:
-            Rx[~self.knots] = 0.0
-        return Rx, None
+        """dr/dx = [J[axes], 0] (K, nr, ndx); zero where :attr:`knots` is False."""
+        K = knots.count
+        mask = self._mask(K)
+        _, jacobian = self._positions(knots.X, mask)
+        Rx = np.zeros((K, self.points, self.axes.size, self.space.ndx))
+        Rx[..., :self.space.nv] = jacobian[:, :, self.axes, :]
+        if mask is not None:
+            Rx[~mask] = 0.0
+        return Rx.reshape(K, self.nr, self.space.ndx), None
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
-        """Products on the q columns of the computed knots only (dr/dv = 0 and the left-out
-        knots' rows are zero)."""
-        _, jacobian = self._position(knots.X)
-        rows = np.arange(knots.count) if self.knots is None else np.flatnonzero(self.knots)
-        if rows.size == 0:
-            return
-        nv = self.space.nv
-        J = jacobian[rows][:, self.axes, :]
-        H = np.broadcast_to(hessian, r.shape)[rows]
-        out.Lx[rows, :nv] += np.einsum("kri,kr->ki", J, gradient[rows])
-        out.Lxx[rows, :nv, :nv] += np.matmul(J.transpose(0, 2, 1), H[:, :, None] * J)
+        """Products on the q columns of the computed knots only (dr/dv = 0 and the rows left
+        out are zero)."""
+        K = knots.count
+        mask = self._mask(K)
+        _, jacobian = self._positions(knots.X, mask)
+        nv, width = self.space.nv, self.axes.size
+        H = np.broadcast_to(hessian, r.shape)
+        for point in range(self.points):
+            rows = np.arange(K) if mask is None else np.flatnonzero(mask[:, point])
+            if rows.size == 0:
+                continue
+            columns = slice(point * width, (point + 1) * width)
+            J = jacobian[rows, point][:, self.axes, :]
+            out.Lx[rows, :nv] += np.einsum("kri,kr->ki", J, gradient[rows, columns])
+            out.Lxx[rows, :nv, :nv] += np.matmul(J.transpose(0, 2, 1),
+                                                 H[rows, columns, None] * J)
 
 
 class FramePositionResidual(_PositionResidual):
-    """r = p_frame(q)[axes] - p_ref.
+    """r = p_f(q)[axes] - p_ref for one frame f, or for several (stacked frame by frame).
 
     Args:
         space: The state space.
         kinematics: The kinematics (:class:`RobotKinematics`).
-        frame: Frame name.
+        frame: Frame name, or a sequence of frame names.
         reference: (K, nr) or (nr,) target positions [m], kept (not copied); None for 0.
         axes: World axes compared (default all three).
-        knots: (K,) booleans, kept (not copied): the knots where the residual is computed, zero
-            elsewhere (a swing foot's cost, weighted only while the foot is in the air, needs the
-            kinematics of those knots only); None for every knot.
+        knots: (K,) booleans (or (K, frames) for several frames), kept (not copied): where the
+            residual is computed, zero elsewhere (a swing foot's cost, there only while the
+            foot is in the air, needs the kinematics of those knots only); None for everywhere.
     """
 
-    def __init__(self, space: VectorSpace, kinematics: RobotKinematics, frame: str,
-                 reference: np.ndarray | None = None, axes: Sequence[int] = (0, 1, 2),
-                 knots: np.ndarray | None = None) -> None:
-        super().__init__(space, reference, axes, knots)
+    def __init__(self, space: VectorSpace, kinematics: RobotKinematics,
+                 frame: str | Sequence[str], reference: np.ndarray | None = None,
+                 axes: Sequence[int] = (0, 1, 2), knots: np.ndarray | None = None) -> None:
+        self.frames = (frame,) if isinstance(frame, str) else tuple(frame)
+        if not self.frames:
+            raise InputError("no frame given", "frame")
+        super().__init__(space, len(self.frames), reference, axes, knots)
         self.kinematics = kinematics
         self.frame = frame
 
-    def _position(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.knots is not None and self.knots.shape != (X.shape[0],):
-            raise InputError(f"knots mask of shape {self.knots.shape} for {X.shape[0]} knots",
-                             "knots")
-        return self.kinematics.frame_position(X, self.frame, self.knots)
+    def _positions(self, X: np.ndarray, mask: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        found = [self.kinematics.frame_position(X, frame, None if mask is None else mask[:, i])
+                 for i, frame in enumerate(self.frames)]
+        return (np.stack([position for position, _ in found], axis=1),
+                np.stack([jacobian for _, jacobian in found], axis=1))
 
 
 class CenterOfMassResidual(_PositionResidual):
@@ -198,8 +225,10 @@ class CenterOfMassResidual(_PositionResidual):
 
     def __init__(self, space: VectorSpace, kinematics: RobotKinematics,
                  reference: np.ndarray | None = None, axes: Sequence[int] = (0, 1, 2)) -> None:
-        super().__init__(space, reference, axes)
+        super().__init__(space, 1, reference, axes)
         self.kinematics = kinematics
 
-    def _position(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.kinematics.center_of_mass(X)
+    def _positions(self, X: np.ndarray, mask: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        position, jacobian = self.kinematics.center_of_mass(X)
+        return position[:, None], jacobian[:, None]
