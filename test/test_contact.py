@@ -9,6 +9,8 @@ step Crocoddyl's IntegratedActionModelEuler takes over its contact dynamics).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -325,6 +327,54 @@ def test_contact_linearization_batch_is_the_single_call(load_robot):
     A, B, X, F = rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=contacts)
     A1, B1 = rd.linearize(model, data, Q[2], V[2], TAU[2], 0.01, contacts=contacts)
     assert np.array_equal(A[2], A1) and np.array_equal(B[2], B1)
+
+
+@pytest.mark.parametrize("label", ["solo12-4", "talos-2soles-hand"])
+def test_contact_batch_force_derivatives_are_the_single_calls(load_robot, label):
+    """dforces/dx and dforces/du of a batch: each state's rows are those of contact_dynamics_derivatives with
+    its own set (same kernel), zero below them; repeated batches of other sizes on the same thread (its
+    workspaces are reused) and batches on two threads at once give the same results."""
+    robot, contacts = _case(load_robot, label)
+    model, data = robot.model, robot.data
+    rng = robot.rng("contact batch derivatives")
+    count, nv = 7, model.nv
+    Q = np.array([robot.random_q(rng) for _ in range(count)])
+    V, TAU = rng.uniform(-1, 1, (2, count, nv))
+    gait = [contacts, contacts[:1], [], contacts[::-1], contacts[1:], list(contacts), contacts[:1]]
+    A, B, X, F, dF_dx, dF_du = rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=gait, force_derivatives=True)
+    rows = max(sum(c.rows for c in s) for s in gait)
+    assert dF_dx.shape == (count, rows, 2 * nv) and dF_du.shape == (count, rows, nv)
+    for k in range(count):
+        d = rd.contact_dynamics_derivatives(model, data, gait[k], Q[k], V[k], TAU[k])
+        m = d[3].shape[0]
+        assert np.array_equal(dF_dx[k, :m, :nv], d[3]) and np.array_equal(dF_dx[k, :m, nv:], d[4])
+        assert np.array_equal(dF_du[k, :m], d[5])
+        assert not dF_dx[k, m:].any() and not dF_du[k, m:].any()
+    # Smaller, then larger batches on this thread, and without the derivatives.
+    small = rd.linearize_batch(model, Q[3:5], V[3:5], TAU[3:5], 0.01, contacts=gait[3:5], force_derivatives=True)
+    for ours, full in zip(small, (A, B, X, F, dF_dx, dF_du)):
+        assert np.array_equal(ours, full[3:5, :ours.shape[1]])
+    big = np.concatenate([Q, Q]), np.concatenate([V, V]), np.concatenate([TAU, TAU])
+    again = rd.linearize_batch(model, *big, 0.01, contacts=gait + gait)
+    for ours, full in zip(again, (A, B, X, F)):
+        assert np.array_equal(ours[:count], full) and np.array_equal(ours[count:], full)
+    # Two threads at once, each its own workspaces.
+    results = [None, None]
+
+    def run(slot):
+        results[slot] = [rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=gait, force_derivatives=True)
+                         for _ in range(20)]
+
+    threads = [threading.Thread(target=run, args=(slot,)) for slot in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for per_thread in results:
+        for result in per_thread:
+            assert all(np.array_equal(x, y) for x, y in zip(result, (A, B, X, F, dF_dx, dF_du)))
+    with pytest.raises(rd.InputError, match="force_derivatives"):
+        rd.linearize_batch(model, Q, V, TAU, 0.01, force_derivatives=True)
 
 
 # --- bad input ---------------------------------------------------------------------------------------------------

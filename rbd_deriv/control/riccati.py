@@ -15,8 +15,9 @@ handled by a projected-Newton QP (Bertsekas 1982; Tassa, Mansard and Todorov, IC
 the affine model out with the feedback law and clamps torques to the box.
 
 All kernels take plain contiguous float64 arrays and write into preallocated outputs; the Python
-side (:mod:`rbd_deriv.control.workspace`) owns every buffer. Dense products are written as loops
-whose inner index is contiguous so that numba vectorises them without a BLAS dependency.
+side (:mod:`rbd_deriv.control.workspace`) owns every buffer. The backward pass's O(nx^3) products are BLAS
+calls (numba's ``np.dot`` into preallocated outputs, no allocation); the rest are loops whose inner index is
+contiguous.
 """
 
 from __future__ import annotations
@@ -274,46 +275,19 @@ def backward_pass(A, B, d, Wx, gx, torque_weight, gu, U, torque_lower, torque_up
             for j in range(nx):
                 s += P[i, j] * d[k, j]
             vector[i] = s
-        # PA = P A_k and PB = P B_k, row by row with contiguous inner loops.
+        # PA = P A_k, PB = P B_k; Qxx = W + A^T P A, Qux = B^T P A, Quu = R + B^T P B, Qx, Qu: BLAS
+        # products (the O(nx^3) part of the tick).
+        np.dot(P, Ak, PA)
+        np.dot(P, Bk, PB)
+        np.dot(Ak.T, PA, Qxx)
+        np.dot(Bk.T, PA, Qux)
+        np.dot(Bk.T, PB, Quu)
+        np.dot(Ak.T, vector, Qx)
+        np.dot(Bk.T, vector, Qu)
         for i in range(nx):
-            for j in range(nx):
-                PA[i, j] = 0.0
-            for j in range(nu):
-                PB[i, j] = 0.0
-            for r in range(nx):
-                pir = P[i, r]
-                if pir != 0.0:
-                    for j in range(nx):
-                        PA[i, j] += pir * Ak[r, j]
-                    for j in range(nu):
-                        PB[i, j] += pir * Bk[r, j]
-        # Qxx = W + A^T P A, Qux = B^T P A, Quu = R + B^T P B, Qx, Qu.
-        for i in range(nx):
-            for j in range(nx):
-                Qxx[i, j] = 0.0
-            Qx[i] = gx[k, i]
+            Qx[i] += gx[k, i]
         for i in range(nu):
-            for j in range(nx):
-                Qux[i, j] = 0.0
-            for j in range(nu):
-                Quu[i, j] = 0.0
-            Qu[i] = gu[k, i]
-        for r in range(nx):
-            vr = vector[r]
-            for i in range(nx):
-                ari = Ak[r, i]
-                Qx[i] += ari * vr
-                if ari != 0.0:
-                    for j in range(nx):
-                        Qxx[i, j] += ari * PA[r, j]
-            for i in range(nu):
-                bri = Bk[r, i]
-                Qu[i] += bri * vr
-                if bri != 0.0:
-                    for j in range(nx):
-                        Qux[i, j] += bri * PA[r, j]
-                    for j in range(nu):
-                        Quu[i, j] += bri * PB[r, j]
+            Qu[i] += gu[k, i]
         for i in range(nx):
             Qxx[i, i] += Wx[k, i]
         for i in range(nu):
@@ -360,14 +334,10 @@ def backward_pass(A, B, d, Wx, gx, torque_weight, gu, U, torque_lower, torque_up
             for a in range(nu):
                 s += K[k, a, i] * quu_k[a] + Qux[a, i] * k_ff[k, a]
             p[i] = s
+        np.dot(Qux.T, K[k], P)
+        for i in range(nx):
             for j in range(nx):
-                P[i, j] = Qxx[i, j]
-        for a in range(nu):
-            for i in range(nx):
-                qai = Qux[a, i]
-                if qai != 0.0:
-                    for j in range(nx):
-                        P[i, j] += qai * K[k, a, j]
+                P[i, j] += Qxx[i, j]
         # Round-off breaks the symmetry of P over a long horizon if left alone.
         for i in range(nx):
             for j in range(i):

@@ -101,6 +101,8 @@ class _Plan:
 
 
 _PLANS: Dict[str, _Plan] = {}
+_DTYPES = {"i": np.int64, "f": np.float64, "b": np.bool_}
+"""The array type of each spec letter of an input."""
 _ZERO_FORCES: "weakref.WeakKeyDictionary[Model, np.ndarray]" = weakref.WeakKeyDictionary()
 
 
@@ -115,7 +117,8 @@ def _zero_forces(model: Model) -> np.ndarray:
 
 
 def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Dict[str, tuple]] = None,
-              explain: Optional[Callable[[int, int, Sequence[str]], Exception]] = None) -> List[np.ndarray]:
+              explain: Optional[Callable[[int, int, Sequence[str]], Exception]] = None,
+              out: Optional[Dict[str, np.ndarray]] = None) -> List[np.ndarray]:
     """Run a registered kernel at K states; return its outputs, each (K, ...).
 
     Args:
@@ -126,6 +129,8 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
         shapes: One state's shape of an output that is not a Data region of the same name.
         explain: The exception of state k's nonzero status, given (k, status, argument names), for errors
             that depend on the state's own arguments (a contact set's frames); default ``registered.error``.
+        out: Arrays to write outputs into instead of new ones, by output name: C-contiguous float64 of K rows
+            of one state's shape (a caller's scratch that it reuses from call to call).
 
     Raises:
         InputError: an input that is not an array of K rows, or the first failing state's error, prefixed
@@ -145,7 +150,8 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
             value, array = _zero_forces(model), False
         elif not array:
             value = convert(value, argument)
-        elif type(value) is not np.ndarray or value.dtype != np.float64 or value.ndim != argument.ndim + 1:
+        elif type(value) is not np.ndarray or value.dtype != _DTYPES[argument.letter] \
+                or value.ndim != argument.ndim + 1:
             direct = False  # converted (or refused) below; one state's array alone would be shared by all
         elif count is None:
             count = value.shape[0]
@@ -153,7 +159,8 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
         per_state.append(array)
     if not direct or count is None:
         count = _convert_states(values, plan.inputs, per_state)
-    outputs = [np.empty((count,) + _state_shape(model, name, shapes)) for name in plan.outputs]
+    outputs = [out[name] if out and name in out else np.empty((count,) + _state_shape(model, name, shapes))
+               for name in plan.outputs]
     codes = np.zeros(count, dtype=np.int64)
     threads = max(1, min(numba.get_num_threads(), count))
     workspaces = _take_workspaces(model, threads)

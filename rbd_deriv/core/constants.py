@@ -1,5 +1,7 @@
 """Tunable constants and tolerances of the core, in one place (their measurements: docs/performance.md)."""
 
+import numpy as np
+
 #: numba options of every compiled function: cached machine code; no GIL, so other Python threads run during
 #: a call; fastmath limited to contraction and reassociation (FMA, reordered sums), which moves results by
 #: rounding only, never the handling of NaN or inf that the input checks rely on; and no reference counting
@@ -11,6 +13,12 @@ JIT_OPTIONS = dict(cache=True, nogil=True, _nrt=False, fastmath={"contract", "re
 
 #: JIT_OPTIONS for a function that allocates arrays or calls BLAS.
 JIT_OPTIONS_ALLOCATING = dict(JIT_OPTIONS, _nrt=True)
+
+#: Type of the bounds of a hot inner loop, ``for j in range(UINT(a), UINT(b))``: numba checks every signed
+#: index for wraparound (a negative index counts from the end), a branch per access that also keeps LLVM from
+#: vectorizing the loop; an unsigned index is used as it is. Such a loop variable only indexes: mixed with
+#: signed integers in arithmetic, numba would compute in floating point.
+UINT = np.uintp
 
 #: A quaternion whose norm differs from 1 by more than this is refused; below it, it is normalized (a
 #: joint_states round trip through float32 stays well within it).

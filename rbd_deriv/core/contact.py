@@ -44,7 +44,10 @@ external forces P) and the q-derivative of J w at w = v+ + e v in place of D_q; 
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
+import weakref
 from typing import Optional, Sequence
 
 import numpy as np
@@ -68,7 +71,7 @@ from rbd_deriv.core.calling import (
     status,
 )
 from rbd_deriv.core import linearization
-from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.constants import JIT_OPTIONS, UINT
 from rbd_deriv.core.crba import crba_into
 from rbd_deriv.core.frames import (
     FRAME_COLS,
@@ -121,6 +124,7 @@ from rbd_deriv.exceptions import InputError
 # (frames.FRAME_COLS numbers), the Baumgarte gains kp, kd and the reference placement (world; FRAME_COLS numbers:
 # rotation row-major, then the position p_ref, which is all a point contact reads).
 CI_KIND, CI_JOINT, CI_COLS = 0, 1, 2
+
 CF_KP, CF_KD, CF_REF = FRAME_COLS, FRAME_COLS + 1, FRAME_COLS + 2
 CF_REF_POS = CF_REF + FRAME_POS
 CF_COLS = CF_REF + FRAME_COLS
@@ -170,9 +174,16 @@ def _offsets(nv, m):
     return o_L, o_J, o_Y, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv + 108
 
 
+@functools.lru_cache(maxsize=256)
 def workspace_size(nv: int, m: int) -> int:
     """Size of the float64 workspace of a contact set with m force rows on a model of nv dofs."""
     return int(_offsets(nv, m)[-1])
+
+
+@functools.lru_cache(maxsize=256)
+def _force_derivatives_offset(nv: int, m: int) -> int:
+    """Where dforces/d(q, v, tau) (3, m, nv) start in a contact set's workspace."""
+    return int(_offsets(nv, m)[13])
 
 
 @njit(**JIT_OPTIONS)
@@ -222,9 +233,10 @@ def ltdl_factor(mi, H, t):
         ivk, end = mi[jk, MI_IDX_V], mi[jk, MI_SUBTREE_END]
         for k in range(ivk + mi[jk, MI_NV] - 1, ivk - 1, -1):
             d = H[k, k]
-            for c in range(k + 1, end):
-                t[c] = H[c, c] * H[k, c]
-                d -= H[k, c] * t[c]
+            Hk = H[k]
+            for c in range(UINT(k + 1), UINT(end)):
+                t[c] = H[c, c] * Hk[c]
+                d -= Hk[c] * t[c]
             if not d > constants.SINGULAR_INERTIA:
                 return jk
             H[k, k] = d
@@ -233,9 +245,10 @@ def ltdl_factor(mi, H, t):
             while ji > 0:
                 ivi = mi[ji, MI_IDX_V]
                 for i in range(ivi, top):
-                    acc = H[i, k]
-                    for c in range(k + 1, end):
-                        acc -= H[i, c] * t[c]
+                    Hi = H[i]
+                    acc = Hi[k]
+                    for c in range(UINT(k + 1), UINT(end)):
+                        acc -= Hi[c] * t[c]
                     acc *= inverse
                     H[i, k] = acc
                     H[k, i] = acc
@@ -247,13 +260,14 @@ def ltdl_factor(mi, H, t):
 @njit(inline="always", **JIT_OPTIONS)
 def _to_ancestors(mi, H, X, ji, i, col0, ncols):
     """X[j, col0:col0 + ncols] -= L_ij X[i, col0:col0 + ncols] for every ancestor j of dof i (of joint ji)."""
-    jj, top = ji, i
+    jj, top, Xi = ji, i, X[i]
     while jj > 0:
         ivj = mi[jj, MI_IDX_V]
         for j in range(ivj, top):
             l = H[i, j]
-            for col in range(col0, col0 + ncols):
-                X[j, col] -= l * X[i, col]
+            Xj = X[j]
+            for col in range(UINT(col0), UINT(col0 + ncols)):
+                Xj[col] -= l * Xi[col]
         jj = mi[jj, MI_PARENT]
         top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
 
@@ -274,18 +288,21 @@ def ltdl_backward(mi, H, X):
     nj, nv, c = mi[0, MI_NJ], X.shape[0], X.shape[1]
     for i in range(nv):
         d = 1.0 / H[i, i]
-        for col in range(c):
-            X[i, col] *= d
+        Xi = X[i]
+        for col in range(UINT(0), UINT(c)):
+            Xi[col] *= d
     for ji in range(1, nj):
         ivi = mi[ji, MI_IDX_V]
         for i in range(ivi, ivi + mi[ji, MI_NV]):
+            Xi = X[i]
             jj, top = ji, i
             while jj > 0:
                 ivj = mi[jj, MI_IDX_V]
                 for j in range(ivj, top):
                     l = H[i, j]
-                    for col in range(c):
-                        X[i, col] -= l * X[j, col]
+                    Xj = X[j]
+                    for col in range(UINT(0), UINT(c)):
+                        Xi[col] -= l * Xj[col]
                 jj = mi[jj, MI_PARENT]
                 top = mi[jj, MI_IDX_V] + mi[jj, MI_NV] if jj > 0 else 0
 
@@ -333,21 +350,25 @@ def cholesky_solve(G, m, X):
     """X (m, c) <- G^-1 X for G = C C^T factored by :func:`cholesky`, row updates over the columns."""
     c = X.shape[1]
     for r in range(m):
+        Xr = X[r]
         for k in range(r):
             g = G[r, k]
-            for col in range(c):
-                X[r, col] -= g * X[k, col]
+            Xk = X[k]
+            for col in range(UINT(0), UINT(c)):
+                Xr[col] -= g * Xk[col]
         d = 1.0 / G[r, r]
-        for col in range(c):
-            X[r, col] *= d
+        for col in range(UINT(0), UINT(c)):
+            Xr[col] *= d
     for r in range(m - 1, -1, -1):
+        Xr = X[r]
         for k in range(r + 1, m):
             g = G[k, r]
-            for col in range(c):
-                X[r, col] -= g * X[k, col]
+            Xk = X[k]
+            for col in range(UINT(0), UINT(c)):
+                Xr[col] -= g * Xk[col]
         d = 1.0 / G[r, r]
-        for col in range(c):
-            X[r, col] *= d
+        for col in range(UINT(0), UINT(c)):
+            Xr[col] *= d
 
 
 @njit(**JIT_OPTIONS)
@@ -567,21 +588,25 @@ def _kkt_derivative(mi, L, J, Y, G, m, D, X, dF):
     nv, c = X.shape[0], X.shape[1]
     ltdl_solve(mi, L, X)  # M^-1 R
     for r in range(m):
-        for k in range(c):
-            dF[r, k] = -D[r, k]
+        dFr, Dr = dF[r], D[r]
+        for col in range(UINT(0), UINT(c)):
+            dFr[col] = -Dr[col]
         for k in range(nv):
             jrk = J[r, k]
             if jrk != 0.0:
-                for col in range(c):
-                    dF[r, col] += jrk * X[k, col]
+                Xk = X[k]
+                for col in range(UINT(0), UINT(c)):
+                    dFr[col] += jrk * Xk[col]
     cholesky_solve(G, m, dF)
     for k in range(nv):
-        for col in range(c):
-            X[k, col] = -X[k, col]
+        Xk = X[k]
+        for col in range(UINT(0), UINT(c)):
+            Xk[col] = -Xk[col]
         for r in range(m):
             ykr = Y[k, r]
-            for col in range(c):
-                X[k, col] += ykr * dF[r, col]
+            dFr = dF[r]
+            for col in range(UINT(0), UINT(c)):
+                Xk[col] += ykr * dFr[col]
 
 
 @njit(**JIT_OPTIONS)
@@ -1207,16 +1232,36 @@ def contact_forces(model: Model, data: Data, contacts) -> np.ndarray:
     return contact_data(model, data, contacts).forces
 
 
-def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
+_SCRATCH = threading.local()
+"""Per thread: {model: float64 buffer} holding the contact workspaces of that thread's last batch."""
+
+
+def _batch_workspaces(model: Model, count: int, size: int) -> np.ndarray:
+    """(count, size) contact workspaces for a batch on this thread: scratch, reused from one call to the next
+    (a new one per call costs the page faults and cache misses of K workspaces every time). One buffer per
+    thread and model, grown when a batch needs more."""
+    pool = getattr(_SCRATCH, "pool", None)
+    if pool is None:
+        pool = _SCRATCH.pool = weakref.WeakKeyDictionary()
+    buffer = pool.get(model)
+    if buffer is None or buffer.size < count * size:
+        buffer = pool[model] = np.empty(count * size)
+    return buffer[:count * size].reshape(count, size)
+
+
+def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts, force_derivatives: bool = False):
     """linearize_contacts at K states, one contact set per state.
 
     Args:
         contacts: K sequences of :class:`Contact` (one per state; they may differ: a gait), or one sequence
             for all states.
+        force_derivatives: Also return the derivatives of each state's forces.
 
     Returns:
         (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv), forces (K, m_max)): each state's forces first,
-        padded with zeros to the largest number of force rows of a state.
+        padded with zeros to the largest number of force rows of a state. With ``force_derivatives``, two more:
+        dforces_dx (K, m_max, 2nv) = [dforces/dq, dforces/dv] (q in the tangent space) and dforces_du
+        (K, m_max, nv) = dforces/dtau, zero in the padding rows.
     """
     check_model(model)
     dt = check_time_step(dt)
@@ -1233,31 +1278,47 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts):
     else:
         if len(contacts) != count:
             raise InputError(f"contacts: {len(contacts)} contact sets for {count} states", "contacts")
-        given, index, seen = [], np.empty(count, dtype=np.intp), {}
+        given, order, seen = [], [], {}
         for k, s in enumerate(contacts):
             try:
-                key = tuple(s)
+                key = s if type(s) is tuple else tuple(s)
             except TypeError:
                 raise InputError(f"contacts: the set of state {k} is not a sequence of rbd_deriv.Contact",
                                  "contacts") from None
-            if key not in seen:
-                seen[key] = len(given)
+            j = seen.get(key)
+            if j is None:
+                j = seen[key] = len(given)
                 given.append(key)
-            index[k] = seen[key]
+            order.append(j)
+        index = np.array(order, dtype=np.intp)
     distinct = [_check_contact_set(model, s) for s in given]
     width = max([1] + [len(s) for s in distinct])
     layout_i = np.zeros((len(distinct), width, CI_COLS), dtype=np.int64)
     layout_f = np.zeros((len(distinct), width, CF_COLS))
+    sizes = []
     for k, s in enumerate(distinct):
         for c, contact in enumerate(s):
             layout_i[k, c] = contact._row_i
             layout_f[k, c] = contact._row_f
+        sizes.append(sum(c.rows for c in s))
     CI, CF = layout_i[index], layout_f[index]
-    rows = max(sum(c.rows for c in s) for s in distinct) if count else 0
-    shapes = {"cws": (workspace_size(model.nv, 6 * width),), "forces": (rows,)}
-    _, A, B, X, F = run_batch(CONTACT, model, Q, V, TAU, None, CI, CF, dt, MODE_LINEARIZE, shapes=shapes,
+    rows = max(sizes) if count else 0
+    nv = model.nv
+    cws = _batch_workspaces(model, count, workspace_size(nv, 6 * width))
+    _, A, B, X, F = run_batch(CONTACT, model, Q, V, TAU, None, CI, CF, dt, MODE_LINEARIZE,
+                              shapes={"forces": (rows,)}, out={"cws": cws},
                               explain=lambda k, code, names: _error(CONTACT, model, code, distinct[index[k]], names))
-    return A, B, X, F
+    if not force_derivatives:
+        return A, B, X, F
+    dF_dx, dF_du = np.zeros((count, rows, 2 * nv)), np.zeros((count, rows, nv))
+    for j, m in enumerate(sizes):
+        if m == 0:  # a flight phase: no force
+            continue
+        states = np.flatnonzero(index == j) if len(distinct) > 1 else slice(None)
+        start = _force_derivatives_offset(nv, m)
+        dF = cws[states, start:start + 3 * m * nv].reshape(-1, 3, m, nv)
+        dF_dx[states, :m, :nv], dF_dx[states, :m, nv:], dF_du[states, :m] = dF[:, 0], dF[:, 1], dF[:, 2]
+    return A, B, X, F, dF_dx, dF_du
 
 
 linearization.CONTACT_STEP.update(single=linearize_contacts, batch=linearize_contacts_batch)

@@ -177,12 +177,15 @@ def linearize(model: Model, data: Data, q, v, tau, dt, fext=None, contacts=None)
     return data.A, data.B
 
 
-def linearize_batch(model: Model, Q, V, TAU, dt, contacts=None):
+def linearize_batch(model: Model, Q, V, TAU, dt, contacts=None, force_derivatives: bool = False):
     """linearize at K states with time step dt [s] -> (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv)).
 
     With ``contacts`` (K sequences of :class:`rbd_deriv.Contact`, one per state, or one for all): the contact
     step at each state, and a fourth result, the forces (K, m_max) padded with zeros (m_max: the most force
-    rows of a state)."""
+    rows of a state). With ``force_derivatives`` too, two more: the forces' derivatives dforces_dx
+    (K, m_max, 2nv) (with respect to q in the tangent space, then v) and dforces_du (K, m_max, nv)."""
     if contacts is not None:
-        return CONTACT_STEP["batch"](model, Q, V, TAU, dt, contacts)
+        return CONTACT_STEP["batch"](model, Q, V, TAU, dt, contacts, force_derivatives)
+    if force_derivatives:
+        raise InputError("force_derivatives: there are forces only with contacts", "force_derivatives")
     return tuple(run_batch(LINEARIZE, model, Q, V, TAU, None, check_time_step(dt)))
