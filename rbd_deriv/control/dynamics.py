@@ -14,7 +14,8 @@ the N steps and gets back, per step k, in a :class:`KnotDynamics`:
 
 :class:`FreeDynamics` is the provider without contacts, on ``rd.linearize_batch``;
 :class:`ContactDynamics` is the provider with contacts: each knot's step runs the contact
-dynamics of the contacts a schedule closes at that knot (``rd.linearize(..., contacts=set)``). A
+dynamics of the contacts a schedule closes at that knot, for the whole horizon in one
+``rd.linearize_batch(..., contacts=sets, force_derivatives=True)``. A
 touchdown is an impulse applied at the start of a step, :math:`x_{k+1} = f(\\Phi(x_k), u_k)`
 with :math:`\\Phi(q, v) = (q, v^+(q, v))` (``rd.impulse_dynamics``), composed into the knot's
 map by :func:`compose_impulse`; the Euler structure the Riccati pass relies on is kept since an
@@ -202,7 +203,6 @@ class ContactDynamics:
         self._by_pattern: dict[bytes, tuple] = {}
         self._layouts: dict[int, tuple] = {}
         self._tau = np.zeros((self.horizon, model.nv))
-        self._phi = np.eye(2 * model.nv)
         # A slice when the actuated joints are contiguous (every joint after the free flyer):
         # a view instead of a gather.
         first = int(self.actuated[0])
@@ -254,39 +254,42 @@ class ContactDynamics:
         return out
 
     def linearize(self, X: np.ndarray, U: np.ndarray, out: KnotDynamics) -> None:
-        """A, B (actuated columns), X_next, F, dF/dx, dF/du of every step (see the class)."""
-        model, data, dt = self.model, self.data, self.dt
+        """A, B (actuated columns), X_next, F, dF/dx, dF/du of every step (see the class): one
+        ``rd.linearize_batch(..., contacts=sets, force_derivatives=True)`` for the horizon, the
+        touchdown knots' velocities replaced by their post-impulse ones first."""
+        model, data = self.model, self.data
         nq, nv = model.nq, model.nv
         if X.shape[0] != self.horizon:
             raise InputError(f"{X.shape[0]} knots for a schedule of {self.horizon}", "X")
         tau = self._tau
         tau[:] = self.bias
         tau[:, self._columns] += U
-        phi = self._phi
-        actuated = self._columns
-        for k in range(self.horizon):
+        Q = np.ascontiguousarray(X[:, :nq])
+        V = np.ascontiguousarray(X[:, nq:])
+        touchdowns = np.flatnonzero(self.touchdown) if self.impulses else ()
+        jumps = []
+        for k in touchdowns:
             contacts = self._sets[k]
-            q, v = X[k, :nq], X[k, nq:]
-            touchdown = self.impulses and self.touchdown[k]
-            if touchdown:
-                dv_dq, dv_dv, _, _ = rd.impulse_dynamics_derivatives(model, data, contacts, q, v,
-                                                                     self.restitution)
-                phi[nv:, :nv] = dv_dq
-                phi[nv:, nv:] = dv_dv
-                v = contact_data(model, data, contacts).v_plus.copy()
-            A, B = rd.linearize(model, data, q, v, tau[k], dt, contacts=contacts)
-            out.A[k] = A
-            out.B[k] = B[:, actuated]
-            out.X_next[k] = data.x_next
-            state = contact_data(model, data, contacts)
-            m = state.m
-            out.F[k, :m] = state.forces
-            out.dF_dx[k, :m, :nv] = state.dforces_dq
-            out.dF_dx[k, :m, nv:] = state.dforces_dv
-            out.dF_du[k, :m] = state.dforces_dtau[:, actuated]
-            if m < self.force_rows:
-                out.F[k, m:] = 0.0
-                out.dF_dx[k, m:] = 0.0
-                out.dF_du[k, m:] = 0.0
-            if touchdown:
-                compose_impulse(out, k, phi)
+            dv_dq, dv_dv, _, _ = rd.impulse_dynamics_derivatives(model, data, contacts, Q[k], V[k],
+                                                                 self.restitution)
+            phi = np.eye(2 * nv)
+            phi[nv:, :nv] = dv_dq
+            phi[nv:, nv:] = dv_dv
+            jumps.append(phi)
+            V[k] = contact_data(model, data, contacts).v_plus
+        A, B, X_next, F, dF_dx, dF_du = rd.linearize_batch(model, Q, V, tau, self.dt,
+                                                           contacts=self._sets,
+                                                           force_derivatives=True)
+        m = F.shape[1]
+        out.A[:] = A
+        out.B[:] = B[:, :, self._columns]
+        out.X_next[:] = X_next
+        out.F[:, :m] = F
+        out.dF_dx[:, :m] = dF_dx
+        out.dF_du[:, :m] = dF_du[:, :, self._columns]
+        if m < self.force_rows:
+            out.F[:, m:] = 0.0
+            out.dF_dx[:, m:] = 0.0
+            out.dF_du[:, m:] = 0.0
+        for k, phi in zip(touchdowns, jumps):
+            compose_impulse(out, int(k), phi)
