@@ -221,3 +221,37 @@ def test_solver_refuses_bad_input(solo_zero_gravity):
         OptimalControlProblem(space, 3, 0.1, -np.ones(2), np.array([1.0, np.inf]))
     with pytest.raises(InputError, match="reference"):
         StateResidual(space, np.zeros(3))
+
+
+def test_force_costs_folded_once_equal_their_own_products():
+    """The solver collects the force costs' derivatives in force space and folds them once
+    through dF/dx, dF/du: the same derivatives as each force cost's own products (solo12 on a
+    trot, force regularization and friction cones)."""
+    from rbd_deriv.control.legged import LeggedMPC
+    from rbd_deriv.control.residuals import Derivatives
+    from rbd_deriv.control.schedule import Gait
+    from rbd_deriv.control.srdf import reference_posture
+    from rbd_deriv.testing.robots import LEGGED_ROBOTS, example_robot_srdf
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    feet = LEGGED_ROBOTS["solo12"]["feet"]
+    q = reference_posture(model, example_robot_srdf("solo12"), "standing")
+    mpc = LeggedMPC(model, feet, Gait.trot(feet, swing=4, support=1), q, horizon=8)
+    mpc.solve(np.r_[q, np.zeros(18)], phase=3)
+    solver = mpc.solver
+    solver.linearize()
+    solver.cost_derivatives()
+    folded = [getattr(solver, name).copy() for name in ("Lxx", "Lx", "Luu", "Lux", "Lu")]
+    assert np.abs(solver.Lff).max() > 0.0, "the force costs went through force space"
+    N = mpc.horizon
+    own = Derivatives(np.zeros_like(solver.Lxx[:N]), np.zeros_like(solver.Lx[:N]),
+                      np.zeros_like(solver.Luu), np.zeros_like(solver.Lux), np.zeros_like(solver.Lu))
+    running = solver.running_knots(solver.X, solver.U)
+    for cost in mpc.ocp.running_costs:
+        cost.add_derivatives(running, own)
+    terminal = Derivatives(np.zeros_like(solver.Lxx[N:]), np.zeros_like(solver.Lx[N:]))
+    for cost in mpc.ocp.terminal_costs:
+        cost.add_derivatives(Knots(solver.X[-1:]), terminal)
+    expected = [np.concatenate([own.Lxx, terminal.Lxx]), np.concatenate([own.Lx, terminal.Lx]),
+                own.Luu, own.Lux, own.Lu]
+    for name, a, b in zip(("Lxx", "Lx", "Luu", "Lux", "Lu"), folded, expected):
+        assert_close(a, b, what=name)

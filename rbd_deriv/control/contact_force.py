@@ -40,7 +40,8 @@ from typing import Sequence
 import numpy as np
 
 from rbd_deriv.control.constants import CONE_ABSOLUTE_TOLERANCE, CONE_RELATIVE_TOLERANCE
-from rbd_deriv.control.residuals import Derivatives, Knots, Residual
+from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, _diagonal,
+                                         fold_force_derivatives)
 from rbd_deriv.control.schedule import FORCE_ROWS
 from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError
@@ -149,6 +150,15 @@ class ForceStackResidual(Residual):
         _check_forces(knots)
         return knots.dF_dx, knots.dF_du
 
+    def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
+                     hessian: np.ndarray, out: Derivatives) -> None:
+        """Into the force-space derivatives when ``out`` has them (dr/dF is the identity)."""
+        if out.Lff is None:
+            super().gauss_newton(knots, r, gradient, hessian, out)
+            return
+        out.Lf += gradient
+        _diagonal(out.Lff)[:] += hessian
+
 
 def pyramid(mu: float, normal: np.ndarray | None = None) -> np.ndarray:
     """(5, 3) matrix C of the inscribed friction pyramid: C f >= [0, 0, 0, 0, f_min] row by row.
@@ -241,10 +251,11 @@ class FrictionConeResidual(Residual):
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
-        """Through the forces: with a'(r) and a''(r) folded into the force stack's gradient
+        """Through the forces: with a'(r) and a''(r) turned into the force stack's gradient
         :math:`C^T a'` and block-diagonal Hessian :math:`G = C^T \\mathrm{diag}(a'') C` (3 x 3
         per closed contact), :math:`L_{xx} \\mathrel{+}= F_x^T G F_x` and likewise for u: products
-        of the stack's m rows instead of the residual's 5 per contact."""
+        of the stack's m rows instead of the residual's 5 per contact, or none at all when
+        ``out`` collects force-space derivatives."""
         closed, rows = self._forces(knots)
         K, contacts = closed.shape
         H = np.broadcast_to(hessian, r.shape).reshape(K, contacts, CONE_ROWS)
@@ -257,14 +268,11 @@ class FrictionConeResidual(Residual):
         G, gF = np.zeros((K, m, m)), np.zeros((K, m))
         G[knot[:, None, None], block[:, :, None], block[:, None, :]] = force_hessian[knot, contact]
         gF[knot[:, None], block] = force_gradient[knot, contact]
-        Fx, Fu = knots.dF_dx, knots.dF_du
-        G_Fx = np.matmul(G, Fx)
-        out.Lx += np.einsum("kmi,km->ki", Fx, gF)
-        out.Lxx += np.matmul(Fx.transpose(0, 2, 1), G_Fx)
-        if out.Lu is not None:
-            out.Lu += np.einsum("kma,km->ka", Fu, gF)
-            out.Luu += np.matmul(Fu.transpose(0, 2, 1), np.matmul(G, Fu))
-            out.Lux += np.matmul(Fu.transpose(0, 2, 1), G_Fx)
+        if out.Lff is not None:
+            out.Lff += G
+            out.Lf += gF
+            return
+        fold_force_derivatives(knots, Derivatives(out.Lxx, out.Lx, out.Luu, out.Lux, out.Lu, G, gF))
 
 
 def cone_violation(forces: np.ndarray, offsets: np.ndarray, mu: float,

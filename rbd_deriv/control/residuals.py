@@ -59,6 +59,10 @@ class Derivatives:
     Attributes:
         Lxx: (K, ndx, ndx); Lx: (K, ndx); Luu: (K, nu, nu), Lux: (K, nu, ndx), Lu: (K, nu), the
             last three None at the terminal knot.
+        Lff: (K, m, m), Lf: (K, m): derivatives with respect to the contact forces, or None.
+            Residuals of the forces alone add there when they are given; whoever made them folds
+            them once through the forces' Jacobians (:func:`fold_force_derivatives`), so that
+            several force costs (regularization, friction cones) pay for one set of products.
     """
 
     Lxx: np.ndarray
@@ -66,6 +70,21 @@ class Derivatives:
     Luu: np.ndarray | None = None
     Lux: np.ndarray | None = None
     Lu: np.ndarray | None = None
+    Lff: np.ndarray | None = None
+    Lf: np.ndarray | None = None
+
+
+def fold_force_derivatives(knots: Knots, out: Derivatives) -> None:
+    """Add the force-space derivatives through the forces' Jacobians F_x, F_u:
+    :math:`L_x \\mathrel{+}= F_x^T L_f`, :math:`L_{xx} \\mathrel{+}= F_x^T L_{ff} F_x`,
+    likewise for u and ux."""
+    Fx, Fu = knots.dF_dx, knots.dF_du
+    G_Fx = np.matmul(out.Lff, Fx)
+    out.Lx += np.einsum("kmi,km->ki", Fx, out.Lf)
+    out.Lxx += np.matmul(Fx.transpose(0, 2, 1), G_Fx)
+    out.Lu += np.einsum("kma,km->ka", Fu, out.Lf)
+    out.Luu += np.matmul(Fu.transpose(0, 2, 1), np.matmul(out.Lff, Fu))
+    out.Lux += np.matmul(Fu.transpose(0, 2, 1), G_Fx)
 
 
 class Residual:

@@ -29,7 +29,7 @@ from rbd_deriv.control.constants import (CONTROL_STEP_TOLERANCE, LINE_SEARCH_MIN
 from rbd_deriv.control.cost import total
 from rbd_deriv.control.dynamics import KnotDynamics
 from rbd_deriv.control.ocp import OptimalControlProblem, check_state
-from rbd_deriv.control.residuals import Derivatives, Knots
+from rbd_deriv.control.residuals import Derivatives, Knots, fold_force_derivatives
 from rbd_deriv.exceptions import InputError
 
 
@@ -109,7 +109,11 @@ class RiccatiSolver:
         self._flat = np.zeros(euler_riccati.flat_size(ndx, nu))
         self._index = np.zeros(nu, dtype=np.int64)
         self._forward_work = np.zeros((2, size))
-        self._running = Derivatives(self.Lxx[:N], self.Lx[:N], self.Luu, self.Lux, self.Lu)
+        #: Force-space derivatives (N, m, m), (N, m) of the running costs (see Derivatives).
+        self.Lff = np.zeros((N, m, m)) if m else None
+        self.Lf = np.zeros((N, m)) if m else None
+        self._running = Derivatives(self.Lxx[:N], self.Lx[:N], self.Luu, self.Lux, self.Lu,
+                                    self.Lff, self.Lf)
         self._terminal = Derivatives(self.Lxx[N:], self.Lx[N:])
 
     # ------------------------------------------------------------------------------ nominal
@@ -159,9 +163,14 @@ class RiccatiSolver:
         """Gauss-Newton derivatives of every cost at the nominal into Lxx ... Lu."""
         for array in (self.Lxx, self.Lx, self.Luu, self.Lux, self.Lu):
             array.fill(0.0)
+        if self.Lff is not None:
+            self.Lff.fill(0.0)
+            self.Lf.fill(0.0)
         running = self.running_knots(self.X, self.U)
         for cost in self.ocp.running_costs:
             cost.add_derivatives(running, self._running)
+        if self.Lff is not None and (self.Lf.any() or self.Lff.any()):
+            fold_force_derivatives(running, self._running)
         terminal = Knots(self.X[-1:])
         for cost in self.ocp.terminal_costs:
             cost.add_derivatives(terminal, self._terminal)
