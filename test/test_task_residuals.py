@@ -191,20 +191,15 @@ def test_reaching_problem_converges_to_a_stationary_point(ur5):
     assert final <= 1e-4 * start, (final, start)
 
 
-@pytest.mark.parametrize("masked", [False, True])
-def test_structured_gauss_newton_equals_the_dense_products(masked):
-    """The frame residual's products on the q columns of its computed knots against the
-    generic dense products of its full Jacobians."""
+def _floating_states(model, rng, count):
+    return np.array([np.r_[rd.integrate(model, rd.neutral(model), rng.uniform(-0.5, 0.5, 18)),
+                           np.zeros(18)] for _ in range(count)])
+
+
+def _check_structured_products(residual, X, rng):
+    """The residual's own Gauss-Newton products against the generic dense ones; returns r."""
     from rbd_deriv.control.residuals import Derivatives, Residual
-    model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
-    space = state_space(model)
-    rng = np.random.default_rng(6)
-    K = 5
-    X = np.array([np.r_[rd.integrate(model, rd.neutral(model), rng.uniform(-0.5, 0.5, 18)),
-                        np.zeros(18)] for _ in range(K)])
-    knots = np.array([True, False, True, True, False]) if masked else None
-    residual = FramePositionResidual(space, RobotKinematics(model), "HL_FOOT",
-                                     rng.uniform(-0.3, 0.3, (K, 3)), knots=knots)
+    K = X.shape[0]
     r = residual.value(Knots(X))
     gradient, hessian = rng.uniform(-1, 1, r.shape), rng.uniform(0, 2, r.shape)
     results = []
@@ -214,36 +209,39 @@ def test_structured_gauss_newton_equals_the_dense_products(masked):
         results.append(out)
     assert_close(results[0].Lxx, results[1].Lxx, what="Lxx")
     assert_close(results[0].Lx, results[1].Lx, what="Lx")
+    return r, results[0]
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_structured_gauss_newton_equals_the_dense_products(masked):
+    """The frame residual's products on the q columns of its computed knots against the
+    generic dense products of its full Jacobians."""
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    rng = np.random.default_rng(6)
+    X = _floating_states(model, rng, 5)
+    knots = np.array([True, False, True, True, False]) if masked else None
+    residual = FramePositionResidual(state_space(model), RobotKinematics(model), "HL_FOOT",
+                                     rng.uniform(-0.3, 0.3, (5, 3)), knots=knots)
+    r, derivatives = _check_structured_products(residual, X, rng)
     if masked:
-        assert not results[0].Lx[~knots].any() and not r[~knots].any()
+        assert not derivatives.Lx[~knots].any() and not r[~knots].any()
 
 
 def test_several_frames_are_the_frames_one_by_one():
     """One residual on two feet with their own masks against one residual per foot, and its
     structured products against the dense ones."""
-    from rbd_deriv.control.residuals import Derivatives, Residual
     model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
     space = state_space(model)
     rng = np.random.default_rng(8)
-    K = 4
-    X = np.array([np.r_[rd.integrate(model, rd.neutral(model), rng.uniform(-0.5, 0.5, 18)),
-                        np.zeros(18)] for _ in range(K)])
+    X = _floating_states(model, rng, 4)
     mask = np.array([[True, False], [True, True], [False, True], [False, False]])
-    reference = rng.uniform(-0.3, 0.3, (K, 6))
+    reference = rng.uniform(-0.3, 0.3, (4, 6))
     kinematics = RobotKinematics(model)
     both = FramePositionResidual(space, kinematics, ("FL_FOOT", "HR_FOOT"), reference, knots=mask)
     single = [FramePositionResidual(space, kinematics, foot, reference[:, 3 * i:3 * i + 3],
                                     knots=mask[:, i].copy())
               for i, foot in enumerate(("FL_FOOT", "HR_FOOT"))]
-    r = both.value(Knots(X))
+    r, _ = _check_structured_products(both, X, rng)
     assert_close(r, np.hstack([one.value(Knots(X)) for one in single]))
     assert_close(both.jacobians(Knots(X))[0],
                  np.concatenate([one.jacobians(Knots(X))[0] for one in single], axis=1))
-    gradient, hessian = rng.uniform(-1, 1, r.shape), rng.uniform(0, 2, r.shape)
-    results = []
-    for method in (both.gauss_newton, lambda *a: Residual.gauss_newton(both, *a)):
-        out = Derivatives(np.zeros((K, 36, 36)), np.zeros((K, 36)))
-        method(Knots(X), r, gradient, hessian, out)
-        results.append(out)
-    assert_close(results[0].Lxx, results[1].Lxx, what="Lxx")
-    assert_close(results[0].Lx, results[1].Lx, what="Lx")
