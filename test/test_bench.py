@@ -376,3 +376,21 @@ def test_mpc_benchmark_centres_its_reference_where_gravity_can_be_held():
             np.testing.assert_array_equal(center, middle)
         else:  # Romeo's wrists cannot hold mid-range against gravity; the centre chosen can
             assert load(middle) > 1.0 and load(center) < 1.0
+
+
+def test_legged_benchmark_smoke_run(tmp_path, capsys):
+    """A few ticks of solo12's trot: the row is printed, the parts of a tick add up to less than
+    the tick, every plan succeeded, and the push loop reports a base that came back."""
+    import json
+
+    from rbd_deriv.bench import legged
+
+    path = tmp_path / "legged.json"
+    assert legged.main(["--ticks", "3", "--robots", "solo12", "--push", "--json", str(path)]) == 0
+    assert "solo12" in capsys.readouterr().out
+    report = json.loads(path.read_text())
+    (row,) = report["results"]
+    assert row["failures"] == 0 and row["nv"] == 18 and row["horizon"] == 20
+    assert 0.0 < sum(row["parts_us"].values()) <= 1.05 * row["p99_us"]
+    (push,) = report["pushes"]
+    assert push["refused"] == 0 and push["final_m"] < 0.1 * push["peak_m"]

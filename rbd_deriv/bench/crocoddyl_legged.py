@@ -1,0 +1,119 @@
+"""Crocoddyl's tick on the legged benchmark's problem, run in another Python environment.
+
+``python -m rbd_deriv.bench legged --crocoddyl-python PATH`` runs this file with the interpreter
+PATH (an environment with ``crocoddyl``; it needs neither this package nor numba: Crocoddyl 3.2
+and Pinocchio 4.1 do not share one environment with example-robot-data 6), giving it the problem
+as JSON on stdin, and reads the timings back as JSON on stdout.
+
+The problem is the one :class:`rbd_deriv.control.legged.LeggedMPC` solves, written with
+Crocoddyl's action models: per knot a ``DifferentialActionModelContactFwdDynamics`` on the knot's
+stance feet (``ContactModel3D`` or ``ContactModel6D``, LOCAL_WORLD_ALIGNED, no Baumgarte gains)
+with the same costs and weights (posture: weighted quadratic state residual; torque toward the
+static torques; each stance foot's force toward its share of the weight; each swing foot's
+translation toward its lifted reference; friction cone of ``ResidualModelContactFrictionCone``),
+integrated by ``IntegratedActionModelEuler``, and the same terminal posture cost. Two
+differences: the cone is kept by a quadratic barrier (Crocoddyl has no log barrier), and a
+touchdown is not an impulse knot (Crocoddyl would add a knot there). The receding horizon moves
+by ``ShootingProblem.circularAppend`` with the next knot's model, the solver is ``SolverBoxFDDP``
+with one iteration per tick, warm-started by the previous plan shifted one knot, single-threaded
+(``problem.nthreads = 1``), and each tick starts from the state its previous plan predicts, as in
+the benchmark's own loop.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
+    """The action model of gait knot ``knot`` (mod the period)."""
+    nu = actuation.nu
+    pattern = np.array(spec["pattern"], dtype=bool)
+    row = pattern[knot % pattern.shape[0]]
+    weights = spec["weights"]
+    contacts = croc.ContactModelMultiple(state, nu)
+    costs = croc.CostModelSum(state, nu)
+    x_ref = np.array(spec["x_ref"])
+    state_weights = np.array(spec["state_weights"])
+    factor = weights["terminal"] if terminal else 1.0
+    costs.addCost("posture", croc.CostModelResidual(
+        state, croc.ActivationModelWeightedQuad(factor * state_weights),
+        croc.ResidualModelState(state, x_ref, nu)), 1.0)
+    if not terminal:
+        costs.addCost("torque", croc.CostModelResidual(
+            state, croc.ResidualModelControl(state, np.array(spec["u_static"]))), weights["torque"])
+    share = spec["weight"] / max(int(row.sum()), 1)
+    lift = np.array(spec["lift"])[knot % pattern.shape[0]]
+    for c, foot in enumerate(spec["feet"]):
+        frame = model.getFrameId(foot)
+        if terminal:
+            continue
+        if row[c]:
+            if spec["kind"] == "point":
+                contacts.addContact(foot, croc.ContactModel3D(
+                    state, frame, np.array(spec["stance"][c]), pin.LOCAL_WORLD_ALIGNED, nu,
+                    np.zeros(2)))
+                rows = 3
+            else:
+                placement = pin.SE3(np.array(spec["stance_rotations"][c]), np.array(spec["stance"][c]))
+                contacts.addContact(foot, croc.ContactModel6D(
+                    state, frame, placement, pin.LOCAL_WORLD_ALIGNED, nu, np.zeros(2)))
+                rows = 6
+            force = pin.Force(np.array([0.0, 0.0, share, 0.0, 0.0, 0.0]))
+            costs.addCost(f"force {foot}", croc.CostModelResidual(
+                state, croc.ResidualModelContactForce(state, frame, force, rows, nu)), weights["force"])
+            cone = croc.FrictionCone(np.eye(3), spec["mu"], 4, True, 0.0)
+            bounds = croc.ActivationBounds(cone.lb, cone.ub)
+            costs.addCost(f"cone {foot}", croc.CostModelResidual(
+                state, croc.ActivationModelQuadraticBarrier(bounds),
+                croc.ResidualModelContactFrictionCone(state, frame, cone, nu)), spec["cone_weight"])
+        else:
+            target = np.array(spec["stance"][c]) + np.array([0.0, 0.0, spec["swing_height"] * lift[c]])
+            costs.addCost(f"swing {foot}", croc.CostModelResidual(
+                state, croc.ResidualModelFrameTranslation(state, frame, target, nu)), weights["swing"])
+    dynamics = croc.DifferentialActionModelContactFwdDynamics(state, actuation, contacts, costs, 0.0, True)
+    return croc.IntegratedActionModelEuler(dynamics, 0.0 if terminal else spec["dt"])
+
+
+def run(spec: dict) -> dict:
+    import crocoddyl as croc
+    import pinocchio as pin
+
+    model = pin.buildModelFromUrdf(spec["urdf"], pin.JointModelFreeFlyer())
+    state = croc.StateMultibody(model)
+    actuation = croc.ActuationModelFloatingBase(state)
+    N = spec["horizon"]
+    period = len(spec["pattern"])
+    models = [_knot_model(spec, croc, pin, model, state, actuation, k) for k in range(period)]
+    terminal = _knot_model(spec, croc, pin, model, state, actuation, 0, terminal=True)
+    x = np.array(spec["x0"])
+    problem = croc.ShootingProblem(x, [models[k % period] for k in range(N)], terminal)
+    problem.nthreads = 1
+    solver = croc.SolverBoxFDDP(problem)
+    xs = [x.copy() for _ in range(N + 1)]
+    us = [np.array(spec["u_static"]) for _ in range(N)]
+    measured, costs = [], []
+    for tick in range(spec["warmup"] + spec["ticks"]):
+        start = time.perf_counter()
+        if tick:
+            problem.circularAppend(models[(tick + N - 1) % period], models[(tick + N - 1) % period].createData())
+            problem.x0 = x
+            xs = [x] + list(solver.xs[2:]) + [solver.xs[-1]]
+            us = list(solver.us[1:]) + [solver.us[-1]]
+        solver.solve(xs, us, 1, False)
+        elapsed = time.perf_counter() - start
+        if tick >= spec["warmup"]:
+            measured.append(elapsed * 1e6)
+            costs.append(solver.cost)
+        x = np.array(solver.xs[1])
+    return {"median_us": float(np.median(measured)), "p99_us": float(np.percentile(measured, 99)),
+            "mean_cost": float(np.mean(costs)), "crocoddyl": croc.__version__,
+            "pinocchio": pin.__version__}
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(json.load(sys.stdin))))
