@@ -21,5 +21,6 @@ SUBCOMMANDS: Dict[str, str] = {
     "soak": "rbd_deriv.nodes.soak",
     "loaded-loop": "rbd_deriv.bench.loaded_loop",
     "contact": "rbd_deriv.bench.contact",
+    "legged": "rbd_deriv.bench.legged",
 }
 """Subcommand name -> module path (the module defines ``main(argv)``)."""

@@ -12,6 +12,20 @@
   MPC ticks.
 - :mod:`~rbd_deriv.control.loop`: the tick policy around the solver (freshness, observer, prediction,
   solve, safe command, counters), what a controller node calls every tick.
+
+Floating base and contacts (a problem assembled from small parts, as in Crocoddyl):
+
+- :mod:`~rbd_deriv.control.state_space`: x = (q, v) on the manifold, deviations in the tangent space.
+- :mod:`~rbd_deriv.control.residuals`, :mod:`~rbd_deriv.control.task_residuals`,
+  :mod:`~rbd_deriv.control.contact_force`: residuals (state, control, frame position, center of mass,
+  contact forces, friction cones) and the cone check of a plan.
+- :mod:`~rbd_deriv.control.activation`, :mod:`~rbd_deriv.control.cost`: how a residual becomes a cost.
+- :mod:`~rbd_deriv.control.dynamics`: the knots' dynamics, free or on the contacts of a schedule.
+- :mod:`~rbd_deriv.control.schedule`, :mod:`~rbd_deriv.control.srdf`: gaits and reference postures.
+- :mod:`~rbd_deriv.control.ocp`, :mod:`~rbd_deriv.control.solver`,
+  :mod:`~rbd_deriv.control.euler_riccati`: the problem, its multiple-shooting Riccati solver and kernels.
+- :mod:`~rbd_deriv.control.legged`: the whole-body MPC of a legged robot on a gait.
+- :mod:`~rbd_deriv.control.blas`: keep BLAS on one thread in a controller process.
 """
 
 from rbd_deriv.control.mpc import HeldLinearization, ModelPredictiveController, Plan, SolveStatus

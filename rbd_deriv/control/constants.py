@@ -16,6 +16,16 @@ BOX_QP_ARMIJO = 1e-4
 #: Smallest step of the Armijo search before the stage QP gives up improving.
 BOX_QP_MIN_STEP = 1e-10
 
+#: Multiply-adds under which a matrix product of the dense Riccati pass runs in plain loops rather
+#: than through BLAS, whose call costs about as much as that many loop iterations.
+SMALL_PRODUCT = 2048
+
+#: Regularization of a stage Hessian Quu that round-off left indefinite: first shift, relative
+#: to its largest diagonal entry, growth factor between attempts, and number of attempts.
+REGULARIZATION_START = 1e-12
+REGULARIZATION_GROWTH = 100.0
+REGULARIZATION_ATTEMPTS = 6
+
 #: Relative distance to a bound under which a torque counts as sitting on it.
 BOUND_TOLERANCE = 1e-9
 
@@ -25,3 +35,18 @@ CONTROL_STEP_TOLERANCE = 1e-8
 
 #: Largest magnitude a finite plan entry may reach before the solve is declared diverged.
 DIVERGENCE_BOUND = 1e12
+
+#: Smallest step of the solver's line search on the merit function; a step that still does not
+#: lower the merit is taken at this length (the next iteration starts from there).
+LINE_SEARCH_MIN_STEP = 1.0 / 1024.0
+
+#: Relative change of the merit function that the line search ignores (round-off of a cost
+#: summed over the horizon).
+MERIT_ROUND_OFF = 1e-12
+
+#: A plan is not sent when a first-knot contact force leaves the exact friction cone by more
+#: than CONE_ABSOLUTE_TOLERANCE [N] + CONE_RELATIVE_TOLERANCE * |f|: the barrier keeps planned
+#: forces inside the inscribed pyramid, so anything beyond round-off and the barrier's
+#: relaxation means the plan counts on friction or pull the ground cannot give.
+CONE_ABSOLUTE_TOLERANCE = 0.1
+CONE_RELATIVE_TOLERANCE = 0.01

@@ -23,7 +23,9 @@ __all__ = [
     "RobotDataNotFoundError",
     "bundled_urdf",
     "example_robot_data_dir",
+    "example_robot_srdf",
     "example_robot_urdf",
+    "LEGGED_ROBOTS",
 ]
 
 
@@ -41,6 +43,24 @@ _EXAMPLE_ROBOT_FILES: Dict[str, str] = {
     "talos": "talos_data/robots/talos_full_v2.urdf",
     "romeo": "romeo_description/urdf/romeo.urdf",
 }
+
+_EXAMPLE_SRDF_FILES: Dict[str, str] = {
+    "solo12": "solo_description/srdf/solo.srdf",
+    "talos": "talos_data/srdf/talos.srdf",
+}
+
+LEGGED_ROBOTS: Dict[str, Dict[str, object]] = {
+    "solo12": {"feet": ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT"), "kind": "point",
+               "posture": "standing"},
+    "talos": {"feet": ("leg_left_sole_fix_joint", "leg_right_sole_fix_joint"), "kind": "frame",
+              "posture": "half_sitting",
+              "weights": {"base_position": 1e3, "base_orientation": 1e3, "joint_position": 10.0,
+                          "torque": 1e-3, "force": 1e-5}},
+}
+"""Example robots on their feet: contact frames, contact kind, the SRDF reference posture and the
+cost weights of :class:`rbd_deriv.control.legged.LeggedWeights` that differ from its defaults
+(chosen for solo12's 2.5 kg; a 95 kg humanoid needs lighter torque and force weights and a
+stiffer posture to hold it in closed loop)."""
 
 ROBOT_NAMES: List[str] = list(_EXAMPLE_ROBOT_FILES)
 """Robot names in increasing size, the order tests and benchmarks use."""
@@ -83,6 +103,15 @@ def example_robot_data_dir() -> Path:
     return found
 
 
+def _example_file(name: str, files: Dict[str, str], what: str) -> Path:
+    if name not in files:
+        raise KeyError(f"no {what} known for example robot {name!r}; known: {', '.join(files)}")
+    path = example_robot_data_dir() / files[name]
+    if not path.is_file():
+        raise RobotDataNotFoundError(f"{what} of example robot {name!r} is missing: {path}")
+    return path
+
+
 def example_robot_urdf(name: str) -> Path:
     """Return the URDF path of the example robot ``name`` (a key of ``EXAMPLE_ROBOTS``).
 
@@ -90,12 +119,17 @@ def example_robot_urdf(name: str) -> Path:
         KeyError: ``name`` is not one of the known robots.
         RobotDataNotFoundError: the package or that URDF file is missing.
     """
-    if name not in _EXAMPLE_ROBOT_FILES:
-        raise KeyError(f"unknown example robot {name!r}; known robots: {', '.join(ROBOT_NAMES)}")
-    path = example_robot_data_dir() / _EXAMPLE_ROBOT_FILES[name]
-    if not path.is_file():
-        raise RobotDataNotFoundError(f"URDF of example robot {name!r} is missing: {path}")
-    return path
+    return _example_file(name, _EXAMPLE_ROBOT_FILES, "URDF")
+
+
+def example_robot_srdf(name: str) -> Path:
+    """Return the SRDF path (reference postures as ``<group_state>``) of example robot ``name``.
+
+    Raises:
+        KeyError: no SRDF is known for ``name``.
+        RobotDataNotFoundError: the package or that SRDF file is missing.
+    """
+    return _example_file(name, _EXAMPLE_SRDF_FILES, "SRDF")
 
 
 class _ExampleRobots(Dict[str, Path]):

@@ -1,0 +1,136 @@
+"""Activations: how a residual r (nr entries per knot) becomes a cost a(r).
+
+Every activation here is a sum over the residual's entries, so its gradient and Hessian with
+respect to r are a vector and a diagonal; the Gauss-Newton cost Hessian is then
+:math:`R_x^T \\mathrm{diag}(a'') R_x`. Batched over K knots: ``value(r)`` (K,),
+``derivatives(r)`` ((K, nr), (K, nr) or (nr,) when it is the same at every knot).
+
+- :class:`Quadratic`: :math:`\\tfrac12 \\sum_i w_i r_i^2` (tracking, regularization);
+- :class:`QuadraticBarrier`: :math:`\\tfrac12 \\sum_i w_i (\\max(0, r_i - r_{hi,i}) +
+  \\min(0, r_i - r_{lo,i}))^2`, zero inside the bounds (soft limits; Crocoddyl's
+  ActivationModelQuadraticBarrier);
+- :class:`RelaxedLogBarrier`: :math:`-w \\ln(r_i)` for :math:`r_i \\ge \\delta`, continued below
+  :math:`\\delta` by the quadratic that matches its value, slope and curvature (Feller and
+  Ebenbauer, "Relaxed logarithmic barrier function based model predictive control of linear
+  systems", IEEE TAC 2017). It keeps inequalities :math:`r \\ge 0` strictly satisfied as long as
+  the relaxation is not reached, and stays finite (and convex) everywhere, which a Gauss-Newton
+  step needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rbd_deriv.exceptions import InputError
+
+
+def _weights(name: str, value: Any, size: int) -> np.ndarray:
+    array = np.array(value, dtype=float)
+    if array.ndim == 0:
+        array = np.full(size, float(array))
+    if array.shape != (size,):
+        raise InputError(f"{name} must be a scalar or have shape ({size},), got {array.shape}")
+    if not np.isfinite(array).all() or (array < 0.0).any():
+        raise InputError(f"{name} must be finite and >= 0")
+    array.setflags(write=False)
+    return array
+
+
+class Quadratic:
+    """a(r) = 0.5 sum_i w_i r_i^2.
+
+    Args:
+        weights: Scalar or (nr,) non-negative weights.
+        nr: Residual size.
+    """
+
+    def __init__(self, weights: Any, nr: int) -> None:
+        self.nr = nr
+        self.weights = _weights("weights", weights, nr)
+
+    def value(self, r: np.ndarray) -> np.ndarray:
+        """(K,) cost of the residuals r (K, nr)."""
+        return 0.5 * (r * r) @ self.weights
+
+    def derivatives(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Gradient w r (K, nr) and Hessian diagonal w (nr,), the same at every knot."""
+        return r * self.weights, self.weights
+
+
+class QuadraticBarrier:
+    """a(r) = 0.5 sum_i w_i (max(0, r_i - upper_i) + min(0, r_i - lower_i))^2: zero inside.
+
+    Args:
+        lower, upper: (nr,) bounds, -inf / +inf where absent, lower <= upper.
+        weights: Scalar or (nr,) non-negative weights.
+    """
+
+    def __init__(self, lower: Any, upper: Any, weights: Any) -> None:
+        lower = np.array(lower, dtype=float)
+        upper = np.array(upper, dtype=float)
+        if lower.ndim != 1 or lower.shape != upper.shape:
+            raise InputError(f"lower and upper must be vectors of one size, got {lower.shape} "
+                             f"and {upper.shape}")
+        if np.isnan(lower).any() or np.isnan(upper).any() or (lower > upper).any():
+            raise InputError("bounds must satisfy lower <= upper (NaN refused)")
+        self.nr = lower.size
+        self.lower, self.upper = lower, upper
+        self.lower.setflags(write=False)
+        self.upper.setflags(write=False)
+        self.weights = _weights("weights", weights, self.nr)
+
+    def _excess(self, r: np.ndarray) -> np.ndarray:
+        return np.maximum(0.0, r - self.upper) + np.minimum(0.0, r - self.lower)
+
+    def value(self, r: np.ndarray) -> np.ndarray:
+        """(K,) cost of the residuals r (K, nr)."""
+        excess = self._excess(r)
+        return 0.5 * (excess * excess) @ self.weights
+
+    def derivatives(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Gradient w * excess and Hessian diagonal w where a bound is passed (else 0), (K, nr)."""
+        excess = self._excess(r)
+        return excess * self.weights, np.where(excess != 0.0, self.weights, 0.0)
+
+
+class RelaxedLogBarrier:
+    """a(r) = sum_i w b(r_i) with b(s) = -ln s for s >= delta, its quadratic continuation below.
+
+    The continuation :math:`b(s) = -\\ln\\delta - (s - \\delta)/\\delta
+    + (s - \\delta)^2 / (2 \\delta^2)` matches value, slope and curvature at delta.
+
+    Args:
+        weight: Barrier weight w > 0 (a smaller weight biases the solution less towards the
+            interior).
+        delta: Relaxation threshold > 0, in the residual's units.
+        nr: Residual size.
+    """
+
+    def __init__(self, weight: float, delta: float, nr: int) -> None:
+        if not (np.isfinite(weight) and weight > 0.0):
+            raise InputError(f"barrier weight must be > 0, got {weight!r}")
+        if not (np.isfinite(delta) and delta > 0.0):
+            raise InputError(f"barrier delta must be > 0, got {delta!r}")
+        self.nr = nr
+        self.weight = float(weight)
+        self.delta = float(delta)
+
+    def value(self, r: np.ndarray) -> np.ndarray:
+        """(K,) cost of the residuals r (K, nr)."""
+        delta = self.delta
+        inside = r >= delta
+        shifted = (r - delta) / delta
+        relaxed = -np.log(delta) - shifted + 0.5 * shifted * shifted
+        barrier = np.where(inside, -np.log(np.where(inside, r, 1.0)), relaxed)
+        return self.weight * barrier.sum(axis=1)
+
+    def derivatives(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Gradient and Hessian diagonal, (K, nr); the Hessian is positive everywhere."""
+        delta = self.delta
+        inside = r >= delta
+        safe = np.where(inside, r, 1.0)
+        gradient = np.where(inside, -1.0 / safe, (r - 2.0 * delta) / (delta * delta))
+        hessian = np.where(inside, 1.0 / (safe * safe), 1.0 / (delta * delta))
+        return self.weight * gradient, self.weight * hessian

@@ -1,0 +1,330 @@
+"""Contact forces in the cost: regularization, friction cone and unilaterality, and the cone check.
+
+The dynamics provider gives, per step k, the forces F_k (m,) of the closed contacts stacked in
+contact order (3 rows per point contact, 6 per frame contact [force, torque], expressed in
+LOCAL_WORLD_ALIGNED at the contact frame's origin, acting on the robot) and their Jacobians
+dF/dx, dF/du. Which rows belong to which contact at knot k comes from the schedule
+(:meth:`rbd_deriv.control.schedule.ContactSchedule.force_offsets`).
+
+- :class:`ContactForceResidual`: :math:`f_c - f^r_c` for one contact (a force regularization,
+  a desired load share). Zero with zero Jacobians at knots where the contact is open.
+  :class:`ForceStackResidual`: the same for every contact at once, on the whole stack.
+- :class:`FrictionConeResidual`: the linearized friction pyramid and the unilateral condition
+  as residuals that must stay non-negative, for every contact. With the contact normal n (the
+  world z axis by default, flat ground) and tangents t1, t2, for each closed contact
+
+  .. math::
+
+      r = \\big[\\mu' f_n - f_{t1},\\; \\mu' f_n + f_{t1},\\; \\mu' f_n - f_{t2},\\;
+      \\mu' f_n + f_{t2},\\; f_n - f_{min}\\big] \\ge 0,
+
+  :math:`\\mu' = \\mu / \\sqrt 2` (the pyramid inscribed in the circular cone, so that meeting
+  the pyramid meets the cone). A frame contact's cone applies to its force rows; its torques
+  (center of pressure inside the sole) are not constrained here. Open contacts give the neutral
+  value 1 with zero Jacobians.
+
+  The residual is enforced through its activation: a
+  :class:`~rbd_deriv.control.activation.RelaxedLogBarrier` (recommended: the forces of the plan
+  stay strictly inside the pyramid as long as the barrier's relaxation is not reached, and the
+  stage QP stays a box QP on the torques) or a
+  :class:`~rbd_deriv.control.activation.QuadraticBarrier` with bounds [0, inf) (a penalty:
+  violations shrink as its weight grows but do not vanish).
+- :func:`cone_violation` and :func:`forces_within_cone`: the check a tick makes before sending
+  a plan, on the exact circular cone, with a stated tolerance.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from rbd_deriv.control.constants import CONE_ABSOLUTE_TOLERANCE, CONE_RELATIVE_TOLERANCE
+from rbd_deriv.control.residuals import Derivatives, Knots, Residual
+from rbd_deriv.control.schedule import FORCE_ROWS
+from rbd_deriv.control.state_space import VectorSpace
+from rbd_deriv.exceptions import InputError
+
+#: Rows of the friction-cone residual per contact: four pyramid faces and the normal force.
+CONE_ROWS = 5
+
+
+def _offsets(offsets: np.ndarray, contacts: int) -> np.ndarray:
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if offsets.ndim != 2 or offsets.shape[1] != contacts:
+        raise InputError(f"force offsets must be (K, {contacts}), got {offsets.shape}", "offsets")
+    return offsets
+
+
+def _check_forces(knots: Knots) -> None:
+    if knots.F is None or knots.dF_dx is None or knots.dF_du is None:
+        raise InputError("this cost needs the contact forces of the dynamics (knots.F is None)")
+
+
+class ContactForceResidual(Residual):
+    """r = f_c - f_ref for one contact c (3 or 6 rows).
+
+    Args:
+        space: The state space.
+        nu: Number of controls.
+        offsets: (K, nc) first force row of each contact per knot, -1 when open (the
+            schedule's ``force_offsets``); kept, not copied.
+        contact: Index of the contact in the schedule.
+        kind: ``"point"`` or ``"frame"``.
+        reference: (K, rows) or (rows,) desired force [N] (and torque [N m]); None for 0.
+    """
+
+    uses_control = True
+
+    def __init__(self, space: VectorSpace, nu: int, offsets: np.ndarray, contact: int,
+                 kind: str = "point", reference: np.ndarray | None = None) -> None:
+        if kind not in FORCE_ROWS:
+            raise InputError(f"contact kind {kind!r} is neither 'point' nor 'frame'", "kind")
+        self.nr = FORCE_ROWS[kind]
+        self.ndx, self.nu = space.ndx, nu
+        self.offsets = offsets
+        if not 0 <= contact < np.asarray(offsets).shape[1]:
+            raise InputError(f"contact index {contact} outside the schedule's "
+                             f"{np.asarray(offsets).shape[1]} contacts", "contact")
+        self.contact = contact
+        self.reference = np.zeros(self.nr) if reference is None else reference
+
+    def _rows(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
+        _check_forces(knots)
+        offsets = _offsets(self.offsets, np.asarray(self.offsets).shape[1])[:, self.contact]
+        if offsets.shape[0] != knots.count:
+            raise InputError(f"force offsets for {offsets.shape[0]} knots, {knots.count} given")
+        closed = offsets >= 0
+        rows = np.where(closed, offsets, 0)[:, None] + np.arange(self.nr)
+        return closed, rows
+
+    def value(self, knots: Knots) -> np.ndarray:
+        """r (K, rows); zero where the contact is open."""
+        closed, rows = self._rows(knots)
+        force = np.take_along_axis(knots.F, rows, axis=1)
+        return np.where(closed[:, None], force - self.reference, 0.0)
+
+    def jacobians(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
+        """dr/dx (K, rows, ndx), dr/du (K, rows, nu); zero where the contact is open."""
+        closed, rows = self._rows(knots)
+        Rx = np.take_along_axis(knots.dF_dx, rows[:, :, None], axis=1) * closed[:, None, None]
+        Ru = np.take_along_axis(knots.dF_du, rows[:, :, None], axis=1) * closed[:, None, None]
+        return Rx, Ru
+
+
+class ForceStackResidual(Residual):
+    """r = F - F_ref over the whole force stack of each knot (m rows, zero past its contacts).
+
+    The regularization of every contact's force at once: the stack's layout changes with the
+    contacts closed at each knot, so the reference is given in that layout (the caller writes
+    it when the schedule moves; rows past a knot's contacts stay zero, where F is zero too).
+    Its Jacobians are the dynamics' dF/dx and dF/du themselves, so the Gauss-Newton products
+    are one batched product each.
+
+    Args:
+        space: The state space.
+        nu: Number of controls.
+        reference: (K, m) desired stacks [N, N m], kept (not copied).
+    """
+
+    uses_control = True
+
+    def __init__(self, space: VectorSpace, nu: int, reference: np.ndarray) -> None:
+        reference = np.asarray(reference)
+        if reference.ndim != 2:
+            raise InputError(f"reference must be (K, m), got {reference.shape}", "reference")
+        self.nr = reference.shape[1]
+        self.ndx, self.nu = space.ndx, nu
+        self.reference = reference
+
+    def value(self, knots: Knots) -> np.ndarray:
+        """r (K, m)."""
+        _check_forces(knots)
+        if knots.F.shape != self.reference.shape:
+            raise InputError(f"forces {knots.F.shape} for a reference {self.reference.shape}")
+        return knots.F - self.reference
+
+    def jacobians(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
+        """dF/dx (K, m, ndx), dF/du (K, m, nu)."""
+        _check_forces(knots)
+        return knots.dF_dx, knots.dF_du
+
+
+def pyramid(mu: float, normal: np.ndarray | None = None) -> np.ndarray:
+    """(5, 3) matrix C of the inscribed friction pyramid: C f >= [0, 0, 0, 0, f_min] row by row.
+
+    Args:
+        mu: Friction coefficient > 0.
+        normal: (3,) contact normal in the world (default +z).
+    """
+    if not (np.isfinite(mu) and mu > 0.0):
+        raise InputError(f"friction coefficient must be > 0, got {mu!r}", "mu")
+    n = np.array([0.0, 0.0, 1.0]) if normal is None else np.asarray(normal, dtype=float)
+    norm = np.linalg.norm(n)
+    if n.shape != (3,) or not norm > 0.0 or not np.isfinite(norm):
+        raise InputError(f"normal must be a non-zero 3-vector, got {normal!r}", "normal")
+    n = n / norm
+    # Tangents: world x projected on the contact plane (y if x is nearly normal), then n x t1;
+    # for flat ground they are the world x and y axes.
+    helper = np.array([1.0, 0.0, 0.0]) if abs(n[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
+    t1 = helper - (helper @ n) * n
+    t1 /= np.linalg.norm(t1)
+    t2 = np.cross(n, t1)
+    m = mu / np.sqrt(2.0)
+    return np.array([m * n - t1, m * n + t1, m * n - t2, m * n + t2, n])
+
+
+class FrictionConeResidual(Residual):
+    """Linearized friction cones and unilaterality of every contact (5 rows per contact).
+
+    The residual is ``C f_c - [0, 0, 0, 0, f_min]`` per closed contact (see the module docstring)
+    and 1 (with zero Jacobians) per open one; an activation keeps it non-negative.
+
+    Args:
+        space: The state space.
+        nu: Number of controls.
+        offsets: (K, nc) first force row of each contact per knot, -1 when open; kept.
+        mu: Friction coefficient.
+        min_normal_force: f_min [N] >= 0.
+        normals: (nc, 3) contact normals in the world, default +z for all.
+    """
+
+    uses_control = True
+
+    def __init__(self, space: VectorSpace, nu: int, offsets: np.ndarray, mu: float,
+                 min_normal_force: float = 0.0, normals: Sequence[Sequence[float]] | None = None
+                 ) -> None:
+        contacts = np.asarray(offsets).shape[1]
+        _offsets(offsets, contacts)
+        if not (np.isfinite(min_normal_force) and min_normal_force >= 0.0):
+            raise InputError(f"min_normal_force must be >= 0, got {min_normal_force!r}")
+        if normals is None:
+            normals = [None] * contacts
+        if len(normals) != contacts:
+            raise InputError(f"{len(normals)} normals for {contacts} contacts", "normals")
+        self.cones = np.array([pyramid(mu, normal) for normal in normals])  # (nc, 5, 3)
+        self.offsets = offsets
+        self.mu = float(mu)
+        self.shift = np.array([0.0, 0.0, 0.0, 0.0, float(min_normal_force)])
+        self.nr = CONE_ROWS * contacts
+        self.ndx, self.nu = space.ndx, nu
+
+    def _forces(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
+        _check_forces(knots)
+        offsets = np.asarray(self.offsets)
+        if offsets.shape[0] != knots.count:
+            raise InputError(f"force offsets for {offsets.shape[0]} knots, {knots.count} given")
+        closed = offsets >= 0
+        rows = np.where(closed, offsets, 0)[:, :, None] + np.arange(3)   # (K, nc, 3)
+        return closed, rows
+
+    def value(self, knots: Knots) -> np.ndarray:
+        """r (K, 5 nc)."""
+        closed, rows = self._forces(knots)
+        K, contacts = closed.shape
+        force = np.take_along_axis(knots.F, rows.reshape(K, -1), axis=1).reshape(K, contacts, 3)
+        r = np.einsum("cij,kcj->kci", self.cones, force) - self.shift
+        return np.where(closed[:, :, None], r, 1.0).reshape(K, self.nr)
+
+    def jacobians(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
+        """dr/dx (K, 5 nc, ndx), dr/du (K, 5 nc, nu)."""
+        closed, rows = self._forces(knots)
+        K, contacts = closed.shape
+        flat = rows.reshape(K, -1)[:, :, None]
+        dx = np.take_along_axis(knots.dF_dx, flat, axis=1).reshape(K, contacts, 3, self.ndx)
+        du = np.take_along_axis(knots.dF_du, flat, axis=1).reshape(K, contacts, 3, self.nu)
+        mask = closed[:, :, None, None]
+        Rx = (np.einsum("cij,kcjd->kcid", self.cones, dx) * mask).reshape(K, self.nr, self.ndx)
+        Ru = (np.einsum("cij,kcja->kcia", self.cones, du) * mask).reshape(K, self.nr, self.nu)
+        return Rx, Ru
+
+
+    def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
+                     hessian: np.ndarray, out: Derivatives) -> None:
+        """Through the forces: with a'(r) and a''(r) folded into the force stack's gradient
+        :math:`C^T a'` and block-diagonal Hessian :math:`G = C^T \\mathrm{diag}(a'') C` (3 x 3
+        per closed contact), :math:`L_{xx} \\mathrel{+}= F_x^T G F_x` and likewise for u: products
+        of the stack's m rows instead of the residual's 5 per contact."""
+        closed, rows = self._forces(knots)
+        K, contacts = closed.shape
+        H = np.broadcast_to(hessian, r.shape).reshape(K, contacts, CONE_ROWS)
+        g = gradient.reshape(K, contacts, CONE_ROWS)
+        force_gradient = np.einsum("cij,kci->kcj", self.cones, g)
+        force_hessian = np.einsum("cij,kci,cil->kcjl", self.cones, H, self.cones)
+        knot, contact = np.nonzero(closed)
+        block = rows[knot, contact]                                      # (n, 3)
+        m = knots.F.shape[1]
+        G, gF = np.zeros((K, m, m)), np.zeros((K, m))
+        G[knot[:, None, None], block[:, :, None], block[:, None, :]] = force_hessian[knot, contact]
+        gF[knot[:, None], block] = force_gradient[knot, contact]
+        Fx, Fu = knots.dF_dx, knots.dF_du
+        G_Fx = np.matmul(G, Fx)
+        out.Lx += np.einsum("kmi,km->ki", Fx, gF)
+        out.Lxx += np.matmul(Fx.transpose(0, 2, 1), G_Fx)
+        if out.Lu is not None:
+            out.Lu += np.einsum("kma,km->ka", Fu, gF)
+            out.Luu += np.matmul(Fu.transpose(0, 2, 1), np.matmul(G, Fu))
+            out.Lux += np.matmul(Fu.transpose(0, 2, 1), G_Fx)
+
+
+def cone_violation(forces: np.ndarray, offsets: np.ndarray, mu: float,
+                   normals: Sequence[Sequence[float]] | None = None) -> np.ndarray:
+    """How far each closed contact's force is outside the exact friction cone [N].
+
+    The violation of a force f with normal part f_n and tangential part f_t is
+    :math:`\\max(0, \\|f_t\\| - \\mu f_n, -f_n)`: zero inside the cone, else the larger of the
+    excess of friction and the pull on the ground.
+
+    Args:
+        forces: (m,) the force stack of one knot.
+        offsets: (nc,) first row of each contact in it, -1 for an open contact.
+        mu: Friction coefficient.
+        normals: (nc, 3) contact normals, default +z.
+
+    Returns:
+        (nc,) violations, 0 for open contacts.
+    """
+    forces = np.asarray(forces, dtype=float)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if offsets.ndim != 1:
+        raise InputError(f"offsets must be (nc,), got {offsets.shape}", "offsets")
+    if (offsets + 3 > forces.size).any():
+        raise InputError(f"force stack of {forces.size} rows too short for offsets "
+                         f"{offsets.tolist()}", "forces")
+    if not (np.isfinite(mu) and mu > 0.0):
+        raise InputError(f"friction coefficient must be > 0, got {mu!r}", "mu")
+    closed = offsets >= 0
+    rows = np.where(closed, offsets, 0)[:, None] + np.arange(3)
+    f = forces[rows]                                                   # (nc, 3)
+    n = np.tile([0.0, 0.0, 1.0], (offsets.size, 1)) if normals is None \
+        else np.asarray(normals, dtype=float).reshape(offsets.size, 3)
+    n = n / np.linalg.norm(n, axis=1, keepdims=True)
+    normal = np.einsum("ci,ci->c", f, n)
+    tangential = np.linalg.norm(f - normal[:, None] * n, axis=1)
+    with np.errstate(invalid="ignore"):
+        excess = np.maximum(np.maximum(0.0, tangential - mu * normal), -normal)
+    excess[~np.isfinite(excess)] = np.inf
+    return np.where(closed, excess, 0.0)
+
+
+def forces_within_cone(forces: np.ndarray, offsets: np.ndarray, mu: float,
+                       absolute_tolerance: float = CONE_ABSOLUTE_TOLERANCE,
+                       relative_tolerance: float = CONE_RELATIVE_TOLERANCE,
+                       normals: Sequence[Sequence[float]] | None = None) -> tuple[bool, float]:
+    """Whether a plan's first-knot forces may be sent: every violation within the tolerance.
+
+    A contact passes when its :func:`cone_violation` is at most
+    ``absolute_tolerance + relative_tolerance * |f|``; NaN or inf forces never pass.
+
+    Returns:
+        (passes, the largest violation [N]).
+    """
+    forces = np.asarray(forces, dtype=float)
+    if not np.isfinite(forces).all():
+        return False, float("inf")
+    violation = cone_violation(forces, offsets, mu, normals)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    rows = np.where(offsets >= 0, offsets, 0)[:, None] + np.arange(3)
+    allowed = absolute_tolerance + relative_tolerance * np.linalg.norm(forces[rows], axis=1)
+    largest = float(violation.max()) if violation.size else 0.0
+    return bool((violation <= allowed).all()), largest

@@ -1,0 +1,472 @@
+"""Numba kernels of the Riccati recursion on the semi-implicit Euler step, with dense stage Hessians.
+
+Around a nominal trajectory :math:`(\\bar x, \\bar u)` the optimal control problem becomes the
+linear-quadratic problem in the deviations :math:`\\delta x_k` (tangent space, ndx entries) and
+:math:`\\delta u_k` (nu entries)
+
+.. math::
+
+    \\min \\sum_{k<N} \\tfrac12 \\begin{bmatrix}\\delta x_k\\\\ \\delta u_k\\end{bmatrix}^T
+    \\begin{bmatrix}L_{xx} & L_{ux}^T\\\\ L_{ux} & L_{uu}\\end{bmatrix}_k
+    \\begin{bmatrix}\\delta x_k\\\\ \\delta u_k\\end{bmatrix} + L_{x,k}^T \\delta x_k
+    + L_{u,k}^T \\delta u_k \\;+\\; \\tfrac12 \\delta x_N^T L_{xx,N} \\delta x_N + L_{x,N}^T \\delta x_N
+
+    \\delta x_{k+1} = A_k \\delta x_k + B_k \\delta u_k + d_k, \\quad \\delta x_0 = 0, \\quad
+    u_{lo} \\le \\bar u_k + \\delta u_k \\le u_{hi},
+
+with dense stage Hessians (Gauss-Newton products of residual Jacobians) and the gaps
+:math:`d_k` of multiple shooting (Crocoddyl's FDDP, Mastalli et al., ICRA 2020). The backward pass
+is the discrete Riccati recursion
+
+.. math::
+
+    Q_{xx} = L_{xx} + A^T P A, \\; Q_{ux} = L_{ux} + B^T P A, \\; Q_{uu} = L_{uu} + B^T P B, \\;
+    Q_x = L_x + A^T (p + P d), \\; Q_u = L_u + B^T (p + P d),
+
+with, at every stage, the torque box handled by a projected-Newton QP on
+:math:`(Q_{uu}, Q_u)` (Bertsekas 1982; Tassa, Mansard and Todorov, ICRA 2014, Crocoddyl's
+BoxDDP): feedforward :math:`k`, and a feedback :math:`K_F = -Q_{uu,FF}^{-1} Q_{ux,F}` on the free
+controls F only. The value function follows as :math:`P = Q_{xx} + Q_{ux,F}^T K_F`,
+:math:`p = Q_x + K^T (Q_{uu} k + Q_u) + Q_{ux}^T k`. The forward pass rolls the affine model out
+with the feedback law, controls clamped to the box.
+
+The products go through ``np.dot``, which numba hands to BLAS (dgemm, dgemv), once they are large
+enough to be worth a call (``SMALL_PRODUCT`` multiply-adds); smaller ones, and everything of
+size nu^2 or less, stay in plain loops. All kernels take plain contiguous float64
+arrays and write into preallocated outputs owned by :mod:`rbd_deriv.control.solver`. The stage
+box QP and the warm start are the fixed-base MPC's (:mod:`rbd_deriv.control.riccati`).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from rbd_deriv.control.constants import (REGULARIZATION_ATTEMPTS, REGULARIZATION_GROWTH,
+                                         REGULARIZATION_START, SMALL_PRODUCT)
+from rbd_deriv.control.riccati import STATUS_NOT_CONVEX, STATUS_NOT_FINITE, STATUS_OK, box_qp
+
+__all__ = ["STATUS_OK", "STATUS_NOT_CONVEX", "STATUS_NOT_FINITE", "flat_size", "backward_pass",
+           "forward_pass"]
+
+
+def flat_size(nx: int, nu: int) -> int:
+    """Length of the ``flat`` workspace of :func:`backward_pass` for ndx = nx and nu controls."""
+    nv = nx // 2
+    return 3 * nv * nx + 2 * nv * nu + 2 * nv * nv + nu * nx + nu * nv + 2 * nu * nu + 3 * nu * nx
+
+
+@nb.njit(cache=True)
+def _mm(A, B, out):
+    """out = A @ B: BLAS for products worth its call, plain loops for small ones."""
+    n, m = A.shape
+    r = B.shape[1]
+    if n * m * r > SMALL_PRODUCT:
+        np.dot(A, B, out)
+        return
+    for i in range(n):
+        for j in range(r):
+            out[i, j] = 0.0
+        for p in range(m):
+            a = A[i, p]
+            for j in range(r):
+                out[i, j] += a * B[p, j]
+
+
+@nb.njit(cache=True)
+def _mv(A, x, out):
+    """out = A @ x: BLAS for products worth its call, plain loops for small ones."""
+    n, m = A.shape
+    if n * m > SMALL_PRODUCT:
+        np.dot(A, x, out)
+        return
+    for i in range(n):
+        s = 0.0
+        for p in range(m):
+            s += A[i, p] * x[p]
+        out[i] = s
+
+
+@nb.njit(cache=True)
+def _forward_substitution(L, m, rhs, out):
+    """out (m, n) = L[:m, :m]^-1 rhs, row by row."""
+    for i in range(m):
+        out[i, :] = rhs[i, :]
+        for p in range(i):
+            lip = L[i, p]
+            out[i, :] -= lip * out[p, :]
+        out[i, :] /= L[i, i]
+
+
+@nb.njit(cache=True)
+def _backward_substitution(L, m, rhs, out):
+    """out (m, n) = L[:m, :m]^-T rhs, row by row from the last."""
+    for i in range(m - 1, -1, -1):
+        out[i, :] = rhs[i, :]
+        for p in range(i + 1, m):
+            lpi = L[p, i]
+            out[i, :] -= lpi * out[p, :]
+        out[i, :] /= L[i, i]
+
+
+@nb.njit(cache=True)
+def _lower_inverse(L, m, out):
+    """out (m, m) = L[:m, :m]^-1 for a lower-triangular L, row by row (zeros above the diagonal)."""
+    for i in range(m):
+        for j in range(m):
+            out[i, j] = 0.0
+        # Row i of L X = I: X[i, :i+1] = (e_i - sum_p L[i, p] X[p, :]) / L[i, i].
+        out[i, i] = 1.0
+        for p in range(i):
+            lip = L[i, p]
+            for j in range(p + 1):
+                out[i, j] -= lip * out[p, j]
+        inverse = 1.0 / L[i, i]
+        for j in range(i + 1):
+            out[i, j] *= inverse
+
+
+@nb.njit(cache=True)
+def _all_finite(a):
+    for value in a.ravel():
+        if not np.isfinite(value):
+            return False
+    return True
+
+
+@nb.njit(cache=True)
+def _transport_matrix(P, Jq, Jv, dt, S, out):
+    """out = T^T P T for the Euler step's T = [[Jq, dt Jv], [0, I]] (see :func:`backward_pass`).
+
+    Jq and Jv are the identity but for their leading (b, b) block, given as Jq, Jv (b, b); S is a
+    workspace like P. Costs O(ndx^2 b) instead of two dense products.
+    """
+    nx = P.shape[0]
+    nv = nx // 2
+    b = Jq.shape[0]
+    # S = P T, column blocks: [P_:q Jq, dt P_:q Jv + P_:v].
+    for i in range(nx):
+        for j in range(nv):
+            S[i, j] = P[i, j]
+            S[i, nv + j] = dt * P[i, j] + P[i, nv + j]
+        for j in range(b):
+            sq = 0.0
+            sv = 0.0
+            for r in range(b):
+                sq += P[i, r] * Jq[r, j]
+                sv += P[i, r] * Jv[r, j]
+            S[i, j] = sq
+            S[i, nv + j] = dt * sv + P[i, nv + j]
+    # out = T^T S, row blocks: [Jq^T S_q:, dt Jv^T S_q: + S_v:].
+    for i in range(nv):
+        for j in range(nx):
+            out[i, j] = S[i, j]
+            out[nv + i, j] = dt * S[i, j] + S[nv + i, j]
+    for i in range(b):
+        for j in range(nx):
+            sq = 0.0
+            sv = 0.0
+            for r in range(b):
+                sq += Jq[r, i] * S[r, j]
+                sv += Jv[r, i] * S[r, j]
+            out[i, j] = sq
+            out[nv + i, j] = dt * sv + S[nv + i, j]
+
+
+@nb.njit(cache=True)
+def _transport_gradient(w, Jq, Jv, dt, out):
+    """out = T^T w for the Euler step's T (vectors of ndx)."""
+    nv = w.shape[0] // 2
+    b = Jq.shape[0]
+    for i in range(nv):
+        out[i] = w[i]
+        out[nv + i] = dt * w[i] + w[nv + i]
+    for i in range(b):
+        sq = 0.0
+        sv = 0.0
+        for r in range(b):
+            sq += Jq[r, i] * w[r]
+            sv += Jv[r, i] * w[r]
+        out[i] = sq
+        out[nv + i] = dt * sv + w[nv + i]
+
+
+@nb.njit(cache=True)
+def _apply_step(Jq, Jv, dt, dq, dv_next, out):
+    """out = T [dq; dv+] = [Jq dq + dt Jv dv+; dv+], the tangent deviation after the Euler step."""
+    nv = dq.shape[0]
+    b = Jq.shape[0]
+    for i in range(nv):
+        out[i] = dq[i] + dt * dv_next[i]
+        out[nv + i] = dv_next[i]
+    for i in range(b):
+        sq = 0.0
+        sv = 0.0
+        for r in range(b):
+            sq += Jq[i, r] * dq[r]
+            sv += Jv[i, r] * dv_next[r]
+        out[i] = sq + dt * sv
+
+
+@nb.njit(cache=True)
+def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, control_upper,
+                  K, k_ff, free, P, p, Vx, work, matrices, flat, index):
+    """Box-constrained Riccati recursion from knot N down to 0.
+
+    The dynamics are a semi-implicit Euler step (the package's linearize, with or without
+    contacts): the velocity rows of A and B, :math:`\\delta v^+ = F_x \\delta x + F_u \\delta u`,
+    carry the dynamics and the position rows follow from the integrator,
+    :math:`\\delta x^+ = T [\\delta q; \\delta v^+]` with
+    :math:`T = [[J_q, \\Delta t J_v], [0, I]]` (Jacobians of :math:`q \\oplus \\Delta t v^+`).
+    So :math:`A^T P A = \\bar A^T (T^T P T) \\bar A` with :math:`\\bar A = [[I, 0], [F_x]]`: the
+    products are nv x nv x ndx instead of ndx^3, half the work of dense A.
+
+    Args:
+        A: (N, ndx, ndx), B: (N, ndx, nu) Jacobians of the step (only rows nv: are read);
+        d: (N, ndx) gaps.
+        Jq, Jv: (N, b, b) leading blocks of the integrator's Jacobians, identity elsewhere
+            (b = 6 with a free flyer at velocity index 0, b = 0 for vector spaces); dt: step [s].
+        Lxx: (N+1, ndx, ndx), Lux: (N, nu, ndx), Luu: (N, nu, nu) cost Hessians;
+        Lx: (N+1, ndx), Lu: (N, nu) cost gradients at the nominal.
+        U: (N, nu) nominal controls (inside the box).
+        control_lower, control_upper: (nu,) control box.
+        K: Output feedback gains (N, nu, ndx); k_ff: output feedforward (N, nu), also the warm
+            start of each stage QP on entry; free: output free masks (N, nu).
+        P: (ndx, ndx), p: (ndx,): on return, the value function at knot 0.
+        Vx: Output (N+1, ndx) value gradients p_k at every knot (the multipliers of the
+            dynamics at the solution of the LQ problem, up to P_k dx_k).
+        work: (12, max(ndx, nu)) vectors; matrices: (5, ndx, ndx) workspace;
+        flat: (:func:`flat_size`,) workspace; index: int (nu,).
+
+    Returns:
+        (status, total stage-QP iterations, number of clamped controls over the horizon).
+    """
+    horizon = U.shape[0]
+    nx = A.shape[1]
+    nv = nx // 2
+    nu = B.shape[2]
+    P[:, :] = Lxx[horizon]
+    p[:] = Lx[horizon]
+    Vx[horizon] = p
+    qp_iterations = 0
+    clamped = 0
+    Pt = matrices[0]
+    S = matrices[1]
+    Qxx = matrices[2]
+    PA = matrices[3]
+    L = matrices[4]
+    vector = work[0, :nx]
+    g = work[1, :nx]
+    Qx = work[2, :nx]
+    Qu = work[3, :nu]
+    lower = work[4, :nu]
+    upper = work[5, :nu]
+    quu_k = work[6, :nu]
+    # Contiguous blocks for BLAS: numba hands only contiguous operands to dgemm.
+    offset = 0
+    Gx = flat[offset: offset + nv * nx].reshape((nv, nx))
+    offset += nv * nx
+    Gu = flat[offset: offset + nv * nu].reshape((nv, nu))
+    offset += nv * nu
+    Yx = flat[offset: offset + nv * nx].reshape((nv, nx))
+    offset += nv * nx
+    Yu = flat[offset: offset + nv * nu].reshape((nv, nu))
+    offset += nv * nu
+    P22 = flat[offset: offset + nv * nv].reshape((nv, nv))
+    offset += nv * nv
+    P12 = flat[offset: offset + nv * nv].reshape((nv, nv))
+    offset += nv * nv
+    C1 = flat[offset: offset + nv * nx].reshape((nv, nx))
+    offset += nv * nx
+    Qux = flat[offset: offset + nu * nx].reshape((nu, nx))
+    offset += nu * nx
+    C2 = flat[offset: offset + nu * nv].reshape((nu, nv))
+    offset += nu * nv
+    Quu = flat[offset: offset + nu * nu].reshape((nu, nu))
+    offset += nu * nu
+    rest = flat[offset:]
+    for k in range(horizon - 1, -1, -1):
+        # Value at knot k+1 seen through the integrator: Pt = T^T P T, g = T^T (p + P d).
+        _mv(P, d[k], vector)
+        vector += p
+        _transport_gradient(vector, Jq[k], Jv[k], dt, g)
+        _transport_matrix(P, Jq[k], Jv[k], dt, S, Pt)
+        Gx[:, :] = A[k, nv:, :]
+        Gu[:, :] = B[k, nv:, :]
+        P22[:, :] = Pt[nv:, nv:]
+        P12[:, :] = Pt[:nv, nv:]
+        # Qxx = [[Pt11, 0], [0, 0]] + E^T Pt12 Gx + Gx^T Pt21 E + Gx^T Pt22 Gx + Lxx, E = [I 0].
+        _mm(P22, Gx, Yx)
+        _mm(P22, Gu, Yu)
+        _mm(Gx.T, Yx, Qxx)
+        _mm(P12, Gx, C1)
+        for i in range(nv):
+            for j in range(nx):
+                Qxx[i, j] += C1[i, j]
+                Qxx[j, i] += C1[i, j]
+            for j in range(nv):
+                Qxx[i, j] += Pt[i, j]
+        Qxx += Lxx[k]
+        # Qux = Gu^T Pt21 E + Gu^T Pt22 Gx + Lux; Quu = Gu^T Pt22 Gu + Luu.
+        _mm(Gu.T, Yx, Qux)
+        _mm(Gu.T, P12.T, C2)
+        for a in range(nu):
+            for j in range(nv):
+                Qux[a, j] += C2[a, j]
+        Qux += Lux[k]
+        _mm(Gu.T, Yu, Quu)
+        Quu += Luu[k]
+        # Qx = E^T g_q + Gx^T g_v + Lx, Qu = Gu^T g_v + Lu.
+        _mv(Gx.T, g[nv:], Qx)
+        for i in range(nv):
+            Qx[i] += g[i]
+        Qx += Lx[k]
+        _mv(Gu.T, g[nv:], Qu)
+        Qu += Lu[k]
+        # An overflow upstream shows here first; it is not a convexity problem.
+        if not (_all_finite(Qu) and _all_finite(Quu)):
+            return STATUS_NOT_FINITE, qp_iterations, clamped
+        for i in range(nu):
+            lower[i] = control_lower[i] - U[k, i]
+            upper[i] = control_upper[i] - U[k, i]
+        # Quu is symmetric up to round-off; the factorization reads one triangle.
+        for i in range(nu):
+            for j in range(i):
+                s = 0.5 * (Quu[i, j] + Quu[j, i])
+                Quu[i, j] = s
+                Quu[j, i] = s
+        iterations, m, status = box_qp(Quu, Qu, lower, upper, k_ff[k], free[k], index, L,
+                                       work[8:12, :nu])
+        qp_iterations += iterations
+        # A nearly singular Quu (a light link behind a stiff cost) can lose its positive
+        # definiteness to round-off: the smallest multiple of the identity that restores it,
+        # from REGULARIZATION_START of its largest diagonal entry up, is added.
+        scale = 0.0
+        for i in range(nu):
+            scale = max(scale, abs(Quu[i, i]))
+        shift = REGULARIZATION_START * max(scale, 1.0)
+        attempt = 0
+        while status == STATUS_NOT_CONVEX and attempt < REGULARIZATION_ATTEMPTS:
+            for i in range(nu):
+                Quu[i, i] += shift
+            shift *= REGULARIZATION_GROWTH
+            attempt += 1
+            iterations, m, status = box_qp(Quu, Qu, lower, upper, k_ff[k], free[k], index, L,
+                                           work[8:12, :nu])
+            qp_iterations += iterations
+        if status != STATUS_OK:
+            return status, qp_iterations, clamped
+        clamped += nu - m
+        # With Quu_FF = L L^T and W = L^-1 Qux_F: K_F = -L^-T W and P = Qxx - W^T W, which is
+        # Qxx + Qux^T K (K^T Quu K and K^T Qux cancel for this K). Clamped rows get no feedback.
+        K[k, :, :] = 0.0
+        P[:, :] = Qxx
+        if m > 0:
+            Linv = rest[: m * m].reshape((m, m))
+            Qux_F = rest[m * m: m * m + m * nx].reshape((m, nx))
+            W = rest[m * m + m * nx: m * m + 2 * m * nx].reshape((m, nx))
+            K_F = rest[m * m + 2 * m * nx: m * m + 3 * m * nx].reshape((m, nx))
+            for a in range(m):
+                Qux_F[a, :] = Qux[index[a], :]
+            if m * m * nx > 16 * SMALL_PRODUCT:
+                # Large free sets: the explicit inverse turns both solves into BLAS products.
+                _lower_inverse(L, m, Linv)
+                _mm(Linv, Qux_F, W)
+                _mm(Linv.T, W, K_F)
+            else:
+                # Small ones: substitutions, more accurate when L is ill-conditioned.
+                _forward_substitution(L, m, Qux_F, W)
+                _backward_substitution(L, m, W, K_F)
+            for a in range(m):
+                for j in range(nx):
+                    K[k, index[a], j] = -K_F[a, j]
+            _mm(W.T, W, PA)
+            P -= PA
+        # p = Qx + K^T (Quu k + Qu) + Qux^T k.
+        _mv(Quu, k_ff[k], quu_k)
+        quu_k += Qu
+        _mv(K[k].T, quu_k, p)
+        p += Qx
+        _mv(Qux.T, k_ff[k], vector)
+        p += vector
+        Vx[k] = p
+        # Round-off breaks the symmetry of P over a long horizon if left alone.
+        for i in range(nx):
+            for j in range(i):
+                s = 0.5 * (P[i, j] + P[j, i])
+                P[i, j] = s
+                P[j, i] = s
+    if not _all_finite(p):
+        return STATUS_NOT_FINITE, qp_iterations, clamped
+    return STATUS_OK, qp_iterations, clamped
+
+
+@nb.njit(cache=True)
+def forward_pass(A, B, d, Jq, Jv, dt, K, k_ff, U, control_lower, control_upper, DX, U_out,
+                 work):
+    """Roll the affine model out with u = U + k + K dx, clamped to the control box.
+
+    Args:
+        A, B, d, Jq, Jv, dt: Dynamics of the deviations (see :func:`backward_pass`).
+        K, k_ff: Gains from :func:`backward_pass`.
+        U: Nominal controls (N, nu).
+        control_lower, control_upper: Control box (nu,).
+        DX: Output deviations (N+1, ndx) in the tangent spaces of the nominal states (DX[0] = 0).
+        U_out: Output controls (N, nu).
+        work: Workspace (2, max(ndx, nu)).
+
+    Returns:
+        Largest control update max |U_out - U| over the horizon, or inf if not finite.
+    """
+    horizon = U.shape[0]
+    nx = DX.shape[1]
+    nv = nx // 2
+    nu = U.shape[1]
+    du = work[0, :nu]
+    dv_next = work[1, :nv]
+    largest = 0.0
+    DX[0, :] = 0.0
+    for k in range(horizon):
+        _mv(K[k], DX[k], du)
+        for a in range(nu):
+            s = min(max(U[k, a] + k_ff[k, a] + du[a], control_lower[a]), control_upper[a])
+            U_out[k, a] = s
+            du[a] = s - U[k, a]
+            change = abs(du[a])
+            if not change <= largest:  # NaN propagates as an infinite update
+                largest = change if np.isfinite(change) else np.inf
+        for i in range(nv):
+            s = 0.0
+            for j in range(nx):
+                s += A[k, nv + i, j] * DX[k, j]
+            for a in range(nu):
+                s += B[k, nv + i, a] * du[a]
+            dv_next[i] = s
+        _apply_step(Jq[k], Jv[k], dt, DX[k, :nv], dv_next, DX[k + 1])
+        for i in range(nx):
+            DX[k + 1, i] += d[k, i]
+    return largest
+
+
+def precompile_kernels() -> None:
+    """Compile :func:`backward_pass` and :func:`forward_pass` into the kernel cache with the argument
+    types :class:`rbd_deriv.control.solver.RiccatiSolver` passes (the package's build runs it): one pass
+    of a one-joint problem on a vector space, then with a 6 x 6 integrator block."""
+    for nv, block in ((1, 0), (6, 6)):
+        N, nx, nu = 2, 2 * nv, nv
+        A = np.tile(np.eye(nx), (N, 1, 1))
+        B = np.zeros((N, nx, nu))
+        B[:, nv:, :] = np.eye(nv)
+        Jq = np.tile(np.eye(block), (N, 1, 1))
+        Lxx = np.tile(np.eye(nx), (N + 1, 1, 1))
+        Luu = np.tile(np.eye(nu), (N, 1, 1))
+        K, k_ff, U = np.zeros((N, nu, nx)), np.zeros((N, nu)), np.zeros((N, nu))
+        lower, upper = -np.ones(nu), np.ones(nu)
+        size = max(nx, nu)
+        backward_pass(A, B, np.zeros((N, nx)), Jq, Jq.copy(), 0.01, Lxx, np.zeros((N, nu, nx)), Luu,
+                      np.zeros((N + 1, nx)), np.zeros((N, nu)), U, lower, upper, K, k_ff,
+                      np.ones((N, nu), dtype=np.bool_), np.zeros((nx, nx)), np.zeros(nx),
+                      np.zeros((N + 1, nx)), np.zeros((12, size)), np.zeros((5, nx, nx)),
+                      np.zeros(flat_size(nx, nu)), np.zeros(nu, dtype=np.int64))
+        forward_pass(A, B, np.zeros((N, nx)), Jq, Jq.copy(), 0.01, K, k_ff, U, lower, upper,
+                     np.zeros((N + 1, nx)), np.zeros((N, nu)), np.zeros((2, size)))

@@ -1,0 +1,385 @@
+"""Whole-body MPC of a legged robot on its contacts: the problem, built once, moved along a gait.
+
+The optimal control problem (:mod:`rbd_deriv.control.ocp`) of a floating-base robot whose feet
+follow a :class:`~rbd_deriv.control.schedule.Gait`:
+
+- state x = (q, v) with the free flyer (:class:`~rbd_deriv.control.state_space.ConfigurationSpace`),
+  controls u = the actuated joints' torques (nu = nv - 6), in the box of the URDF's effort limits;
+- dynamics: the contact dynamics of the feet closed at each knot, with the touchdown impulse
+  composed into the touchdown knots' maps (:class:`~rbd_deriv.control.dynamics.ContactDynamics`);
+- running costs (Gauss-Newton, :mod:`rbd_deriv.control.cost`):
+
+  .. math::
+
+      \\tfrac12 \\|x \\ominus x^r\\|^2_{W_x} + \\tfrac12 w_c \\|c_{xy}(q) - c^r_{xy}\\|^2
+      + \\tfrac12 w_u \\|u - u^s\\|^2 + \\sum_{feet} \\big(\\tfrac12 w_f \\|f_c - f^r_c\\|^2
+      [\\text{closed}] + \\tfrac12 w_s \\|p_c(q) - p^r_{c,k}\\|^2 [\\text{open}]\\big)
+      + w_b \\sum \\mathrm{barrier}(C f_c)
+
+  with x^r the reference posture (an SRDF group_state, :mod:`rbd_deriv.control.srdf`) at rest,
+  u^s the static torques that hold it (:func:`static_torques`), f^r the robot's weight shared by
+  the closed feet of the knot, p^r a swing foot's placement over its stance position lifted by
+  :math:`h \\sin(\\pi s)` (s in (0, 1) along the swing), and the friction pyramid with
+  unilaterality kept by a relaxed log barrier (:mod:`rbd_deriv.control.contact_force`);
+- terminal cost: the posture term times ``weights.terminal``.
+
+:class:`LeggedMPC` builds that problem and its :class:`~rbd_deriv.control.solver.RiccatiSolver`
+once; :meth:`LeggedMPC.solve` moves the schedule to the tick's gait phase (in place: the residuals
+keep the arrays), warm-starts from the previous plan and runs real-time iterations. Its plan is
+sent only if the first knot's forces are inside the exact friction cone within the tolerance of
+:func:`~rbd_deriv.control.contact_force.forces_within_cone`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+import rbd_deriv as rd
+from rbd_deriv.control.activation import Quadratic, RelaxedLogBarrier
+from rbd_deriv.control.contact_force import (ForceStackResidual, FrictionConeResidual,
+                                             forces_within_cone)
+from rbd_deriv.control.cost import Cost
+from rbd_deriv.control.dynamics import ContactDynamics
+from rbd_deriv.control.ocp import OptimalControlProblem, check_state
+from rbd_deriv.control.residuals import ControlResidual, StateResidual
+from rbd_deriv.control.schedule import FORCE_ROWS, Gait
+from rbd_deriv.control.euler_riccati import STATUS_OK
+from rbd_deriv.control.solver import RiccatiSolver, SolveResult
+from rbd_deriv.control.state_space import FREE_FLYER_DOF, ConfigurationSpace
+from rbd_deriv.control.task_residuals import (CenterOfMassResidual, FramePositionResidual,
+                                              RobotKinematics)
+from rbd_deriv.exceptions import InputError
+
+
+#: The parts of a tick timed in :attr:`LeggedPlan.timings`: moving the schedule and the warm
+#: start; the contact linearization of the horizon with the gaps and integrator blocks; the
+#: costs' Gauss-Newton derivatives; the Riccati backward and forward passes; the first knot's
+#: forces and cone check.
+TIMING_PARTS = ("schedule", "linearization", "costs", "riccati", "cone check")
+
+
+@dataclass(frozen=True)
+class LeggedWeights:
+    """Weights of the legged problem's costs (each multiplies half a squared residual).
+
+    Attributes:
+        base_position, base_orientation: On the free flyer's tangent deviation [1/m^2], [1/rad^2].
+        joint_position: On the joints' deviation from the posture [1/rad^2].
+        base_velocity, joint_velocity: On the velocities [s^2/m^2 or s^2/rad^2].
+        com: On the center of mass's horizontal deviation from the posture's [1/m^2].
+        torque: On u - u^s [1/(N m)^2].
+        force: On f - f^r [1/N^2].
+        swing: On a swing foot's placement error [1/m^2].
+        terminal: Factor of the posture cost at the last knot.
+        cone: Weight w_b of the friction-cone barrier.
+        cone_delta: Relaxation threshold of the barrier, as a fraction of the weight share of a
+            foot (the barrier turns quadratic below it).
+    """
+
+    base_position: float = 100.0
+    base_orientation: float = 100.0
+    joint_position: float = 1.0
+    base_velocity: float = 1.0
+    joint_velocity: float = 0.1
+    com: float = 0.0
+    torque: float = 0.1
+    force: float = 1e-3
+    swing: float = 1e4
+    terminal: float = 10.0
+    cone: float = 1e-3
+    cone_delta: float = 0.05
+
+
+def contact_jacobians(model: Any, data: Any, q: np.ndarray, frames: Sequence[str],
+                      kinds: Sequence[str]) -> np.ndarray:
+    """Stacked contact Jacobians (m, nv), LOCAL_WORLD_ALIGNED: 3 linear rows per point contact,
+    6 rows per frame contact (the convention of the forces of ``rd.contact_dynamics``)."""
+    rows = [rd.frame_jacobian(model, data, q, frame)[:FORCE_ROWS[kind]]
+            for frame, kind in zip(frames, kinds)]
+    return np.vstack(rows)
+
+
+def static_torques(model: Any, q: np.ndarray, frames: Sequence[str], kinds: Sequence[str],
+                   actuated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Torques and contact forces that hold configuration q at rest on the given contacts.
+
+    At rest :math:`g(q) = S^T u + J^T f`: the free flyer's rows :math:`g_b = J_b^T f` fix f up to
+    the internal forces, taken closest to the weight shared equally by the contacts (vertical
+    force mg/n each); then :math:`u = (g - J^T f)` on the actuated joints.
+
+    Args:
+        model: A floating-base model.
+        q: (nq,) configuration.
+        frames, kinds: The contacts (frame names, ``"point"`` or ``"frame"``).
+        actuated: Velocity indices of the actuated joints (nu,).
+
+    Returns:
+        (u (nu,) [N m], f (m,) [N, N m] stacked in contact order, LOCAL_WORLD_ALIGNED).
+    """
+    data = model.create_data()
+    g = rd.gravity_torques(model, data, q).copy()
+    J = contact_jacobians(model, data, q, frames, kinds)
+    share = np.zeros(J.shape[0])
+    weight = float(np.linalg.norm(g[:3]))
+    row = 0
+    for kind in kinds:
+        share[row + 2] = weight / len(kinds)
+        row += FORCE_ROWS[kind]
+    Jb = J[:, :FREE_FLYER_DOF].T
+    f = share + np.linalg.lstsq(Jb, g[:FREE_FLYER_DOF] - Jb @ share, rcond=None)[0]
+    return (g - J.T @ f)[actuated], f
+
+
+@dataclass(frozen=True)
+class LeggedPlan:
+    """What a tick sends (or would send) from a :meth:`LeggedMPC.solve`.
+
+    Attributes:
+        result: The solver's outcome.
+        torque: First knot's torques u_0 (nu,) [N m].
+        gain: First knot's feedback K_0 (nu, ndx): u = u_0 + K_0 (x (-) x_0).
+        state: First knot's state x_0 (nx,).
+        forces: First knot's contact forces (m,) (zero rows past the closed contacts).
+        offsets: First force row of each foot at the first knot, -1 when open (nc,).
+        cone_ok: Every closed foot's force is inside the friction cone within the tolerance.
+        cone_violation: Largest excursion out of the cone [N].
+        timings: Seconds spent in each part of the tick (:data:`TIMING_PARTS`).
+    """
+
+    result: SolveResult
+    torque: np.ndarray
+    gain: np.ndarray
+    state: np.ndarray
+    forces: np.ndarray
+    offsets: np.ndarray
+    cone_ok: bool
+    cone_violation: float
+    timings: dict
+
+    @property
+    def sendable(self) -> bool:
+        """The solve succeeded and the first knot's forces respect the cone."""
+        return self.result.ok and self.cone_ok
+
+
+class LeggedMPC:
+    """The legged problem of the module docstring, its solver, and one call per tick.
+
+    Args:
+        model: A floating-base model.
+        feet: Contact frame names, in the gait's order.
+        gait: The contact pattern (its names must be ``feet``).
+        posture: (nq,) reference configuration, feet on the ground (z of each foot there is the
+            ground height of its swing reference).
+        horizon: Number of knots N.
+        dt: Step [s].
+        mu: Friction coefficient.
+        weights: The cost weights.
+        swing_height: Apex of a swing foot above its stance position [m].
+        impulses: Compose the touchdown impulses (see :class:`ContactDynamics`).
+        effort: (nu,) torque limits [N m] (default the URDF's, which must be finite).
+        actuated: Actuated joints in control order (default all but the free flyer).
+
+    Raises:
+        InputError: A fixed-base model, a foot frame the model does not have, a posture of the
+            wrong size or not finite, a gait on other contacts, a knot without contact.
+    """
+
+    def __init__(self, model: Any, feet: Sequence[str], gait: Gait, posture: np.ndarray,
+                 horizon: int = 20, dt: float = 0.02, mu: float = 0.7,
+                 weights: LeggedWeights = LeggedWeights(), swing_height: float = 0.05,
+                 impulses: bool = True, effort: np.ndarray | None = None,
+                 actuated: Sequence[str] | None = None) -> None:
+        if not model.has_floating_base:
+            raise InputError("a legged MPC needs a model with a floating base", "model")
+        feet = tuple(feet)
+        if gait.names != feet:
+            raise InputError(f"gait contacts {list(gait.names)} are not the feet {list(feet)}",
+                             "gait")
+        posture = np.array(posture, dtype=float)
+        if posture.shape != (model.nq,) or not np.isfinite(posture).all():
+            raise InputError(f"posture must be {model.nq} finite numbers, got shape "
+                             f"{posture.shape}", "posture")
+        self.model, self.feet, self.gait = model, feet, gait
+        self.horizon, self.dt, self.mu = int(horizon), float(dt), float(mu)
+        self.weights = weights
+        self.phase = 0
+        schedule = gait.schedule(self.horizon, 0)
+        self.dynamics = ContactDynamics(model, dt, schedule, actuated, impulses)
+        self.kinds = self.dynamics.kinds
+        nv, nu = model.nv, self.dynamics.nu
+        space = ConfigurationSpace(model)
+        self.space = space
+        self.x_ref = np.r_[posture, np.zeros(nv)]
+        self.u_static, self.f_static = static_torques(model, posture, feet, self.kinds,
+                                                      self.dynamics.actuated)
+        data = model.create_data()
+        self.weight = float(np.linalg.norm(rd.gravity_torques(model, data, posture)[:3]))
+        rd.forward_kinematics(model, data, posture)
+        self.stance = np.array([rd.frame_placement(model, data, foot)[:3, 3] for foot in feet])
+        if effort is None:
+            effort = model.effort_limit[self.dynamics.actuated]
+        effort = np.asarray(effort, dtype=float)
+        self.swing_height = float(swing_height)
+        self._lift = self._lift_table()
+
+        w = weights
+        joints = nv - FREE_FLYER_DOF
+        state_weight = np.r_[np.full(3, w.base_position), np.full(3, w.base_orientation),
+                             np.full(joints, w.joint_position), np.full(FREE_FLYER_DOF, w.base_velocity),
+                             np.full(joints, w.joint_velocity)]
+        N = self.horizon
+        kinematics = RobotKinematics(model)
+        self.kinematics = kinematics
+        running = [Cost(StateResidual(space, self.x_ref), Quadratic(state_weight, space.ndx),
+                        name="posture"),
+                   Cost(ControlResidual(space, nu, self.u_static), Quadratic(w.torque, nu),
+                        name="torque")]
+        if w.com > 0.0:
+            com = rd.center_of_mass(model, data, posture)
+            running.append(Cost(CenterOfMassResidual(space, kinematics, com[:2], axes=(0, 1)),
+                                Quadratic(w.com, 2), name="com"))
+        offsets = self.dynamics.offsets
+        #: (N, m) weight share of the closed feet in each knot's force stack, written by the schedule.
+        self.force_reference = np.zeros((N, self.dynamics.force_rows))
+        running.append(Cost(ForceStackResidual(space, nu, self.force_reference),
+                            Quadratic(w.force, self.dynamics.force_rows), name="forces"))
+        self.swing_references = []
+        self.swing_weights = []
+        self.swinging = []
+        for c, foot in enumerate(feet):
+            target = np.tile(self.stance[c], (N, 1))
+            knot_weights, swinging = np.zeros(N), np.zeros(N, dtype=bool)
+            self.swing_references.append(target)
+            self.swing_weights.append(knot_weights)
+            self.swinging.append(swinging)
+            running.append(Cost(FramePositionResidual(space, kinematics, foot, target,
+                                                      knots=swinging),
+                                Quadratic(w.swing, 3), knot_weights, name=f"swing {foot}"))
+        self.cone = FrictionConeResidual(space, nu, offsets, mu)
+        share = self.weight / len(feet)
+        running.append(Cost(self.cone, RelaxedLogBarrier(w.cone, w.cone_delta * share,
+                                                         self.cone.nr), name="friction cone"))
+        terminal = [Cost(StateResidual(space, self.x_ref),
+                         Quadratic(w.terminal * state_weight, space.ndx), name="final posture")]
+        self.ocp = OptimalControlProblem(space, N, dt, -effort, effort, running, terminal,
+                                         self.dynamics)
+        self.solver = RiccatiSolver(self.ocp)
+        self._started = False
+        self._update_references()
+
+    # ------------------------------------------------------------------------------ schedule
+    def set_phase(self, phase: int) -> None:
+        """Start the horizon at knot ``phase`` of the gait (the contact sets, force references,
+        swing references and weights follow, in place)."""
+        self.phase = int(phase)
+        self.dynamics.set_schedule(self.gait.schedule(self.horizon, self.phase))
+        self._update_references()
+
+    def _update_references(self) -> None:
+        active = self.dynamics.active
+        closed = active.sum(axis=1)
+        knots = (self.phase + np.arange(self.horizon)) % self.gait.period
+        share = self.weight / np.maximum(closed, 1)
+        self.force_reference[:] = 0.0
+        for c in range(len(self.feet)):
+            rows = np.flatnonzero(self.dynamics.offsets[:, c] >= 0)
+            self.force_reference[rows, self.dynamics.offsets[rows, c] + 2] = share[rows]
+            self.swinging[c][:] = ~active[:, c]
+            self.swing_weights[c][:] = self.swinging[c]
+            self.swing_references[c][:] = self.stance[c]
+            self.swing_references[c][:, 2] += self.swing_height * self._lift[knots, c]
+
+    def _lift_table(self) -> np.ndarray:
+        """(P, nc) sin(pi s) at each knot of the gait's period, s the fraction of the foot's swing
+        done at the end of the step (0 in stance); a swing wraps around the period's end."""
+        pattern = self.gait.pattern
+        period = pattern.shape[0]
+        table = np.zeros(pattern.shape)
+        for c in range(pattern.shape[1]):
+            if not pattern[:, c].any():
+                raise InputError(f"foot {self.feet[c]!r} never touches the ground in the gait",
+                                 "gait")
+            for p in np.flatnonzero(~pattern[:, c]):
+                start = end = p
+                while not pattern[(start - 1) % period, c]:
+                    start -= 1
+                while not pattern[(end + 1) % period, c]:
+                    end += 1
+                table[p, c] = np.sin(np.pi * (p - start + 1) / (end - start + 2))
+        return table
+
+    # ------------------------------------------------------------------------------ tick
+    def solve(self, x0: np.ndarray, phase: int | None = None, elapsed: float | None = None,
+              iterations: int = 1, evaluate_cost: bool = False) -> LeggedPlan:
+        """One tick: move to the gait phase, warm-start, iterate, check the first knot's cone.
+
+        Each iteration relinearizes the contact dynamics at the nominal, takes the full
+        Riccati step (no line search: a real-time iteration) and makes it the nominal; the plan's
+        first-knot forces are those of ``rd.contact_dynamics`` at its first state and torques.
+
+        Args:
+            x0: Measured state (nx,).
+            phase: Gait knot the horizon starts at (default: unchanged).
+            elapsed: Time since the previous solve [s] (default: the phase change times dt);
+                the first solve starts from x0 held with the static torques.
+            iterations: Real-time iterations (1 per tick in closed loop).
+            evaluate_cost: Report the cost of the nominal the first iteration started from
+                (NaN otherwise: the tick does not need it).
+
+        Raises:
+            InputError: x0 of the wrong shape or not finite.
+        """
+        x0 = check_state("x0", x0, self.space)
+        clock = time.perf_counter
+        start = clock()
+        previous = self.phase
+        if phase is not None and int(phase) != self.phase:
+            self.set_phase(phase)
+        solver = self.solver
+        if not self._started:
+            solver.cold_start(x0, np.tile(self.u_static, (self.horizon, 1)))
+            self._started = True
+        else:
+            if elapsed is None:
+                elapsed = (self.phase - previous) * self.dt
+            solver.warm_start(elapsed, x0)
+        solver.X[0] = x0
+        timings = dict.fromkeys(TIMING_PARTS, 0.0)
+        timings["schedule"] = clock() - start
+        status = qp_iterations = clamped = 0
+        largest, cost = np.inf, np.nan
+        for iteration in range(1, iterations + 1):
+            start = clock()
+            solver.linearize()
+            middle = clock()
+            timings["linearization"] += middle - start
+            solver.cost_derivatives()
+            if iteration == 1 and evaluate_cost:
+                # Read while the kinematics of the nominal's knots are at hand.
+                cost = solver.cost(solver.X, solver.U)
+            start = clock()
+            timings["costs"] += start - middle
+            status, stage, clamped = solver.backward()
+            qp_iterations += stage
+            if status == STATUS_OK:
+                largest = solver.forward()
+                solver.accept()
+            timings["riccati"] += clock() - start
+            if status != STATUS_OK:
+                break
+        result = SolveResult(status, iteration, qp_iterations, clamped, largest, cost)
+        start = clock()
+        offsets = self.dynamics.offsets[0].copy()
+        if status == STATUS_OK:
+            forces = self.dynamics.forces(solver.X[0], solver.U[0])
+            ok, violation = forces_within_cone(forces, offsets, self.mu)
+        else:
+            forces, ok, violation = np.full(self.dynamics.force_rows, np.nan), False, np.inf
+        timings["cone check"] = clock() - start
+        return LeggedPlan(result, solver.U[0].copy(), solver.K[0].copy(), solver.X[0].copy(),
+                          forces, offsets, ok, violation, timings)

@@ -1,0 +1,218 @@
+"""Residuals: the vector functions r(x, u) whose activations make the costs (Crocoddyl's idea).
+
+A residual is evaluated on K knots at once (:class:`Knots`: states, controls and, once the
+dynamics provide them, contact forces with their Jacobians) and gives its value r (K, nr) and
+Jacobians with respect to the tangent deviation dx (K, nr, ndx) and the control du (K, nr, nu).
+A cost (:mod:`rbd_deriv.control.cost`) turns it into Gauss-Newton derivatives through
+:meth:`Residual.gauss_newton`: :math:`L_x \\mathrel{+}= R_x^T a'`,
+:math:`L_{xx} \\mathrel{+}= R_x^T \\mathrm{diag}(a'') R_x` (same for u and ux). The default does
+that with the dense Jacobians; residuals whose Jacobian is a selection (state, control) do it in
+O(nr) instead, since a dense ndx x ndx product per knot would cost more than the Riccati pass.
+
+This module holds the interface and the two residuals every problem has:
+
+- :class:`StateResidual`: :math:`x \\ominus x_{ref}` (posture, base pose, velocities; the soft
+  state limits with the neutral state as reference);
+- :class:`ControlResidual`: :math:`u - u_{ref}`.
+
+Task residuals (frame position, center of mass) are in :mod:`rbd_deriv.control.task_residuals`,
+contact forces and friction cones in :mod:`rbd_deriv.control.contact_force`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numpy as np
+
+from rbd_deriv.control.state_space import VectorSpace
+from rbd_deriv.exceptions import InputError
+
+
+@dataclass
+class Knots:
+    """What residuals see of K knots of the horizon (views, not copies).
+
+    Attributes:
+        X: States (K, nx).
+        U: Controls (K, nu), or None at the terminal knot.
+        F: Contact forces (K, m) of the steps leaving these knots (see
+            :mod:`rbd_deriv.control.dynamics`), or None without contacts.
+        dF_dx, dF_du: Their Jacobians (K, m, ndx) and (K, m, nu), or None.
+    """
+
+    X: np.ndarray
+    U: np.ndarray | None = None
+    F: np.ndarray | None = None
+    dF_dx: np.ndarray | None = None
+    dF_du: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        """Number of knots K."""
+        return self.X.shape[0]
+
+
+@dataclass
+class Derivatives:
+    """Cost derivatives of K knots, accumulated in place (views into the solver's buffers).
+
+    Attributes:
+        Lxx: (K, ndx, ndx); Lx: (K, ndx); Luu: (K, nu, nu), Lux: (K, nu, ndx), Lu: (K, nu), the
+            last three None at the terminal knot.
+    """
+
+    Lxx: np.ndarray
+    Lx: np.ndarray
+    Luu: np.ndarray | None = None
+    Lux: np.ndarray | None = None
+    Lu: np.ndarray | None = None
+
+
+class Residual:
+    """Interface of a residual r(x, u) of nr entries.
+
+    Subclasses set ``nr`` and ``uses_control`` and implement :meth:`value` and
+    :meth:`jacobians`; they may override :meth:`gauss_newton` to exploit a sparse Jacobian.
+    """
+
+    nr: int = 0
+    #: True when r depends on u (such a residual has no value at the terminal knot).
+    uses_control: bool = False
+
+    def value(self, knots: Knots) -> np.ndarray:
+        """r (K, nr)."""
+        raise NotImplementedError
+
+    def jacobians(self, knots: Knots) -> tuple[np.ndarray, np.ndarray | None]:
+        """dr/dx (K, nr, ndx) and dr/du (K, nr, nu), the latter None if r does not depend on u."""
+        raise NotImplementedError
+
+    def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
+                     hessian: np.ndarray, out: Derivatives) -> None:
+        """Add the Gauss-Newton derivatives of a(r) to ``out``.
+
+        Args:
+            knots: The knots r was evaluated on.
+            r: The residual (K, nr) at these knots (from :meth:`value`).
+            gradient, hessian: a'(r) (K, nr) and the diagonal of a''(r), (K, nr) or (nr,) when
+                the same at every knot; knot weights included.
+            out: Derivatives to add to.
+        """
+        Rx, Ru = self.jacobians(knots)
+        hessian = np.broadcast_to(hessian, r.shape)
+        weighted_x = hessian[:, :, None] * Rx
+        out.Lx += np.einsum("kri,kr->ki", Rx, gradient)
+        out.Lxx += np.matmul(Rx.transpose(0, 2, 1), weighted_x)
+        if Ru is not None and out.Lu is not None:
+            out.Lu += np.einsum("kra,kr->ka", Ru, gradient)
+            out.Luu += np.matmul(Ru.transpose(0, 2, 1), hessian[:, :, None] * Ru)
+            out.Lux += np.matmul(Ru.transpose(0, 2, 1), weighted_x)
+
+
+def _diagonal(matrices: np.ndarray) -> np.ndarray:
+    """Writable view (K, n) of the diagonals of matrices (K, n, n) (C-contiguous)."""
+    K, n, _ = matrices.shape
+    return matrices.reshape(K, n * n)[:, :: n + 1]
+
+
+class StateResidual(Residual):
+    """r = x (-) x_ref (ndx entries: [dq, v - v_ref]).
+
+    Args:
+        space: The state space (:mod:`rbd_deriv.control.state_space`).
+        reference: (K, nx) reference states, one per knot the residual is evaluated on, or (nx,)
+            for the same at every knot. The array is kept (not copied): writing into
+            :attr:`reference` moves the reference.
+    """
+
+    uses_control = False
+
+    def __init__(self, space: VectorSpace, reference: np.ndarray | None = None) -> None:
+        self.space = space
+        self.nr = space.ndx
+        if reference is None:
+            reference = space.zero()
+        if reference.ndim not in (1, 2) or reference.shape[-1] != space.nx:
+            raise InputError(f"reference must have {space.nx} entries per knot, got {reference.shape}")
+        self.reference = reference
+        self._r: np.ndarray | None = None
+
+    def _reference(self, count: int) -> np.ndarray:
+        """(K, nx) references, or the (nx,) one shared by every knot."""
+        if self.reference.ndim == 1:
+            return self.reference
+        if self.reference.shape[0] != count:
+            raise InputError(f"reference has {self.reference.shape[0]} knots, the cost is "
+                             f"evaluated on {count}")
+        return self.reference
+
+    def value(self, knots: Knots) -> np.ndarray:
+        """r = X (-) X_ref, (K, ndx)."""
+        K = knots.count
+        if self._r is None or self._r.shape[0] != K:
+            self._r = np.empty((K, self.nr))
+        return self.space.difference(self._reference(K), knots.X, self._r)
+
+    def jacobians(self, knots: Knots) -> tuple[np.ndarray, None]:
+        """dr/dx (K, ndx, ndx): identity but the free-flyer block; no dependence on u."""
+        K = knots.count
+        r = self.value(knots)
+        J = np.broadcast_to(np.eye(self.nr), (K, self.nr, self.nr)).copy()
+        b = self.space.block
+        if b:
+            reference = np.broadcast_to(self._reference(K), (K, self.space.nx))
+            J[:, :b, :b] = self.space.difference_jacobian_blocks(reference, r)
+        return J, None
+
+    def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
+                     hessian: np.ndarray, out: Derivatives) -> None:
+        """Diagonal terms in O(ndx); the free-flyer block (6 x 6) densely."""
+        b = self.space.block
+        out.Lx[:, b:] += gradient[:, b:]
+        _diagonal(out.Lxx)[:, b:] += hessian[..., b:]
+        if b:
+            hessian = np.broadcast_to(hessian, r.shape)
+            active = np.any(hessian[:, :b] != 0.0, axis=1) | np.any(gradient[:, :b] != 0.0, axis=1)
+            if not active.any():
+                return
+            reference = np.broadcast_to(self._reference(knots.count), (knots.count, self.space.nx))
+            J = self.space.difference_jacobian_blocks(reference[active], r[active])
+            rows = np.flatnonzero(active)
+            out.Lx[rows, :b] += np.einsum("kri,kr->ki", J, gradient[rows, :b])
+            out.Lxx[rows, :b, :b] += np.matmul(J.transpose(0, 2, 1), hessian[rows, :b, None] * J)
+
+
+class ControlResidual(Residual):
+    """r = u - u_ref (nu entries).
+
+    Args:
+        space: The state space (for the size of dr/dx, which is zero).
+        nu: Number of controls.
+        reference: (K, nu) or (nu,) reference controls, kept (not copied) like
+            :class:`StateResidual`'s; None for zero.
+    """
+
+    uses_control = True
+
+    def __init__(self, space: VectorSpace, nu: int, reference: np.ndarray | None = None) -> None:
+        self.ndx = space.ndx
+        self.nr = nu
+        self.reference = np.zeros(nu) if reference is None else reference
+        if self.reference.shape[-1] != nu:
+            raise InputError(f"reference must have {nu} entries per knot, got {self.reference.shape}")
+
+    def value(self, knots: Knots) -> np.ndarray:
+        """r = U - U_ref, (K, nu)."""
+        return knots.U - self.reference
+
+    def jacobians(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
+        """dr/dx = 0 (K, nu, ndx), dr/du = identity (K, nu, nu)."""
+        K = knots.count
+        return (np.zeros((K, self.nr, self.ndx)),
+                np.broadcast_to(np.eye(self.nr), (K, self.nr, self.nr)).copy())
+
+    def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
+                     hessian: np.ndarray, out: Derivatives) -> None:
+        """Diagonal terms in O(nu)."""
+        out.Lu += gradient
+        _diagonal(out.Luu)[:] += hessian

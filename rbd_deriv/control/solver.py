@@ -1,0 +1,281 @@
+"""The multiple-shooting Riccati solver of an :class:`~rbd_deriv.control.ocp.OptimalControlProblem`.
+
+One iteration (a Gauss-Newton step of the shooting problem, a real-time iteration when run once
+per tick):
+
+1. dynamics of every step at the nominal (X, U) from the provider (or set by the caller), and
+   the gaps :math:`d_k = f(x_k, u_k) \\ominus x_{k+1}`;
+2. Gauss-Newton derivatives of the costs at the nominal;
+3. the box-constrained Riccati backward pass (:func:`rbd_deriv.control.euler_riccati.backward_pass`):
+   feedforward k, feedback K;
+4. the rollout of the linear model with that policy, controls clamped to the box, giving the
+   tangent deviations DX, then :math:`X \\oplus DX` (the gaps close in one step on the linear
+   model, as in Crocoddyl's FDDP with a full step).
+
+:class:`RiccatiSolver` owns every buffer: nothing is allocated per iteration but by the
+provider's batched linearization and by the costs' residuals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rbd_deriv.control import euler_riccati
+from rbd_deriv.control.riccati import shift_plan
+from rbd_deriv.control.constants import (CONTROL_STEP_TOLERANCE, LINE_SEARCH_MIN_STEP as MIN_STEP,
+                                         MERIT_ROUND_OFF)
+from rbd_deriv.control.cost import total
+from rbd_deriv.control.dynamics import KnotDynamics
+from rbd_deriv.control.ocp import OptimalControlProblem, check_state
+from rbd_deriv.control.residuals import Derivatives, Knots
+from rbd_deriv.exceptions import InputError
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """Outcome of :meth:`RiccatiSolver.solve`.
+
+    Attributes:
+        status: A ``euler_riccati.STATUS_*`` code.
+        iterations: Riccati passes done; qp_iterations: stage box-QP iterations in total.
+        clamped: (knot, control) pairs on a bound at the last pass.
+        largest_update: Largest control change of the last iteration.
+        cost: Cost of the final (X, U) (the gaps are not part of it); force costs read the forces
+            of the last linearization, taken before the last step.
+    """
+
+    status: int
+    iterations: int
+    qp_iterations: int
+    clamped: int
+    largest_update: float
+    cost: float
+
+    @property
+    def ok(self) -> bool:
+        """True when every pass succeeded."""
+        return self.status == euler_riccati.STATUS_OK
+
+
+class RiccatiSolver:
+    """Buffers and iterations of the Riccati solver for one problem.
+
+    Shapes use N = horizon, nx = nq + nv, ndx = 2 nv, nu controls, m force rows, b the size of
+    the integrator's non-identity block (6 with a free flyer, else 0).
+
+    Attributes:
+        X, U: Nominal states (N+1, nx) and controls (N, nu): the warm start, then the solution.
+        dynamics: :class:`KnotDynamics` of the N steps at the nominal.
+        d: Gaps (N, ndx).
+        Lxx, Lx: (N+1, ndx, ndx), (N+1, ndx); Luu, Lux, Lu: (N, nu, nu), (N, nu, ndx), (N, nu).
+        K, k_ff: Feedback (N, nu, ndx) and feedforward (N, nu) of the last backward pass.
+        free: (N, nu) controls not held by a bound at the last backward pass.
+    """
+
+    def __init__(self, ocp: OptimalControlProblem) -> None:
+        self.ocp = ocp
+        space = ocp.space
+        N, nx, ndx, nu, m = ocp.horizon, space.nx, space.ndx, ocp.nu, ocp.force_rows
+        self.space = space
+        self.X = np.tile(space.zero(), (N + 1, 1))
+        self.U = np.zeros((N, nu))
+        self.X_new = self.X.copy()
+        self.U_new = np.zeros((N, nu))
+        self.DX = np.zeros((N + 1, ndx))
+        self.dynamics = KnotDynamics(N, nx, ndx, nu, m)
+        self.d = np.zeros((N, ndx))
+        b = space.block
+        self.Jq = np.tile(np.eye(b), (N, 1, 1))
+        self.Jv = np.tile(np.eye(b), (N, 1, 1))
+        self.Lxx = np.zeros((N + 1, ndx, ndx))
+        self.Lx = np.zeros((N + 1, ndx))
+        self.Luu = np.zeros((N, nu, nu))
+        self.Lux = np.zeros((N, nu, ndx))
+        self.Lu = np.zeros((N, nu))
+        self.K = np.zeros((N, nu, ndx))
+        self.k_ff = np.zeros((N, nu))
+        self.free = np.ones((N, nu), dtype=np.bool_)
+        self.control_lower = ocp.control_lower
+        self.control_upper = ocp.control_upper
+        # Kernel workspaces.
+        self.P = np.zeros((ndx, ndx))
+        self.p = np.zeros(ndx)
+        self.Vx = np.zeros((N + 1, ndx))
+        size = max(ndx, nu)
+        self._work = np.zeros((12, size))
+        self._matrices = np.zeros((5, ndx, ndx))
+        self._flat = np.zeros(euler_riccati.flat_size(ndx, nu))
+        self._index = np.zeros(nu, dtype=np.int64)
+        self._forward_work = np.zeros((2, size))
+        self._running = Derivatives(self.Lxx[:N], self.Lx[:N], self.Luu, self.Lux, self.Lu)
+        self._terminal = Derivatives(self.Lxx[N:], self.Lx[N:])
+
+    # ------------------------------------------------------------------------------ nominal
+    def cold_start(self, x0: np.ndarray, U: np.ndarray | None = None) -> None:
+        """Nominal = x0 held at every knot; controls U (N, nu) clamped to the box (default 0)."""
+        x0 = check_state("x0", x0, self.space)
+        self.X[:] = x0
+        if U is None:
+            self.U[:] = np.clip(0.0, self.control_lower, self.control_upper)
+        else:
+            np.clip(U, self.control_lower, self.control_upper, out=self.U)
+        self.k_ff[:] = 0.0
+
+    def warm_start(self, elapsed: float, x0: np.ndarray) -> None:
+        """Nominal = the current plan read ``elapsed`` [s] later (linear between knots), X[0] = x0."""
+        x0 = check_state("x0", x0, self.space)
+        shift_plan(self.X, self.U, float(elapsed), self.ocp.dt, x0, self.control_lower,
+                           self.control_upper, self.X, self.U)
+        self.space.normalize(self.X)
+
+    # ------------------------------------------------------------------------------ pieces
+    def linearize(self, X: np.ndarray | None = None, U: np.ndarray | None = None) -> None:
+        """Dynamics of every step at (X, U) (default the nominal) from the problem's provider,
+        then the gaps."""
+        if self.ocp.dynamics is None:
+            raise InputError("this problem has no dynamics provider: set the knot dynamics")
+        X = self.X if X is None else X
+        self.ocp.dynamics.linearize(X[:-1], self.U if U is None else U, self.dynamics)
+        self.update_gaps(X)
+
+    def update_gaps(self, X: np.ndarray | None = None) -> None:
+        """Gaps d_k = X_next[k] (-) X[k+1] and the integrator blocks, from ``self.dynamics``."""
+        X = self.X if X is None else X
+        X_next = self.dynamics.X_next
+        self.space.difference(X[1:], X_next, self.d)
+        self.space.step_jacobian_blocks(X[:-1], X_next, self.ocp.dt, self.Jq, self.Jv)
+
+    def running_knots(self, X: np.ndarray, U: np.ndarray) -> Knots:
+        """The running knots of a trajectory, with the forces of the current dynamics."""
+        N = self.ocp.horizon
+        dynamics = self.dynamics
+        if dynamics.force_rows:
+            return Knots(X[:N], U, dynamics.F, dynamics.dF_dx, dynamics.dF_du)
+        return Knots(X[:N], U)
+
+    def cost_derivatives(self) -> None:
+        """Gauss-Newton derivatives of every cost at the nominal into Lxx ... Lu."""
+        for array in (self.Lxx, self.Lx, self.Luu, self.Lux, self.Lu):
+            array.fill(0.0)
+        running = self.running_knots(self.X, self.U)
+        for cost in self.ocp.running_costs:
+            cost.add_derivatives(running, self._running)
+        terminal = Knots(self.X[-1:])
+        for cost in self.ocp.terminal_costs:
+            cost.add_derivatives(terminal, self._terminal)
+
+    def cost(self, X: np.ndarray, U: np.ndarray) -> float:
+        """Cost of a trajectory X (N+1, nx), U (N, nu), forces from the current dynamics."""
+        return (total(self.ocp.running_costs, self.running_knots(X, U))
+                + total(self.ocp.terminal_costs, Knots(X[-1:])))
+
+    def backward(self) -> tuple[int, int, int]:
+        """Riccati backward pass at the current derivatives: (status, QP iterations, clamped)."""
+        dynamics = self.dynamics
+        # The previous feedforward, read at the new nominal, is a good first guess of the QP.
+        np.clip(self.k_ff, self.control_lower - self.U, self.control_upper - self.U,
+                out=self.k_ff)
+        return euler_riccati.backward_pass(
+            dynamics.A, dynamics.B, self.d, self.Jq, self.Jv, self.ocp.dt, self.Lxx, self.Lux,
+            self.Luu, self.Lx, self.Lu, self.U, self.control_lower, self.control_upper, self.K,
+            self.k_ff, self.free, self.P, self.p, self.Vx, self._work, self._matrices, self._flat,
+            self._index)
+
+    def forward(self) -> float:
+        """Rollout of the linear model with the last policy into X_new, U_new; largest update."""
+        dynamics = self.dynamics
+        largest = euler_riccati.forward_pass(
+            dynamics.A, dynamics.B, self.d, self.Jq, self.Jv, self.ocp.dt, self.K, self.k_ff,
+            self.U, self.control_lower, self.control_upper, self.DX, self.U_new,
+            self._forward_work)
+        self.space.integrate(self.X, self.DX, self.X_new)
+        return largest
+
+    def iterate(self) -> tuple[int, int, int, float]:
+        """Derivatives, backward pass and rollout around the nominal (dynamics already set).
+
+        Returns:
+            (status, stage-QP iterations, clamped controls, largest control update).
+        """
+        self.cost_derivatives()
+        status, qp_iterations, clamped = self.backward()
+        if status != euler_riccati.STATUS_OK:
+            return status, qp_iterations, clamped, np.inf
+        return status, qp_iterations, clamped, self.forward()
+
+    def accept(self) -> None:
+        """Make the last rollout the nominal trajectory."""
+        self.X, self.X_new = self.X_new, self.X
+        self.U, self.U_new = self.U_new, self.U
+
+    # ------------------------------------------------------------------------------ solve
+    def merit(self, X: np.ndarray, U: np.ndarray, weight: float) -> float:
+        """l1 merit cost + weight * sum_k |d_k|_1 of a trajectory whose gaps are in ``d``."""
+        return self.cost(X, U) + weight * float(np.abs(self.d).sum())
+
+    def solve(self, x0: np.ndarray, max_iterations: int = 1,
+              tolerance: float = CONTROL_STEP_TOLERANCE, line_search: bool = True
+              ) -> SolveResult:
+        """Iterate from the current nominal with X[0] = x0 until the controls stop changing.
+
+        With ``line_search``, each step is scaled back (alpha = 1, 1/2, 1/4, ...) until it lowers
+        the exact-penalty merit :math:`J + \\mu \\sum_k \\|d_k\\|_1` with :math:`\\mu` twice
+        the largest value gradient of the pass (a bound on the multipliers of the dynamics,
+        Nocedal and Wright, Numerical Optimization, sec. 15.4); without it every step is taken
+        whole (what one real-time iteration per tick does).
+
+        Args:
+            x0: Measured state (nx,).
+            max_iterations: Gauss-Newton iterations at most (1 is a real-time iteration).
+            tolerance: Stop once the largest control update is below it.
+            line_search: Scale the steps back until the merit decreases.
+
+        Returns:
+            The :class:`SolveResult`; the solution is in X, U, the policy in k_ff, K.
+
+        Raises:
+            InputError: x0 has a wrong shape or is not finite.
+        """
+        self.X[0] = check_state("x0", x0, self.space)
+        status = euler_riccati.STATUS_OK
+        iterations = qp_iterations = clamped = 0
+        largest = np.inf
+        self.linearize()
+        for iterations in range(1, max_iterations + 1):
+            status, stage_iterations, clamped, largest = self.iterate()
+            qp_iterations += stage_iterations
+            if status != euler_riccati.STATUS_OK:
+                break
+            if line_search:
+                self._line_search()
+            else:
+                self.accept()
+                self.linearize()
+            if largest <= tolerance:
+                break
+        cost = self.cost(self.X, self.U) if status == euler_riccati.STATUS_OK else np.nan
+        return SolveResult(status, iterations, qp_iterations, clamped, largest, cost)
+
+    def _line_search(self) -> float:
+        """Take the largest step of the last pass (X_new, U_new) that lowers the merit.
+
+        Leaves the nominal at the accepted point with its dynamics and gaps; returns alpha.
+        Near a solution the merit changes by round-off only, so a step that raises it by less
+        than MERIT_ROUND_OFF (relative) counts as a decrease.
+        """
+        weight = 2.0 * float(np.abs(self.Vx).max()) + 1.0
+        start = self.merit(self.X, self.U, weight)
+        start += MERIT_ROUND_OFF * max(1.0, abs(start))
+        step_X, step_U = self.DX.copy(), self.U_new - self.U
+        alpha = 1.0
+        while True:
+            if alpha < 1.0:
+                self.space.integrate(self.X, alpha * step_X, self.X_new)
+                np.add(self.U, alpha * step_U, out=self.U_new)
+            self.linearize(self.X_new, self.U_new)
+            if self.merit(self.X_new, self.U_new, weight) <= start or alpha <= MIN_STEP:
+                self.accept()
+                return alpha
+            alpha *= 0.5

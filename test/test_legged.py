@@ -1,0 +1,168 @@
+"""Tests of rbd_deriv.control.legged: whole-body MPC on the contacts of solo12 and talos.
+
+Oracles: rd.contact_dynamics (the first knot's torques hold the posture: ddq ~ 0 at v = 0; the
+plan's forces are the contact forces of its first state and torques), the exact friction cone,
+the frame placements of the plan's swing feet, and the statics of the reference (torques and
+forces balancing gravity, checked through rd.contact_dynamics again).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rbd_deriv as rd
+from rbd_deriv.control.contact_force import cone_violation
+from rbd_deriv.control.dynamics import actuated_indices
+from rbd_deriv.control.legged import LeggedMPC, LeggedWeights, static_torques
+from rbd_deriv.control.schedule import Gait
+from rbd_deriv.control.srdf import reference_posture
+from rbd_deriv.exceptions import InputError
+from rbd_deriv.testing import assert_close
+from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, LEGGED_ROBOTS, example_robot_srdf
+
+#: |ddq| allowed at the first knot of a standing plan [m/s^2, rad/s^2]: 1 % of gravity. The
+#: friction-cone barrier pulls the planned forces towards the cones' axes, which the posture
+#: cost balances at a slight offset from the exact static torques.
+STANDING_ACCELERATION = 0.0981
+
+
+def robot(name):
+    info = LEGGED_ROBOTS[name]
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS[name]), floating_base=True)
+    posture = reference_posture(model, example_robot_srdf(name), info["posture"], missing="neutral")
+    return model, info["feet"], info["kind"], posture
+
+
+def weights(name):
+    return LeggedWeights(**LEGGED_ROBOTS[name].get("weights", {}))
+
+
+@pytest.fixture(scope="module")
+def solo():
+    return robot("solo12")
+
+
+@pytest.fixture(scope="module")
+def talos():
+    return robot("talos")
+
+
+def _held_acceleration(model, feet, kind, q, torque):
+    """ddq and forces of rd.contact_dynamics at rest under the actuated torques."""
+    contacts = [rd.Contact(model, foot, kind) for foot in feet]
+    tau = np.zeros(model.nv)
+    tau[actuated_indices(model)] = torque
+    ddq, forces = rd.contact_dynamics(model, model.create_data(), contacts, q, np.zeros(model.nv), tau)
+    return ddq.copy(), forces.copy()
+
+
+@pytest.mark.parametrize("name", ["solo12", "talos"])
+def test_static_torques_hold_the_posture(name):
+    model, feet, kind, q = robot(name)
+    u, f = static_torques(model, q, feet, [kind] * len(feet), actuated_indices(model))
+    ddq, forces = _held_acceleration(model, feet, kind, q, u)
+    assert np.abs(ddq).max() < 1e-8, "the static torques leave the robot at rest"
+    assert_close(forces, f, rtol=1e-8, what="the contact forces are the static ones")
+
+
+@pytest.mark.parametrize("name", ["solo12", "talos"])
+def test_standing_solve_holds_the_posture(name):
+    model, feet, kind, q = robot(name)
+    mpc = LeggedMPC(model, feet, Gait.standing(feet, kind), q, horizon=20, dt=0.02,
+                    weights=weights(name))
+    x0 = np.r_[q, np.zeros(model.nv)]
+    costs = []
+    for _ in range(4):
+        plan = mpc.solve(x0, evaluate_cost=True)
+        assert plan.result.ok and plan.sendable
+        costs.append(plan.result.cost)
+    assert all(b <= a + 1e-9 * abs(a) for a, b in zip(costs, costs[1:])), costs
+    ddq, forces = _held_acceleration(model, feet, kind, q, plan.torque)
+    assert np.abs(ddq).max() < STANDING_ACCELERATION, np.abs(ddq).max()
+    assert_close(plan.forces, forces, rtol=1e-9, what="the plan's first-knot forces")
+    weight = np.linalg.norm(rd.gravity_torques(model, model.create_data(), q)[:3])
+    rows = 3 if kind == "point" else 6
+    assert_close(forces[2::rows].sum(), weight, rtol=1e-2, what="the feet carry the weight")
+    assert not cone_violation(forces, plan.offsets, mpc.mu).any()
+
+
+def test_trot_ticks(solo):
+    """Receding horizon along a trot: every tick's plan is sent (its first knot inside the cone),
+    the open feet carry no force rows, the swing feet rise over their stance height, and at a
+    fixed phase the real-time iterations lower the cost."""
+    model, feet, kind, q = solo
+    mpc = LeggedMPC(model, feet, Gait.trot(feet, swing=8, support=2), q, horizon=20, dt=0.02)
+    x = np.r_[q, np.zeros(model.nv)]
+    costs = [mpc.solve(x, phase=0, evaluate_cost=True).result.cost for _ in range(4)]
+    assert costs[-1] < 0.5 * costs[0] and costs[2] <= costs[1], costs
+    for tick in range(1, 8):
+        x = mpc.solver.X[1].copy()
+        plan = mpc.solve(x, phase=tick)
+        assert plan.result.ok and plan.sendable, (tick, plan.cone_violation)
+        active = mpc.dynamics.active
+        assert ((plan.offsets >= 0) == active[0]).all()
+        for k in range(mpc.horizon):
+            contacts = [rd.Contact(model, foot) for foot, on in zip(feet, active[k]) if on]
+            assert np.count_nonzero(mpc.solver.dynamics.F[k]) <= 3 * len(contacts)
+            assert not mpc.solver.dynamics.F[k, 3 * len(contacts):].any(), "no force past the stance feet"
+        data = model.create_data()
+        for c, foot in enumerate(feet):
+            swing = np.flatnonzero(~active[:, c])
+            for k in swing[1:-1]:
+                rd.forward_kinematics(model, data, mpc.solver.X[k + 1, :model.nq])
+                height = rd.frame_placement(model, data, foot)[2, 3]
+                assert height > mpc.stance[c, 2] + 0.2 * mpc.swing_height, (tick, foot, k, height)
+
+
+def test_first_knot_check_refuses_a_plan_outside_the_cone(solo):
+    """Joints too weak to hold the bent legs (torque box of 1 mN m): whatever the torques, the
+    feet push outwards, beyond a cone of mu = 0.05, so the plan is not sent."""
+    model, feet, kind, q = solo
+    mpc = LeggedMPC(model, feet, Gait.standing(feet), q, horizon=10, dt=0.02, mu=0.05,
+                    effort=np.full(12, 1e-3))
+    plan = mpc.solve(np.r_[q, np.zeros(model.nv)])
+    assert plan.result.ok
+    expected = cone_violation(plan.forces, plan.offsets, 0.05).max()
+    assert plan.cone_violation == pytest.approx(expected)
+    assert expected > 0.1 and not plan.sendable
+
+
+def test_bad_input(solo, talos):
+    model, feet, kind, q = solo
+    with pytest.raises(InputError, match="NO_FOOT"):
+        names = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "NO_FOOT")
+        LeggedMPC(model, names, Gait.standing(names), q)
+    with pytest.raises(InputError, match="no contact"):
+        LeggedMPC(model, feet, Gait(feet, np.array([[True] * 4, [False] * 4])), q, horizon=4)
+    with pytest.raises(InputError, match="not the feet"):
+        LeggedMPC(model, feet, Gait.standing(feet[::-1]), q)
+    with pytest.raises(InputError, match="posture"):
+        LeggedMPC(model, feet, Gait.standing(feet), q[:-1])
+    mpc = LeggedMPC(model, feet, Gait.standing(feet), q, horizon=4)
+    x = np.r_[q, np.zeros(model.nv)]
+    x[20] = np.nan
+    with pytest.raises(InputError, match="x0"):
+        mpc.solve(x)
+    talos_model = talos[0]
+    with pytest.raises(InputError, match="does not set joints"):
+        reference_posture(talos_model, example_robot_srdf("talos"), "half_sitting")
+    fixed = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]))
+    with pytest.raises(InputError, match="floating base"):
+        LeggedMPC(fixed, feet, Gait.standing(feet), rd.neutral(fixed))
+
+
+def test_standing_closed_loop_returns_after_a_push(solo):
+    """solo12 on the rigid-contact plant (rd.contact_dynamics, every foot held) stepped at 1 kHz
+    with the plan's feedback policy u = u_0 + K (x (-) x_0), an MPC tick every 20 ms, and a 5 N
+    lateral push on the base for 0.1 s: the base moves, then comes back."""
+    from rbd_deriv.testing.rigid_contact import RigidContactPlant, standing_loop
+    model, feet, kind, q = solo
+    mpc = LeggedMPC(model, feet, Gait.standing(feet), q, horizon=10, dt=0.02)
+    x0 = np.r_[q, np.zeros(model.nv)]
+    run = standing_loop(mpc, RigidContactPlant(model, feet, kind, x0), 1.5, [0.0, 5.0, 0.0], 0.3, 0.1)
+    deviation = run["deviation"]
+    assert run["refused"] == 0 and run["cone_violation"] == 0.0
+    assert deviation[:300].max() < 1e-3, "standing still before the push"
+    assert deviation.max() > 3e-3, "the push moves the base"
+    assert deviation[-1] < 0.1 * deviation.max(), (deviation.max(), deviation[-1])

@@ -1,0 +1,120 @@
+"""Tests of rbd_deriv.control.state_space: batched difference/integrate on the manifold and the
+Jacobian blocks the solver uses.
+
+Oracles: rd.difference / rd.integrate knot by knot (the definitions), finite differences of the
+difference and of the Euler step's integrator taken on the manifold (perturbations through
+rd.integrate), and the identity X0 (+) (X1 (-) X0) == X1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rbd_deriv as rd
+from rbd_deriv.control.state_space import ConfigurationSpace, VectorSpace, state_space
+from rbd_deriv.exceptions import InputError
+from rbd_deriv.testing import assert_close
+from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, bundled_urdf
+
+
+@pytest.fixture(scope="module")
+def solo():
+    return rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+
+
+def random_states(model, rng, count):
+    q = [rd.integrate(model, rd.neutral(model), rng.uniform(-0.8, 0.8, model.nv))
+         for _ in range(count)]
+    return np.hstack([np.array(q), rng.uniform(-2, 2, (count, model.nv))])
+
+
+def test_the_space_follows_the_model(solo):
+    arm = rd.load_urdf(str(bundled_urdf("rbd_arm7")))
+    assert type(state_space(arm)) is VectorSpace
+    space = state_space(solo)
+    assert isinstance(space, ConfigurationSpace)
+    assert (space.nq, space.nv, space.nx, space.ndx, space.block) == (19, 18, 37, 36, 6)
+    with pytest.raises(InputError):
+        VectorSpace(0)
+
+
+def test_difference_and_integrate_are_the_core_functions_knot_by_knot(solo):
+    rng = np.random.default_rng(0)
+    space = ConfigurationSpace(solo)
+    X0, X1 = random_states(solo, rng, 4), random_states(solo, rng, 4)
+    D = space.difference(X0, X1, np.empty((4, 36)))
+    for k in range(4):
+        assert_close(D[k, :18], rd.difference(solo, X0[k, :19], X1[k, :19]))
+        assert_close(D[k, 18:], X1[k, 19:] - X0[k, 19:])
+    back = space.integrate(X0, D, np.empty((4, 37)))
+    assert_close(back, X1, what="X0 (+) (X1 (-) X0)")
+    # One reference for every knot.
+    shared = space.difference(X0[0], X1, np.empty((4, 36)))
+    assert_close(shared[2, :18], rd.difference(solo, X0[0, :19], X1[2, :19]))
+
+
+def test_difference_jacobian_block_matches_finite_differences(solo):
+    rng = np.random.default_rng(1)
+    space = ConfigurationSpace(solo)
+    X0, X1 = random_states(solo, rng, 3), random_states(solo, rng, 3)
+    D = space.difference(X0, X1, np.empty((3, 36)))
+    blocks = space.difference_jacobian_blocks(X0, D)
+    eps = 1e-6
+    for k in range(3):
+        numeric = np.zeros((6, 6))
+        for j in range(6):
+            step = np.zeros(18)
+            step[j] = eps
+            plus = rd.difference(solo, X0[k, :19], rd.integrate(solo, X1[k, :19], step))
+            minus = rd.difference(solo, X0[k, :19], rd.integrate(solo, X1[k, :19], -step))
+            numeric[:, j] = (plus - minus)[:6] / (2 * eps)
+        np.testing.assert_allclose(blocks[k], numeric, atol=1e-7)
+
+
+def test_step_jacobian_blocks_are_the_euler_integrator_derivatives(solo):
+    rng = np.random.default_rng(2)
+    space = ConfigurationSpace(solo)
+    X, X_next = random_states(solo, rng, 2), random_states(solo, rng, 2)
+    dt = 0.01
+    Jq, Jv = np.zeros((2, 6, 6)), np.zeros((2, 6, 6))
+    space.step_jacobian_blocks(X, X_next, dt, Jq, Jv)
+    eps = 1e-6
+    for k in range(2):
+        q, w = X[k, :19], dt * X_next[k, 19:]
+        base = rd.integrate(solo, q, w)
+        for j in range(6):
+            step = np.zeros(18)
+            step[j] = eps
+            dq = (rd.difference(solo, base, rd.integrate(solo, rd.integrate(solo, q, step), w))
+                  - rd.difference(solo, base, rd.integrate(solo, rd.integrate(solo, q, -step), w)))
+            dw = (rd.difference(solo, base, rd.integrate(solo, q, w + step))
+                  - rd.difference(solo, base, rd.integrate(solo, q, w - step)))
+            np.testing.assert_allclose(Jq[k][:, j], dq[:6] / (2 * eps), atol=1e-7)
+            np.testing.assert_allclose(Jv[k][:, j], dw[:6] / (2 * eps), atol=1e-7)
+
+
+def test_normalize_restores_unit_quaternions(solo):
+    rng = np.random.default_rng(3)
+    space = ConfigurationSpace(solo)
+    X = random_states(solo, rng, 3)
+    X[:, 3:7] *= 0.97
+    space.normalize(X)
+    assert_close(np.linalg.norm(X[:, 3:7], axis=1), np.ones(3))
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-6, 0.05, 0.0999, 0.1001, 0.5, 3.0])
+def test_se3_jacobians_are_the_integrate_jacobians(solo, scale):
+    """The batched closed forms (and their series near zero rotation) against the core's
+    rd.dintegrate_dv / rd.dintegrate_dq free-flyer blocks."""
+    from rbd_deriv.control.state_space import se3_exp_jacobians
+    rng = np.random.default_rng(7)
+    twists = rng.uniform(-1, 1, (4, 6))
+    twists[:, 3:] *= scale / np.linalg.norm(twists[:, 3:], axis=1, keepdims=True)
+    twists[0, 3:] *= 30.0  # one knot on the other side of the series threshold than the others
+    right, adjoint = se3_exp_jacobians(twists)
+    for k in range(4):
+        q = rd.random_configuration(solo, rng)
+        v = np.r_[twists[k], np.zeros(12)]
+        assert_close(right[k], rd.dintegrate_dv(solo, q, v)[:6, :6], rtol=1e-14, what="J_r")
+        assert_close(adjoint[k], rd.dintegrate_dq(solo, q, v)[:6, :6], rtol=1e-14, what="Ad")

@@ -1,0 +1,218 @@
+"""Tests of rbd_deriv.control.task_residuals on the core library's kinematics.
+
+Oracles: positions from rd.frame_placement and their Jacobians by central differences on the
+manifold (perturbations through rd.integrate), on a floating base too; the center of mass as the
+mass-weighted mean of the bodies' centers computed here from the URDF; a reaching problem solved
+to convergence, checked by the gradient of single-shooting rollouts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rbd_deriv as rd
+from rbd_deriv.control.activation import Quadratic
+from rbd_deriv.control.cost import Cost
+from rbd_deriv.control.dynamics import FreeDynamics
+from rbd_deriv.control.ocp import OptimalControlProblem
+from rbd_deriv.control.residuals import ControlResidual, Knots, StateResidual
+from rbd_deriv.control.solver import RiccatiSolver
+from rbd_deriv.control.state_space import state_space
+from rbd_deriv.control.task_residuals import (CenterOfMassResidual, FramePositionResidual,
+                                              RobotKinematics)
+from rbd_deriv.exceptions import InputError
+from rbd_deriv.testing import assert_close
+from rbd_deriv.testing.finite_diff import central_difference
+from rbd_deriv.testing.robots import EXAMPLE_ROBOTS
+
+
+class FiniteDifferenceFrames:
+    """Frame positions from rd.frame_placement; Jacobians by central differences (tests only)."""
+
+    def __init__(self, model, eps=1e-6):
+        self.model, self.data, self.eps = model, model.create_data(), eps
+
+    def _position(self, q, frame):
+        rd.forward_kinematics(self.model, self.data, q)
+        return rd.frame_placement(self.model, self.data, frame)[:3, 3].copy()
+
+    def frame_position(self, X, frame):
+        model = self.model
+        positions = np.zeros((X.shape[0], 3))
+        jacobians = np.zeros((X.shape[0], 3, model.nv))
+        for k, x in enumerate(X):
+            q = x[:model.nq]
+            positions[k] = self._position(q, frame)
+            for j in range(model.nv):
+                step = np.zeros(model.nv)
+                step[j] = self.eps
+                jacobians[k, :, j] = (self._position(rd.integrate(model, q, step), frame)
+                                      - self._position(rd.integrate(model, q, -step), frame)) / (2 * self.eps)
+        return positions, jacobians
+
+
+@pytest.fixture(scope="module")
+def ur5():
+    return rd.load_urdf(str(EXAMPLE_ROBOTS["ur5"]))
+
+
+def test_frame_residual_reads_the_provider_on_its_axes(ur5):
+    rng = np.random.default_rng(0)
+    space = state_space(ur5)
+    frames = RobotKinematics(ur5)
+    X = np.hstack([rng.uniform(-1, 1, (3, 6)), rng.uniform(-1, 1, (3, 6))])
+    reference = rng.uniform(-0.5, 0.5, (3, 2))
+    residual = FramePositionResidual(space, frames, "tool0", reference, axes=(2, 0))
+    positions, jacobians = FiniteDifferenceFrames(ur5).frame_position(X, "tool0")
+    assert_close(residual.value(Knots(X)), positions[:, [2, 0]] - reference)
+    Rx, Ru = residual.jacobians(Knots(X))
+    assert Ru is None
+    assert_close(Rx[:, :, :6], jacobians[:, [2, 0], :], rtol=1e-8)
+    assert_close(Rx[:, :, 6:], np.zeros((3, 2, 6)), what="no dependence on v")
+    with pytest.raises(InputError, match="axes"):
+        FramePositionResidual(space, frames, "tool0", axes=(0, 3))
+    with pytest.raises(InputError, match="reference"):
+        FramePositionResidual(space, frames, "tool0", np.zeros(3), axes=(2,))
+
+
+def test_kinematics_of_a_floating_base_against_finite_differences():
+    """Frame Jacobians in the tangent space of q (free flyer included) and a second frame asked
+    at the same states (served from the kept results) against central differences."""
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    rng = np.random.default_rng(3)
+    X = np.array([np.r_[rd.integrate(model, rd.neutral(model), rng.uniform(-0.5, 0.5, 18)),
+                        np.zeros(18)] for _ in range(3)])
+    kinematics, oracle = RobotKinematics(model), FiniteDifferenceFrames(model)
+    for frame in ("FL_FOOT", "HR_FOOT", "FL_FOOT"):
+        positions, jacobians = kinematics.frame_position(X, frame)
+        expected, expected_jacobians = oracle.frame_position(X, frame)
+        assert_close(positions, expected, what=frame)
+        assert_close(jacobians, expected_jacobians, rtol=1e-8, what=frame)
+    with pytest.raises(InputError, match="no frame named"):
+        kinematics.frame_position(X, "NO_FOOT")
+
+
+def _com_from_urdf(model, q, links):
+    """Mass-weighted mean of the bodies' centers (URDF inertials placed by rd.frame_placement)."""
+    data = model.create_data()
+    rd.forward_kinematics(model, data, q)
+    total, weighted = 0.0, np.zeros(3)
+    for link, (mass, origin) in links.items():
+        placement = rd.frame_placement(model, data, link)
+        weighted += mass * (placement[:3, :3] @ origin + placement[:3, 3])
+        total += mass
+    return weighted / total
+
+
+def test_com_residual_on_the_model():
+    import xml.etree.ElementTree as ElementTree
+    path = EXAMPLE_ROBOTS["solo12"]
+    model = rd.load_urdf(str(path), floating_base=True)
+    links = {}
+    for link in ElementTree.parse(path).getroot().iter("link"):
+        inertial = link.find("inertial")
+        if inertial is not None:
+            origin = inertial.find("origin")
+            xyz = [0.0, 0.0, 0.0] if origin is None else [float(x) for x in origin.get("xyz").split()]
+            links[link.get("name")] = (float(inertial.find("mass").get("value")), np.array(xyz))
+    space = state_space(model)
+    rng = np.random.default_rng(4)
+    X = np.array([np.r_[rd.integrate(model, rd.neutral(model), rng.uniform(-0.5, 0.5, 18)),
+                        np.zeros(18)] for _ in range(2)])
+    residual = CenterOfMassResidual(space, RobotKinematics(model), np.array([0.1, -0.2]), axes=(0, 1))
+    expected = np.array([_com_from_urdf(model, x[:model.nq], links) for x in X])
+    assert_close(residual.value(Knots(X)), expected[:, :2] - [0.1, -0.2])
+    Rx, _ = residual.jacobians(Knots(X))
+    eps = 1e-6
+    for j in range(model.nv):
+        step = np.zeros(model.nv)
+        step[j] = eps
+        difference = (_com_from_urdf(model, rd.integrate(model, X[0, :model.nq], step), links)
+                      - _com_from_urdf(model, rd.integrate(model, X[0, :model.nq], -step), links))
+        assert_close(Rx[0, :, j], difference[:2] / (2 * eps), rtol=1e-7)
+    assert not Rx[:, :, model.nv:].any()
+
+
+def reaching_costs(space, frames, gravity, target):
+    running = [Cost(ControlResidual(space, 6, gravity), Quadratic(1e-3, 6), name="torque"),
+               Cost(StateResidual(space, np.zeros(12)),
+                    Quadratic(np.r_[np.zeros(6), np.full(6, 1e-2)], 12), name="velocity")]
+    terminal = [Cost(FramePositionResidual(space, frames, "tool0", target), Quadratic(1e3, 3),
+                     name="reach"),
+                Cost(StateResidual(space, np.zeros(12)), Quadratic(np.r_[np.zeros(6), np.ones(6)], 12),
+                     name="stop")]
+    return running, terminal
+
+
+def shooting_cost(model, ocp, x0, U):
+    """Cost of the rollout of U from x0 through the model's own Euler steps (single shooting)."""
+    data = model.create_data()
+    X = [x0]
+    for u in U:
+        rd.linearize(model, data, X[-1][:model.nq], X[-1][model.nq:], u, ocp.dt)
+        X.append(data.x_next.copy())
+    X = np.array(X)
+    return (sum(np.sum(c.values(Knots(X[:-1], U))) for c in ocp.running_costs)
+            + sum(np.sum(c.values(Knots(X[-1:]))) for c in ocp.terminal_costs))
+
+
+def test_reaching_problem_converges_to_a_stationary_point(ur5):
+    """Oracle: the gradient of the single-shooting cost, by central differences of rollouts of
+    the model, vanishes at the solution (no torque bound is active)."""
+    space = state_space(ur5)
+    frames = RobotKinematics(ur5)
+    N, dt = 12, 0.05
+    q0 = np.array([0.3, -1.2, 1.4, -0.5, 0.8, 0.1])
+    target = frames.frame_position(np.r_[q0 + 0.3, np.zeros(6)][None], "tool0")[0][0]
+    gravity = rd.gravity_torques(ur5, ur5.create_data(), q0).copy()
+    running, terminal = reaching_costs(space, frames, gravity, target)
+    effort = np.full(6, 1e3)
+    ocp = OptimalControlProblem(space, N, dt, -effort, effort, running, terminal,
+                                FreeDynamics(ur5, dt))
+    solver = RiccatiSolver(ocp)
+    x0 = np.r_[q0, np.zeros(6)]
+    U0 = np.tile(gravity, (N, 1))
+    solver.cold_start(x0, U0)
+    # Gauss-Newton converges linearly where residuals stay non-zero at the optimum (the torque
+    # cost): 1e-5 N m of update is far below what the gradient check resolves.
+    result = solver.solve(x0, max_iterations=200, tolerance=1e-5)
+    assert result.ok and result.largest_update <= 1e-5 and result.clamped == 0
+    solver.linearize()
+    assert np.abs(solver.d).max() < 1e-8
+    assert_close(shooting_cost(ur5, ocp, x0, solver.U), result.cost, rtol=1e-7,
+                 what="cost of the rollout of the plan")
+
+    def gradient(U):
+        return central_difference(lambda u: shooting_cost(ur5, ocp, x0, u.reshape(U.shape)),
+                                  U.ravel(), 1e-5)
+
+    start, final = np.abs(gradient(U0)).max(), np.abs(gradient(solver.U)).max()
+    assert final <= 1e-4 * start, (final, start)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_structured_gauss_newton_equals_the_dense_products(masked):
+    """The frame residual's products on the q columns of its computed knots against the
+    generic dense products of its full Jacobians."""
+    from rbd_deriv.control.residuals import Derivatives, Residual
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    space = state_space(model)
+    rng = np.random.default_rng(6)
+    K = 5
+    X = np.array([np.r_[rd.integrate(model, rd.neutral(model), rng.uniform(-0.5, 0.5, 18)),
+                        np.zeros(18)] for _ in range(K)])
+    knots = np.array([True, False, True, True, False]) if masked else None
+    residual = FramePositionResidual(space, RobotKinematics(model), "HL_FOOT",
+                                     rng.uniform(-0.3, 0.3, (K, 3)), knots=knots)
+    r = residual.value(Knots(X))
+    gradient, hessian = rng.uniform(-1, 1, r.shape), rng.uniform(0, 2, r.shape)
+    results = []
+    for method in (residual.gauss_newton, lambda *a: Residual.gauss_newton(residual, *a)):
+        out = Derivatives(np.zeros((K, 36, 36)), np.zeros((K, 36)))
+        method(Knots(X), r, gradient, hessian, out)
+        results.append(out)
+    assert_close(results[0].Lxx, results[1].Lxx, what="Lxx")
+    assert_close(results[0].Lx, results[1].Lx, what="Lx")
+    if masked:
+        assert not results[0].Lx[~knots].any() and not r[~knots].any()
