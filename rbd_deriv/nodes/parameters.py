@@ -291,4 +291,23 @@ SIM_NODE: Dict[str, Spec] = {
     "diagnostics_period": Spec(1.0, "period of /diagnostics [s], in [0.01, 3600]", PERIOD, read_only=True),
     "joint_states_topic": Spec("joint_states", "sensor_msgs/JointState output", read_only=True),
     "frame_id": Spec("", "frame_id of the joint_states header", read_only=True),
+    "floating_base": Spec(False, "the robot's root body moves freely (a legged robot); its pose and twist go out on "
+                          "odom_topic", read_only=True),
+    "contact_frames": Spec([], "floating base: frames (URDF links or joints) that touch the floor, each with a foot "
+                           "sphere or a sole; empty: no floor", read_only=True),
+    "contact_kinds": Spec([], "one per contact frame, point (a sphere) or frame (a sole: four spheres at the corners "
+                          "of sole_size); empty: every contact is a point", contact_kinds, read_only=True),
+    "foot_radius": Spec(0.02, "radius of the foot spheres [m], > 0", positive, read_only=True),
+    "sole_size": Spec([0.2, 0.1], "length and width of a sole's rectangle [m]", finite_values, read_only=True),
+    "ground_friction": Spec(1.0, "friction coefficient mu of the feet on the floor, > 0", positive, read_only=True),
+    "initial_base_pose": Spec([0.0], "floating base: initial x y z [m] qx qy qz qw of the base; one value: upright "
+                              "above the origin, the lowest foot resting on the floor", finite_values,
+                              read_only=True),
+    "odom_topic": Spec("odom", "nav_msgs/Odometry output of a floating base (ground truth)", read_only=True),
+    "odom_frame_id": Spec("odom", "the odometry's world frame", read_only=True),
+    "push_topic": Spec("push", "rbd_deriv/msg/Push input: a wrench on a floating base for a while", read_only=True),
+    "contact_forces_topic": Spec("contact_forces", "rbd_deriv/msg/ContactForces output: the floor's force on each "
+                                 "foot (world frame); empty: not published", read_only=True),
+    "contact_forces_period": Spec(0.01, "period of contact_forces [s], in [0.001, 3600]", in_range(0.001, 3600.0),
+                                  read_only=True),
 }

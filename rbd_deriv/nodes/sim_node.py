@@ -11,7 +11,20 @@ picked up at the next physics step. Two inputs, as on a robot:
   ``/<controller>/commands``): the last one is applied while no policy is valid, for at most
   ``command_timeout`` after it arrived.
 
-With neither (before the first input, or both stale) the brakes hold the joints where they are. A bad
+With neither (before the first input, or both stale) the brakes hold the joints where they are.
+
+A floating-base robot (``floating_base``; a legged robot) stands on a floor with a foot sphere or a sole at each
+of ``contact_frames`` (:class:`rbd_deriv.sim.Ground`). It publishes, besides the actuated joints' states, the
+base's ground-truth odometry (nav_msgs/Odometry on ``odom_topic``: the pose of the base link in
+``odom_frame_id``, the twist in the base link's own frame, as nav_msgs specifies for ``child_frame_id``) at the
+joint_states rate, the floor's force on each foot (rbd_deriv/msg/ContactForces on ``contact_forces_topic``, every
+``contact_forces_period``), and takes pushes (rbd_deriv/msg/Push on ``push_topic``: a wrench on the base for a
+while).
+Its brakes lock the joints and the robot keeps standing (or falling) on them. ``/diagnostics`` adds ``fell``
+(the base below half its initial height, or a trunk or limb on the floor), ``pushes_applied`` and
+``friction_cone_violations`` (foot-steps whose contact force left the friction cone).
+
+A bad
 input (wrong sizes, unknown joints, NaN or inf, a policy from the future or already expired) is
 refused, counted by reason in ``/diagnostics`` and logged at most once a second per reason; the last
 good one stays. ``/diagnostics`` also counts the physics steps by source (``steps_policy``,
@@ -30,6 +43,8 @@ import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
+from rclpy.time import Time
+from nav_msgs.msg import Odometry
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
@@ -38,11 +53,12 @@ from rbd_deriv import bundled_urdf
 from rbd_deriv.control import Actuation, PolicyExecutor
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.messages import feedback_policy_arrays, stamp_to_ns
-from rbd_deriv.msg import FeedbackPolicy
+from rbd_deriv.msg import ContactForces, FeedbackPolicy, Push
 from rbd_deriv.nodes.parameters import SIM_NODE, declare_parameters, per_joint
 from rbd_deriv.nodes.spin import guard, run_node
 from rbd_deriv.refusals import shorten
-from rbd_deriv.sim import make_plant
+from rbd_deriv.sim import Ground, make_plant
+from rbd_deriv.sim.ground import rest_on_floor
 
 #: Largest number of physics steps taken at once to catch up with the wall clock; beyond it the
 #: simulation slows down instead of jumping.
@@ -61,14 +77,17 @@ class SimNode(Node):
         p = declare_parameters(self, SIM_NODE)
         urdf_path = p["urdf_path"] or str(bundled_urdf("rbd_arm7"))
         rate = p["physics_rate_hz"]
-        self.model = rd.load_urdf(str(Path(urdf_path)))
+        self.model = rd.load_urdf(str(Path(urdf_path)), floating_base=p["floating_base"])
+        ground = None
+        if p["floating_base"] and p["contact_frames"]:
+            ground = Ground(p["contact_frames"], p["contact_kinds"], p["foot_radius"], p["sole_size"],
+                            p["ground_friction"])
         self.plant = make_plant(p["backend"], urdf_path, dt=1.0 / rate, damping=per_joint(p["damping"]),
-                                friction=per_joint(p["friction"]), model=self.model)
-        initial = np.asarray(p["initial_positions"], dtype=float)
-        if initial.size == 1:
-            initial = np.full(self.model.nv, float(initial[0]))
-        self.plant.reset(initial)
+                                friction=per_joint(p["friction"]), model=self.model, ground=ground)
+        self.plant.reset(self._initial_configuration(p, ground))
         self.nv = self.model.nv
+        self._q_rows = np.array([self.model.idx_q[name] for name in self.plant.joint_names], dtype=np.int64)
+        self._v_rows = np.array([self.model.idx_v[name] for name in self.plant.joint_names], dtype=np.int64)
         self._applied: np.ndarray | None = None
         # The executor's state is shared by the subscriptions (executor thread) and the physics thread.
         self._lock = threading.Lock()
@@ -79,6 +98,20 @@ class SimNode(Node):
         self._message.name = list(self.plant.joint_names)
         self._message.header.frame_id = p["frame_id"]
         self.publisher = self.create_publisher(JointState, p["joint_states_topic"], 10)
+        self.odometry_publisher = None
+        if self.model.has_floating_base:
+            self._odometry = Odometry()
+            self._odometry.header.frame_id = p["odom_frame_id"]
+            self._odometry.child_frame_id = self.plant.base_link
+            self.odometry_publisher = self.create_publisher(Odometry, p["odom_topic"], 10)
+            self.create_subscription(Push, p["push_topic"], self._guard(self._on_push), 10)
+        self.contact_forces_publisher = None
+        if ground is not None and p["contact_forces_topic"]:
+            self._contact_forces = ContactForces(frames=list(ground.contact_frames))
+            self._contact_forces.header.frame_id = p["odom_frame_id"]
+            self._contact_forces_period_ns = int(round(p["contact_forces_period"] * 1e9))
+            self._contact_forces_due_ns = 0
+            self.contact_forces_publisher = self.create_publisher(ContactForces, p["contact_forces_topic"], 10)
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(Float64MultiArray, p["command_topic"], self._guard(self._on_command), 10)
         if p["policy_topic"]:
@@ -90,6 +123,25 @@ class SimNode(Node):
         self.get_logger().info(
             f"{p['backend']} plant of {self.model.name!r} ({self.nv} joints) at {rate:g} Hz, "
             f"policies on {p['policy_topic'] or '(none)'}, commands on {p['command_topic']}")
+
+    def _initial_configuration(self, p: dict, ground) -> np.ndarray:
+        """q (nq,) from initial_positions (one value or one per actuated joint) and, on a floating base,
+        initial_base_pose (7 values, or one: upright above the origin, resting on the floor)."""
+        joints = np.asarray(p["initial_positions"], dtype=float)
+        nu = len(self.plant.joint_names)
+        if joints.size == 1:
+            joints = np.full(nu, float(joints[0]))
+        if joints.size != nu:
+            raise RbdDerivError(f"initial_positions has {joints.size} values; the robot has {nu} actuated joints")
+        if not self.model.has_floating_base:
+            return joints
+        base = np.asarray(p["initial_base_pose"], dtype=float)
+        if base.size == 7:
+            return np.concatenate([base, joints])
+        if base.size != 1:
+            raise RbdDerivError(f"initial_base_pose needs x y z qx qy qz qw (7 values) or one, got {base.size}")
+        q = np.concatenate([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0], joints])
+        return q if ground is None else rest_on_floor(self.model, q, ground)
 
     def _guard(self, callback):
         return guard(callback, lambda error: self._refused("internal_error", error))
@@ -118,6 +170,13 @@ class SimNode(Node):
         except RbdDerivError as error:
             self._refused("policy", error)
 
+    def _on_push(self, message: Push) -> None:
+        try:
+            with self._lock:
+                self.plant.push(np.array(message.force), np.array(message.torque), message.duration)
+        except RbdDerivError as error:
+            self._refused("push", error)
+
     def _physics_loop(self) -> None:
         period = self.plant.dt
         period_ns = int(round(period * 1e9))
@@ -131,12 +190,11 @@ class SimNode(Node):
                 with self._lock:
                     torque, actuation = self.robot_side.torque(self.plant.q, self.plant.v,
                                                              now_ns - (steps - 1 - step) * period_ns)
-                if torque is None:
-                    if self.actuation is not Actuation.BRAKE:
-                        self.plant.brake()
-                    self._applied = None
-                else:
-                    self._applied = self.plant.step(torque)
+                    if torque is None:
+                        self.plant.hold()
+                        self._applied = None
+                    else:
+                        self._applied = self.plant.step(torque)
                 self.actuation = actuation
             next_time += steps * period
             if now - next_time > MAX_CATCH_UP_STEPS * period:
@@ -155,12 +213,35 @@ class SimNode(Node):
 
     def _publish(self) -> None:
         message = self._message
-        message.header.stamp = self.get_clock().now().to_msg()
-        message.position = self.plant.q.tolist()
-        message.velocity = self.plant.v.tolist()
+        stamp = self.get_clock().now().to_msg()
+        with self._lock:
+            q, v, applied = self.plant.q, self.plant.v, self._applied
+            if self.contact_forces_publisher is not None:
+                forces, touching = self.plant.contact_forces.copy(), self.plant.touching.copy()
+        message.header.stamp = stamp
+        message.position = q[self._q_rows].tolist()
+        message.velocity = v[self._v_rows].tolist()
         # The torque the drives actually applied (saturated), as a real robot reports it.
-        message.effort = [] if self._applied is None else self._applied.tolist()
+        message.effort = [] if applied is None else applied.tolist()
         self.publisher.publish(message)
+        if self.odometry_publisher is not None:
+            odometry = self._odometry
+            odometry.header.stamp = stamp
+            pose, twist = odometry.pose.pose, odometry.twist.twist
+            pose.position.x, pose.position.y, pose.position.z = q[0:3].tolist()
+            pose.orientation.x, pose.orientation.y, pose.orientation.z, pose.orientation.w = q[3:7].tolist()
+            # The library's base velocity is already the twist in the base frame (nav_msgs' child frame).
+            twist.linear.x, twist.linear.y, twist.linear.z = v[0:3].tolist()
+            twist.angular.x, twist.angular.y, twist.angular.z = v[3:6].tolist()
+            self.odometry_publisher.publish(odometry)
+        now_ns = Time.from_msg(stamp).nanoseconds
+        if self.contact_forces_publisher is not None and now_ns >= self._contact_forces_due_ns:
+            self._contact_forces_due_ns = now_ns + self._contact_forces_period_ns
+            contact = self._contact_forces
+            contact.header.stamp = stamp
+            contact.forces = forces.ravel().tolist()
+            contact.touching = touching.tolist()
+            self.contact_forces_publisher.publish(contact)
 
     def _publish_diagnostics(self) -> None:
         with self._lock:
@@ -171,11 +252,19 @@ class SimNode(Node):
         values.update({f"steps_{source.value}": str(steps.get(source, 0)) for source in Actuation})
         values["policy_stamp"] = "" if policy is None else f"{policy.stamp_ns * 1e-9:.6f}"
         values["lost_time_s"] = f"{self.lost_time:.3f}"
+        plant = self.plant
+        if self.model.has_floating_base:
+            with self._lock:
+                values.update(fell=str(plant.fell).lower(), pushes_applied=str(plant.pushes_applied),
+                              friction_cone_violations=str(plant.cone_violations),
+                              feet_touching="".join("1" if t else "0" for t in plant.touching),
+                              base_height_m=f"{plant.q[2]:.4f}")
         values.update({f"refused_{reason}": str(count) for reason, count in sorted(refused.items())})
         healthy = self.actuation is Actuation.POLICY
-        status = DiagnosticStatus(name=f"{self.get_name()}: simulator", hardware_id=self.model.name,
-                                  level=DiagnosticStatus.OK if healthy else DiagnosticStatus.WARN,
-                                  message=f"actuation: {self.actuation.value}",
+        fell = self.model.has_floating_base and plant.fell
+        level = DiagnosticStatus.ERROR if fell else DiagnosticStatus.OK if healthy else DiagnosticStatus.WARN
+        status = DiagnosticStatus(name=f"{self.get_name()}: simulator", hardware_id=self.model.name, level=level,
+                                  message=f"actuation: {self.actuation.value}" + (", fell" if fell else ""),
                                   values=[KeyValue(key=k, value=v) for k, v in values.items()])
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()

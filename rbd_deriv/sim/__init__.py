@@ -1,7 +1,8 @@
 """Simulated robots for closing the loop without hardware (no ROS in here).
 
 - :class:`~rbd_deriv.sim.mujoco_plant.MujocoPlant`: MuJoCo, an independent engine, the simulator node's plant
-  (:func:`make_plant`).
+  (:func:`make_plant`), fixed-base or floating-base; a floating base stands on a
+  :class:`~rbd_deriv.sim.ground.Ground` (floor, feet, contact forces, falls) and can be pushed.
 - :class:`~rbd_deriv.sim.plant.AbaPlant`: the package's own forward dynamics stepped in the caller's process, for
   in-process loops that want the controller's own model as the plant (the MPC benchmark). It is not a backend of
   the simulator node: a plant that shares the controller's model, run beside it over DDS, tests nothing that
@@ -11,26 +12,30 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
+
+import numpy as np
 
 import rbd_deriv as rd
 from rbd_deriv.exceptions import InputError
+from rbd_deriv.sim.ground import Ground
 from rbd_deriv.sim.plant import AbaPlant, Plant
 
 BACKENDS = ("mujoco",)
 
 
 def make_plant(backend: str, urdf: str | Path, dt: float = 1e-3, damping: Any = 0.0,
-               friction: Any = 0.0, model: Any = None) -> Plant:
-    """Build a fixed-base plant from a URDF (text or path).
+               friction: Any = 0.0, model: Any = None, ground: Optional[Ground] = None) -> Plant:
+    """Build a plant from a URDF (text or path): floating-base when ``model`` has a free flyer.
 
     Args:
         backend: ``"mujoco"``.
         urdf: Robot description.
         dt: Physics step [s].
-        damping: Joint viscous damping, scalar or (nv,) [N m s/rad].
-        friction: Joint dry friction, scalar or (nv,) [N m].
-        model: The model already loaded from ``urdf``, to avoid loading it twice.
+        damping: Joint viscous damping, scalar or (nu,) [N m s/rad].
+        friction: Joint dry friction, scalar or (nu,) [N m].
+        model: The model already loaded from ``urdf`` (fixed base if None), to avoid loading it twice.
+        ground: The floor and the feet of a floating-base robot (:class:`~rbd_deriv.sim.ground.Ground`).
 
     Raises:
         InputError: Unknown backend.
@@ -43,8 +48,10 @@ def make_plant(backend: str, urdf: str | Path, dt: float = 1e-3, damping: Any = 
         model = rd.load_urdf(str(urdf))
     from rbd_deriv.sim.mujoco_plant import MujocoPlant
 
-    return MujocoPlant(urdf, model.joint_names, model.effort_limit, dt=dt, damping=damping,
-                       friction=friction)
+    actuated = model.actuated_joint_names
+    effort = np.asarray(model.effort_limit, dtype=float)[[model.idx_v[name] for name in actuated]]
+    return MujocoPlant(urdf, actuated, effort, dt=dt, damping=damping, friction=friction,
+                       floating_base=model.has_floating_base, ground=ground)
 
 
-__all__ = ["AbaPlant", "Plant", "BACKENDS", "make_plant"]
+__all__ = ["AbaPlant", "Ground", "Plant", "BACKENDS", "make_plant"]

@@ -1,30 +1,41 @@
 """MuJoCo backend: an independent physics engine loading the same URDF.
 
 MuJoCo's URDF import fails on mesh paths it cannot resolve and needs a few compiler options, so
-the description is prepared first: ``<visual>`` and ``<collision>`` are removed (the plant has no
-contacts), static bodies are kept apart so that joint frames match the URDF, and inertias that
-violate the triangle inequality are balanced. Damping and dry friction (MuJoCo's
-``frictionloss``) are then set per joint.
+the description is prepared first: ``<visual>`` and ``<collision>`` are removed, static bodies are kept
+apart so that joint and link frames match the URDF, and inertias that violate the triangle inequality are
+balanced. Damping and dry friction (MuJoCo's ``frictionloss``) are then set per joint.
+
+A fixed-base robot has no contacts at all. A floating-base robot gets a free joint on its root body
+(:mod:`rbd_deriv.sim.free_flyer` converts its state to the library's conventions) and, with a
+:class:`~rbd_deriv.sim.ground.Ground`, a floor, feet and fall detectors; its contact forces, friction-cone
+violations and falls are read after every step, and a push (a wrench on the base for a while) can be
+applied.
 """
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
+from rbd_deriv.core.urdf import FREE_FLYER_JOINT
 from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError
+from rbd_deriv.sim.free_flyer import from_mujoco, to_mujoco
+from rbd_deriv.sim.ground import SOLIMP, SOLREF, Ground, GroundContacts, add_ground
 from rbd_deriv.sim.plant import Plant, _joint_vector
 
+#: A push's force may reach this many times the robot's weight [N]; its torque the same number in N m (a
+#: 1 m lever); its duration [s] is in (0, MAX_PUSH_DURATION].
+MAX_PUSH_WEIGHTS = 10.0
+MAX_PUSH_DURATION = 10.0
+#: The base counts as fallen below this fraction of its height at the last reset.
+FALL_HEIGHT_FRACTION = 0.5
 
-def mujoco_ready_urdf(source: str | Path) -> str:
-    """URDF text (or a path to it) rewritten for MuJoCo's importer; returns the new XML text.
 
-    Raises:
-        URDFError: The text is not XML or its root is not ``<robot>``.
-    """
+def _parse(source: str | Path) -> ElementTree.Element:
     text = str(source)
     if not text.lstrip().startswith("<"):
         text = Path(text).read_text(encoding="utf-8")
@@ -34,6 +45,16 @@ def mujoco_ready_urdf(source: str | Path) -> str:
         raise URDFError(f"robot description is not valid XML: {error}") from error
     if root.tag != "robot":
         raise URDFError(f"root element is <{root.tag}>, expected <robot>")
+    return root
+
+
+def mujoco_ready_urdf(source: str | Path) -> str:
+    """URDF text (or a path to it) rewritten for MuJoCo's importer; returns the new XML text.
+
+    Raises:
+        URDFError: The text is not XML or its root is not ``<robot>``.
+    """
+    root = _parse(source)
     for link in root.iter("link"):
         for tag in ("visual", "collision"):
             for element in link.findall(tag):
@@ -46,24 +67,81 @@ def mujoco_ready_urdf(source: str | Path) -> str:
     return ElementTree.tostring(root, encoding="unicode")
 
 
+def frame_links(source: str | Path, frames: Sequence[str]) -> Tuple[str, ...]:
+    """The link of each frame name of a URDF: a link is its own; a joint's frame is its child link's frame.
+
+    Raises:
+        ModelError: A name is neither a link nor a joint of the URDF.
+    """
+    root = _parse(source)
+    links = {link.get("name") for link in root.iter("link")}
+    children = {joint.get("name"): joint.find("child").get("link") for joint in root.iter("joint")
+                if joint.find("child") is not None}
+    found = []
+    for frame in frames:
+        if frame in links:
+            found.append(frame)
+        elif frame in children:
+            found.append(children[frame])
+        else:
+            raise ModelError(f"contact frame {frame!r} is neither a link nor a joint of the robot")
+    return tuple(found)
+
+
+def _load(mujoco: Any, text: str, floating_base: bool) -> Any:
+    """The robot's MjSpec, with a free joint on its root body when it floats."""
+    try:
+        spec = mujoco.MjSpec.from_string(text)
+    except ValueError as error:
+        raise ModelError(f"MuJoCo cannot load the robot description: {error}") from error
+    if floating_base:
+        root = spec.worldbody.first_body()
+        if root is None:
+            raise ModelError("the robot description has no body to set free")
+        free = root.add_freejoint()
+        free.name = FREE_FLYER_JOINT
+    return spec
+
+
+def _compile(spec: Any) -> Any:
+    try:
+        return spec.compile()
+    except ValueError as error:
+        raise ModelError(f"MuJoCo cannot compile the robot: {error}") from error
+
+
 class MujocoPlant(Plant):
     """Robot simulated by MuJoCo with torques applied directly at the joints.
 
     Args:
         urdf: URDF text or file path.
-        joint_names: Joints to actuate, in the package's model order (``model.joint_names``).
-        effort_limit: (nv,) torque saturation [N m].
+        joint_names: Joints to actuate, in the package's model order (``model.actuated_joint_names``).
+        effort_limit: (nu,) torque saturation [N m].
         dt: Physics step [s].
-        damping: Viscous damping, scalar or (nv,) [N m s/rad].
-        friction: Dry friction (MuJoCo frictionloss), scalar or (nv,) [N m].
+        damping: Viscous damping, scalar or (nu,) [N m s/rad].
+        friction: Dry friction (MuJoCo frictionloss), scalar or (nu,) [N m].
+        floating_base: The root body moves freely (a free joint ``root_joint``): q (7 + nu,) and v (6 + nu,)
+            follow the library's free flyer (:mod:`rbd_deriv.sim.free_flyer`).
+        ground: A floor, feet and fall detectors (floating base only); None: no contact at all.
+
+    Attributes (floating base with a ground):
+        contact_forces: (nc, 3) [N] the floor's force on each foot in the world frame after the last step.
+        touching: (nc,) whether each foot touches the floor.
+        cone_violations: Foot-steps whose force left the friction cone since the reset.
+        fell: Whether the robot has fallen since the reset: its base below half its height at the reset, or a
+            fall detector (trunk, limbs) on the floor.
+        pushes_applied: Pushes accepted since the plant was built.
 
     Raises:
-        ModelError: MuJoCo cannot load the description, a joint is missing or is not a 1-dof joint.
+        ModelError: MuJoCo cannot load the description, a joint is missing or is not a 1-dof joint, a contact
+            frame is not in the description.
+        InputError: A ground on a fixed base, bad sizes or settings.
         RbdDerivError: MuJoCo is not installed.
     """
 
     def __init__(self, urdf: str | Path, joint_names: Sequence[str], effort_limit: Any,
-                 dt: float = 1e-3, damping: Any = 0.0, friction: Any = 0.0) -> None:
+                 dt: float = 1e-3, damping: Any = 0.0, friction: Any = 0.0, floating_base: bool = False,
+                 ground: Optional[Ground] = None) -> None:
         try:
             import mujoco  # only the simulator needs it
         except ImportError as error:
@@ -73,19 +151,41 @@ class MujocoPlant(Plant):
         self._mujoco = mujoco
         if not (np.isfinite(dt) and dt > 0.0):
             raise InputError(f"dt must be a positive number of seconds, got {dt!r}")
-        try:
-            self.mj_model = mujoco.MjModel.from_xml_string(mujoco_ready_urdf(urdf))
-        except ValueError as error:
-            raise ModelError(f"MuJoCo cannot load the robot description: {error}") from error
-        self.mj_model.opt.timestep = dt
-        self.mj_model.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
-        self.mj_data = mujoco.MjData(self.mj_model)
+        if ground is not None and not floating_base:
+            raise InputError("a ground needs a floating base: a fixed-base robot has no contacts")
+        self.floating_base = bool(floating_base)
+        self.ground = ground
+        text = mujoco_ready_urdf(urdf)
+        spec = _load(mujoco, text, self.floating_base)
+        if ground is not None:
+            feet = frame_links(text, ground.contact_frames)
+            # The trunk detector is sized by the root body's inertia as MuJoCo compiles it (balanced, bounded).
+            bare = _compile(spec)
+            root_body = spec.worldbody.first_body().name
+            root = mujoco.mj_name2id(bare, mujoco.mjtObj.mjOBJ_BODY, root_body)
+            add_ground(spec, ground, feet, root_body, float(bare.body_mass[root]), bare.body_inertia[root].copy(),
+                       bare.body_ipos[root].copy(), bare.body_iquat[root].copy())
         self.joint_names = tuple(joint_names)
-        nv = len(self.joint_names)
+        nu = len(self.joint_names)
+        locks = []
+        if self.floating_base:
+            for name in self.joint_names:
+                lock = spec.add_equality()
+                lock.type = mujoco.mjtEq.mjEQ_JOINT
+                lock.name1 = name
+                lock.active = False
+                # As stiff as the feet on the floor (the default, 20 ms, lets a leg yield by degrees).
+                lock.solref, lock.solimp = list(SOLREF), list(SOLIMP)
+                locks.append(lock)
+        self.mj_model = _compile(spec)
+        self.mj_model.opt.timestep = dt
+        if ground is None:
+            self.mj_model.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
+        self.mj_data = mujoco.MjData(self.mj_model)
         self.dt = float(dt)
         self.effort_limit = np.asarray(effort_limit, dtype=float).copy()
-        if self.effort_limit.shape != (nv,):
-            raise InputError(f"effort_limit must have shape ({nv},)")
+        if self.effort_limit.shape != (nu,):
+            raise InputError(f"effort_limit must have shape ({nu},)")
         qpos, dof = [], []
         hinge_or_slide = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
         for name in self.joint_names:
@@ -98,34 +198,186 @@ class MujocoPlant(Plant):
             dof.append(self.mj_model.jnt_dofadr[joint])
         self._qpos = np.array(qpos, dtype=np.int64)
         self._dof = np.array(dof, dtype=np.int64)
-        if self.mj_model.nv != nv:
-            raise ModelError(f"MuJoCo has {self.mj_model.nv} degrees of freedom, the model {nv}")
-        self.mj_model.dof_damping[self._dof] = _joint_vector("damping", damping, nv)
-        self.mj_model.dof_frictionloss[self._dof] = _joint_vector("friction", friction, nv)
+        self._base_nq, self._base_nv = (7, 6) if self.floating_base else (0, 0)
+        if self.mj_model.nv != nu + self._base_nv:
+            raise ModelError(f"MuJoCo has {self.mj_model.nv} degrees of freedom, the model {nu + self._base_nv}")
+        self.mj_model.dof_damping[self._dof] = _joint_vector("damping", damping, nu)
+        self.mj_model.dof_frictionloss[self._dof] = _joint_vector("friction", friction, nu)
+        self._locks = np.arange(len(locks), dtype=np.int64)  # the description has no equality of its own
+        self._root_body = 1  # the world's first child: the base
+        self.base_link = mujoco.mj_id2name(self.mj_model, mujoco.mjtObj.mjOBJ_BODY, self._root_body)
+        self.mass = float(self.mj_model.body_mass.sum())
+        self.contacts = GroundContacts(self.mj_model, ground) if ground is not None else None
+        nc = len(ground.contact_frames) if ground is not None else 0
+        self.contact_forces = np.zeros((nc, 3))
+        self.touching = np.zeros(nc, dtype=bool)
+        self.pushes_applied = 0
+        self._pushes: list = []  # [force (3,), torque (3,), steps left]
+        self._braked = False
         self.time = 0.0
         self.saturated_steps = 0
+        self.cone_violations = 0
+        self.fell = False
+        self._initial_height = 0.0
 
+    # ------------------------------------------------------------------------------------------------ state
     def reset(self, q: np.ndarray, v: np.ndarray | None = None) -> None:
-        nv = len(self.joint_names)
+        nu = len(self.joint_names)
+        nq, nv = nu + self._base_nq, nu + self._base_nv
         q = np.asarray(q, dtype=float)
         v = np.zeros(nv) if v is None else np.asarray(v, dtype=float)
-        if q.shape != (nv,) or v.shape != (nv,) or not (np.isfinite(q).all() and np.isfinite(v).all()):
-            raise InputError(f"reset needs finite q and v of shape ({nv},)")
+        if q.shape != (nq,) or v.shape != (nv,) or not (np.isfinite(q).all() and np.isfinite(v).all()):
+            raise InputError(f"reset needs finite q ({nq},) and v ({nv},)")
+        if self.floating_base and abs(np.linalg.norm(q[3:7]) - 1.0) > 1e-6:
+            raise InputError(f"reset: the base quaternion {q[3:7].tolist()} is not unit")
         self._mujoco.mj_resetData(self.mj_model, self.mj_data)
-        self.mj_data.qpos[self._qpos] = q
-        self.mj_data.qvel[self._dof] = v
+        if self.floating_base:
+            self.mj_data.qpos[0:7], self.mj_data.qvel[0:6] = to_mujoco(q[0:7], v[0:6])
+        self.mj_data.qpos[self._qpos] = q[self._base_nq:]
+        self.mj_data.qvel[self._dof] = v[self._base_nv:]
+        self._release()
+        self._pushes.clear()
         self._mujoco.mj_forward(self.mj_model, self.mj_data)
         self.time = 0.0
         self.saturated_steps = 0
-
-    def _advance(self, torque: np.ndarray) -> None:
-        self.mj_data.qfrc_applied[self._dof] = torque
-        self._mujoco.mj_step(self.mj_model, self.mj_data)
+        self.cone_violations = 0
+        self.fell = False
+        self._initial_height = float(q[2]) if self.floating_base else 0.0
+        self._read_contacts(count=False)
 
     @property
     def q(self) -> np.ndarray:
-        return self.mj_data.qpos[self._qpos].copy()
+        """Configuration (nq,): the joints' positions [rad or m], after the base's pose on a floating base."""
+        joints = self.mj_data.qpos[self._qpos]
+        if not self.floating_base:
+            return joints.copy()
+        base, _ = from_mujoco(self.mj_data.qpos[0:7], self.mj_data.qvel[0:6])
+        return np.concatenate([base, joints])
 
     @property
     def v(self) -> np.ndarray:
-        return self.mj_data.qvel[self._dof].copy()
+        """Velocity (nv,): the joints' rates, after the base's twist in its own frame on a floating base."""
+        joints = self.mj_data.qvel[self._dof]
+        if not self.floating_base:
+            return joints.copy()
+        _, base = from_mujoco(self.mj_data.qpos[0:7], self.mj_data.qvel[0:6])
+        return np.concatenate([base, joints])
+
+    def base_pose(self) -> Tuple[np.ndarray, np.ndarray]:
+        """The base's position (3,) [m] and orientation (x, y, z, w) in the world (the ``odom`` frame)."""
+        q = self.q
+        return q[0:3], q[3:7]
+
+    def base_twist(self) -> Tuple[np.ndarray, np.ndarray]:
+        """The base's linear (3,) [m/s] and angular (3,) [rad/s] velocity in the base frame: the twist of
+        nav_msgs/Odometry, which is expressed in its child frame (the base link)."""
+        v = self.v
+        return v[0:3], v[3:6]
+
+    # ------------------------------------------------------------------------------------------------ brakes
+    def _release(self) -> None:
+        if self._braked and self.floating_base:
+            self.mj_data.eq_active[self._locks] = 0
+            self._braked = False
+
+    def hold(self, steps: int = 1) -> None:
+        """``steps`` physics steps with the brakes on. A fixed base stops where it is and does not move; a
+        floating base's joints are locked at their positions when the brakes engage (MuJoCo joint equality
+        constraints), and the robot stands or falls on them."""
+        if not self.floating_base:
+            super().hold(steps)
+            return
+        if not self._braked:
+            # A joint equality holds q - q0 = polycoef[0] (q0 the joint's reference position).
+            self.mj_model.eq_data[self._locks, 0] = self.mj_data.qpos[self._qpos] - self.mj_model.qpos0[self._qpos]
+            self.mj_model.eq_data[self._locks, 1:] = 0.0
+            self.mj_data.eq_active[self._locks] = 1
+            self._braked = True
+        for _ in range(steps):
+            self.mj_data.qfrc_applied[self._dof] = 0.0
+            self._physics_step()
+            self.time += self.dt
+
+    def brake(self) -> None:
+        """Brakes on. A fixed base stops where it is; a floating base's joints are locked (:meth:`hold`)."""
+        if self.floating_base:
+            self.hold(steps=0)
+        else:
+            super().brake()
+
+    # ------------------------------------------------------------------------------------------------ stepping
+    def _advance(self, torque: np.ndarray) -> None:
+        self._release()
+        self.mj_data.qfrc_applied[self._dof] = torque
+        self._physics_step()
+
+    def _physics_step(self) -> None:
+        self._apply_pushes()
+        self._mujoco.mj_step(self.mj_model, self.mj_data)
+        if self.floating_base:
+            self._read_contacts(count=True)
+
+    def _read_contacts(self, count: bool) -> None:
+        if self.contacts is not None:
+            # After mj_step the contacts and their forces are those of the state the step started from: the
+            # forces that acted during the step.
+            self.contact_forces, self.touching, on_floor = self.contacts.read(self.mj_model, self.mj_data)
+            if count:
+                self.cone_violations += int(self.contacts.cone_violations(self.contact_forces).sum())
+                self.fell = self.fell or on_floor
+        if self.floating_base and count:
+            self.fell = self.fell or self.mj_data.qpos[2] < FALL_HEIGHT_FRACTION * self._initial_height
+
+    # ------------------------------------------------------------------------------------------------ pushes
+    def push(self, force: Any, torque: Any, duration: float) -> int:
+        """Push the base with a wrench, from the next step on, for ``duration`` [s] rounded to whole steps.
+
+        Args:
+            force: (3,) [N] in the world frame; torque: (3,) [N m] in the world frame, about the base's origin.
+            duration: (0, MAX_PUSH_DURATION] [s].
+
+        Returns:
+            The number of physics steps it lasts (at least one).
+
+        Raises:
+            InputError: A fixed base, a non-finite entry, wrong shapes, a force over MAX_PUSH_WEIGHTS times the
+                robot's weight or a torque over that many N m, a duration outside (0, MAX_PUSH_DURATION]. Nothing
+                is applied.
+        """
+        if not self.floating_base:
+            raise InputError("a push needs a floating base")
+        force, torque = np.asarray(force, dtype=float), np.asarray(torque, dtype=float)
+        duration = float(duration)
+        if force.shape != (3,) or torque.shape != (3,):
+            raise InputError(f"a push needs force (3,) and torque (3,), got {force.shape} and {torque.shape}")
+        if not (np.isfinite(force).all() and np.isfinite(torque).all() and math.isfinite(duration)):
+            raise InputError("a push holds NaN or inf")
+        limit = MAX_PUSH_WEIGHTS * self.mass * float(np.linalg.norm(self.mj_model.opt.gravity))
+        if np.linalg.norm(force) > limit or np.linalg.norm(torque) > limit:
+            raise InputError(f"a push of {np.linalg.norm(force):.4g} N and {np.linalg.norm(torque):.4g} N m is over "
+                             f"the limit of {limit:.4g} ({MAX_PUSH_WEIGHTS:g} times the robot's weight)")
+        if not 0.0 < duration <= MAX_PUSH_DURATION:
+            raise InputError(f"a push lasts (0, {MAX_PUSH_DURATION:g}] s, got {duration:g} s")
+        steps = max(1, int(round(duration / self.dt)))
+        self._pushes.append([force.copy(), torque.copy(), steps])
+        self.pushes_applied += 1
+        return steps
+
+    def _apply_pushes(self) -> None:
+        applied = self.mj_data.xfrc_applied[self._root_body]
+        applied[:] = 0.0
+        if not self._pushes:
+            return
+        force, torque = np.zeros(3), np.zeros(3)
+        for push in self._pushes:
+            force += push[0]
+            torque += push[1]
+            push[2] -= 1
+        self._pushes = [push for push in self._pushes if push[2] > 0]
+        # MuJoCo applies xfrc_applied at the body's centre of mass: the same wrench about the base's origin
+        # needs the moment of the force about the centre of mass added, at the state this step starts from
+        # (mj_step leaves the positions of the state before its integration).
+        self._mujoco.mj_kinematics(self.mj_model, self.mj_data)
+        lever = self.mj_data.xpos[self._root_body] - self.mj_data.xipos[self._root_body]
+        applied[0:3] = force
+        applied[3:6] = torque + np.cross(lever, force)

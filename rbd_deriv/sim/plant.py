@@ -33,11 +33,15 @@ def _joint_vector(name: str, value: Any, size: int) -> np.ndarray:
 class Plant(ABC):
     """A simulated robot with joint-torque inputs.
 
+    Its state follows the library's conventions: q (nq,) and v (nv,) in model order, after the free flyer's
+    7 and 6 entries on a floating base (:mod:`rbd_deriv.sim.free_flyer`); torques are (nu,), one per actuated
+    joint (nu = nv on a fixed base, nv - 6 on a floating base).
+
     Attributes:
-        joint_names: Names of the nv actuated joints, in the package's model order.
+        joint_names: Names of the nu actuated joints, in the package's model order.
         dt: Physics step [s].
         time: Simulated time [s] since the last reset.
-        effort_limit: (nv,) torque saturation [N m].
+        effort_limit: (nu,) torque saturation [N m].
         saturated_steps: Steps in which at least one commanded torque was beyond its limit.
     """
 
@@ -49,7 +53,7 @@ class Plant(ABC):
 
     @abstractmethod
     def reset(self, q: np.ndarray, v: np.ndarray | None = None) -> None:
-        """Place the robot at positions q (nv,) [rad] with velocities v (nv,) [rad/s] (zero if None)."""
+        """Place the robot at the configuration q (nq,) with velocities v (nv,) (zero if None)."""
 
     @abstractmethod
     def _advance(self, torque: np.ndarray) -> None:
@@ -58,12 +62,12 @@ class Plant(ABC):
     @property
     @abstractmethod
     def q(self) -> np.ndarray:
-        """Joint positions (nv,) [rad], a copy."""
+        """Configuration (nq,) [rad, m], a copy."""
 
     @property
     @abstractmethod
     def v(self) -> np.ndarray:
-        """Joint velocities (nv,) [rad/s], a copy."""
+        """Velocities (nv,) [rad/s, m/s], a copy."""
 
     def brake(self) -> None:
         """Brakes on: the joints stop where they are (velocities zero); time and counts are kept."""
@@ -71,8 +75,14 @@ class Plant(ABC):
         self.reset(self.q)
         self.time, self.saturated_steps = elapsed, saturated
 
+    def hold(self, steps: int = 1) -> None:
+        """``steps`` physics steps with the brakes on. Here (a fixed base) the joints stop where they are and
+        the robot does not move; a floating base keeps falling and standing on its locked joints."""
+        if self.v.any():
+            self.brake()
+
     def step(self, torque: np.ndarray, steps: int = 1) -> np.ndarray:
-        """Apply ``torque`` (nv,) [N m] for ``steps`` physics steps; return the torque applied.
+        """Apply ``torque`` (nu,) [N m] for ``steps`` physics steps; return the torque applied.
 
         Raises:
             InputError: Wrong shape or a non-finite entry; the plant is left untouched.

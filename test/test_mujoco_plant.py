@@ -1,0 +1,257 @@
+"""Tests of rbd_deriv.sim.mujoco_plant on a floating base: landing and resting on the feet, pushes, falls,
+brakes, bad input. (The fixed-base plant is tested in test_sim.py beside the in-process plant.)
+
+Oracles: Newton's laws with the robot's total mass (the floor carries m g at rest; a push changes the
+momentum by F T), the friction cone, the library's kinematics for heights and foot positions.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ElementTree
+
+import numpy as np
+import pytest
+
+import rbd_deriv as rd
+from rbd_deriv.exceptions import InputError, ModelError
+from rbd_deriv.sim import Ground, make_plant
+from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_data_dir
+
+mujoco = pytest.importorskip("mujoco")
+
+from rbd_deriv.sim.mujoco_plant import MAX_PUSH_WEIGHTS, MujocoPlant, frame_links  # noqa: E402
+
+SOLO = str(EXAMPLE_ROBOTS["solo12"])
+FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
+GRAVITY = 9.81
+
+
+def srdf_posture(model, srdf, name):
+    """q (nq,) of a group_state of an SRDF (the base's pose included)."""
+    q = rd.neutral(model)
+    state = next(s for s in ElementTree.parse(srdf).getroot().iter("group_state") if s.get("name") == name)
+    for joint in state.iter("joint"):
+        values = [float(x) for x in joint.get("value").split()]
+        start = model.idx_q[joint.get("name")]
+        q[start:start + len(values)] = values
+    return q
+
+
+@pytest.fixture(scope="module")
+def solo():
+    model = rd.load_urdf(SOLO, floating_base=True)
+    data = model.create_data()
+    standing = srdf_posture(model, example_robot_data_dir() / "solo_description/srdf/solo.srdf", "standing")
+    return model, data, standing
+
+
+def total_mass(model, data):
+    """The robot's mass from the library: the free flyer's diagonal of M."""
+    return rd.crba(model, data, rd.neutral(model))[0, 0]
+
+
+def at_height(model, data, q, clearance, radius=0.02):
+    """q with the base raised so that the lowest foot sphere is ``clearance`` [m] above the floor."""
+    q = q.copy()
+    q[2] = 0.0
+    rd.forward_kinematics(model, data, q)
+    q[2] = radius + clearance - min(rd.frame_placement(model, data, foot)[2, 3] for foot in FEET)
+    return q
+
+
+def stance_torque(model, data, q, mass):
+    """Joint torques that hold the robot at q with its weight shared by the four feet: the static equilibrium
+    g(q) = S^T tau + sum_i J_i^T f_i with f_i = (0, 0, m g / 4)."""
+    tau = rd.gravity_torques(model, data, q)[6:].copy()
+    for foot in FEET:
+        jacobian = rd.frame_jacobian(model, data, q, foot, "local_world_aligned")
+        tau -= jacobian[:3, 6:].T @ np.array([0.0, 0.0, mass * GRAVITY / 4])
+    return tau
+
+
+def test_solo12_dropped_lands_and_rests_on_its_feet(solo):
+    model, data, standing = solo
+    mass = total_mass(model, data)
+    plant = make_plant("mujoco", SOLO, model=model, ground=Ground(FEET))
+    assert plant.mass == pytest.approx(mass, rel=1e-9)
+    q0 = at_height(model, data, standing, 0.05)
+    plant.reset(q0)
+    assert not plant.touching.any()
+    reference = standing[7:]
+    touched_at = None
+    for step in range(1500):
+        q, v = plant.q, plant.v
+        plant.step(stance_torque(model, data, q, mass) + 5.0 * (reference - q[7:]) - 0.1 * v[6:])
+        if touched_at is None and plant.touching.any():
+            touched_at = step
+    # Free fall from 5 cm takes sqrt(2 h / g) = 0.101 s; the stance torques stretch the legs meanwhile.
+    assert 60 <= touched_at <= 102
+    assert plant.touching.all() and not plant.fell
+    forces = plant.contact_forces
+    # At rest the floor carries the weight, shared by the feet, each force inside its friction cone.
+    assert np.abs(plant.v).max() < 0.01
+    assert forces[:, 2].sum() == pytest.approx(mass * GRAVITY, rel=0.02)
+    assert np.abs(forces[:, :2].sum(axis=0)).max() < 0.02 * mass * GRAVITY
+    assert (forces[:, 2] > 0.15 * mass * GRAVITY).all()
+    assert (np.hypot(forces[:, 0], forces[:, 1]) <= 1.0 * forces[:, 2]).all()
+    assert plant.cone_violations == 0
+    # The feet sink less than a millimetre: the foot frames rest one radius above the floor.
+    rd.forward_kinematics(model, data, plant.q)
+    heights = np.array([rd.frame_placement(model, data, foot)[2, 3] for foot in FEET])
+    assert (np.abs(heights - 0.02) < 1e-3).all(), heights
+
+
+def test_friction_cone_violations_are_counted():
+    ground = Ground(FEET, friction=0.5)
+    model = rd.load_urdf(SOLO, floating_base=True)
+    plant = make_plant("mujoco", SOLO, model=model, ground=ground)
+    forces = np.array([[0.3, 0.4, 1.0], [0.0, 0.6, 1.0], [0.0, 0.0, -0.1], [0.0, 0.0, 0.0]])
+    # |f_t| = 0.5 is on the cone, 0.6 outside, a pulling foot outside; no force is no violation.
+    assert plant.contacts.cone_violations(forces).tolist() == [False, True, True, False]
+
+
+def test_push_changes_the_momentum_by_the_impulse(solo):
+    """In the air, the push's impulse F T is the only difference between a pushed robot and an unpushed
+    one's centre-of-mass velocity; the base moves along F."""
+    model, data, standing = solo
+    mass = total_mass(model, data)
+    force, duration = np.array([6.0, -4.0, 3.0]), 0.05
+    plants = [make_plant("mujoco", SOLO, model=model, ground=Ground(FEET)) for _ in range(2)]
+    for plant in plants:
+        plant.reset(at_height(model, data, standing, 1.0))
+    assert plants[0].push(force, np.zeros(3), duration) == 50
+    for plant in plants:
+        plant.step(np.zeros(12), steps=80)
+    (pushed_com, pushed_velocity), (free_com, free_velocity) = (
+        rd.center_of_mass(model, data, plant.q, plant.v) for plant in plants)
+    assert not plants[0].touching.any()
+    np.testing.assert_allclose(pushed_velocity - free_velocity, force * duration / mass, rtol=2e-3)
+    # Displacement of the centre of mass: F / m (T^2 / 2 + T (t - T)) at t = 80 ms.
+    expected = force / mass * (duration ** 2 / 2 + duration * 0.03)
+    np.testing.assert_allclose(pushed_com - free_com, expected, rtol=0.03)
+    moved = plants[0].q[0:3] - plants[1].q[0:3]
+    assert moved @ force / np.linalg.norm(force) > 0.9 * np.linalg.norm(moved)
+    assert plants[0].pushes_applied == 1 and plants[1].pushes_applied == 0
+
+
+def test_push_is_a_wrench_about_the_base_origin():
+    """A force at the base origin of a single free body whose centre of mass is elsewhere turns it: its angular
+    momentum about the centre of mass grows by sum dt ((p - c) x F + tau)."""
+    urdf = """<robot name="brick"><link name="brick"><inertial><origin xyz="0.1 -0.05 0.03" rpy="0 0 0"/>
+        <mass value="2.0"/><inertia ixx="0.02" iyy="0.03" izz="0.04" ixy="0" ixz="0" iyz="0"/></inertial>
+        </link></robot>"""
+    model = rd.load_urdf(urdf, floating_base=True)
+    plant = make_plant("mujoco", urdf, model=model)
+    q0 = rd.neutral(model)
+    q0[2] = 1.0
+    plant.reset(q0)
+    force, torque = np.array([1.0, 2.0, -0.5]), np.array([0.01, -0.02, 0.03])
+    plant.push(force, torque, 0.02)
+    expected = np.zeros(3)
+    offset = np.array([0.1, -0.05, 0.03])
+    for _ in range(20):
+        q = plant.q
+        rotation = rd.forward_kinematics(model, model.create_data(), q)[1][:3, :3]
+        expected += plant.dt * (np.cross(-rotation @ offset, force) + torque)
+        plant.step(np.zeros(0))
+    q, v = plant.q, plant.v
+    rotation = rd.forward_kinematics(model, model.create_data(), q)[1][:3, :3]
+    momentum = rotation @ (np.diag([0.02, 0.03, 0.04]) @ v[3:6])
+    np.testing.assert_allclose(momentum, expected, rtol=1e-3, atol=1e-9)
+
+
+def test_tipped_over_robot_falls(solo):
+    model, data, standing = solo
+    plant = make_plant("mujoco", SOLO, model=model, ground=Ground(FEET))
+    tipped = at_height(model, data, standing, 0.0)
+    tipped[3:7] = [np.sin(0.6), 0.0, 0.0, np.cos(0.6)]  # rolled by 1.2 rad about x
+    tipped[2] += 0.1
+    plant.reset(tipped)
+    plant.hold(steps=1500)
+    assert plant.fell
+    # An upright robot on locked joints stands.
+    plant.reset(at_height(model, data, standing, 0.0))
+    plant.hold(steps=500)
+    assert not plant.fell and plant.touching.all()
+
+
+def test_base_below_half_its_height_is_a_fall(solo):
+    model, data, standing = solo
+    plant = make_plant("mujoco", SOLO, model=model)  # no floor: it falls for ever
+    q0 = standing.copy()
+    q0[2] = 0.2
+    plant.reset(q0)
+    plant.step(np.zeros(12), steps=150)  # 0.11 m in 0.15 s
+    assert plant.q[2] == pytest.approx(0.2 - GRAVITY * 0.15 * 0.151 / 2, abs=1e-3)
+    assert plant.fell
+
+
+def test_brakes_lock_the_joints_of_a_floating_base(solo):
+    model, data, standing = solo
+    plant = make_plant("mujoco", SOLO, model=model, ground=Ground(FEET))
+    plant.reset(at_height(model, data, standing, 0.02))
+    touched_at = next(step for step in range(400) if plant.hold() or plant.touching.any())
+    # A rigid robot: free fall from 2 cm takes sqrt(2 h / g) = 64 ms.
+    assert touched_at == pytest.approx(1000 * np.sqrt(2 * 0.02 / GRAVITY), abs=1.5)
+    plant.hold(steps=399 - touched_at)
+    # It dropped 2 cm onto locked legs: the joints held (to the softness of MuJoCo's constraint).
+    assert np.abs(plant.q[7:] - standing[7:]).max() < 5e-3
+    assert plant.touching.all() and plant.time == pytest.approx(0.4)
+    plant.step(np.zeros(12), steps=100)  # released: with no torque the legs fold
+    assert np.abs(plant.q[7:] - standing[7:]).max() > 0.05
+
+
+def test_bad_pushes_are_refused_and_change_nothing(solo):
+    model, data, standing = solo
+    plant = make_plant("mujoco", SOLO, model=model, ground=Ground(FEET))
+    plant.reset(at_height(model, data, standing, 0.0))
+    weight = plant.mass * GRAVITY
+    bad = [((np.nan, 0, 0), (0, 0, 0), 0.1, "NaN"), ((1, 0, 0), (0, 0, 0), -0.1, "lasts"),
+           ((1, 0, 0), (0, 0, 0), 0.0, "lasts"), ((1.01 * MAX_PUSH_WEIGHTS * weight, 0, 0), (0, 0, 0), 0.1, "limit"),
+           ((0, 0, 0), (0, 0, 1.01 * MAX_PUSH_WEIGHTS * weight), 0.1, "limit"), ((1, 0), (0, 0, 0), 0.1, "force"),
+           ((1, 0, 0), (0, 0, 0), float("inf"), "NaN or inf")]
+    for force, torque, duration, message in bad:
+        with pytest.raises(InputError, match=message):
+            plant.push(force, torque, duration)
+    assert plant.pushes_applied == 0 and not plant._pushes
+    fixed = make_plant("mujoco", str(rd.bundled_urdf("rbd_arm7")), model=rd.load_urdf(rd.bundled_urdf("rbd_arm7")))
+    with pytest.raises(InputError, match="floating base"):
+        fixed.push((1, 0, 0), (0, 0, 0), 0.1)
+
+
+def test_construction_errors(solo):
+    model, _, standing = solo
+    with pytest.raises(ModelError, match="neither a link nor a joint"):
+        make_plant("mujoco", SOLO, model=model, ground=Ground(("FL_FOOT", "nose")))
+    arm = rd.load_urdf(rd.bundled_urdf("rbd_arm7"))
+    with pytest.raises(InputError, match="floating base"):
+        make_plant("mujoco", str(rd.bundled_urdf("rbd_arm7")), model=arm, ground=Ground(("ee_link",)))
+    plant = make_plant("mujoco", SOLO, model=model)
+    with pytest.raises(InputError, match="reset"):
+        plant.reset(standing[7:])
+    with pytest.raises(InputError, match="not unit"):
+        plant.reset(np.r_[standing[:3], [0.0, 0.0, 0.0, 2.0], standing[7:]])
+
+
+def test_frames_are_found_as_links_or_joints():
+    talos = str(EXAMPLE_ROBOTS["talos"])
+    assert frame_links(talos, ["leg_left_sole_fix_joint", "leg_right_6_link"]) == ("left_sole_link",
+                                                                                 "leg_right_6_link")
+
+
+def test_talos_stands_on_its_soles():
+    """Two 6D soles (four spheres each) carry the humanoid on locked joints, flat on the floor."""
+    talos = str(EXAMPLE_ROBOTS["talos"])
+    model = rd.load_urdf(talos, floating_base=True)
+    data = model.create_data()
+    soles = ("leg_left_sole_fix_joint", "leg_right_sole_fix_joint")
+    plant = make_plant("mujoco", talos, model=model, ground=Ground(soles, ("frame", "frame")))
+    q = rd.neutral(model)
+    rd.forward_kinematics(model, data, q)
+    q[2] = 0.005 - min(rd.frame_placement(model, data, sole)[2, 3] for sole in soles)
+    plant.reset(q)
+    plant.hold(steps=1000)
+    assert plant.touching.all() and not plant.fell
+    assert plant.contact_forces[:, 2].sum() == pytest.approx(total_mass(model, data) * GRAVITY, rel=0.02)
+    assert plant.contact_forces[0, 2] == pytest.approx(plant.contact_forces[1, 2], rel=0.05)
+    assert isinstance(plant, MujocoPlant)

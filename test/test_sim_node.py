@@ -1,0 +1,195 @@
+"""The simulator node with a floating-base robot (solo12 on its four feet), started as a real process.
+
+Real DDS traffic: this test reads the node's joint_states, odom and /diagnostics, sends it pushes (good and
+bad) and a feedback policy for the 12 actuated joints of an 18-dof robot. The oracles are the library's
+kinematics (the odometry and the joint states together put the feet on the floor) and the push's direction.
+(The fixed-base simulator node is tested in test_mpc_node.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+pytest.importorskip("rbd_deriv.msg")
+pytest.importorskip("mujoco")
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+
+import rbd_deriv as rd  # noqa: E402
+from rbd_deriv.messages import feedback_policy_fields, fill_message, odometry_arrays, set_stamp  # noqa: E402
+from rbd_deriv.msg import ContactForces, FeedbackPolicy, Push  # noqa: E402
+from rbd_deriv.nodes.processes import ros_parameters, stop_processes  # noqa: E402
+from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_data_dir  # noqa: E402
+
+SOLO = str(EXAMPLE_ROBOTS["solo12"])
+FEET = ["FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT"]
+STARTUP_TIMEOUT = 240.0
+#: Names the ROS domain (its length does, as in the dynamics node's tests): none of the other node tests uses
+#: a name of this length.
+NAME = "floating_base_simulator_node"
+
+
+def standing_joints(model):
+    """solo12's SRDF ``standing`` posture for the actuated joints, in model order."""
+    srdf = example_robot_data_dir() / "solo_description/srdf/solo.srdf"
+    state = next(s for s in ElementTree.parse(srdf).getroot().iter("group_state") if s.get("name") == "standing")
+    values = {j.get("name"): float(j.get("value").split()[0]) for j in state.iter("joint")}
+    return np.array([values[name] for name in model.actuated_joint_names])
+
+
+class Simulator:
+    """The simulator node's process and a client node in this process, on a domain of their own."""
+
+    def __init__(self, parameters: dict) -> None:
+        domain = 1 + (os.getpid() * 7 + len(NAME) * 13) % 200
+        env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+        self.process = subprocess.Popen([sys.executable, "-m", "rbd_deriv.nodes.sim_node",
+                                         *ros_parameters(parameters)], env=env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE)
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=domain)
+        self.node = rclpy.create_node(f"test_client_{NAME}", context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.odometry = None
+        self.joint_states = None
+        self.diagnostics: dict = {}
+        self.contact_forces = None
+        self.node.create_subscription(ContactForces, "contact_forces", self._on_contact_forces, 10)
+        self.node.create_subscription(Odometry, "odom", self._on_odometry, 10)
+        self.node.create_subscription(JointState, "joint_states", self._on_joint_states, 10)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+        self.pushes = self.node.create_publisher(Push, "push", 10)
+        self.policies = self.node.create_publisher(FeedbackPolicy, "feedback_policy", 10)
+
+    def _on_odometry(self, message) -> None:
+        self.odometry = message
+
+    def _on_contact_forces(self, message) -> None:
+        self.contact_forces = message
+
+    def _on_joint_states(self, message) -> None:
+        self.joint_states = message
+
+    def _on_diagnostics(self, message) -> None:
+        for status in message.status:
+            if status.name.endswith(": simulator"):
+                self.diagnostics = {kv.key: kv.value for kv in status.values}
+
+    def spin_until(self, condition, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert self.process.poll() is None, f"the node died waiting for {what}: {self.process.stderr.read()}"
+            assert time.monotonic() < deadline, f"timed out waiting for {what}; diagnostics {self.diagnostics}"
+            self.executor.spin_once(timeout_sec=0.02)
+
+    def spin(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.executor.spin_once(timeout_sec=0.02)
+
+    def count(self, key: str) -> int:
+        return int(self.diagnostics.get(key, "0"))
+
+    def state(self):
+        """(q (nq,), v (nv,)) of the robot from the latest odometry and joint states."""
+        position, orientation, linear, angular = odometry_arrays(self.odometry)
+        return (np.r_[position, orientation, self.joint_states.position],
+                np.r_[linear, angular, self.joint_states.velocity])
+
+    def push(self, force, torque, duration) -> None:
+        self.pushes.publish(Push(force=np.asarray(force, dtype=float), torque=np.asarray(torque, dtype=float),
+                                 duration=float(duration)))
+
+    def close(self) -> None:
+        stop_processes([self.process], timeout=10.0)
+        self.process.stderr.close()
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
+@pytest.fixture(scope="module")
+def solo():
+    model = rd.load_urdf(SOLO, floating_base=True)
+    return model, model.create_data()
+
+
+def test_legged_simulator_publishes_odometry_takes_pushes_and_applies_a_policy(solo):
+    model, data = solo
+    standing = standing_joints(model)
+    sim = Simulator({"urdf_path": SOLO, "floating_base": True, "contact_frames": "[" + ", ".join(FEET) + "]",
+                     "initial_positions": standing.tolist(), "damping": [0.0], "friction": [0.0],
+                     "diagnostics_period": 0.1})
+    try:
+        sim.spin_until(lambda: sim.odometry is not None and sim.joint_states is not None and sim.diagnostics,
+                       STARTUP_TIMEOUT, "odom, joint_states and diagnostics")
+        assert sim.joint_states.name == list(model.actuated_joint_names)
+        assert sim.odometry.header.frame_id == "odom" and sim.odometry.child_frame_id == "base_link"
+        # Brakes on: it stands on its locked legs. Odometry and joint states put its feet on the floor.
+        sim.spin(0.5)
+        q, v = sim.state()
+        rd.forward_kinematics(model, data, q)
+        heights = np.array([rd.frame_placement(model, data, foot)[2, 3] for foot in FEET])
+        assert np.abs(heights - 0.02).max() < 2e-3, heights
+        assert np.abs(q[7:] - standing).max() < 5e-3 and np.abs(v).max() < 0.05
+        assert sim.diagnostics["fell"] == "false" and sim.diagnostics["feet_touching"] == "1111"
+        assert sim.diagnostics["actuation"] == "brake"
+        # The floor carries the robot's weight, shared by its feet.
+        contact = sim.contact_forces
+        assert list(contact.frames) == FEET and list(contact.touching) == [True] * 4
+        forces = np.reshape(contact.forces, (4, 3))
+        weight = rd.crba(model, data, q)[0, 0] * 9.81
+        assert forces[:, 2].sum() == pytest.approx(weight, rel=0.02)
+        assert (forces[:, 2] > 0.15 * weight).all() and contact.header.frame_id == "odom"
+
+        # A policy for the 12 actuated joints of the 18-dof robot: PD on the joints around the standing posture
+        # (K has zero columns for the base), from the simulator's own state at every step.
+        names = list(model.actuated_joint_names)
+        x_ref = np.r_[q, np.zeros(model.nv)]
+        gain = np.zeros((12, 2 * model.nv))
+        gain[:, 6:18] = -8.0 * np.eye(12)
+        gain[:, 24:36] = -0.2 * np.eye(12)
+        # Feedforward: the static stance torques, g(q) = S^T tau + sum_i J_i^T f_i with f_i = (0, 0, m g / 4).
+        tau = rd.gravity_torques(model, data, q)[6:].copy()
+        for foot in FEET:
+            tau -= rd.frame_jacobian(model, data, q, foot, "local_world_aligned")[:3, 6:].T @ [0, 0, weight / 4]
+        fields = feedback_policy_fields(names, list(model.joint_names), model.nq, model.nv, 0.01, 30.0,
+                                        x_ref[None, :], tau[None, :], gain)
+        message = fill_message(FeedbackPolicy(), fields)
+        set_stamp(message.header.stamp, sim.node.get_clock().now().nanoseconds)
+        sim.policies.publish(message)
+        sim.spin_until(lambda: sim.diagnostics.get("actuation") == "policy", 10.0, "the policy in use")
+        sim.spin(0.5)
+        q_policy, _ = sim.state()
+        assert np.abs(q_policy[7:] - standing).max() < 0.01 and sim.diagnostics["fell"] == "false"
+
+        # A push along +x for 0.1 s, stronger than friction can hold: the base slides along +x.
+        before, _ = sim.state()
+        sim.push([40.0, 0.0, 0.0], [0.0, 0.0, 0.0], 0.1)
+        sim.spin_until(lambda: sim.count("pushes_applied") == 1, 10.0, "the push applied")
+        sim.spin(0.5)
+        after, _ = sim.state()
+        moved = after[:3] - before[:3]
+        assert moved[0] > 0.005 and abs(moved[1]) < 0.5 * moved[0], moved
+
+        # Bad pushes: refused and counted, nothing applied, the node alive.
+        sim.push([float("nan"), 0.0, 0.0], [0.0, 0.0, 0.0], 0.1)
+        sim.push([1.0, 0.0, 0.0], [0.0, 0.0, 0.0], -1.0)
+        sim.push([1e6, 0.0, 0.0], [0.0, 0.0, 0.0], 0.1)
+        sim.spin_until(lambda: sim.count("refused_push") == 3, 10.0, "three refused pushes")
+        assert sim.count("pushes_applied") == 1 and sim.process.poll() is None
+        assert int(sim.diagnostics["friction_cone_violations"]) == 0
+        assert sim.count("refused_internal_error") == 0
+    finally:
+        sim.close()
