@@ -311,6 +311,10 @@ class LeggedLoop:
                         trouble = self.refuse("solver_failure", "a plan with NaN or inf")
                         source = LeggedSource.SOLVE_FAILURE
         if source is not LeggedSource.PLAN:
+            if source is LeggedSource.SOLVE_FAILURE:
+                # A failed iteration may leave NaN or a diverged nominal behind: warm-started from it, every
+                # later solve would fail too.
+                self._last_solve = None
             command, policy = self._safe(q, v, now_ns)
         else:
             self.good_policy = policy
