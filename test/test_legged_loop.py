@@ -80,23 +80,29 @@ def test_assembles_the_state_and_sends_the_plan_policy(solo):
     assert policy.knots == 6, "0.1 s of validity at 20 ms per knot: knots 0..5"
 
 
-def test_gait_phase_follows_the_state_time(solo):
+def test_gait_phase_and_plan_stamps_follow_the_knot_grid(solo):
+    """Ticks every 7 ms on a gait of 20 ms knots: each plan starts at the knot nearest its state's time (the
+    phase steps once per 20 ms, wraps at the period) and is stamped with that knot's time, so that the
+    policies' stamps never go backwards."""
     model, feet, posture, mpcs = solo
     loop = LeggedLoop(model, mpcs, "trot")
     x = np.r_[posture, np.zeros(model.nv)]
     period = mpcs["trot"].gait.period
     assert period == 20
-    phases = []
-    for k in range(0, 30):
-        stamp = START + k * 7 * MS  # ticks every 7 ms: the phase steps once per 20 ms
+    phases, stamps = [], []
+    for k in range(0, 70):
+        stamp = START + k * 7 * MS
         feed(loop, model, x[:model.nq], x[model.nq:], stamp)
-        loop.tick(stamp)
+        tick = loop.tick(stamp)
+        assert tick.source is LeggedSource.PLAN, (k, tick.source, tick.trouble)
         phases.append(loop.mpc.phase)
-    expected = [(k * 7 // 20) % period for k in range(30)]
-    assert phases == expected
+        stamps.append(tick.policy.stamp_ns)
+    knots = [int(np.floor(k * 7 / 20 + 0.5)) for k in range(70)]
+    assert phases == [n % period for n in knots] and max(phases) == period - 1 and phases[-1] < 5
+    assert stamps == [START + n * 20 * MS for n in knots]
     loop.set_gait("stand")
-    feed(loop, model, x[:model.nq], x[model.nq:], START + 300 * MS)
-    assert loop.tick(START + 300 * MS).source is LeggedSource.PLAN and loop.mpc is mpcs["stand"]
+    feed(loop, model, x[:model.nq], x[model.nq:], START + 500 * MS)
+    assert loop.tick(START + 500 * MS).source is LeggedSource.PLAN and loop.mpc is mpcs["stand"]
     with pytest.raises(InputError, match="gallop"):
         loop.set_gait("gallop")
     assert loop.gait == "stand"
@@ -128,7 +134,10 @@ def test_stale_state_holds_the_last_policy_then_the_static_torques(solo):
     assert fallback.source is LeggedSource.STALE_STATE
     u, _ = static_torques(model, q_moved, feet, ["point"] * 4, mpcs["stand"].dynamics.actuated)
     np.testing.assert_allclose(fallback.command, np.clip(u, loop.lower, loop.upper), rtol=1e-12, atol=1e-12)
-    assert not fallback.policy.gain.any() and fallback.policy.stamp_ns == now
+    # Sent as a policy without gain, stamped like the last one sent (the robot side refuses older stamps),
+    # valid for policy_validity from now.
+    assert not fallback.policy.gain.any() and fallback.policy.stamp_ns == good.policy.stamp_ns
+    assert fallback.policy.expires_ns == now + 100 * MS
     values = loop.diagnostics(1.0)[2]
     assert values["commands_stale_state"] == "2" and values["safe_commands"] == "2"
     assert values["held_policy_ticks"] == "1"
@@ -212,3 +221,21 @@ def test_bad_input_is_refused_and_nothing_is_stored(solo):
         LeggedLoop(rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"])), mpcs, "stand")
     with pytest.raises(InputError, match="gait"):
         LeggedLoop(model, mpcs, "gallop")
+
+
+def test_a_failed_solve_restarts_the_plan_from_scratch(solo):
+    """A plan gone NaN (a diverged iteration) makes the next warm-started solve fail; the tick after that
+    starts the plan from the measured state again and sends it."""
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, mpcs, "stand")
+    x = np.r_[posture, np.zeros(model.nv)]
+    feed(loop, model, x[:model.nq], x[model.nq:], START)
+    assert loop.tick(START).source is LeggedSource.PLAN
+    mpcs["stand"].solver.X[:] = np.nan
+    feed(loop, model, x[:model.nq], x[model.nq:], START + 20 * MS)
+    failed = loop.tick(START + 20 * MS)
+    assert failed.source is LeggedSource.SOLVE_FAILURE and within(failed.command, loop)
+    feed(loop, model, x[:model.nq], x[model.nq:], START + 40 * MS)
+    again = loop.tick(START + 40 * MS)
+    assert again.source is LeggedSource.PLAN and np.isfinite(again.policy.x_ref).all()
+    assert again.policy.stamp_ns >= failed.policy.stamp_ns >= START, "stamps never go backwards"

@@ -6,10 +6,13 @@ the free flyer's v), and at every :meth:`~LeggedLoop.tick` at the clock's time:
 
 1. assembles x = (q, v) (:class:`~rbd_deriv.joint_state_map.JointStateMap`) and checks that the
    joint states and the base state are both younger than ``state_timeout``;
-2. moves the gait to the phase of the state's time, :math:`\\lfloor t / dt \\rfloor \\bmod P` with t
-   the time since the gait started and P its period, and solves
-   (:meth:`~rbd_deriv.control.legged.LeggedMPC.solve`, warm-started by the time since the previous
-   solve);
+2. puts the plan on the gait's grid of knots: the knot nearest the state's time,
+   :math:`n = \\mathrm{round}(t / dt)` with t the time since the gait started, gives the phase
+   :math:`n \\bmod P` (P the period) and the time of the plan's first knot, :math:`t_0 + n\\,dt`; the
+   previous plan is shifted by the knots between them (warm start), and the MPC solves
+   (:meth:`~rbd_deriv.control.legged.LeggedMPC.solve`). A plan stamped with its state's own time would
+   move each touchdown by up to dt from one tick to the next whenever ticks do not fall on the grid (a
+   tick rate that is not 1 / dt, jitter): the robot side would then not know when its feet land;
 3. sends the plan when it is sendable (solved, first knot's forces inside the friction cone): the
    first torque and the feedback policy u = u_ff + K (x (-) x_ref) of its first knots
    (:func:`~rbd_deriv.control.policy.policy_from_plan`);
@@ -184,7 +187,8 @@ class LeggedLoop:
         self.gait = ""
         self.mpc = first
         self._gait_start: Optional[float] = None
-        self._last_solve: Optional[float] = None
+        self._last_knot: Optional[int] = None
+        self._sent_ns: Optional[int] = None  # stamp of the last policy sent
         self.set_gait(gait)
         self.good_policy: Optional[FeedbackPolicy] = None
         self.last_command: Optional[np.ndarray] = None
@@ -239,7 +243,7 @@ class LeggedLoop:
         if gait != self.gait:
             self.gait, self.mpc = gait, self.mpcs[gait]
             self._gait_start = None
-            self._last_solve = None  # its plan is not this robot's recent past: start it from scratch
+            self._last_knot = None  # its plan is not this robot's recent past: start it from scratch
 
     def refuse(self, kind: str, error: Any) -> Optional[str]:
         """Count a refused input (or a failed tick) of ``kind``; the line to log, or None within the log
@@ -247,12 +251,12 @@ class LeggedLoop:
         return self.refusals.count_error(kind, error)
 
     # --------------------------------------------------------------------------------------- tick
-    def phase(self, state_time: float) -> int:
-        """The gait knot of the state's time [s]: floor(t / dt) mod period, t since the gait started."""
+    def knot(self, state_time: float) -> int:
+        """The knot of the gait's grid nearest the state's time [s] (counted from the gait's start, not
+        wrapped: the phase is this modulo the period)."""
         if self._gait_start is None:
             self._gait_start = state_time
-        mpc = self.mpc
-        return int(math.floor((state_time - self._gait_start) / mpc.dt + 1e-9)) % mpc.gait.period
+        return int(math.floor((state_time - self._gait_start) / self.mpc.dt + 0.5))
 
     def tick(self, now_ns: int) -> Optional[LeggedTick]:
         """Decide the command at ``now_ns`` [ns] (the caller's clock).
@@ -277,16 +281,16 @@ class LeggedLoop:
             state_time = self._seconds(state_ns)
             mpc = self.mpc
             try:
-                phase = self.phase(state_time)
-                if self._last_solve is None:
+                knot = self.knot(state_time)
+                if self._last_knot is None:
                     mpc.solver.cold_start(np.r_[q, v], np.tile(mpc.u_static, (mpc.horizon, 1)))
                     elapsed = 0.0
                 else:
-                    elapsed = max(0.0, state_time - self._last_solve)
+                    elapsed = max(0, knot - self._last_knot) * mpc.dt
                 started = time.perf_counter()
-                plan = mpc.solve(np.r_[q, v], phase=phase, elapsed=elapsed)
+                plan = mpc.solve(np.r_[q, v], phase=knot % mpc.gait.period, elapsed=elapsed)
                 self.solve_times.append(time.perf_counter() - started)
-                self._last_solve = state_time
+                self._last_knot = knot
             except RbdDerivError as error:
                 trouble, source = self.refuse("solve_input", error), LeggedSource.SOLVE_FAILURE
             except Exception as error:  # noqa: BLE001 - a controller must still send a safe command
@@ -303,7 +307,8 @@ class LeggedLoop:
                                           f"outside the friction cone")
                     source = LeggedSource.CONE_REFUSAL
                 else:
-                    policy = self._plan_policy(mpc, state_ns)
+                    policy = self._plan_policy(mpc, self._epoch_ns + int(round(
+                        (self._gait_start + knot * mpc.dt) * 1e9)))
                     if policy is not None:
                         source = LeggedSource.PLAN
                         command = clamp_torque(plan.torque, self.lower, self.upper)
@@ -314,10 +319,11 @@ class LeggedLoop:
             if source is LeggedSource.SOLVE_FAILURE:
                 # A failed iteration may leave NaN or a diverged nominal behind: warm-started from it, every
                 # later solve would fail too.
-                self._last_solve = None
+                self._last_knot = None
             command, policy = self._safe(q, v, now_ns)
         else:
             self.good_policy = policy
+        self._sent_ns = policy.stamp_ns
         self.last_command = command
         self.sources[source] += 1
         self.last_source = source
@@ -347,7 +353,11 @@ class LeggedLoop:
             except RbdDerivError:
                 pass
         torque = self.static_command(q)
-        return torque, constant_policy(torque, q, v, now_ns, self.settings.policy_validity, self.mpc.dt)
+        # Stamped like the last policy sent (the robot side refuses a policy older than the one it applies,
+        # and the next plan's first knot may be earlier than now), valid from now on for the usual time.
+        stamp_ns = now_ns if self._sent_ns is None else min(self._sent_ns, now_ns)
+        valid_for = (now_ns - stamp_ns) * 1e-9 + self.settings.policy_validity
+        return torque, constant_policy(torque, q, v, stamp_ns, valid_for, self.mpc.dt)
 
     def static_command(self, q: np.ndarray) -> np.ndarray:
         """Torques (nu,) [N m] that hold configuration q at rest on the feet of the gait's current knot,
