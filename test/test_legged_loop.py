@@ -221,6 +221,10 @@ def test_bad_input_is_refused_and_nothing_is_stored(solo):
         LeggedLoop(rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"])), mpcs, "stand")
     with pytest.raises(InputError, match="gait"):
         LeggedLoop(model, mpcs, "gallop")
+    for bad in ({"state_timeout": 0.0}, {"policy_validity": float("nan")}, {"start_iterations": 0},
+                {"max_stamp_lead": -1.0}):
+        with pytest.raises(InputError):
+            LeggedLoopSettings(**bad)
 
 
 def test_a_failed_solve_restarts_the_plan_from_scratch(solo):

@@ -111,17 +111,23 @@ class LeggedLoopSettings:
         policy_validity: How long [s] after its first knot the robot side may apply a plan's policy, > 0;
             the safe command holds the last good policy as long.
         max_stamp_lead: Inputs stamped ahead of the clock by more than this [s] are refused, >= 0.
+        start_iterations: Gauss-Newton iterations of a plan started from scratch (the first tick of a
+            gait, after a failed solve), >= 1; every other tick runs one (a real-time iteration).
     """
 
     state_timeout: float = 0.05
     policy_validity: float = 0.1
     max_stamp_lead: float = 0.1
+    start_iterations: int = 3
 
     def __post_init__(self) -> None:
         for name in ("state_timeout", "policy_validity"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0.0):
                 raise InputError(f"{name} must be > 0, got {value!r}", name)
+        if not (isinstance(self.start_iterations, int) and self.start_iterations >= 1):
+            raise InputError(f"start_iterations must be an integer >= 1, got {self.start_iterations!r}",
+                             "start_iterations")
         if not (isinstance(self.max_stamp_lead, (int, float)) and self.max_stamp_lead >= 0.0):
             raise InputError(f"max_stamp_lead must be >= 0, got {self.max_stamp_lead!r}", "max_stamp_lead")
 
@@ -282,13 +288,17 @@ class LeggedLoop:
             mpc = self.mpc
             try:
                 knot = self.knot(state_time)
+                iterations = 1
                 if self._last_knot is None:
+                    # No previous plan to start from: a few Gauss-Newton steps from the posture's statics
+                    # instead of the one real-time iteration, whose first plan may be far from converged.
                     mpc.solver.cold_start(np.r_[q, v], np.tile(mpc.u_static, (mpc.horizon, 1)))
-                    elapsed = 0.0
+                    elapsed, iterations = 0.0, self.settings.start_iterations
                 else:
                     elapsed = max(0, knot - self._last_knot) * mpc.dt
                 started = time.perf_counter()
-                plan = mpc.solve(np.r_[q, v], phase=knot % mpc.gait.period, elapsed=elapsed)
+                plan = mpc.solve(np.r_[q, v], phase=knot % mpc.gait.period, elapsed=elapsed,
+                                 iterations=iterations)
                 self.solve_times.append(time.perf_counter() - started)
                 self._last_knot = knot
             except RbdDerivError as error:
