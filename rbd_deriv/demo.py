@@ -391,14 +391,8 @@ class LeggedRecorder:
             self.contacts.append((self.now(), np.array(message.forces).reshape(-1, 3),
                                   np.array(message.touching, dtype=bool)))
 
-    def _on_command(self, message: Any) -> None:
-        if self.recording:
-            self.commands.append((self.now(), np.array(message.data)))
-
-    def _on_diagnostics(self, message: Any) -> None:
-        for status in message.status:
-            self.diagnostics[status.name] = {kv.key: kv.value for kv in status.values}
-
+    _on_command = Recorder._on_command
+    _on_diagnostics = Recorder._on_diagnostics
     mpc_diagnostics = Recorder.mpc_diagnostics
     sim_diagnostics = Recorder.sim_diagnostics
     _diagnostics_of = Recorder._diagnostics_of

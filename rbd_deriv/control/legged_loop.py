@@ -38,6 +38,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from rbd_deriv.control.legged import LeggedMPC, LeggedPlan, static_torques
+from rbd_deriv.control.loop import time_percentiles
 from rbd_deriv.control.policy import FeedbackPolicy, constant_policy, policy_from_plan
 from rbd_deriv.control.schedule import Gait
 from rbd_deriv.control.safety import clamp_torque, hold_command, is_stale
@@ -392,26 +393,15 @@ class LeggedLoop:
             mpc.solve(mpc.x_ref.copy(), phase=0)
 
     def diagnostics(self, elapsed: float) -> Tuple[bool, str, Dict[str, str]]:
-        """The loop's report, and the start of a new reporting window.
-
-        Args:
-            elapsed: Time [s] since the previous report, for the tick rate.
-
-        Returns:
-            (healthy: the last command was the plan's, a one-line summary, key -> value).
-        """
-        rate = self._window_ticks / elapsed if elapsed > 0.0 else 0.0
-        self._window_ticks = 0
+        """(healthy, summary, key -> value) over the ``elapsed`` [s] since the previous call, as
+        :meth:`rbd_deriv.control.loop.ControlLoop.diagnostics` reports (the node publishes either)."""
+        rate, self._window_ticks = (self._window_ticks / elapsed if elapsed > 0.0 else 0.0), 0
         healthy = self.last_source is LeggedSource.PLAN
         message = "tracking" if healthy else f"safe command: {self.last_source.value}"
         values = {"rate_hz": f"{rate:.1f}", "gait": self.gait, "phase": str(self.mpc.phase),
                   "horizon": str(self.mpc.horizon), "command_source": self.last_source.value,
                   "held_policy_ticks": str(self.held_policy_ticks)}
-        if self.solve_times:
-            times = np.asarray(self.solve_times) * 1e6
-            values.update({"solve_time_p50_us": f"{np.percentile(times, 50):.1f}",
-                           "solve_time_p99_us": f"{np.percentile(times, 99):.1f}",
-                           "solve_time_max_us": f"{times.max():.1f}"})
+        values.update(time_percentiles("solve_time", self.solve_times))
         if self.cone_violations:
             values["cone_violation_max_n"] = f"{max(self.cone_violations):.4g}"
         safe = sum(count for source, count in self.sources.items()
