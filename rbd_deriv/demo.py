@@ -75,11 +75,12 @@ def demo_parameters() -> dict:
     return {node: section["ros__parameters"] for node, section in document.items()}
 
 
-def _start(node: str, overrides: dict, log: Path) -> subprocess.Popen:
-    """Start node ``node`` (rbd_deriv.nodes.<node>) with its own file, demo.yaml, then ``overrides``."""
+def _start(node: str, overrides: dict, log: Path, parameters: str = DEMO_PARAMETERS) -> subprocess.Popen:
+    """Start node ``node`` (rbd_deriv.nodes.<node>) with its own file, ``parameters`` (demo.yaml, or a legged
+    robot's file; none if empty), then ``overrides``."""
     config = config_folder()
-    arguments = ["--ros-args", "--params-file", str(config / f"{node}.yaml"),
-                 "--params-file", str(config / DEMO_PARAMETERS)] + ros_parameters(overrides)[1:]
+    files = [config / f"{node}.yaml"] + ([config / parameters] if parameters else [])
+    arguments = ["--ros-args"] + [a for f in files for a in ("--params-file", str(f))] + ros_parameters(overrides)[1:]
     handle = open(log, "w", encoding="utf-8")
     return subprocess.Popen([sys.executable, "-m", f"rbd_deriv.nodes.{node}"] + arguments,
                             stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
@@ -292,6 +293,317 @@ def write_summary(path: Path, summary: dict, diagnostics: dict, simulator: dict,
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
 
 
+# ------------------------------------------------------------------------------------------------- legged
+#: The legged robots with a parameter file in config/ (``<robot>.yaml``: the simulator's and the MPC node's
+#: sections) and their URDF and SRDF in example-robot-data.
+LEGGED_DEMOS = ("solo12", "talos")
+
+#: The legged demo's script, as fractions of ``--duration``: the gait switches from standing to the robot's
+#: moving gait (when its file builds one) at GAIT_SWITCH [s], the lateral push starts at PUSH_AT.
+GAIT_SWITCH = 2.0
+PUSH_AT = 0.5
+
+#: Default lateral push per robot: force [N] along +y in the world frame for PUSH_DURATION [s].
+PUSH_FORCE = {"solo12": 10.0, "talos": 150.0}
+PUSH_DURATION = 0.1
+
+
+def legged_parameters(robot: str) -> dict:
+    """{node name: {parameter: value}} of config/<robot>.yaml."""
+    import yaml
+
+    with open(config_folder() / f"{robot}.yaml", encoding="utf-8") as stream:
+        document = yaml.safe_load(stream)
+    return {node: section["ros__parameters"] for node, section in document.items()}
+
+
+def _names(values: Sequence[str]) -> str:
+    """A string-array parameter on a command line (``-p name:=[a, b]``)."""
+    return "[" + ", ".join(values) + "]"
+
+
+def legged_setup(arguments: Any) -> tuple[str, str, dict, dict]:
+    """(urdf, parameter file or "", simulator overrides, MPC overrides) of the legged demo asked for: a robot of
+    :data:`LEGGED_DEMOS` (its file, its example-robot-data URDF and SRDF), or ``--urdf`` with its feet (the
+    simulator at the SRDF posture's joints, the MPC's parameters at their defaults)."""
+    from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_srdf
+
+    if arguments.urdf is None:
+        urdf, srdf = str(EXAMPLE_ROBOTS[arguments.robot]), str(example_robot_srdf(arguments.robot))
+        return urdf, f"{arguments.robot}.yaml", {"urdf_path": urdf}, {"urdf_path": urdf, "srdf_path": srdf}
+    import rbd_deriv as rd
+    from rbd_deriv.control.srdf import reference_posture
+
+    if not arguments.feet:
+        raise SystemExit("--urdf needs --feet F1,F2,...")
+    feet = arguments.feet.split(",")
+    kinds = _names([arguments.contact] * len(feet))
+    shared = {"urdf_path": arguments.urdf, "floating_base": True, "contact_frames": _names(feet),
+              "contact_kinds": kinds}
+    sim = dict(shared)
+    mpc = dict(shared, srdf_path=arguments.srdf or "", posture=arguments.posture or "", horizon=20, dt=0.02,
+               rate_hz=50.0, state_timeout=0.1)
+    if arguments.srdf and arguments.posture:
+        model = rd.load_urdf(arguments.urdf, floating_base=True)
+        posture = reference_posture(model, arguments.srdf, arguments.posture, missing="neutral")
+        sim["initial_positions"] = posture[7:].tolist()
+    return arguments.urdf, "", sim, mpc
+
+
+class LeggedRecorder:
+    """rclpy node of the legged demo: switches the gait, pushes the base, records what the loop does."""
+
+    def __init__(self, command_topic: str) -> None:
+        from diagnostic_msgs.msg import DiagnosticArray
+        from nav_msgs.msg import Odometry
+        from rcl_interfaces.srv import SetParameters
+        from std_msgs.msg import Float64MultiArray
+
+        import rclpy
+        from rbd_deriv.msg import ContactForces, Push
+
+        self.node = rclpy.create_node("rbd_deriv_legged_demo")
+        self.base: list[tuple[float, np.ndarray]] = []
+        self.commands: list[tuple[float, np.ndarray]] = []
+        self.contacts: list[tuple[float, np.ndarray, np.ndarray]] = []
+        self.diagnostics: dict[str, dict[str, str]] = {}
+        self.recording = False
+        self.push_publisher = self.node.create_publisher(Push, "push", 10)
+        self.parameters = self.node.create_client(SetParameters, "/mpc_node/set_parameters")
+        self.node.create_subscription(Odometry, "odom", self._on_odometry, 100)
+        self.node.create_subscription(ContactForces, "contact_forces", self._on_contacts, 100)
+        self.node.create_subscription(Float64MultiArray, command_topic, self._on_command, 100)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+
+    def now(self) -> float:
+        return self.node.get_clock().now().nanoseconds * 1e-9
+
+    def poll(self) -> None:
+        """Nothing polled: the odometry comes by callbacks (recorded at the simulator's rate)."""
+
+    def _on_odometry(self, message: Any) -> None:
+        if self.recording:
+            p, o = message.pose.pose.position, message.pose.pose.orientation
+            self.base.append((self.now(), np.array([p.x, p.y, p.z, o.x, o.y, o.z, o.w])))
+
+    def _on_contacts(self, message: Any) -> None:
+        if self.recording:
+            self.contacts.append((self.now(), np.array(message.forces).reshape(-1, 3),
+                                  np.array(message.touching, dtype=bool)))
+
+    _on_command = Recorder._on_command
+    _on_diagnostics = Recorder._on_diagnostics
+    mpc_diagnostics = Recorder.mpc_diagnostics
+    sim_diagnostics = Recorder.sim_diagnostics
+    _diagnostics_of = Recorder._diagnostics_of
+
+    def set_gait(self, gait: str) -> None:
+        """Ask the MPC node to follow ``gait`` (answered asynchronously; a refusal shows in its log)."""
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.parameter import Parameter
+
+        request = SetParameters.Request(parameters=[Parameter("gait", value=gait).to_parameter_msg()])
+        self.parameters.call_async(request)
+
+    def push(self, force: Sequence[float], duration: float) -> None:
+        from rbd_deriv.msg import Push
+
+        self.push_publisher.publish(Push(force=np.asarray(force, dtype=float), torque=np.zeros(3),
+                                         duration=float(duration)))
+
+
+def summarize_legged(recorder: LeggedRecorder, start: float, duration: float, effort_limit: np.ndarray,
+                     mu: float) -> dict:
+    """Base motion, torque use, forces against their cones and the rates of a legged run."""
+    base_times = np.array([b[0] for b in recorder.base]) - start
+    base = np.array([b[1] for b in recorder.base])
+    inside = (base_times >= 0.0) & (base_times <= duration)
+    base_times, base = base_times[inside], base[inside]
+    command_times = np.array([c[0] for c in recorder.commands]) - start
+    torques = np.array([c[1] for c in recorder.commands])
+    during = (command_times >= 0.0) & (command_times <= duration)
+    contact_times = np.array([c[0] for c in recorder.contacts]) - start
+    forces = np.array([c[1] for c in recorder.contacts])
+    touching = np.array([c[2] for c in recorder.contacts])
+    deviation = base[:, :3] - base[0, :3] if len(base) else np.zeros((0, 3))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cone_use = np.where(forces[..., 2] > 1e-6, np.hypot(forces[..., 0], forces[..., 1]) / forces[..., 2],
+                            0.0) if len(forces) else np.zeros((0, 0))
+    return {
+        "base_times": base_times, "base": base, "deviation": deviation,
+        "base_position_rms": float(np.sqrt(np.mean(np.sum(deviation ** 2, axis=1)))) if len(base) else None,
+        "command_times": command_times, "torques": torques,
+        "torque_ratio": (np.abs(torques).max(axis=0) / effort_limit) if len(torques) else np.zeros(1),
+        "command_rate": during.sum() / duration,
+        "contact_times": contact_times, "forces": forces, "touching": touching, "cone_use": cone_use, "mu": mu,
+    }
+
+
+def plot_legged(summary: dict, feet: Sequence[str], effort_limit: np.ndarray, events: dict, path: Path,
+                title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(4, 1, figsize=(12, 13), sharex=True)
+    trajectory, cones, torques, gait = axes
+    for k, axis in enumerate("xyz"):
+        trajectory.plot(summary["base_times"], summary["deviation"][:, k], lw=1.0, label=f"base {axis}")
+    trajectory.set_ylabel("base - start [m]")
+    trajectory.set_title("base trajectory (odometry)")
+    for c, foot in enumerate(feet):
+        if len(summary["cone_use"]):
+            cones.plot(summary["contact_times"], summary["cone_use"][:, c], lw=0.8, label=foot)
+    cones.axhline(summary["mu"], color="r", ls=":", lw=1.0, label="mu (MPC)")
+    cones.set_ylabel("|f_t| / f_n")
+    cones.set_title("contact forces against their friction cones (simulator)")
+    if len(summary["torques"]):
+        ratio = summary["torques"] / effort_limit
+        torques.plot(summary["command_times"], ratio, lw=0.5)
+    for sign in (-1.0, 1.0):
+        torques.axhline(sign, color="r", ls=":", lw=1.0)
+    torques.set_ylabel("torque / limit")
+    torques.set_title("torque commands against the URDF limits (one line per joint)")
+    for c, foot in enumerate(feet):
+        if len(summary["touching"]):
+            down = summary["touching"][:, c]
+            gait.fill_between(summary["contact_times"], c + 0.1, c + 0.9, where=down, step="post", color=f"C{c}")
+    gait.set_yticks(np.arange(len(feet)) + 0.5)
+    gait.set_yticklabels(feet)
+    gait.set_title("gait: feet on the floor (simulator)")
+    gait.set_xlabel("time [s]")
+    for axis in axes:
+        for name, at in events.items():
+            axis.axvline(at, color="k", lw=0.8, ls="--")
+    for name, at in events.items():
+        trajectory.annotate(name, (at, 1.0), xycoords=("data", "axes fraction"), fontsize=8, va="top")
+    trajectory.legend(loc="lower left", fontsize=8)
+    cones.legend(loc="upper right", fontsize=8)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
+def legged_document(summary: dict, diagnostics: dict, simulator: dict, pushes: int, robot: str,
+                    gait: str) -> dict:
+    """The legged run's figures (the keys of ``--json``)."""
+    def milliseconds(key: str) -> float | None:
+        return float(diagnostics[key]) * 1e-3 if key in diagnostics else None
+
+    fell = simulator.get("fell", "true") == "true"
+    return {
+        "robot": robot, "gait": gait, "mpc_rate_hz": summary["command_rate"],
+        "solve_p50_ms": milliseconds("solve_time_p50_us"), "solve_p99_ms": milliseconds("solve_time_p99_us"),
+        "fell": fell, "base_position_rms_m": summary["base_position_rms"],
+        "max_torque_ratio": float(summary["torque_ratio"].max()),
+        "friction_cone_violations": int(simulator.get("friction_cone_violations", "-1")),
+        "pushes_applied": int(simulator.get("pushes_applied", "0")),
+        "pushes_survived": 0 if fell else int(simulator.get("pushes_applied", "0")),
+        "pushes_sent": pushes,
+        "commands_by_source": {k[len("commands_"):]: int(v) for k, v in diagnostics.items()
+                               if k.startswith("commands_")},
+        "refused_mpc": {k[len("refused_"):]: int(v) for k, v in diagnostics.items() if k.startswith("refused_")},
+        "refused_simulator": {k[len("refused_"):]: int(v) for k, v in simulator.items() if k.startswith("refused_")},
+    }
+
+
+def legged_main(arguments: Any) -> int:
+    """The legged demo: simulator and MPC node as processes, standing, the moving gait, a lateral push."""
+    import json
+    import tempfile
+
+    import rclpy
+
+    import rbd_deriv as rd
+
+    urdf, parameter_file, sim_overrides, mpc_overrides = legged_setup(arguments)
+    robot = arguments.robot or Path(urdf).stem
+    files = legged_parameters(arguments.robot) if parameter_file else {"sim_node": {}, "mpc_node": {}}
+    mpc_file = files["mpc_node"]
+    model = rd.load_urdf(urdf, floating_base=True)
+    effort_limit = np.asarray(model.effort_limit, dtype=float)[[model.idx_v[n] for n in model.actuated_joint_names]]
+    gaits = list(mpc_file.get("gaits", ["stand"]))
+    moving = arguments.gait or next((g for g in gaits if g != "stand"), "stand")
+    if moving not in gaits:
+        gaits.append(moving)
+        mpc_overrides["gaits"] = _names(gaits)
+    feet = list(mpc_file.get("contact_frames", arguments.feet.split(",") if arguments.feet else []))
+    push_force = arguments.push if arguments.push is not None else PUSH_FORCE.get(robot, 0.0)
+    logs = Path(arguments.logs or tempfile.mkdtemp(prefix="rbd_deriv_demo_"))
+    logs.mkdir(parents=True, exist_ok=True)
+    command_topic = mpc_file.get("command_topic", "/effort_controller/commands")
+    processes = [_start("sim_node", sim_overrides, logs / "sim_node.log", parameter_file),
+                 _start("mpc_node", mpc_overrides, logs / "mpc_node.log", parameter_file)]
+    rclpy.init()
+    recorder = LeggedRecorder(command_topic)
+    duration = arguments.duration
+    events = {}
+    pushes = 0
+    try:
+        print(f"starting sim_node and mpc_node for {robot} (logs in {logs}) ...", flush=True)
+        if not wait_for_loop(recorder, processes):
+            crashed = [p.args[2].rsplit(".", 1)[-1] for p in processes if p.poll() is not None]
+            print(f"the loop did not start within {STARTUP_TIMEOUT:g} s (exited: {crashed or 'none'}); see the "
+                  f"logs in {logs}", file=sys.stderr)
+            return 1
+        start = recorder.now()
+        recorder.recording = True
+        switch_at = GAIT_SWITCH if moving != "stand" and duration > 2 * GAIT_SWITCH else None
+        push_at = PUSH_AT * duration if push_force else None
+        print(f"running {duration:g} s: stand" + (f", {moving} from {switch_at:g} s" if switch_at else "")
+              + (f", push {push_force:g} N along y for {PUSH_DURATION:g} s at {push_at:g} s" if push_at else "")
+              + " ...", flush=True)
+        while recorder.now() < start + duration:
+            rclpy.spin_once(recorder.node, timeout_sec=0.01)
+            elapsed = recorder.now() - start
+            if switch_at is not None and elapsed >= switch_at and "gait" not in events:
+                recorder.set_gait(moving)
+                events["gait"] = elapsed
+            if push_at is not None and elapsed >= push_at and "push" not in events:
+                recorder.push([0.0, push_force, 0.0], PUSH_DURATION)
+                pushes += 1
+                events["push"] = elapsed
+            if any(p.poll() is not None for p in processes):
+                print("a node exited during the run; see the logs", file=sys.stderr)
+                break
+        recorder.recording = False
+        # The last reports of both nodes cover the end of the run.
+        _spin_until(recorder, lambda: False, 1.2)
+        diagnostics, simulator = recorder.mpc_diagnostics(), recorder.sim_diagnostics()
+    finally:
+        stop_processes(processes)
+        recorder.node.destroy_node()
+        rclpy.try_shutdown()
+
+    mu = float(mpc_file.get("mu", 0.7))
+    summary = summarize_legged(recorder, start, duration, effort_limit, mu)
+    document = legged_document(summary, diagnostics, simulator, pushes, robot, moving)
+    title = (f"rbd_deriv legged demo: {model.name} (nv = {model.nv}), MuJoCo, MPC N={mpc_file.get('horizon', 20)}, "
+             f"dt={mpc_file.get('dt', 0.02)} s, stand then {moving}, push {push_force:g} N")
+    print()
+    print(title)
+    print(f"MPC rate achieved:      {document['mpc_rate_hz']:.1f} Hz (asked {mpc_file.get('rate_hz', '-')} Hz)")
+    print(f"MPC solve time:         p50 {document['solve_p50_ms']} ms, p99 {document['solve_p99_ms']} ms")
+    print(f"fell:                   {document['fell']}")
+    print(f"base position RMS:      {document['base_position_rms_m']} m (from its start)")
+    print(f"max |torque| / limit:   {document['max_torque_ratio']:.3f}")
+    print(f"friction cone violations (simulator foot-steps): {document['friction_cone_violations']}")
+    print(f"pushes survived:        {document['pushes_survived']} of {pushes} sent "
+          f"({document['pushes_applied']} applied)")
+    print(f"commands by source:     {document['commands_by_source']}")
+    print(f"refused:                MPC {document['refused_mpc'] or 'none'}, "
+          f"simulator {document['refused_simulator'] or 'none'}")
+    output = Path(arguments.output)
+    plot_legged(summary, feet, effort_limit, events, output, title)
+    print(f"plot written to {output.resolve()}")
+    if arguments.json:
+        Path(arguments.json).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        print(f"summary written to {Path(arguments.json).resolve()}")
+    return 0 if not document["fell"] and document["max_torque_ratio"] <= 1.0 + 1e-9 else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rbd_deriv.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -303,6 +615,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", default="rbd_deriv_demo.png", help="PNG written at the end")
     parser.add_argument("--json", default=None, help="also write a JSON summary to this file")
     parser.add_argument("--logs", default=None, help="folder for the nodes' logs (default: temp)")
+    parser.add_argument("--robot", choices=LEGGED_DEMOS, default=None,
+                        help="a legged robot instead of the arm: stand, its moving gait, a lateral push")
+    parser.add_argument("--urdf", default=None, help="any legged robot's URDF (with --feet)")
+    parser.add_argument("--feet", default=None, help="its contact frames, F1,F2,... (a trot: FL,FR,HL,HR)")
+    parser.add_argument("--contact", choices=["point", "frame"], default="point", help="contact kind of the feet")
+    parser.add_argument("--srdf", default=None, help="SRDF holding the reference posture")
+    parser.add_argument("--posture", default=None, help="name of the SRDF group_state of the reference posture")
+    parser.add_argument("--gait", default=None, help="legged: the gait after standing (default: the robot file's)")
+    parser.add_argument("--push", type=float, default=None, help="legged: lateral push [N] for 0.1 s mid-run")
     parser.add_argument("--reference-only", action="store_true",
                         help="only publish the reference once the loop runs, and stay until it ends "
                              "(for demo.launch.py)")
@@ -312,6 +633,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(20, 99)))
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    if arguments.robot or arguments.urdf:
+        return legged_main(arguments)
     import tempfile
 
     import rclpy

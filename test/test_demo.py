@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import rbd_deriv as rd
 from rbd_deriv import demo
@@ -78,3 +79,93 @@ def test_json_summary_reports_the_simulators_steps_by_source(tmp_path):
     assert document["commands_by_source"] == {"plan": 3970, "stale_state": 2}
     assert document["refused_mpc"] == {"joint_states/non_finite": 1}
     assert document["refused_simulator"] == {"policy/size": 3}
+
+
+# ------------------------------------------------------------------------------------------------- legged
+LEGGED_LAUNCH = LAUNCH.parent / "legged.launch.py"
+
+
+@pytest.mark.parametrize("robot", demo.LEGGED_DEMOS)
+def test_legged_robot_files_name_existing_parameters_with_good_values(robot):
+    """config/<robot>.yaml: every parameter is one of the node's, its value passes the node's check, the
+    simulator starts at the SRDF posture the MPC takes as reference, the feet are frames of the robot."""
+    from rbd_deriv.control.srdf import reference_posture
+    from rbd_deriv.nodes.parameters import MPC_NODE, SIM_NODE, _problem
+    from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_srdf
+
+    parameters = demo.legged_parameters(robot)
+    assert set(parameters) == {"sim_node", "mpc_node"}
+    for node, table in (("sim_node", SIM_NODE), ("mpc_node", MPC_NODE)):
+        for name, value in parameters[node].items():
+            assert name in table, f"{node}: {name} is not a parameter"
+            assert _problem(name, table[name], value) is None, (node, name, value)
+    sim, mpc = parameters["sim_node"], parameters["mpc_node"]
+    assert sim["floating_base"] and mpc["floating_base"]
+    assert sim["contact_frames"] == mpc["contact_frames"] and sim["contact_kinds"] == mpc["contact_kinds"]
+    assert mpc["gait"] in mpc["gaits"]
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS[robot]), floating_base=True)
+    posture = reference_posture(model, example_robot_srdf(robot), mpc["posture"], missing="neutral")
+    start = np.asarray(sim["initial_positions"], dtype=float)
+    if start.size == 1:  # one value for every joint: the neutral configuration, from which the MPC moves it
+        np.testing.assert_array_equal(np.full(model.nq - 7, start[0]), rd.neutral(model)[7:])
+    else:  # the simulator starts at the MPC's reference posture
+        np.testing.assert_allclose(start, posture[7:], rtol=0, atol=1e-6)
+    data = model.create_data()
+    for foot in mpc["contact_frames"]:
+        rd.frame_placement(model, data, foot)  # raises for a frame the robot does not have
+    for key in ("foot_radius", "sole_size"):
+        if key in mpc or key in sim:
+            assert mpc.get(key, MPC_NODE[key].default) == sim.get(key, SIM_NODE[key].default), key
+
+
+def test_legged_launch_file_gives_the_nodes_the_demo_files():
+    tree = ast.parse(LEGGED_LAUNCH.read_text(encoding="utf-8"))
+    robots = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                  and getattr(node.targets[0], "id", "") == "ROBOTS")
+    assert tuple(ast.literal_eval(robots)) == demo.LEGGED_DEMOS
+    strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert {"sim_node", "mpc_node", "robot", "gait", "urdf_path", "srdf_path"} <= strings
+    # Each node gets [its own file, the robot's file, overrides], like the demo script.
+    assert 'parameters=[str(config / f"{name}.yaml"), str(config / f"{robot}.yaml"), overrides]' in \
+        LEGGED_LAUNCH.read_text()
+
+
+def test_legged_setup_of_any_robot(tmp_path):
+    import argparse
+
+    from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_srdf
+
+    arguments = argparse.Namespace(robot=None, urdf=str(EXAMPLE_ROBOTS["solo12"]), feet="FL_FOOT,FR_FOOT,HL_FOOT,HR_FOOT",
+                                   contact="point", srdf=str(example_robot_srdf("solo12")), posture="standing")
+    urdf, parameter_file, sim, mpc = demo.legged_setup(arguments)
+    assert urdf == arguments.urdf and parameter_file == ""
+    assert sim["contact_frames"] == mpc["contact_frames"] == "[FL_FOOT, FR_FOOT, HL_FOOT, HR_FOOT]"
+    assert sim["floating_base"] is True and mpc["posture"] == "standing"
+    np.testing.assert_allclose(sim["initial_positions"], demo.legged_parameters("solo12")["sim_node"]["initial_positions"],
+                               atol=1e-6)
+
+
+def test_legged_demo_json_on_a_short_run(tmp_path):
+    """``./run demo --robot solo12`` for a few seconds, standing, pushed: the summary's fields."""
+    import json
+    import os
+    import sys
+
+    pytest.importorskip("rclpy")
+    pytest.importorskip("mujoco")
+    path = tmp_path / "legged.json"
+    env = dict(os.environ)
+    env.pop("ROS_DOMAIN_ID", None)
+    run = subprocess.run([sys.executable, "-m", "rbd_deriv.demo", "--robot", "solo12", "--gait", "stand",
+                          "--duration", "4", "--json", str(path), "--output", str(tmp_path / "legged.png"),
+                          "--logs", str(tmp_path / "logs")], env=env, capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    document = json.loads(path.read_text())
+    for key in ("mpc_rate_hz", "solve_p50_ms", "solve_p99_ms", "fell", "base_position_rms_m", "max_torque_ratio",
+                "friction_cone_violations", "pushes_survived"):
+        assert document[key] is not None, key
+    assert document["fell"] is False and document["pushes_survived"] == 1 == document["pushes_sent"]
+    assert 0.0 < document["max_torque_ratio"] <= 1.0 and document["friction_cone_violations"] == 0
+    assert document["mpc_rate_hz"] > 5.0 and document["solve_p99_ms"] >= document["solve_p50_ms"] > 0.0
+    assert 0.0 < document["base_position_rms_m"] < 0.05
+    assert (tmp_path / "legged.png").stat().st_size > 10_000

@@ -131,6 +131,16 @@ class TickResult:
     policy: Optional[FeedbackPolicy] = None
 
 
+def time_percentiles(name: str, seconds: Sequence[float]) -> Dict[str, str]:
+    """``<name>_p50_us``, ``<name>_p99_us`` and ``<name>_max_us`` of durations [s], for /diagnostics (empty
+    without a sample)."""
+    if len(seconds) == 0:
+        return {}
+    times = np.asarray(seconds) * 1e6
+    return {f"{name}_p50_us": f"{np.percentile(times, 50):.1f}", f"{name}_p99_us": f"{np.percentile(times, 99):.1f}",
+            f"{name}_max_us": f"{times.max():.1f}"}
+
+
 class ControlLoop:
     """The tick policy of an MPC: freshness, observer, prediction, solve, safe command, counters.
 
@@ -465,11 +475,7 @@ class ControlLoop:
                    f"safe command (hold with gravity compensation): {self.last_source.value}")
         values = {"rate_hz": f"{rate:.1f}", "mode": self.problem.mode.value,
                   "horizon": str(self.problem.horizon), "command_source": self.last_source.value}
-        if self.solve_times:
-            times = np.asarray(self.solve_times) * 1e6
-            values.update({"solve_time_p50_us": f"{np.percentile(times, 50):.1f}",
-                           "solve_time_p99_us": f"{np.percentile(times, 99):.1f}",
-                           "solve_time_max_us": f"{times.max():.1f}"})
+        values.update(time_percentiles("solve_time", self.solve_times))
         if self.linearization_ages:
             ages = np.asarray(self.linearization_ages) * 1e3
             values.update({"linearization_age_p50_ms": f"{np.percentile(ages, 50):.3f}",

@@ -19,6 +19,13 @@ plan or policy that is not finite is not sent. Every callback runs inside one gu
 as ``internal_error``, the tick keeps its timer). Inputs stamped ahead of the clock by more than
 ``max_stamp_lead`` are refused; joint_states lost before the node are counted (``lost_joint_states``).
 Every age is measured on the node's clock, so ``use_sim_time`` works.
+
+Floating-base mode (``floating_base: true``, a legged robot on ``contact_frames``): the state is joint_states
+(the actuated joints) plus the base's nav_msgs/Odometry (``odom_topic``: pose in the world, twist in the base
+frame), the tick policy is :class:`rbd_deriv.control.legged_loop.LeggedLoop` (the legged MPC along a gait of
+``gaits``, ``gait`` switchable at run time; the safe command of a standing robot), and the outputs are the
+torque command, the feedback policy and ``/diagnostics`` (rate, solve time percentiles, commands by source,
+safe commands, cone refusals, refused inputs). No linearization, compensation or reference input there.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
+from nav_msgs.msg import Odometry
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
@@ -40,13 +48,18 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 import rbd_deriv as rd
 from rbd_deriv import bundled_urdf
 from rbd_deriv.control import CommandSource, ControlLoop, FeedbackPolicy, LoopSettings, MPCProblem, Plan
-from rbd_deriv.exceptions import RbdDerivError
-from rbd_deriv.messages import feedback_policy_fields, fill_message, linearization_arrays, set_stamp, stamp_to_ns
+from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
+from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, LeggedSource, make_gait
+from rbd_deriv.control.srdf import reference_posture
+from rbd_deriv.exceptions import InputError, RbdDerivError
+from rbd_deriv.messages import (feedback_policy_fields, fill_message, linearization_arrays, odometry_arrays, set_stamp,
+                                stamp_to_ns)
 from rbd_deriv.msg import FeedbackPolicy as FeedbackPolicyMessage
 from rbd_deriv.msg import Linearization
 from rbd_deriv.nodes.parameters import MPC_NODE, declare_parameters, per_joint, updated_values
 from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, guard, run_node
 from rbd_deriv.refusals import shorten
+from rbd_deriv.sim.ground import Ground, rest_on_floor
 
 # The tick reads what arrived since the previous tick (PolledSubscription): no executor callback per
 # 1 kHz joint_states message. The depth covers 100 ms of a 1 kHz topic split across several
@@ -62,7 +75,13 @@ class MpcNode(Node):
     def __init__(self) -> None:
         super().__init__("mpc_node")
         p = self._p = declare_parameters(self, MPC_NODE)
-        self.model = rd.load_urdf(p["robot_description"] or p["urdf_path"] or str(bundled_urdf("rbd_arm7")))
+        self.model = rd.load_urdf(p["robot_description"] or p["urdf_path"] or str(bundled_urdf("rbd_arm7")),
+                                  floating_base=p["floating_base"])
+        self._window_start = time.monotonic()
+        self.legged = bool(p["floating_base"])
+        if self.legged:
+            self._start_legged(p)
+            return
         problem = MPCProblem.from_model(
             self.model, horizon=p["horizon"], dt=p["dt"], position_weight=per_joint(p["position_weight"]),
             velocity_weight=per_joint(p["velocity_weight"]), torque_weight=per_joint(p["torque_weight"]),
@@ -80,7 +99,6 @@ class MpcNode(Node):
         goal = np.asarray(p["goal_positions"], dtype=float)
         if goal.size == problem.nv:
             self.loop.set_goal(goal)
-        self._window_start = time.monotonic()
 
         self.command_publisher = self.create_publisher(Float64MultiArray, p["command_topic"], 10)
         self.plan_publisher = self.create_publisher(JointTrajectory, p["plan_topic"], 10)
@@ -101,6 +119,28 @@ class MpcNode(Node):
         self.get_logger().info(
             f"MPC on {self.model.name!r}: {problem.nv} joints, N={problem.horizon}, "
             f"dt={problem.dt} s, mode {problem.mode.value}, {p['rate_hz']:g} Hz")
+
+    def _start_legged(self, p: dict) -> None:
+        """The floating-base mode: the legged MPC of each gait of ``gaits``, the loop, its inputs (joint_states
+        and odometry) and outputs (the torque command, the feedback policy, /diagnostics)."""
+        self.loop = legged_loop_from_parameters(self.model, p)
+        self.loop.warm_up()
+        self.joint_names = list(self.model.joint_names)
+        self._joint_set = frozenset(self.model.actuated_joint_names)
+        self.command_publisher = self.create_publisher(Float64MultiArray, p["command_topic"], 10)
+        self.policy_publisher = (self.create_publisher(FeedbackPolicyMessage, p["policy_topic"], 10)
+                                 if p["policy_topic"] else None)
+        self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.joint_states_input = PolledSubscription(self, JointState, p["joint_states_topic"], INPUT_QOS)
+        self.newest_inputs = [(PolledSubscription(self, Odometry, p["odom_topic"], INPUT_QOS), self._on_odometry)]
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.create_timer(1.0 / p["rate_hz"], self._guard(self._tick_legged))
+        self.create_timer(p["diagnostics_period"], self._guard(self._publish_diagnostics))
+        mpc = self.loop.mpc
+        self.get_logger().info(
+            f"legged MPC on {self.model.name!r}: nv={self.model.nv}, feet {list(self.loop.feet)} "
+            f"({', '.join(self.loop.kinds)}), gaits {sorted(self.loop.mpcs)}, now {self.loop.gait!r}, "
+            f"N={mpc.horizon}, dt={mpc.dt} s, mu={mpc.mu}, {p['rate_hz']:g} Hz")
 
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
@@ -130,7 +170,12 @@ class MpcNode(Node):
     def _on_set_parameters(self, parameters: list) -> SetParametersResult:
         try:
             updated, problem = updated_values(MPC_NODE, self._p, parameters)
-            if problem is None and any(parameter.name == "goal_positions" for parameter in parameters):
+            if problem is None and self.legged and any(parameter.name == "gait" for parameter in parameters):
+                try:
+                    self.loop.set_gait(updated["gait"])
+                except RbdDerivError as error:
+                    problem = f"gait: {error}"
+            elif problem is None and any(parameter.name == "goal_positions" for parameter in parameters):
                 try:
                     self.loop.set_goal(updated["goal_positions"])
                 except RbdDerivError as error:
@@ -147,6 +192,10 @@ class MpcNode(Node):
     def _on_joint_states(self, message: JointState) -> bool:
         return self._take("joint_states", self.loop.take_joint_states, message.name, message.position,
                    message.velocity, message.effort, stamp_to_ns(message.header.stamp), self._now_ns())
+
+    def _on_odometry(self, message: Odometry) -> None:
+        self._take("odom", self.loop.take_odometry, *odometry_arrays(message), stamp_to_ns(message.header.stamp),
+                   self._now_ns())
 
     def _on_compensation(self, message: JointState) -> None:
         self._take("compensation", self.loop.take_compensation, message.name, message.effort,
@@ -199,6 +248,19 @@ class MpcNode(Node):
         if result.plan is not None and self.loop.ticks % self._p["plan_decimation"] == 0:
             self._publish_plan(result.plan, result.plan_start_ns)
 
+    def _tick_legged(self) -> None:
+        self._read_inputs()
+        result = self.loop.tick(self._now_ns())
+        if result is None:
+            return  # the base or a joint never heard of: no command is better than a guess
+        self._log(result.trouble)
+        if result.source is not LeggedSource.PLAN and result.source is not result.previous_source:
+            self.get_logger().warning(f"safe command (last good policy, else the statics of the measured "
+                                      f"posture): {result.source.value}")
+        if self.policy_publisher is not None:
+            self._publish_policy(result.policy)
+        self.command_publisher.publish(Float64MultiArray(data=result.command.tolist()))
+
     def _publish_plan(self, plan: Plan, start_ns: int) -> None:
         if not (np.isfinite(plan.states).all() and np.isfinite(plan.torques).all()):
             self._log(self.loop.refuse("non_finite_plan", "a plan with NaN or inf: not published"))
@@ -244,6 +306,36 @@ class MpcNode(Node):
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
         self.diagnostics_publisher.publish(array)
+
+
+def legged_loop_from_parameters(model: Any, p: dict) -> LeggedLoop:
+    """The floating-base mode's loop from the node's parameters: the reference posture (the SRDF's
+    ``posture``, else the neutral configuration) put on the floor the way the simulator puts the robot (point
+    feet ``foot_radius`` above it, soles on it), one legged MPC per gait of ``gaits``.
+
+    Raises:
+        InputError: No foot, a foot the model lacks, an SRDF or posture that cannot be read, a gait that
+            cannot be made (a trot without four feet, a pattern knot without contact), ``gait`` not in ``gaits``.
+    """
+    feet = list(p["contact_frames"])
+    if not feet:
+        raise InputError("floating_base needs contact_frames (the feet)", "contact_frames")
+    kinds = list(p["contact_kinds"]) or ["point"] * len(feet)
+    if len(kinds) != len(feet):
+        raise InputError(f"{len(kinds)} contact_kinds for {len(feet)} contact_frames", "contact_kinds")
+    posture = (reference_posture(model, p["srdf_path"], p["posture"], missing="neutral") if p["srdf_path"]
+               else rd.neutral(model))
+    posture = rest_on_floor(model, posture, Ground(tuple(feet), tuple(kinds), p["foot_radius"],
+                                                   tuple(p["sole_size"])))
+    weights = LeggedWeights(**{field: p[f"weight_{field}"] for field in LeggedWeights.__dataclass_fields__})
+    mpcs = {}
+    for name in dict.fromkeys(list(p["gaits"]) + [p["gait"]]):
+        gait = make_gait(name, feet, kinds, p["swing_knots"], p["support_knots"], p["gait_pattern"])
+        mpcs[name] = LeggedMPC(model, feet, gait, posture, horizon=p["horizon"], dt=p["dt"], mu=p["mu"],
+                               weights=weights, swing_height=p["swing_height"])
+    settings = LeggedLoopSettings(state_timeout=p["state_timeout"], policy_validity=p["policy_validity"],
+                                  max_stamp_lead=p["max_stamp_lead"])
+    return LeggedLoop(model, mpcs, p["gait"], settings)
 
 
 def main(args: list[str] | None = None) -> int:

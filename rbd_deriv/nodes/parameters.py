@@ -10,6 +10,7 @@ given at start-up stop the node with every problem listed) and checks a ``ros2 p
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -19,6 +20,8 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.parameter import Parameter
 
+from rbd_deriv.control.legged import LeggedWeights
+from rbd_deriv.control.legged_loop import GAITS
 from rbd_deriv.control.problem import Mode
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.joint_state_map import PLAUSIBLE
@@ -267,6 +270,45 @@ MPC_NODE: Dict[str, Spec] = {
     "reference_topic": Spec("~/reference", "trajectory_msgs/JointTrajectory reference input", read_only=True),
     "plan_topic": Spec("~/plan", "trajectory_msgs/JointTrajectory planned motion output", read_only=True),
 }
+
+#: The floating-base mode of the MPC node (a legged robot on its feet, rbd_deriv.control.legged_loop): read at
+#: start-up, but ``gait``.
+MPC_NODE_LEGGED: Dict[str, Spec] = {
+    "floating_base": Spec(False, "a legged robot: free-flyer base (pose and twist from odom_topic), the legged MPC "
+                          "on contact_frames along a gait; false: the fixed-base MPC", read_only=True),
+    "contact_frames": Spec([], "floating base: the feet (URDF links or joints), in the gait's order (a trot: FL, "
+                           "FR, HL, HR)", read_only=True),
+    "contact_kinds": Spec([], "one per foot, point (a force) or frame (a sole: a wrench); empty: every foot is a "
+                          "point", contact_kinds, read_only=True),
+    "srdf_path": Spec("", "SRDF file whose group_state `posture` is the reference posture; empty: the neutral "
+                      "configuration", read_only=True),
+    "posture": Spec("", "name of the SRDF group_state of the reference posture (joints it leaves out take their "
+                    "neutral value); the base is put on the floor", read_only=True),
+    "foot_radius": Spec(0.02, "radius of a point foot [m], > 0: its frame stands that high above the floor (the "
+                        "simulator's foot sphere)", positive, read_only=True),
+    "sole_size": Spec([0.2, 0.1], "length and width of a sole [m] (the simulator's sole)", finite_values,
+                      read_only=True),
+    "gaits": Spec(["stand"], f"gaits built at start-up, among {', '.join(GAITS)}: `gait` may switch between "
+                  "them at run time", read_only=True),
+    "gait": Spec("stand", "the gait followed (one of `gaits`); settable at run time: the new gait starts at its "
+                 "first knot", one_of(GAITS)),
+    "swing_knots": Spec(8, "knots a foot stays in the air (trot, walk), in [1, 1000]", in_range(1, 1000),
+                        read_only=True),
+    "support_knots": Spec(2, "knots with every foot down between two swings (trot, walk), in [0, 1000]",
+                          in_range(0, 1000), read_only=True),
+    "gait_pattern": Spec([], "the `pattern` gait: one string per knot of its period, 1 per closed foot, 0 per open "
+                         "one (e.g. [\"1111\", \"0110\"])", read_only=True),
+    "mu": Spec(0.7, "friction coefficient the MPC plans with (keep it under the floor's), > 0", positive,
+               read_only=True),
+    "swing_height": Spec(0.05, "apex of a swing foot above its stance position [m], >= 0", non_negative,
+                         read_only=True),
+    "odom_topic": Spec("odom", "nav_msgs/Odometry input of the base: pose in the world, twist in the base frame",
+                       read_only=True),
+    **{f"weight_{field.name}": Spec(float(field.default), f"legged cost weight `{field.name}` (see "
+                                    "rbd_deriv.control.legged.LeggedWeights), >= 0", non_negative, read_only=True)
+       for field in dataclasses.fields(LeggedWeights)},
+}
+MPC_NODE.update(MPC_NODE_LEGGED)
 
 #: rbd_deriv/nodes/sim_node.py; read at start-up.
 SIM_NODE: Dict[str, Spec] = {

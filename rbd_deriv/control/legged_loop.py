@@ -1,0 +1,414 @@
+"""The legged MPC's tick policy: what a controller of a robot on its feet does at every tick (no ROS).
+
+A :class:`LeggedLoop` takes the robot's inputs with their stamps [ns], the actuated joints' states
+(joint_states) and the base's pose and twist (odometry: pose in the world, twist in the base frame,
+the free flyer's v), and at every :meth:`~LeggedLoop.tick` at the clock's time:
+
+1. assembles x = (q, v) (:class:`~rbd_deriv.joint_state_map.JointStateMap`) and checks that the
+   joint states and the base state are both younger than ``state_timeout``;
+2. puts the plan on the gait's grid of knots: the knot nearest the state's time,
+   :math:`n = \\mathrm{round}(t / dt)` with t the time since the gait started, gives the phase
+   :math:`n \\bmod P` (P the period) and the time of the plan's first knot, :math:`t_0 + n\\,dt`; the
+   previous plan is shifted by the knots between them (warm start), and the MPC solves
+   (:meth:`~rbd_deriv.control.legged.LeggedMPC.solve`). A plan stamped with its state's own time would
+   move each touchdown by up to dt from one tick to the next whenever ticks do not fall on the grid (a
+   tick rate that is not 1 / dt, jitter): the robot side would then not know when its feet land;
+3. sends the plan when it is sendable (solved, first knot's forces inside the friction cone): the
+   first torque and the feedback policy u = u_ff + K (x (-) x_ref) of its first knots
+   (:func:`~rbd_deriv.control.policy.policy_from_plan`);
+4. otherwise (a stale input, a refused state, a failed solve, a cone refusal) the safe command of a
+   standing robot: the last good policy while it is valid (evaluated at the measured state), else
+   the torques that hold the measured posture on the feet the gait has on the ground
+   (:func:`~rbd_deriv.control.legged.static_torques`), both clamped to the effort limits, never NaN.
+
+Refused inputs raise :class:`~rbd_deriv.exceptions.InputError` subclasses (nothing stored); the caller
+counts them with :meth:`~LeggedLoop.refuse`, beside what the tick counts itself (``solve_input``,
+``solver_failure``, ``cone_refusal``, ``internal_error``); :meth:`~LeggedLoop.diagnostics` reports both.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from rbd_deriv.control.legged import LeggedMPC, LeggedPlan, static_torques
+from rbd_deriv.control.loop import time_percentiles
+from rbd_deriv.control.policy import FeedbackPolicy, constant_policy, policy_from_plan
+from rbd_deriv.control.schedule import Gait
+from rbd_deriv.control.safety import clamp_torque, hold_command, is_stale
+from rbd_deriv.exceptions import InputError, RbdDerivError
+from rbd_deriv.joint_state_map import JointStateMap
+from rbd_deriv.messages import ns_to_seconds
+from rbd_deriv.refusals import Refusals
+
+__all__ = ["GAITS", "LeggedLoop", "LeggedLoopSettings", "LeggedSource", "LeggedTick", "make_gait"]
+
+#: Samples kept for the percentiles of the diagnostics.
+STATISTICS_WINDOW = 2000
+
+#: Gait names a configuration may ask for: the patterns of :class:`~rbd_deriv.control.schedule.Gait`, and
+#: ``pattern``, one period spelt knot by knot.
+GAITS = ("stand", "trot", "walk", "pattern")
+
+
+def make_gait(name: str, feet: Sequence[str], kinds: Sequence[str], swing: int = 8, support: int = 2,
+              pattern: Sequence[str] = ()) -> Gait:
+    """The gait called ``name`` on ``feet``.
+
+    Args:
+        name: One of :data:`GAITS`.
+        feet: Contact frames (a trot takes FL, FR, HL, HR in that order; a walk swings them in order).
+        kinds: ``"point"`` or ``"frame"`` per foot.
+        swing, support: Knots a foot stays in the air, knots with every foot down between two swings.
+        pattern: For ``pattern``: one string per knot of the period, a ``1`` per closed foot and ``0`` per
+            open one (``["1111", "0110", ...]``).
+
+    Raises:
+        InputError: An unknown name, a trot without four feet, bad knot counts, a pattern of the wrong
+            shape or with a knot where no foot touches the ground (the robot cannot fly).
+    """
+    kinds = tuple(kinds)
+    if name == "stand":
+        return Gait.standing(feet, kinds)
+    if name == "trot":
+        return Gait.trot(feet, swing, support, kinds)
+    if name == "walk":
+        return Gait.walk(feet, swing, support, kinds)
+    if name != "pattern":
+        raise InputError(f"gait {name!r} is not one of {', '.join(GAITS)}", "gait")
+    rows = [str(row) for row in pattern]
+    if not rows or any(len(row) != len(feet) or set(row) - {"0", "1"} for row in rows):
+        raise InputError(f"a gait pattern needs one string of {len(feet)} characters 0 or 1 per knot, got "
+                         f"{rows[:4]!r}", "pattern")
+    table = np.array([[c == "1" for c in row] for row in rows])
+    flying = np.flatnonzero(~table.any(axis=1))
+    if flying.size:
+        raise InputError(f"knots {flying.tolist()} of the gait pattern have no foot on the ground", "pattern")
+    return Gait(tuple(feet), table, kinds)
+
+
+class LeggedSource(str, Enum):
+    """Why a legged tick sent its command."""
+
+    PLAN = "plan"
+    NO_STATE = "no_state"
+    STALE_STATE = "stale_state"
+    SOLVE_FAILURE = "solve_failure"
+    CONE_REFUSAL = "cone_refusal"
+
+
+@dataclass(frozen=True)
+class LeggedLoopSettings:
+    """How the loop treats time.
+
+    Attributes:
+        state_timeout: Joint states or a base state older than this [s] give the safe command, > 0.
+        policy_validity: How long [s] after its first knot the robot side may apply a plan's policy, > 0;
+            the safe command holds the last good policy as long.
+        max_stamp_lead: Inputs stamped ahead of the clock by more than this [s] are refused, >= 0.
+        start_iterations: Gauss-Newton iterations of a plan started from scratch (the first tick of a
+            gait, after a failed solve), >= 1; every other tick runs one (a real-time iteration).
+    """
+
+    state_timeout: float = 0.05
+    policy_validity: float = 0.1
+    max_stamp_lead: float = 0.1
+    start_iterations: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("state_timeout", "policy_validity"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0.0):
+                raise InputError(f"{name} must be > 0, got {value!r}", name)
+        if not (isinstance(self.start_iterations, int) and self.start_iterations >= 1):
+            raise InputError(f"start_iterations must be an integer >= 1, got {self.start_iterations!r}",
+                             "start_iterations")
+        if not (isinstance(self.max_stamp_lead, (int, float)) and self.max_stamp_lead >= 0.0):
+            raise InputError(f"max_stamp_lead must be >= 0, got {self.max_stamp_lead!r}", "max_stamp_lead")
+
+
+@dataclass(frozen=True)
+class LeggedTick:
+    """What one tick decided.
+
+    Attributes:
+        command: Actuated torques (nu,) [N m]: finite, inside the effort limits.
+        source: Why this command; ``PLAN`` when it is this tick's plan.
+        previous_source: The previous tick's source (a change is worth a log line).
+        policy: The feedback policy to send: this tick's plan's, the last good one held (same stamp),
+            or the safe command as a policy without gain. Finite.
+        plan: This tick's plan when a solve ran, else None (sendable or not).
+        trouble: A log line when the tick refused or failed something (once per log period and reason).
+    """
+
+    command: np.ndarray
+    source: LeggedSource
+    previous_source: LeggedSource
+    policy: FeedbackPolicy
+    plan: Optional[LeggedPlan]
+    trouble: Optional[str] = None
+
+
+class LeggedLoop:
+    """The tick policy of a legged MPC: state assembly, freshness, gait phase, solve, safe command.
+
+    Args:
+        model: The floating-base model the MPCs were built on.
+        mpcs: The legged MPCs by gait name (built once: a gait change switches between them).
+        gait: The gait the loop starts with, a key of ``mpcs``.
+        settings: Timeouts and validity.
+        log_period: Shortest time [s] between two log lines of one refusal reason.
+
+    Raises:
+        InputError: A fixed-base model, no MPC, an unknown gait, MPCs on other feet or another model's size.
+    """
+
+    def __init__(self, model: Any, mpcs: Mapping[str, LeggedMPC], gait: str,
+                 settings: LeggedLoopSettings = LeggedLoopSettings(), log_period: float = 1.0) -> None:
+        if not model.has_floating_base:
+            raise InputError("a legged loop needs a model with a floating base", "model")
+        if not mpcs:
+            raise InputError("a legged loop needs at least one MPC", "mpcs")
+        first = next(iter(mpcs.values()))
+        for name, mpc in mpcs.items():
+            if mpc.model.nv != model.nv or mpc.feet != first.feet:
+                raise InputError(f"the MPC of gait {name!r} is on other feet or another model", "mpcs")
+        self.model, self.mpcs, self.settings = model, dict(mpcs), settings
+        self.feet, self.kinds = first.feet, first.kinds
+        self.actuated = first.dynamics.actuated
+        self.actuated_joint_names = tuple(model.actuated_joint_names)
+        self.upper = np.asarray(first.ocp.control_upper, dtype=float).copy()
+        self.lower = np.asarray(first.ocp.control_lower, dtype=float).copy()
+        self.state = JointStateMap(model, max_lead=settings.max_stamp_lead)
+        self._joints_ns: Optional[int] = None
+        self._base_ns: Optional[int] = None
+        # Times inside the loop are seconds from the first stamp it sees (float seconds since 1970 would
+        # keep only a fraction of a microsecond).
+        self._epoch_ns: Optional[int] = None
+        self.gait = ""
+        self.mpc = first
+        self._gait_start: Optional[float] = None
+        self._last_knot: Optional[int] = None
+        self._sent_ns: Optional[int] = None  # stamp of the last policy sent
+        self.set_gait(gait)
+        self.good_policy: Optional[FeedbackPolicy] = None
+        self.last_command: Optional[np.ndarray] = None
+        self.last_source = LeggedSource.NO_STATE
+        self.last_plan: Optional[LeggedPlan] = None
+        self.solve_times: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
+        self.cone_violations: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
+        self.sources: collections.Counter = collections.Counter()
+        self.held_policy_ticks = 0
+        self.refusals = Refusals(log_period)
+        self.ticks = 0
+        self._window_ticks = 0
+
+    # ------------------------------------------------------------------------------------- inputs
+    def _seconds(self, ns: int) -> float:
+        if self._epoch_ns is None:
+            self._epoch_ns = int(ns)
+        return ns_to_seconds(ns, self._epoch_ns)
+
+    def take_joint_states(self, names: Sequence[str], position: Any, velocity: Any, effort: Any,
+                          stamp_ns: int, now_ns: Optional[int] = None) -> None:
+        """One joint_states message of the actuated joints (any order; joints the model lacks are ignored).
+
+        Raises:
+            JointStateError: refused whole (NaN, inf or implausible values, no joint of the model, a stamp
+                out of order or ahead of the clock by more than ``max_stamp_lead``).
+        """
+        self.state.update(names, position, velocity, effort if np.isfinite(np.asarray(effort, float)).all()
+                          else (), stamp_ns, now_ns)
+        self._joints_ns = int(stamp_ns) if self._joints_ns is None else max(self._joints_ns, int(stamp_ns))
+
+    def take_odometry(self, position: Any, orientation: Any, linear: Any, angular: Any, stamp_ns: int,
+                      now_ns: Optional[int] = None) -> None:
+        """The base's pose in the world (position (3,) [m], quaternion (x, y, z, w)) and twist in the base
+        frame (linear, angular (3,) [m/s], [rad/s]): nav_msgs/Odometry with the base as child frame.
+
+        Raises:
+            JointStateError: ``bad_base`` (shapes, NaN, a quaternion that is not unit), ``out_of_order``,
+                ``future``.
+        """
+        self.state.update_base(position, orientation, linear, angular, stamp_ns, now_ns)
+        self._base_ns = int(stamp_ns)
+
+    def set_gait(self, gait: str) -> None:
+        """Follow ``gait`` (a key of the loop's MPCs) from the next tick on, from its first knot.
+
+        Raises:
+            InputError: an unknown gait; the gait in use stays.
+        """
+        if gait not in self.mpcs:
+            raise InputError(f"gait {gait!r} is not one of {sorted(self.mpcs)}", "gait")
+        if gait != self.gait:
+            self.gait, self.mpc = gait, self.mpcs[gait]
+            self._gait_start = None
+            self._last_knot = None  # its plan is not this robot's recent past: start it from scratch
+
+    def refuse(self, kind: str, error: Any) -> Optional[str]:
+        """Count a refused input (or a failed tick) of ``kind``; the line to log, or None within the log
+        period of that reason."""
+        return self.refusals.count_error(kind, error)
+
+    # --------------------------------------------------------------------------------------- tick
+    def knot(self, state_time: float) -> int:
+        """The knot of the gait's grid nearest the state's time [s] (counted from the gait's start, not
+        wrapped: the phase is this modulo the period)."""
+        if self._gait_start is None:
+            self._gait_start = state_time
+        return int(math.floor((state_time - self._gait_start) / self.mpc.dt + 0.5))
+
+    def tick(self, now_ns: int) -> Optional[LeggedTick]:
+        """Decide the command at ``now_ns`` [ns] (the caller's clock).
+
+        Returns:
+            None before the base and every joint have been received (no command is better than a guess),
+            else the command, its policy and why. Never raises for a bad state or a failed solve.
+        """
+        previous = self.last_source
+        if not self.state.complete:
+            self.sources[LeggedSource.NO_STATE] += 1
+            self.last_source = LeggedSource.NO_STATE
+            return None
+        q, v = self.state.q.copy(), self.state.v.copy()
+        now = self._seconds(now_ns)
+        timeout = self.settings.state_timeout
+        state_ns = min(self._joints_ns, self._base_ns)
+        fresh = not (is_stale(self._seconds(self._joints_ns), now, timeout)
+                     or is_stale(self._seconds(self._base_ns), now, timeout))
+        plan, trouble, source = None, None, LeggedSource.STALE_STATE
+        if fresh:
+            state_time = self._seconds(state_ns)
+            mpc = self.mpc
+            try:
+                knot = self.knot(state_time)
+                iterations = 1
+                if self._last_knot is None:
+                    # No previous plan to start from: a few Gauss-Newton steps from the posture's statics
+                    # instead of the one real-time iteration, whose first plan may be far from converged.
+                    mpc.solver.cold_start(np.r_[q, v], np.tile(mpc.u_static, (mpc.horizon, 1)))
+                    elapsed, iterations = 0.0, self.settings.start_iterations
+                else:
+                    elapsed = max(0, knot - self._last_knot) * mpc.dt
+                started = time.perf_counter()
+                plan = mpc.solve(np.r_[q, v], phase=knot % mpc.gait.period, elapsed=elapsed,
+                                 iterations=iterations)
+                self.solve_times.append(time.perf_counter() - started)
+                self._last_knot = knot
+            except RbdDerivError as error:
+                trouble, source = self.refuse("solve_input", error), LeggedSource.SOLVE_FAILURE
+            except Exception as error:  # noqa: BLE001 - a controller must still send a safe command
+                trouble = self.refuse("internal_error", f"{type(error).__name__}: {error}")
+                source = LeggedSource.SOLVE_FAILURE
+            if plan is not None:
+                self.last_plan = plan
+                self.cone_violations.append(plan.cone_violation)
+                if not plan.result.ok:
+                    trouble = self.refuse("solver_failure", f"solver status {plan.result.status}")
+                    source = LeggedSource.SOLVE_FAILURE
+                elif not plan.cone_ok:
+                    trouble = self.refuse("cone_refusal", f"first knot's forces {plan.cone_violation:.3g} N "
+                                          f"outside the friction cone")
+                    source = LeggedSource.CONE_REFUSAL
+                else:
+                    policy = self._plan_policy(mpc, self._epoch_ns + int(round(
+                        (self._gait_start + knot * mpc.dt) * 1e9)))
+                    if policy is not None:
+                        source = LeggedSource.PLAN
+                        command = clamp_torque(plan.torque, self.lower, self.upper)
+                    else:
+                        trouble = self.refuse("solver_failure", "a plan with NaN or inf")
+                        source = LeggedSource.SOLVE_FAILURE
+        if source is not LeggedSource.PLAN:
+            if source is LeggedSource.SOLVE_FAILURE:
+                # A failed iteration may leave NaN or a diverged nominal behind: warm-started from it, every
+                # later solve would fail too.
+                self._last_knot = None
+            command, policy = self._safe(q, v, now_ns)
+        else:
+            self.good_policy = policy
+        self._sent_ns = policy.stamp_ns
+        self.last_command = command
+        self.sources[source] += 1
+        self.last_source = source
+        self.ticks += 1
+        self._window_ticks += 1
+        return LeggedTick(command, source, previous, policy, plan, trouble)
+
+    def _plan_policy(self, mpc: LeggedMPC, start_ns: int) -> Optional[FeedbackPolicy]:
+        """The feedback policy of the MPC's new plan (None if it is not finite)."""
+        solver = mpc.solver
+        states, torques, gain = solver.X, solver.U, solver.K[0]
+        policy = policy_from_plan(states, torques, gain, start_ns, mpc.dt, self.settings.policy_validity)
+        finite = (np.isfinite(policy.x_ref).all() and np.isfinite(policy.u_ff).all()
+                  and np.isfinite(policy.gain).all())
+        return policy if finite else None
+
+    def _safe(self, q: np.ndarray, v: np.ndarray, now_ns: int) -> Tuple[np.ndarray, FeedbackPolicy]:
+        """The safe command and its policy: the last good policy while valid, else the static torques of
+        the measured posture on the feet the gait has down, as a policy without gain."""
+        policy = self.good_policy
+        if policy is not None and policy.is_valid(now_ns):
+            try:
+                torque = policy.torque(self.model, q, v, now_ns, self.lower, self.upper)
+                if np.isfinite(torque).all():
+                    self.held_policy_ticks += 1
+                    return torque, policy
+            except RbdDerivError:
+                pass
+        torque = self.static_command(q)
+        # Stamped like the last policy sent (the robot side refuses a policy older than the one it applies,
+        # and the next plan's first knot may be earlier than now), valid from now on for the usual time.
+        stamp_ns = now_ns if self._sent_ns is None else min(self._sent_ns, now_ns)
+        valid_for = (now_ns - stamp_ns) * 1e-9 + self.settings.policy_validity
+        return torque, constant_policy(torque, q, v, stamp_ns, valid_for, self.mpc.dt)
+
+    def static_command(self, q: np.ndarray) -> np.ndarray:
+        """Torques (nu,) [N m] that hold configuration q at rest on the feet of the gait's current knot,
+        clamped to the effort limits (the admissible torque closest to 0 where they cannot be computed)."""
+        mpc = self.mpc
+        knot = mpc.gait.pattern[mpc.phase % mpc.gait.period]
+        feet = [f for f, down in zip(self.feet, knot) if down]
+        kinds = [k for k, down in zip(self.kinds, knot) if down]
+        try:
+            torque, _ = static_torques(self.model, q, feet, kinds, self.actuated)
+        except (RbdDerivError, np.linalg.LinAlgError, ValueError):
+            torque = None
+        if torque is not None and not np.isfinite(torque).all():
+            torque = None
+        return hold_command(torque, self.lower, self.upper)
+
+    # ------------------------------------------------------------------------------------- report
+    def warm_up(self) -> None:
+        """Solve each MPC once at its posture, at rest, so that every kernel is compiled (or loaded from
+        numba's cache) before the first input (the first tick starts its plan from scratch anyway)."""
+        for mpc in self.mpcs.values():
+            mpc.solve(mpc.x_ref.copy(), phase=0)
+
+    def diagnostics(self, elapsed: float) -> Tuple[bool, str, Dict[str, str]]:
+        """(healthy, summary, key -> value) over the ``elapsed`` [s] since the previous call, as
+        :meth:`rbd_deriv.control.loop.ControlLoop.diagnostics` reports (the node publishes either)."""
+        rate, self._window_ticks = (self._window_ticks / elapsed if elapsed > 0.0 else 0.0), 0
+        healthy = self.last_source is LeggedSource.PLAN
+        message = "tracking" if healthy else f"safe command: {self.last_source.value}"
+        values = {"rate_hz": f"{rate:.1f}", "gait": self.gait, "phase": str(self.mpc.phase),
+                  "horizon": str(self.mpc.horizon), "command_source": self.last_source.value,
+                  "held_policy_ticks": str(self.held_policy_ticks)}
+        values.update(time_percentiles("solve_time", self.solve_times))
+        if self.cone_violations:
+            values["cone_violation_max_n"] = f"{max(self.cone_violations):.4g}"
+        safe = sum(count for source, count in self.sources.items()
+                   if source not in (LeggedSource.PLAN, LeggedSource.NO_STATE))
+        values["safe_commands"] = str(safe)
+        for source in LeggedSource:
+            values[f"commands_{source.value}"] = str(self.sources[source])
+        for reason, count in sorted(self.refusals.counts.items()):
+            values[f"refused_{reason}"] = str(count)
+        return healthy, message, values

@@ -1,0 +1,245 @@
+"""Tests of rbd_deriv.control.legged_loop: the legged MPC's tick policy, without ROS.
+
+Oracles: the inputs themselves (the state the loop assembles from joint states in any order and an
+odometry is the robot's state), the gait's own table (the phase follows the clock), the library's statics
+(``static_torques`` at the measured posture for the safe command) and the effort limits (never exceeded,
+never NaN, whatever the inputs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rbd_deriv as rd
+from rbd_deriv.control.legged import LeggedMPC, static_torques
+from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, LeggedSource, make_gait
+from rbd_deriv.control.schedule import Gait
+from rbd_deriv.control.srdf import reference_posture
+from rbd_deriv.exceptions import InputError
+from rbd_deriv.joint_state_map import JointStateError
+from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, LEGGED_ROBOTS, example_robot_srdf
+
+MS = 1_000_000  # ns
+START = 1_700_000_000 * 1_000_000_000  # a wall-clock epoch [ns]: the loop must keep its precision
+
+
+@pytest.fixture(scope="module")
+def solo():
+    info = LEGGED_ROBOTS["solo12"]
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    posture = reference_posture(model, example_robot_srdf("solo12"), info["posture"], missing="neutral")
+    feet = info["feet"]
+    mpcs = {"stand": LeggedMPC(model, feet, make_gait("stand", feet, ["point"] * 4), posture, horizon=10,
+                               dt=0.02),
+            "trot": LeggedMPC(model, feet, make_gait("trot", feet, ["point"] * 4, swing=8, support=2), posture,
+                              horizon=10, dt=0.02)}
+    return model, feet, posture, mpcs
+
+
+def feed(loop, model, q, v, stamp_ns, order=None, base_stamp_ns=None):
+    """Give the loop the state (q, v) as a robot publishes it: joint_states of the actuated joints (in
+    ``order``), odometry of the base."""
+    names = list(model.actuated_joint_names)
+    order = range(len(names)) if order is None else order
+    rows_q = [model.idx_q[names[i]] for i in order]
+    rows_v = [model.idx_v[names[i]] for i in order]
+    loop.take_joint_states([names[i] for i in order], q[rows_q], v[rows_v], [], stamp_ns, stamp_ns)
+    stamp = stamp_ns if base_stamp_ns is None else base_stamp_ns
+    loop.take_odometry(q[:3], q[3:7], v[:3], v[3:6], stamp, stamp_ns)
+
+
+def within(command, loop):
+    return np.isfinite(command).all() and (command <= loop.upper).all() and (command >= loop.lower).all()
+
+
+def test_assembles_the_state_and_sends_the_plan_policy(solo):
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, mpcs, "stand")
+    assert loop.tick(START) is None, "nothing known about the robot: no command"
+    rng = np.random.default_rng(3)
+    q = posture.copy()
+    q[7:] += 0.01 * rng.standard_normal(model.nq - 7)
+    v = 0.01 * rng.standard_normal(model.nv)
+    order = rng.permutation(model.nv - 6)
+    loop.take_joint_states(np.array(model.actuated_joint_names)[order].tolist(),
+                           q[7:][order], v[6:][order], [], START, START)
+    assert loop.tick(START) is None, "joints without the base: still no command"
+    loop.take_odometry(q[:3], q[3:7], v[:3], v[3:6], START, START)
+    np.testing.assert_array_equal(loop.state.q, q)
+    np.testing.assert_array_equal(loop.state.v, v)
+    tick = loop.tick(START + MS)
+    assert tick.source is LeggedSource.PLAN and tick.plan.sendable
+    assert within(tick.command, loop)
+    np.testing.assert_array_equal(tick.command, np.clip(tick.plan.torque, loop.lower, loop.upper))
+    policy = tick.policy
+    assert policy.stamp_ns == START, "knot 0 is the time of the state it was solved from"
+    np.testing.assert_allclose(policy.x_ref[0], np.r_[q, v], rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(policy.u_ff[0], tick.plan.torque)
+    np.testing.assert_array_equal(policy.gain, tick.plan.gain)
+    assert policy.knots == 6, "0.1 s of validity at 20 ms per knot: knots 0..5"
+
+
+def test_gait_phase_and_plan_stamps_follow_the_knot_grid(solo):
+    """Ticks every 7 ms on a gait of 20 ms knots: each plan starts at the knot nearest its state's time (the
+    phase steps once per 20 ms, wraps at the period) and is stamped with that knot's time, so that the
+    policies' stamps never go backwards."""
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, mpcs, "trot")
+    x = np.r_[posture, np.zeros(model.nv)]
+    period = mpcs["trot"].gait.period
+    assert period == 20
+    phases, stamps = [], []
+    for k in range(0, 70):
+        stamp = START + k * 7 * MS
+        feed(loop, model, x[:model.nq], x[model.nq:], stamp)
+        tick = loop.tick(stamp)
+        assert tick.source is LeggedSource.PLAN, (k, tick.source, tick.trouble)
+        phases.append(loop.mpc.phase)
+        stamps.append(tick.policy.stamp_ns)
+    knots = [int(np.floor(k * 7 / 20 + 0.5)) for k in range(70)]
+    assert phases == [n % period for n in knots] and max(phases) == period - 1 and phases[-1] < 5
+    assert stamps == [START + n * 20 * MS for n in knots]
+    loop.set_gait("stand")
+    feed(loop, model, x[:model.nq], x[model.nq:], START + 500 * MS)
+    assert loop.tick(START + 500 * MS).source is LeggedSource.PLAN and loop.mpc is mpcs["stand"]
+    with pytest.raises(InputError, match="gallop"):
+        loop.set_gait("gallop")
+    assert loop.gait == "stand"
+
+
+def test_stale_state_holds_the_last_policy_then_the_static_torques(solo):
+    model, feet, posture, mpcs = solo
+    settings = LeggedLoopSettings(state_timeout=0.05, policy_validity=0.1)
+    loop = LeggedLoop(model, mpcs, "stand", settings)
+    q, v = posture.copy(), np.zeros(model.nv)
+    feed(loop, model, q, v, START)
+    good = loop.tick(START)
+    assert good.source is LeggedSource.PLAN
+    # The joints keep coming, the base state stops: stale after 50 ms.
+    q_moved = q.copy()
+    q_moved[7:] += 0.02
+    for k in range(1, 4):
+        loop.take_joint_states(list(model.actuated_joint_names), q_moved[7:], v[6:], [], START + k * 20 * MS,
+                               START + k * 20 * MS)
+    now = START + 60 * MS
+    held = loop.tick(now)
+    assert held.source is LeggedSource.STALE_STATE and held.plan is None
+    assert held.policy is good.policy, "the last good policy is held while valid"
+    expected = good.policy.torque(model, q_moved, v, now, loop.lower, loop.upper)
+    np.testing.assert_array_equal(held.command, expected)
+    # Past the policy's validity: the statics of the measured posture on the four feet.
+    now = START + 150 * MS
+    fallback = loop.tick(now)
+    assert fallback.source is LeggedSource.STALE_STATE
+    u, _ = static_torques(model, q_moved, feet, ["point"] * 4, mpcs["stand"].dynamics.actuated)
+    np.testing.assert_allclose(fallback.command, np.clip(u, loop.lower, loop.upper), rtol=1e-12, atol=1e-12)
+    # Sent as a policy without gain, stamped like the last one sent (the robot side refuses older stamps),
+    # valid for policy_validity from now.
+    assert not fallback.policy.gain.any() and fallback.policy.stamp_ns == good.policy.stamp_ns
+    assert fallback.policy.expires_ns == now + 100 * MS
+    values = loop.diagnostics(1.0)[2]
+    assert values["commands_stale_state"] == "2" and values["safe_commands"] == "2"
+    assert values["held_policy_ticks"] == "1"
+
+
+def test_safe_command_never_over_a_limit_nor_nan(solo):
+    """Joints far too weak to hold the robot: the statics ask more than the limits, the command is clamped;
+    a failed solve (NaN in the plan's input) still gives a finite command inside the limits."""
+    model, feet, posture, _ = solo
+    weak = np.full(12, 0.05)
+    mpc = LeggedMPC(model, feet, Gait.standing(feet), posture, horizon=10, dt=0.02, effort=weak)
+    loop = LeggedLoop(model, {"stand": mpc}, "stand", LeggedLoopSettings(policy_validity=0.01))
+    u, _ = static_torques(model, posture, feet, ["point"] * 4, mpc.dynamics.actuated)
+    assert (np.abs(u) > weak).any(), "the statics need more than the limits"
+    feed(loop, model, posture, np.zeros(model.nv), START)
+    commands = [loop.tick(START).command]
+    original = mpc.solve
+
+    def failing(*args, **kwargs):
+        raise FloatingPointError("the solver blew up")
+
+    mpc.solve = failing
+    try:
+        for k in range(1, 5):
+            feed(loop, model, posture, np.zeros(model.nv), START + k * 20 * MS)
+            tick = loop.tick(START + k * 20 * MS)
+            assert tick.source is LeggedSource.SOLVE_FAILURE
+            commands.append(tick.command)
+    finally:
+        mpc.solve = original
+    np.testing.assert_array_equal(commands[-1], np.clip(u, -weak, weak))
+    for command in commands:
+        assert within(command, loop) and (np.abs(command) <= weak).all()
+    assert loop.refusals.counts["internal_error"] == 4
+
+
+def test_cone_refusal_is_counted_and_not_sent(solo):
+    """Joints too weak to hold the bent legs let the feet push out of a narrow cone (mu = 0.05): the plan
+    is refused, the command is the safe one."""
+    model, feet, posture, _ = solo
+    mpc = LeggedMPC(model, feet, Gait.standing(feet), posture, horizon=10, dt=0.02, mu=0.05,
+                    effort=np.full(12, 1e-3))
+    loop = LeggedLoop(model, {"stand": mpc}, "stand")
+    feed(loop, model, posture, np.zeros(model.nv), START)
+    tick = loop.tick(START)
+    assert tick.source is LeggedSource.CONE_REFUSAL and not tick.plan.cone_ok
+    assert not tick.policy.gain.any(), "the refused plan's policy is not sent"
+    assert within(tick.command, loop)
+    assert loop.refusals.counts["cone_refusal"] == 1
+    assert loop.diagnostics(1.0)[2]["commands_cone_refusal"] == "1"
+
+
+def test_bad_input_is_refused_and_nothing_is_stored(solo):
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, mpcs, "stand")
+    q, v = posture.copy(), np.zeros(model.nv)
+    feed(loop, model, q, v, START)
+    names = list(model.actuated_joint_names)
+    bad = q[7:].copy()
+    bad[3] = np.nan
+    with pytest.raises(JointStateError) as error:
+        loop.take_joint_states(names, bad, v[6:], [], START + MS, START + MS)
+    loop.refuse("joint_states", error.value)
+    with pytest.raises(JointStateError):
+        loop.take_joint_states(["wheel", "gripper"], [0.0, 0.0], [0.0, 0.0], [], START + MS, START + MS)
+    with pytest.raises(JointStateError):
+        loop.take_odometry(q[:3], [0.0, 0.0, 0.0, 2.0], v[:3], v[3:6], START + MS, START + MS)
+    with pytest.raises(JointStateError):
+        loop.take_odometry(q[:3], q[3:7], [np.inf, 0.0, 0.0], v[3:6], START + MS, START + MS)
+    np.testing.assert_array_equal(loop.state.q, q)
+    tick = loop.tick(START + MS)
+    assert tick.source is LeggedSource.PLAN and within(tick.command, loop)
+    assert loop.diagnostics(1.0)[2]["refused_joint_states/non_finite"] == "1"
+    with pytest.raises(InputError, match="no foot on the ground"):
+        make_gait("pattern", feet, ["point"] * 4, pattern=["1111", "0000"])
+    with pytest.raises(InputError, match="pattern"):
+        make_gait("pattern", feet, ["point"] * 4, pattern=["111"])
+    with pytest.raises(InputError, match="gallop"):
+        make_gait("gallop", feet, ["point"] * 4)
+    with pytest.raises(InputError, match="floating base"):
+        LeggedLoop(rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"])), mpcs, "stand")
+    with pytest.raises(InputError, match="gait"):
+        LeggedLoop(model, mpcs, "gallop")
+    for bad in ({"state_timeout": 0.0}, {"policy_validity": float("nan")}, {"start_iterations": 0},
+                {"max_stamp_lead": -1.0}):
+        with pytest.raises(InputError):
+            LeggedLoopSettings(**bad)
+
+
+def test_a_failed_solve_restarts_the_plan_from_scratch(solo):
+    """A plan gone NaN (a diverged iteration) makes the next warm-started solve fail; the tick after that
+    starts the plan from the measured state again and sends it."""
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, mpcs, "stand")
+    x = np.r_[posture, np.zeros(model.nv)]
+    feed(loop, model, x[:model.nq], x[model.nq:], START)
+    assert loop.tick(START).source is LeggedSource.PLAN
+    mpcs["stand"].solver.X[:] = np.nan
+    feed(loop, model, x[:model.nq], x[model.nq:], START + 20 * MS)
+    failed = loop.tick(START + 20 * MS)
+    assert failed.source is LeggedSource.SOLVE_FAILURE and within(failed.command, loop)
+    feed(loop, model, x[:model.nq], x[model.nq:], START + 40 * MS)
+    again = loop.tick(START + 40 * MS)
+    assert again.source is LeggedSource.PLAN and np.isfinite(again.policy.x_ref).all()
+    assert again.policy.stamp_ns >= failed.policy.stamp_ns >= START, "stamps never go backwards"
