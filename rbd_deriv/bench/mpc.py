@@ -31,6 +31,7 @@ import rbd_deriv as rd
 from rbd_deriv.bench.timing import format_table, machine_info, write_json
 from rbd_deriv.control import (HeldLinearization, Mode, ModelPredictiveController, MPCProblem,
                                SinusoidReference, horizon_reference)
+from rbd_deriv.control.blas import single_threaded_blas
 from rbd_deriv.sim import AbaPlant
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, bundled_urdf, with_minimum_mass
 
@@ -141,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         choices=["arm", "talos", "romeo"])
     parser.add_argument("--json", help="also write the results to this JSON file")
     arguments = parser.parse_args(argv)
+    single_threaded_blas()  # as the MPC node does
     rows, results = [], []
     for name in arguments.robots:
         model = load_robot(name)

@@ -48,6 +48,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 import rbd_deriv as rd
 from rbd_deriv import bundled_urdf
 from rbd_deriv.control import CommandSource, ControlLoop, FeedbackPolicy, LoopSettings, MPCProblem, Plan
+from rbd_deriv.control.blas import single_threaded_blas
 from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
 from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, LeggedSource, make_gait
 from rbd_deriv.control.srdf import reference_posture
@@ -339,7 +340,10 @@ def legged_loop_from_parameters(model: Any, p: dict) -> LeggedLoop:
 
 
 def main(args: list[str] | None = None) -> int:
-    """Console entry point ``mpc_node``: spin until interrupted (SIGINT or SIGTERM)."""
+    """Console entry point ``mpc_node``: spin until interrupted (SIGINT or SIGTERM). BLAS runs on one
+    thread in this process: the Riccati passes' products are too small to gain from threads that wait for
+    each other on cores the rest of the robot's stack shares (:mod:`rbd_deriv.control.blas`)."""
+    single_threaded_blas()
     return run_node(MpcNode, args)
 
 
