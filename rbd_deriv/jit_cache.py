@@ -30,12 +30,12 @@ ahead of time.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import fcntl
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -89,39 +89,43 @@ def _module_name(path: Path, package_dir: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+((?:[\w. \t,]|\\\n)+)", re.M)
+"""``import a.b [as c], d``: the modules after ``import`` (backslash continuations included)."""
+
+_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|(?:[^\\\n]|\\[\s\S])*)", re.M)
+"""``from [dots]a.b import c [as d], e``, parenthesized or continued by backslashes over several lines."""
+
+_ROOT = re.compile(r"^(?:import|from)[ \t]+numba\b", re.M)
+"""A top-level (unindented) import of numba."""
+
+
 def _read_module(path: Path, package_dir: Path) -> Tuple[bool, Set[Path]]:
     """(is a root, the package files it imports) of one source file. A root imports numba at its top level;
     its imports are all of them, at any level (a function may import). ``from a import b`` counts as
     importing a's file only when b is not a module of its own: a kernel reads the names it imports, not the
-    package that holds them."""
-    tree = ast.parse(path.read_bytes(), filename=str(path))
+    package that holds them.
+
+    The source is scanned as text, not parsed (parsing and walking the package's trees took most of a second
+    of every ``import rbd_deriv``): an import written in a docstring or a comment counts too, which can only
+    widen the key. test_jit_cache checks the scan against Python's own parser on the package."""
+    text = path.read_text(encoding="utf-8")
     name = _module_name(path, package_dir)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    root = False
-    for statement in tree.body:
-        if isinstance(statement, ast.Import) and any(a.name.split(".")[0] == "numba" for a in statement.names) \
-                or isinstance(statement, ast.ImportFrom) and statement.level == 0 \
-                and (statement.module or "").split(".")[0] == "numba":
-            root = True
-    imported: Set[Path] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
-            targets = [f"{base}.{alias.name}" if _module_file(f"{base}.{alias.name}", package_dir) else base
-                       for alias in node.names]
+    targets = [alias.split()[0] for match in _IMPORT.finditer(text)
+               for alias in match.group(1).replace("\\", " ").split(",") if alias.strip()]
+    for match in _FROM.finditer(text):
+        dots, module = len(match.group(1)), match.group(2)
+        if dots:
+            anchor = package.split(".")[:len(package.split(".")) - dots + 1]
+            base = ".".join(anchor + ([module] if module else []))
         else:
-            continue
-        for target in targets:
-            found = _module_file(target, package_dir)
-            if found is not None:
-                imported.add(found)
-    return root, imported
+            base = module
+        for alias in re.sub(r"#[^\n]*", "", match.group(3)).strip("()").replace("\\", " ").split(","):
+            if alias.strip():
+                member = f"{base}.{alias.split()[0]}"
+                targets.append(member if _module_file(member, package_dir) else base)
+    imported = {found for target in targets if (found := _module_file(target, package_dir)) is not None}
+    return _ROOT.search(text) is not None, imported
 
 
 def kernel_sources(package_dir: Path = PACKAGE_DIR) -> List[Path]:

@@ -8,6 +8,7 @@ compile once (the other two wait for it) and all three must run the new value.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -85,6 +86,63 @@ def test_key_follows_the_kernels_sources_and_what_they_import_only(tmp_path):
     assert with_kernel != key
     (copy / "messages.py").write_text((copy / "messages.py").read_text() + "\n# again\n", encoding="utf-8")
     assert jit_cache.build_key(copy)[0] != with_kernel, "messages.py is now imported by a kernel module"
+
+
+def _parsed_module(path: Path, package_dir: Path):
+    """Oracle of jit_cache._read_module from Python's parser: (top-level numba import, package files imported
+    at any level)."""
+    tree = ast.parse(path.read_bytes())
+    name = jit_cache._module_name(path, package_dir)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    root = any(isinstance(node, ast.Import) and any(a.name.split(".")[0] == "numba" for a in node.names)
+               or isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("numba")
+               for node in tree.body)
+    targets = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")
+            base = (".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                    if node.level else node.module)
+            targets += [f"{base}.{a.name}" if jit_cache._module_file(f"{base}.{a.name}", package_dir) else base
+                        for a in node.names]
+    return root, {f for t in targets if (f := jit_cache._module_file(t, package_dir)) is not None}
+
+
+def test_the_text_scan_of_imports_agrees_with_the_parser(tmp_path):
+    """The key's import scan reads source text (fast at every import); on every file of the package, and on
+    the forms a parser would see differently from a careless scan, it finds what Python's parser finds, or
+    more (an import quoted in a docstring counts, which only widens the key)."""
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    for name in ("__init__.py", "a.py", "b.py", "c.py", "d.py", "sub/__init__.py", "sub/e.py"):
+        (package / name).write_text("")
+    (package / "sub" / "k.py").write_text(textwrap.dedent("""
+        import numba as nb, numpy
+        from .. import a  # comment
+        from ..b import (  # noqa
+            X,  # a comment, with a comma
+            Y as Z,
+        )
+        from pkg import c, \\
+            d
+        from . import e
+
+        def f():
+            import pkg.sub
+    """))
+    for path in [*PACKAGE.rglob("*.py"), package / "sub" / "k.py"]:
+        if "__pycache__" in path.parts or jit_cache.CACHE_FOLDER in path.parts:
+            continue
+        folder = package if path.is_relative_to(package) else PACKAGE
+        root, imported = jit_cache._read_module(path, folder)
+        parsed_root, parsed = _parsed_module(path, folder)
+        assert root == parsed_root, path
+        assert imported >= parsed, (path, parsed - imported)
+    root, imported = jit_cache._read_module(package / "sub" / "k.py", package)
+    assert root and {p.relative_to(package).as_posix() for p in imported} == {
+        "a.py", "b.py", "c.py", "d.py", "sub/e.py", "sub/__init__.py"}
 
 
 def test_this_process_loads_kernels_from_its_complete_key_folder():
