@@ -57,6 +57,13 @@ def flat_size(nx: int, nu: int) -> int:
 
 
 @nb.njit(cache=True)
+def _block(flat, offset, rows, cols):
+    """The (rows, cols) C-contiguous view of ``flat`` at ``offset``, and the offset just after it."""
+    end = offset + rows * cols
+    return flat[offset:end].reshape((rows, cols)), end
+
+
+@nb.njit(cache=True)
 def _mm(A, B, out):
     """out = A @ B: BLAS for products worth its call, plain loops for small ones."""
     n, m = A.shape
@@ -263,27 +270,16 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
     upper = work[5, :nu]
     quu_k = work[6, :nu]
     # Contiguous blocks for BLAS: numba hands only contiguous operands to dgemm.
-    offset = 0
-    Gx = flat[offset: offset + nv * nx].reshape((nv, nx))
-    offset += nv * nx
-    Gu = flat[offset: offset + nv * nu].reshape((nv, nu))
-    offset += nv * nu
-    Yx = flat[offset: offset + nv * nx].reshape((nv, nx))
-    offset += nv * nx
-    Yu = flat[offset: offset + nv * nu].reshape((nv, nu))
-    offset += nv * nu
-    P22 = flat[offset: offset + nv * nv].reshape((nv, nv))
-    offset += nv * nv
-    P12 = flat[offset: offset + nv * nv].reshape((nv, nv))
-    offset += nv * nv
-    C1 = flat[offset: offset + nv * nx].reshape((nv, nx))
-    offset += nv * nx
-    Qux = flat[offset: offset + nu * nx].reshape((nu, nx))
-    offset += nu * nx
-    C2 = flat[offset: offset + nu * nv].reshape((nu, nv))
-    offset += nu * nv
-    Quu = flat[offset: offset + nu * nu].reshape((nu, nu))
-    offset += nu * nu
+    Gx, offset = _block(flat, 0, nv, nx)
+    Gu, offset = _block(flat, offset, nv, nu)
+    Yx, offset = _block(flat, offset, nv, nx)
+    Yu, offset = _block(flat, offset, nv, nu)
+    P22, offset = _block(flat, offset, nv, nv)
+    P12, offset = _block(flat, offset, nv, nv)
+    C1, offset = _block(flat, offset, nv, nx)
+    Qux, offset = _block(flat, offset, nu, nx)
+    C2, offset = _block(flat, offset, nu, nv)
+    Quu, offset = _block(flat, offset, nu, nu)
     rest = flat[offset:]
     for k in range(horizon - 1, -1, -1):
         # Value at knot k+1 seen through the integrator: Pt = T^T P T, g = T^T (p + P d).
@@ -362,10 +358,10 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         K[k, :, :] = 0.0
         P[:, :] = Qxx
         if m > 0:
-            Linv = rest[: m * m].reshape((m, m))
-            Qux_F = rest[m * m: m * m + m * nx].reshape((m, nx))
-            W = rest[m * m + m * nx: m * m + 2 * m * nx].reshape((m, nx))
-            K_F = rest[m * m + 2 * m * nx: m * m + 3 * m * nx].reshape((m, nx))
+            Linv, used = _block(rest, 0, m, m)
+            Qux_F, used = _block(rest, used, m, nx)
+            W, used = _block(rest, used, m, nx)
+            K_F, used = _block(rest, used, m, nx)
             for a in range(m):
                 Qux_F[a, :] = Qux[index[a], :]
             if m * m * nx > 16 * SMALL_PRODUCT:
