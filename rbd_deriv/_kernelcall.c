@@ -38,7 +38,7 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
-#define MAX_ARGS 16
+#define MAX_ARGS 24
 
 typedef int64_t (*kernel_fn)(void **data, int64_t *dims);
 

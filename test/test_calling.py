@@ -48,14 +48,15 @@ def _contact_values(model):
     joint's own origin may not move along three directions: redundant rows)."""
     point = rd.Contact(model, [f for f in model.frame_names if model.frames[f][0] == model.njoints - 1][-1])
     return {"ci": point._row_i[None, :].copy(), "cf": point._row_f[None, :].copy(), "e": 0.2,
-            "X": point._row_f[:12].copy(), "joint": point.joint, "level": 3, "mode": contact.MODE_LINEARIZE}
+            "X": point._row_f[:12].copy(), "joint": point.joint, "level": 3,
+            "mode": contact.MODE_LINEARIZE_FORCES, "cws": np.zeros(contact.workspace_size(model.nv, 6))}
 
 
 def _output_shape(name, model):
     """The shape of an output: its Data region, or for the contact and frame kernels' own outputs, that of a
     single point contact (m = 3)."""
     nv, m = model.nv, 3
-    shapes = {"cws": (contact.workspace_size(nv, 6),), "forces": (m,), "impulses": (m,), "v_plus": (nv,),
+    shapes = {"forces": (m,), "dforces_dx": (m, 2 * nv), "dforces_du": (m, nv), "impulses": (m,), "v_plus": (nv,),
               "dforces": (3, m, nv), "dddq_dtau": (nv, nv), "dv_plus_dq": (nv, nv), "dv_plus_dv": (nv, nv),
               "dimpulses_dq": (m, nv), "dimpulses_dv": (m, nv), "pose": (4, 4), "motion": (3, 6),
               "derivs": (4, 6, nv), "com": (3,), "vcom": (3,), "Jcom": (3, nv)}
@@ -206,7 +207,7 @@ def test_entry_checks_its_argument_count_and_scalar_arguments(arm):
 @needs_extension
 def test_kernel_objects_refuse_bad_specs_and_addresses():
     address = calling.REGISTRY["crba._crba_kernel"].entry.address
-    for spec in ("x1", "f4", "f", "F0", "I0", "W1", "i2f2F1f1" * 5, "WN0", "dN0"):
+    for spec in ("x1", "f4", "f", "F0", "I0", "W1", "i2f2F1f1" * 7, "WN0", "dN0"):
         with pytest.raises(ValueError):
             calling.Kernel(address, spec)
     with pytest.raises(ValueError):

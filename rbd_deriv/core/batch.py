@@ -24,6 +24,7 @@ calling thread.
 from __future__ import annotations
 
 import bisect
+import operator
 import threading
 import weakref
 from typing import Callable, Dict, List, Optional, Sequence
@@ -50,31 +51,34 @@ if DIRECT_CALLS:
                     constants.BATCH_WORKER_STEADY, constants.BATCH_WORKER_LINGER)
 
 
-# Workspaces of finished batch calls, per model, for the next call: allocating (threads, workspace_size) zeros
+# Workspaces of finished batch calls, per model and row size, for the next call: allocating (threads, size) zeros
 # at every call costs page faults and zeroing out of proportion to a small robot's work. A call takes a set
-# from the pool, or makes one, and gives it back when done, so concurrent calls never share one.
-_POOLS: "weakref.WeakKeyDictionary[Model, list]" = weakref.WeakKeyDictionary()
+# from the pool, or makes one, and gives it back when done, so concurrent calls never share one. The Data
+# workspaces and a kernel's scratch workspaces (its other ``W`` arguments) are pooled alike.
+_POOLS: "weakref.WeakKeyDictionary[Model, Dict[Optional[int], list]]" = weakref.WeakKeyDictionary()
 _POOLS_LOCK = threading.Lock()
 
 _POOL_SIZE = 4
-"""Sets kept per model: more than this many calls at once allocate their own and drop them after."""
+"""Sets kept per model and size: more than this many calls at once allocate their own and drop them after."""
 
 
-def _take_workspaces(model: Model, threads: int) -> np.ndarray:
+def _take_workspaces(model: Model, threads: int, size: Optional[int] = None) -> np.ndarray:
+    """(threads or more, size) workspaces: the model's Data workspaces (size None), initialized, or scratch."""
     with _POOLS_LOCK:
-        free = _POOLS.get(model, ())
+        free = _POOLS.get(model, {}).get(size, ())
         for k, workspaces in enumerate(free):  # smallest first
             if len(workspaces) >= threads:
                 return free.pop(k)
-    workspaces = np.zeros((threads, model.workspace_size))
-    for ws in workspaces:
-        Data.initialize(model, ws)
+    workspaces = np.zeros((threads, model.workspace_size if size is None else size))
+    if size is None:
+        for ws in workspaces:
+            Data.initialize(model, ws)
     return workspaces
 
 
-def _give_back_workspaces(model: Model, workspaces: np.ndarray) -> None:
+def _give_back_workspaces(model: Model, workspaces: np.ndarray, size: Optional[int] = None) -> None:
     with _POOLS_LOCK:
-        free = _POOLS.setdefault(model, [])
+        free = _POOLS.setdefault(model, {}).setdefault(size, [])
         if len(free) < _POOL_SIZE:
             bisect.insort(free, workspaces, key=len)
 
@@ -93,9 +97,11 @@ class _Plan:
         self.inputs = list(arguments[3:len(letters.rstrip("IF"))])
         self.outputs = [a.name for a in arguments[len(self.inputs) + 3:]]
         if [a.name for a in arguments[:2]] != ["mi", "mf"] or letters[2] != "W" or any(
-                a.letter in "WIFN" for a in self.inputs):
+                a.letter in "IFN" for a in self.inputs):
             raise TypeError(f"{registered.name}: a batch needs the arguments (mi, mf, data, inputs..., outputs...)")
         self.arrays = [a.letter in "ifb" for a in self.inputs]
+        #: Positions among the inputs of scratch workspaces (``W`` past data): one row per thread, given by size.
+        self.scratch = [k for k, a in enumerate(self.inputs) if a.letter == "W"]
         self.names = [_batch_name(a.name) if a.letter in "ifb" and a.name not in ("mi", "mf") else a.name
                       for a in arguments]
 
@@ -125,7 +131,9 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
         registered: A kernel whose spec starts with (mi, mf, data) and ends with its outputs.
         model: The model.
         inputs: The kernel's inputs in spec order: arrays with one row per state, None for zero external
-            forces, scalars shared by all states.
+            forces, scalars shared by all states, and for a scratch workspace (a ``W`` argument past data) its
+            size: each thread gets one, reused by its states and from call to call (pooled like the Data
+            workspaces), so a state's intermediates stay in the cache of the core that made them.
         shapes: One state's shape of an output that is not a Data region of the same name.
         explain: The exception of state k's nonzero status, given (k, status, argument names), for errors
             that depend on the state's own arguments (a contact set's frames); default ``registered.error``.
@@ -146,7 +154,9 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
         raise TypeError(f"{registered.name}: {len(plan.inputs)} inputs expected, got {len(inputs)}")
     values, per_state, count, direct = [], [], None, DIRECT_CALLS
     for value, argument, array in zip(inputs, plan.inputs, plan.arrays):
-        if value is None and argument.name == "fext":
+        if argument.letter == "W":
+            value = operator.index(value)  # the size; the scratch is taken below, once threads are known
+        elif value is None and argument.name == "fext":
             value, array = _zero_forces(model), False
         elif not array:
             value = convert(value, argument)
@@ -164,6 +174,9 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
     codes = np.zeros(count, dtype=np.int64)
     threads = max(1, min(numba.get_num_threads(), count))
     workspaces = _take_workspaces(model, threads)
+    scratch = {k: _take_workspaces(model, threads, values[k]) for k in plan.scratch}
+    for k, array in scratch.items():
+        values[k] = array[:threads] if DIRECT_CALLS else array[0]
     try:
         if DIRECT_CALLS:
             try:
@@ -182,6 +195,8 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
             failed = _run_on_calling_thread(registered.call, count, codes, arguments, rows)
     finally:
         _give_back_workspaces(model, workspaces)
+        for array in scratch.values():
+            _give_back_workspaces(model, array, array.shape[1])
     if failed:
         k = int(np.flatnonzero(codes)[0])
         error = (registered.error(model, int(codes[k]), plan.names) if explain is None

@@ -25,7 +25,8 @@ named ``data`` after the public argument holding it). The letters:
 * ``i``, ``f``, ``b`` and the number of dimensions (1-3): an int64, float64 or bool array the kernel reads
   (typed read-only in the kernel);
 * ``I``, ``F`` and the number of dimensions: an int64 or float64 array the kernel writes (an output);
-* ``W``: the workspace, a float64 (n,) array the kernel writes;
+* ``W``: a workspace, a float64 (n,) array the kernel writes for its own use: the Data's (the first ``W``),
+  or a scratch of the kernel's own (a contact set's);
 * ``d``: a float; ``n``: an int;
 * ``N(name)``: a new float64 array that the call makes and returns, shaped like the array argument
   ``name``, or of that length if ``name`` is an int. The Python caller does not pass it; the call returns
@@ -40,7 +41,7 @@ dimensions, ``W``, ``d`` and ``n`` alone, ``N`` followed by the position of the 
 Batches: ``parallel(kernel, count, threads, status, *arguments)`` (from the extension) runs one kernel over
 ``count`` items (states) on the calling thread and up to ``threads - 1`` worker threads. An array argument
 given with one more leading dimension of length ``count`` is per item: item k gets its row k. The workspace
-``W`` is given as (threads or more, n): each thread uses its own row. Arguments given as for one call are
+Each workspace ``W`` is given as (threads or more, n): each thread uses its own row. Arguments given as for one call are
 shared, and only inputs may be shared. ``status[k]`` receives item k's status. See
 :mod:`rbd_deriv.core.batch`.
 

@@ -46,8 +46,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
-import weakref
 from typing import Optional, Sequence
 
 import numpy as np
@@ -178,12 +176,6 @@ def _offsets(nv, m):
 def workspace_size(nv: int, m: int) -> int:
     """Size of the float64 workspace of a contact set with m force rows on a model of nv dofs."""
     return int(_offsets(nv, m)[-1])
-
-
-@functools.lru_cache(maxsize=256)
-def _force_derivatives_offset(nv: int, m: int) -> int:
-    """Where dforces/d(q, v, tau) (3, m, nv) start in a contact set's workspace."""
-    return int(_offsets(nv, m)[13])
 
 
 @njit(**JIT_OPTIONS)
@@ -691,18 +683,36 @@ def _zero_padding(forces, m):
 # One kernel per family serves the dynamics, their derivatives and the linearization, chosen by ``mode``: each
 # registered kernel links its own copy of everything it calls (RNEA derivatives, the factorizations, the frame
 # kernels), so separate kernels would compile that code once each.
-MODE_DYNAMICS, MODE_DERIVATIVES, MODE_LINEARIZE = 0, 1, 2
+MODE_DYNAMICS, MODE_DERIVATIVES, MODE_LINEARIZE, MODE_LINEARIZE_FORCES = 0, 1, 2, 3
 
-# Positions of the contact kernel's arguments: mi mf data q v tau fext ci cf dt mode cws A B x_next forces.
+# Positions of the contact kernel's arguments: mi mf data q v tau fext ci cf dt mode cws A B x_next forces
+# dforces_dx dforces_du.
 ARG_CI = 7
 ARG_CWS = ARG_CI + 4
 
 
 @njit(**JIT_OPTIONS)
-def _contact_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, mode, cws, A, B, x_next, forces):
+def _copy_force_derivatives(nv, m, dF, dforces_dx, dforces_du):
+    """dforces_dx = [dF_dq, dF_dv] (rows, 2nv) and dforces_du = dF_dtau (rows, nv) from dF (3, m, nv), zero in the
+    rows past m (a batch's padding)."""
+    for r in range(m):
+        for c in range(nv):
+            dforces_dx[r, c] = dF[0, r, c]
+            dforces_dx[r, nv + c] = dF[1, r, c]
+            dforces_du[r, c] = dF[2, r, c]
+    for r in range(m, dforces_dx.shape[0]):
+        dforces_dx[r, :] = 0.0
+        dforces_du[r, :] = 0.0
+
+
+@njit(**JIT_OPTIONS)
+def _contact_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, mode, cws, A, B, x_next, forces, dforces_dx,
+                    dforces_du):
     """MODE_DYNAMICS: ddq (data.ddq) and the forces; MODE_DERIVATIVES: also dddq/dq, dddq/dv (data.dddq_dq,
     data.dddq_dv), dddq/dtau and dforces/d(q, v, tau) (in cws, see :func:`_offsets`); MODE_LINEARIZE: also the
-    Euler step's A, B and x_next (dt is read in this mode only)."""
+    Euler step's A, B and x_next (dt is read in these modes only); MODE_LINEARIZE_FORCES: also the forces'
+    derivatives copied out of cws into dforces_dx (>= m, 2nv) and dforces_du (>= m, nv), so that a batch can
+    give every thread one workspace cws (the other modes leave them untouched: (0, 2nv) and (0, nv) arrays do)."""
     nv, nq = mi[0, MI_NVTOT], mi[0, MI_NQTOT]
     code = check_state(mi, ws, q, v, tau, fext)
     m = 0
@@ -716,6 +726,11 @@ def _contact_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, mode, cws, A, B, x_
             code = check_shape(B, 2 * nv, nv, ARG_CWS + 2)
         if code == 0:
             code = check_length(x_next, nq + nv, ARG_CWS + 3)
+    if code == 0 and mode == MODE_LINEARIZE_FORCES:
+        if dforces_dx.shape[0] < m or dforces_dx.shape[1] != 2 * nv:
+            code = status(STATUS_SHAPE, ARG_CWS + 5, 0)
+        elif dforces_du.shape[0] != dforces_dx.shape[0] or dforces_du.shape[1] != nv:
+            code = status(STATUS_SHAPE, ARG_CWS + 6, 0)
     if code != 0:
         return code
     ddq = region1(mi, ws, R_DDQ, nv)
@@ -734,12 +749,15 @@ def _contact_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, mode, cws, A, B, x_
                         dF[0], dF[1], dF[2])
     if mode >= MODE_LINEARIZE:
         euler_step_into(mi, ws, q, v, dt, ddq, dddq_dq, dddq_dv, dddq_dtau, A, B, x_next)
+    if mode == MODE_LINEARIZE_FORCES:
+        _copy_force_derivatives(nv, m, dF, dforces_dx, dforces_du)
     return 0
 
 
 CONTACT = register(
     _contact_kernel,
-    "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 ci:i2 cf:f2 dt:d mode:n cws:F1 A:F2 B:F2 x_next:F1 forces:F1")
+    "mi:i2 mf:f2 data:W q:f1 v:f1 tau:f1 fext:f2 ci:i2 cf:f2 dt:d mode:n cws:W A:F2 B:F2 x_next:F1 forces:F1"
+    " dforces_dx:F2 dforces_du:F2")
 _contact = CONTACT.call
 
 
@@ -882,7 +900,7 @@ def _impulse_kernel(mi, mf, ws, q, v, e, ci, cf, cws, mode, v_plus, impulses, dv
 
 IMPULSE = register(
     _impulse_kernel,
-    "mi:i2 mf:f2 data:W q:f1 v:f1 e:d ci:i2 cf:f2 cws:F1 mode:n v_plus:F1 impulses:F1 dv_plus_dq:F2 dv_plus_dv:F2"
+    "mi:i2 mf:f2 data:W q:f1 v:f1 e:d ci:i2 cf:f2 cws:W mode:n v_plus:F1 impulses:F1 dv_plus_dq:F2 dv_plus_dv:F2"
     " dimpulses_dq:F2 dimpulses_dv:F2", lazy=True)
 _impulse = IMPULSE.call
 
@@ -1026,7 +1044,10 @@ class ContactData:
         self.dforces = _readonly(self.cws[o_F:o_F + 3 * m * nv].reshape(3, m, nv))
         self.dforces_dq, self.dforces_dv, self.dforces_dtau = self.dforces
         # The kernel arguments this set holds, by name (the slow path's call_converted takes them as they are).
-        self.bound = {"ci": self.ci, "cf": self.cf, "cws": self.cws}
+        # The batch's copies of the force derivatives: none here (they stay in cws).
+        self._dforces_dx, self._dforces_du = np.zeros((0, 2 * nv)), np.zeros((0, nv))
+        self.bound = {"ci": self.ci, "cf": self.cf, "cws": self.cws, "dforces_dx": self._dforces_dx,
+                      "dforces_du": self._dforces_du}
         self.bound.update((name, getattr(self, "_" + name)) for name in (
             "forces", "v_plus", "impulses", "dv_plus_dq", "dv_plus_dv", "dimpulses_dq", "dimpulses_dv"))
 
@@ -1115,7 +1136,8 @@ def _run_contact(model: Model, data: Data, state: ContactData, q, v, tau, fext, 
     """The contact kernel's status for one state (arguments of other types converted, or refused)."""
     try:
         return _contact(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, state.ci,
-                        state.cf, dt, mode, state.cws, data._A, data._B, data._x_next, state._forces)
+                        state.cf, dt, mode, state.cws, data._A, data._B, data._x_next, state._forces, state._dforces_dx,
+                        state._dforces_du)
     except (TypeError, AttributeError):
         return CONTACT.call_converted(model, data, q, v, tau, fext, dt, mode, bound=state.bound)
 
@@ -1232,23 +1254,6 @@ def contact_forces(model: Model, data: Data, contacts) -> np.ndarray:
     return contact_data(model, data, contacts).forces
 
 
-_SCRATCH = threading.local()
-"""Per thread: {model: float64 buffer} holding the contact workspaces of that thread's last batch."""
-
-
-def _batch_workspaces(model: Model, count: int, size: int) -> np.ndarray:
-    """(count, size) contact workspaces for a batch on this thread: scratch, reused from one call to the next
-    (a new one per call costs the page faults and cache misses of K workspaces every time). One buffer per
-    thread and model, grown when a batch needs more."""
-    pool = getattr(_SCRATCH, "pool", None)
-    if pool is None:
-        pool = _SCRATCH.pool = weakref.WeakKeyDictionary()
-    buffer = pool.get(model)
-    if buffer is None or buffer.size < count * size:
-        buffer = pool[model] = np.empty(count * size)
-    return buffer[:count * size].reshape(count, size)
-
-
 def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts, force_derivatives: bool = False):
     """linearize_contacts at K states, one contact set per state.
 
@@ -1304,21 +1309,13 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts, force_deriva
     CI, CF = layout_i[index], layout_f[index]
     rows = max(sizes) if count else 0
     nv = model.nv
-    cws = _batch_workspaces(model, count, workspace_size(nv, 6 * width))
-    _, A, B, X, F = run_batch(CONTACT, model, Q, V, TAU, None, CI, CF, dt, MODE_LINEARIZE,
-                              shapes={"forces": (rows,)}, out={"cws": cws},
-                              explain=lambda k, code, names: _error(CONTACT, model, code, distinct[index[k]], names))
-    if not force_derivatives:
-        return A, B, X, F
-    dF_dx, dF_du = np.zeros((count, rows, 2 * nv)), np.zeros((count, rows, nv))
-    for j, m in enumerate(sizes):
-        if m == 0:  # a flight phase: no force
-            continue
-        states = np.flatnonzero(index == j) if len(distinct) > 1 else slice(None)
-        start = _force_derivatives_offset(nv, m)
-        dF = cws[states, start:start + 3 * m * nv].reshape(-1, 3, m, nv)
-        dF_dx[states, :m, :nv], dF_dx[states, :m, nv:], dF_du[states, :m] = dF[:, 0], dF[:, 1], dF[:, 2]
-    return A, B, X, F, dF_dx, dF_du
+    derivative_rows = rows if force_derivatives else 0
+    outputs = run_batch(
+        CONTACT, model, Q, V, TAU, None, CI, CF, dt, MODE_LINEARIZE_FORCES if force_derivatives else MODE_LINEARIZE,
+        workspace_size(nv, 6 * width),
+        shapes={"forces": (rows,), "dforces_dx": (derivative_rows, 2 * nv), "dforces_du": (derivative_rows, nv)},
+        explain=lambda k, code, names: _error(CONTACT, model, code, distinct[index[k]], names))
+    return tuple(outputs) if force_derivatives else tuple(outputs[:4])
 
 
 linearization.CONTACT_STEP.update(single=linearize_contacts, batch=linearize_contacts_batch)
