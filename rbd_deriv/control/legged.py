@@ -291,13 +291,17 @@ class LeggedMPC:
         for c in range(len(self.feet)):
             rows = np.flatnonzero(self.dynamics.offsets[:, c] >= 0)
             self.force_reference[rows, self.dynamics.offsets[rows, c] + 2] = share[rows]
-        self.swinging[:] = ~active
+        # A foot's placement is held at its swing reference from lift-off to its touchdown knot included:
+        # the contact closes there whatever the foot's height, so the foot must be down on its own.
+        touchdown = self._schedules[self.phase % self.gait.period].touchdown
+        self.swinging[:] = ~active | touchdown
         self.swing_reference[:] = self.stance.ravel()
         self.swing_reference[:, 2::3] += self.swing_height * self._lift[knots]
 
     def _lift_table(self) -> np.ndarray:
         """(P, nc) sin(pi s) at each knot of the gait's period, s the fraction of the foot's swing
-        done at the end of the step (0 in stance); a swing wraps around the period's end."""
+        done at the knot's state (0 at lift-off, 1 at the touchdown knot, 0 in stance); a swing
+        wraps around the period's end."""
         pattern = self.gait.pattern
         period = pattern.shape[0]
         table = np.zeros(pattern.shape)
@@ -311,7 +315,7 @@ class LeggedMPC:
                     start -= 1
                 while not pattern[(end + 1) % period, c]:
                     end += 1
-                table[p, c] = np.sin(np.pi * (p - start + 1) / (end - start + 2))
+                table[p, c] = np.sin(np.pi * (p - start) / (end - start + 1))
         return table
 
     # ------------------------------------------------------------------------------ tick

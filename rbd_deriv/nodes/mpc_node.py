@@ -335,7 +335,7 @@ def legged_loop_from_parameters(model: Any, p: dict) -> LeggedLoop:
         mpcs[name] = LeggedMPC(model, feet, gait, posture, horizon=p["horizon"], dt=p["dt"], mu=p["mu"],
                                weights=weights, swing_height=p["swing_height"])
     settings = LeggedLoopSettings(state_timeout=p["state_timeout"], policy_validity=p["policy_validity"],
-                                  max_stamp_lead=p["max_stamp_lead"])
+                                  max_stamp_lead=p["max_stamp_lead"], latency=p["command_delay"])
     return LeggedLoop(model, mpcs, p["gait"], settings)
 
 
