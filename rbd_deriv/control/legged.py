@@ -19,7 +19,8 @@ follow a :class:`~rbd_deriv.control.schedule.Gait`:
   with x^r the reference posture (an SRDF group_state, :mod:`rbd_deriv.control.srdf`) at rest,
   u^s the static torques that hold it (:func:`static_torques`), f^r the robot's weight shared by
   the closed feet of the knot, p^r a swing foot's placement over its stance position lifted by
-  :math:`h \\sin(\\pi s)` (s in (0, 1) along the swing), and the friction pyramid with
+  :math:`h \\sin^2(\\pi s)` (s in [0, 1] along the swing: it leaves and reaches the ground
+  with no vertical speed, so a touchdown a little off its knot is a gentle one), and the friction pyramid with
   unilaterality kept by a relaxed log barrier (:mod:`rbd_deriv.control.contact_force`);
 - terminal cost: the posture term times ``weights.terminal``.
 
@@ -299,7 +300,7 @@ class LeggedMPC:
         self.swing_reference[:, 2::3] += self.swing_height * self._lift[knots]
 
     def _lift_table(self) -> np.ndarray:
-        """(P, nc) sin(pi s) at each knot of the gait's period, s the fraction of the foot's swing
+        """(P, nc) sin^2(pi s) at each knot of the gait's period, s the fraction of the foot's swing
         done at the knot's state (0 at lift-off, 1 at the touchdown knot, 0 in stance); a swing
         wraps around the period's end."""
         pattern = self.gait.pattern
@@ -315,7 +316,7 @@ class LeggedMPC:
                     start -= 1
                 while not pattern[(end + 1) % period, c]:
                     end += 1
-                table[p, c] = np.sin(np.pi * (p - start) / (end - start + 1))
+                table[p, c] = np.sin(np.pi * (p - start) / (end - start + 1)) ** 2
         return table
 
     # ------------------------------------------------------------------------------ tick

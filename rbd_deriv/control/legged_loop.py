@@ -297,11 +297,14 @@ class LeggedLoop:
 
     def latency(self) -> float:
         """Time [s] from a tick's start to the robot side holding its policy: the ``latency`` setting, plus the
-        90th percentile of the recent ticks' durations with ``adaptive_latency``."""
+        90th percentile of the recent ticks' durations with ``adaptive_latency``; at most ``max_stamp_lead``
+        less one knot."""
         latency = self.settings.latency
         if self.settings.adaptive_latency and self.tick_times:
             latency += float(np.quantile(np.asarray(self.tick_times), 0.9))
-        return latency
+        # The plan is stamped up to a knot later still, and the robot side refuses a policy stamped more than
+        # max_stamp_lead ahead of its clock.
+        return min(latency, max(0.0, self.settings.max_stamp_lead - self.mpc.dt))
 
     def contacts_at(self, time: float) -> tuple:
         """The contacts (:class:`rbd_deriv.Contact`) the gait in force at ``time`` [s] has closed (every foot
