@@ -44,7 +44,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.control.legged import LeggedMPC, LeggedPlan, static_torques
+from rbd_deriv.control.legged import BasePath, LeggedMPC, LeggedPlan, static_torques
 from rbd_deriv.control.loop import time_percentiles
 from rbd_deriv.control.policy import (MAX_TAKEN, FeedbackPolicy, constant_policy, policy_from_plan,
                                       policy_in_use)
@@ -63,6 +63,10 @@ STATISTICS_WINDOW = 2000
 
 #: Recent ticks whose durations give the adaptive latency (their 90th percentile).
 LATENCY_WINDOW = 20
+
+#: Largest base speed [m/s] and sway amplitude [m] a loop accepts (a command beyond is a mistake).
+MAX_BASE_SPEED = 2.0
+MAX_SWAY_AMPLITUDE = 0.5
 
 #: Gait names a configuration may ask for: the patterns of :class:`~rbd_deriv.control.schedule.Gait`, and
 #: ``pattern``, one period spelt knot by knot.
@@ -222,6 +226,10 @@ class LeggedLoop:
         self._contact_sets: Dict[Tuple[bool, ...], tuple] = {}
         self._data = model.create_data()
         self.tick_times: collections.deque = collections.deque(maxlen=LATENCY_WINDOW)
+        #: The base's horizontal reference on the loop's clock (seconds from its first stamp); changes asked by
+        #: set_base_velocity and set_sway take effect at the next plan's first knot.
+        self.path = BasePath(origin=tuple(first.x_ref[:2]))
+        self._motion = (self.path.velocity, self.path.amplitude, self.path.period)
         self.set_gait(gait)
         self.good_policy: Optional[FeedbackPolicy] = None
         self.last_command: Optional[np.ndarray] = None
@@ -277,6 +285,33 @@ class LeggedLoop:
             self.gait, self.mpc = gait, self.mpcs[gait]
             self._gait_start = None
             self._last_knot = None  # its plan is not this robot's recent past: start it from scratch
+
+    def set_base_velocity(self, velocity: Sequence[float]) -> None:
+        """Walk: the base's reference moves at ``velocity`` (vx, vy) [m/s] in the world frame from the next
+        plan's first knot (the swing feet land along it; (0, 0) stops where the base has come).
+
+        Raises:
+            InputError: not two finite numbers, or faster than :data:`MAX_BASE_SPEED`; nothing changes.
+        """
+        value = np.asarray(velocity, dtype=float)
+        if value.shape != (2,) or not np.isfinite(value).all() or np.linalg.norm(value) > MAX_BASE_SPEED:
+            raise InputError(f"base velocity must be (vx, vy), finite, at most {MAX_BASE_SPEED} m/s, got "
+                             f"{velocity!r}", "base_velocity")
+        self._motion = (tuple(value), *self._motion[1:])
+
+    def set_sway(self, amplitude: float, period: float) -> None:
+        """Sway the base's reference sideways (world y) by ``amplitude`` [m] sin(2 pi t / ``period`` [s]) from
+        the next plan's first knot (0: no sway).
+
+        Raises:
+            InputError: an amplitude outside [0, :data:`MAX_SWAY_AMPLITUDE`] or a period that is not > 0.
+        """
+        if not (math.isfinite(amplitude) and 0.0 <= amplitude <= MAX_SWAY_AMPLITUDE):
+            raise InputError(f"sway amplitude must be in [0, {MAX_SWAY_AMPLITUDE}] m, got {amplitude!r}",
+                             "sway_amplitude")
+        if not (math.isfinite(period) and period > 0.0):
+            raise InputError(f"sway period must be > 0 s, got {period!r}", "sway_period")
+        self._motion = (self._motion[0], float(amplitude), float(period))
 
     def refuse(self, kind: str, error: Any) -> Optional[str]:
         """Count a refused input (or a failed tick) of ``kind``; the line to log, or None within the log
@@ -362,6 +397,10 @@ class LeggedLoop:
                 knot = self.knot(now + self.latency())
                 start_time = self._gait_start + knot * mpc.dt
                 q0, v0 = self.predict(q, v, state_time, start_time)
+                path = self.path
+                if self._motion != (path.velocity, path.amplitude, path.period):
+                    self.path = path.moved(start_time, *self._motion)
+                mpc.set_path(self.path, start_time)
                 iterations = 1
                 if self._last_knot is None:
                     # No previous plan to start from: a few Gauss-Newton steps from the posture's statics
