@@ -58,9 +58,11 @@ from rbd_deriv.refusals import shorten
 from rbd_deriv.sim import Ground, make_plant
 from rbd_deriv.sim.ground import initial_configuration
 
-#: Largest number of physics steps taken at once to catch up with the wall clock; beyond it the
-#: simulation slows down instead of jumping.
-MAX_CATCH_UP_STEPS = 20
+#: Largest number of physics steps taken at once to catch up with the wall clock (each at its own time);
+#: beyond it the simulation slows down instead of jumping. A quarter of a second: a process starved of
+#: the CPU for tens of milliseconds (a loaded machine) must not leave the simulated robot behind the
+#: clock, whose time the policies are indexed by (a gait's touchdowns fall at given times).
+MAX_CATCH_UP_STEPS = 250
 
 
 class SimNode(Node):
