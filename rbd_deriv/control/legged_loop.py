@@ -222,6 +222,7 @@ class LeggedLoop:
         # The policies sent that the robot side may still apply, as it keeps them (policy_in_use), and the
         # gaits by start time [s]: what the robot does until a new plan's first knot.
         self._sent: collections.deque = collections.deque(maxlen=MAX_TAKEN)
+        self._first_policy: Optional[float] = None
         self._timeline: collections.deque = collections.deque(maxlen=3)
         self._contact_sets: Dict[Tuple[bool, ...], tuple] = {}
         self._data = model.create_data()
@@ -358,7 +359,11 @@ class LeggedLoop:
         """The state at ``end`` [s] from the one measured at ``start`` [s]: the contact dynamics of the gait's
         feet under the policies sent, as the robot side applies them (the measured state when none was sent).
         """
-        if not self._sent or end <= start:
+        if not self._sent:
+            return q, v
+        # Until its first policy the robot is held still (the brakes): it starts moving at that stamp.
+        start = max(start, self._first_policy)
+        if end <= start:
             return q, v
         epoch, model, lower, upper = self._epoch_ns, self.model, self.lower, self.upper
 
@@ -394,9 +399,17 @@ class LeggedLoop:
             mpc = self.mpc
             try:
                 started = time.perf_counter()
-                knot = self.knot(now + self.latency())
-                start_time = self._gait_start + knot * mpc.dt
-                q0, v0 = self.predict(q, v, state_time, start_time)
+                if self._sent:
+                    knot = self.knot(now + self.latency())
+                    start_time = self._gait_start + knot * mpc.dt
+                    q0, v0 = self.predict(q, v, state_time, start_time)
+                    if not (np.isfinite(q0).all() and np.isfinite(v0).all()):
+                        raise InputError("the state predicted at the plan's first knot is not finite", "prediction")
+                else:
+                    # Nothing sent yet: the robot is held still (the brakes) until its first policy, which
+                    # therefore starts when its solve (from scratch, the slowest) is done, from the state
+                    # measured; the gait starts there.
+                    knot, start_time, q0, v0 = None, now + self.latency(), q, v
                 path = self.path
                 if self._motion != (path.velocity, path.amplitude, path.period):
                     self.path = path.moved(start_time, *self._motion)
@@ -408,11 +421,14 @@ class LeggedLoop:
                     mpc.solver.cold_start(np.r_[q0, v0], np.tile(mpc.u_static, (mpc.horizon, 1)))
                     elapsed, iterations = 0.0, self.settings.start_iterations
                 else:
-                    elapsed = max(0, knot - self._last_knot) * mpc.dt
+                    elapsed = max(0, knot - self._last_knot) * mpc.dt  # a previous plan: something was sent
                 solve_started = time.perf_counter()
-                plan = mpc.solve(np.r_[q0, v0], phase=knot % mpc.gait.period, elapsed=elapsed,
-                                 iterations=iterations)
+                plan = mpc.solve(np.r_[q0, v0], phase=0 if knot is None else knot % mpc.gait.period,
+                                 elapsed=elapsed, iterations=iterations)
                 self.solve_times.append(time.perf_counter() - solve_started)
+                if knot is None:
+                    knot = self.knot(now + time.perf_counter() - started + self.latency())
+                    start_time = self._gait_start
                 if iterations == 1:  # a plan from scratch is slower than the ticks that follow it
                     self.tick_times.append(time.perf_counter() - started)
                 self._last_knot = knot
@@ -465,6 +481,8 @@ class LeggedLoop:
             sent.pop()
         sent.append(policy)
         self._sent_ns = policy.stamp_ns
+        if self._first_policy is None:
+            self._first_policy = self._seconds(policy.stamp_ns)
 
     def _plan_policy(self, mpc: LeggedMPC, start_ns: int) -> Optional[FeedbackPolicy]:
         """The feedback policy of the MPC's new plan (None if it is not finite)."""
