@@ -305,7 +305,7 @@ LEGGED_DEMOS = ("solo12", "talos")
 GAIT_SWITCH = 2.0
 PUSH_AT = 0.4
 LATE_MOTION = {"solo12": (0.6, {"base_velocity": [0.2, 0.0]}),
-               "talos": (0.6, {"sway_amplitude": 0.04, "sway_period": 2.0})}
+               "talos": (0.6, {"sway_amplitude": 0.03, "sway_period": 4.0})}
 
 #: Default lateral push per robot: force [N] along +y in the world frame for PUSH_DURATION [s].
 PUSH_FORCE = {"solo12": 10.0, "talos": 150.0}

@@ -133,6 +133,9 @@ class LeggedLoopSettings:
         latency: Time [s] from the end of a tick to the robot side holding its policy (transport), >= 0.
         adaptive_latency: Add the 90th percentile of the recent ticks' durations to ``latency`` when
             choosing the knot a plan starts at.
+        predict: Carry the measured state to the plan's first knot (:meth:`LeggedLoop.predict`); False:
+            plan from the measured state, from the first knot at or after its time (a standing robot,
+            whose contacts do not switch, with joints too light to integrate its feedback explicitly).
     """
 
     state_timeout: float = 0.05
@@ -141,6 +144,7 @@ class LeggedLoopSettings:
     start_iterations: int = 3
     latency: float = 0.002
     adaptive_latency: bool = True
+    predict: bool = True
 
     def __post_init__(self) -> None:
         for name in ("state_timeout", "policy_validity"):
@@ -399,7 +403,10 @@ class LeggedLoop:
             mpc = self.mpc
             try:
                 started = time.perf_counter()
-                if self._sent:
+                if self._sent and not self.settings.predict:
+                    knot = self.knot(state_time)
+                    start_time, q0, v0 = self._gait_start + knot * mpc.dt, q, v
+                elif self._sent:
                     knot = self.knot(now + self.latency())
                     start_time = self._gait_start + knot * mpc.dt
                     q0, v0 = self.predict(q, v, state_time, start_time)

@@ -348,7 +348,8 @@ def legged_loop_from_parameters(model: Any, p: dict) -> LeggedLoop:
         mpcs[name] = LeggedMPC(model, feet, gait, posture, horizon=p["horizon"], dt=p["dt"], mu=p["mu"],
                                weights=weights, swing_height=p["swing_height"])
     settings = LeggedLoopSettings(state_timeout=p["state_timeout"], policy_validity=p["policy_validity"],
-                                  max_stamp_lead=p["max_stamp_lead"], latency=p["command_delay"])
+                                  max_stamp_lead=p["max_stamp_lead"], latency=p["command_delay"],
+                                  predict=p["predict_delay"])
     loop = LeggedLoop(model, mpcs, p["gait"], settings)
     loop.set_base_velocity(p["base_velocity"])
     loop.set_sway(p["sway_amplitude"], p["sway_period"])
