@@ -606,7 +606,9 @@ def legged_main(arguments: Any) -> int:
             if switch_at is not None and elapsed >= switch_at and "gait" not in events:
                 recorder.set_parameters({"gait": moving})
                 events["gait"] = elapsed
-            if push_at is not None and elapsed >= push_at and "push" not in events:
+            # (Sent once the simulator's subscription is matched: a push published before discovery is lost.)
+            if (push_at is not None and elapsed >= push_at and "push" not in events
+                    and recorder.push_publisher.get_subscription_count() > 0):
                 recorder.push([0.0, push_force, 0.0], PUSH_DURATION)
                 pushes += 1
                 events["push"] = elapsed
