@@ -298,10 +298,14 @@ def write_summary(path: Path, summary: dict, diagnostics: dict, simulator: dict,
 #: sections) and their URDF and SRDF in example-robot-data.
 LEGGED_DEMOS = ("solo12", "talos")
 
-#: The legged demo's script, as fractions of ``--duration``: the gait switches from standing to the robot's
-#: moving gait (when its file builds one) at GAIT_SWITCH [s], the lateral push starts at PUSH_AT.
+#: The legged demo's script: the gait switches from standing to the robot's moving gait (when its file builds
+#: one) at GAIT_SWITCH [s], the lateral push starts at PUSH_AT (a fraction of ``--duration``), then the robot's
+#: LATE_MOTION: (a fraction of ``--duration``, MPC node parameters set then): solo12 walks forward at 0.2 m/s
+#: (trotting), talos sways its base sideways.
 GAIT_SWITCH = 2.0
-PUSH_AT = 0.5
+PUSH_AT = 0.4
+LATE_MOTION = {"solo12": (0.6, {"base_velocity": [0.2, 0.0]}),
+               "talos": (0.6, {"sway_amplitude": 0.03, "sway_period": 4.0})}
 
 #: Default lateral push per robot: force [N] along +y in the world frame for PUSH_DURATION [s].
 PUSH_FORCE = {"solo12": 10.0, "talos": 150.0}
@@ -397,12 +401,14 @@ class LeggedRecorder:
     sim_diagnostics = Recorder.sim_diagnostics
     _diagnostics_of = Recorder._diagnostics_of
 
-    def set_gait(self, gait: str) -> None:
-        """Ask the MPC node to follow ``gait`` (answered asynchronously; a refusal shows in its log)."""
+    def set_parameters(self, values: dict) -> None:
+        """Set the MPC node's parameters ``values`` (the gait, the base velocity, the sway; answered
+        asynchronously, a refusal shows in its log)."""
         from rcl_interfaces.srv import SetParameters
         from rclpy.parameter import Parameter
 
-        request = SetParameters.Request(parameters=[Parameter("gait", value=gait).to_parameter_msg()])
+        request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()
+                                                    for name, value in values.items()])
         self.parameters.call_async(request)
 
     def push(self, force: Sequence[float], duration: float) -> None:
@@ -412,9 +418,29 @@ class LeggedRecorder:
                                          duration=float(duration)))
 
 
+def reference_path(base_times: np.ndarray, base: np.ndarray, motions: Sequence[tuple]) -> np.ndarray:
+    """(K, 3) the base's reference at ``base_times`` [s]: its first position, moved as the MPC node was told
+    (``motions``: (time [s], MPC parameters set then), in time order) along a
+    :class:`~rbd_deriv.control.legged.BasePath`."""
+    from rbd_deriv.control.legged import BasePath
+
+    if not len(base):
+        return np.zeros((0, 3))
+    reference = np.tile(base[0, :3], (len(base), 1))
+    path = BasePath(origin=tuple(base[0, :2]))
+    boundaries = [at for at, _ in motions] + [np.inf]
+    for (at, values), until in zip(motions, boundaries[1:]):
+        path = path.moved(at, velocity=values.get("base_velocity"), amplitude=values.get("sway_amplitude"),
+                          period=values.get("sway_period"))
+        inside = (base_times >= at) & (base_times < until)
+        reference[inside, :2] = path.at(base_times[inside])[0]
+    return reference
+
+
 def summarize_legged(recorder: LeggedRecorder, start: float, duration: float, effort_limit: np.ndarray,
-                     mu: float) -> dict:
-    """Base motion, torque use, forces against their cones and the rates of a legged run."""
+                     mu: float, motions: Sequence[tuple] = ()) -> dict:
+    """Base motion (against its reference: ``motions`` as for :func:`reference_path`), torque use, forces
+    against their cones and the rates of a legged run."""
     base_times = np.array([b[0] for b in recorder.base]) - start
     base = np.array([b[1] for b in recorder.base])
     inside = (base_times >= 0.0) & (base_times <= duration)
@@ -426,12 +452,22 @@ def summarize_legged(recorder: LeggedRecorder, start: float, duration: float, ef
     forces = np.array([c[1] for c in recorder.contacts])
     touching = np.array([c[2] for c in recorder.contacts])
     deviation = base[:, :3] - base[0, :3] if len(base) else np.zeros((0, 3))
+    reference = reference_path(base_times, base, motions)
+    error = base[:, :3] - reference if len(base) else np.zeros((0, 3))
+    walking = [at for at, values in motions if any(values.get("base_velocity", [0.0]))]
+    walked = base_times >= (walking[0] + 1.0 if walking else np.inf)  # one second to get going
+    swaying = [at for at, values in motions if values.get("sway_amplitude")]
+    swayed = base_times >= (swaying[0] + 1.0 if swaying else np.inf)
     with np.errstate(invalid="ignore", divide="ignore"):
         cone_use = np.where(forces[..., 2] > 1e-6, np.hypot(forces[..., 0], forces[..., 1]) / forces[..., 2],
                             0.0) if len(forces) else np.zeros((0, 0))
     return {
-        "base_times": base_times, "base": base, "deviation": deviation,
-        "base_position_rms": float(np.sqrt(np.mean(np.sum(deviation ** 2, axis=1)))) if len(base) else None,
+        "base_times": base_times, "base": base, "deviation": deviation, "reference": reference - base[0, :3]
+        if len(base) else reference,
+        "base_position_rms": float(np.sqrt(np.mean(np.sum(error ** 2, axis=1)))) if len(base) else None,
+        "walk_speed": (float(np.polyfit(base_times[walked], base[walked, 0], 1)[0])
+                       if walked.sum() > 10 else None),
+        "sway_amplitude": (float(0.5 * np.ptp(base[swayed, 1])) if swayed.sum() > 10 else None),
         "command_times": command_times, "torques": torques,
         "torque_ratio": (np.abs(torques).max(axis=0) / effort_limit) if len(torques) else np.zeros(1),
         "command_rate": during.sum() / duration,
@@ -449,8 +485,10 @@ def plot_legged(summary: dict, feet: Sequence[str], effort_limit: np.ndarray, ev
     figure, axes = plt.subplots(4, 1, figsize=(12, 13), sharex=True)
     trajectory, cones, torques, gait = axes
     for k, axis in enumerate("xyz"):
-        trajectory.plot(summary["base_times"], summary["deviation"][:, k], lw=1.0, label=f"base {axis}")
-    trajectory.set_ylabel("base - start [m]")
+        trajectory.plot(summary["base_times"], summary["deviation"][:, k], lw=1.0, label=f"base {axis}",
+                        color=f"C{k}")
+        trajectory.plot(summary["base_times"], summary["reference"][:, k], lw=0.8, ls="--", color=f"C{k}")
+    trajectory.set_ylabel("base - start [m] (dashed: reference)")
     trajectory.set_title("base trajectory (odometry)")
     for c, foot in enumerate(feet):
         if len(summary["cone_use"]):
@@ -497,11 +535,13 @@ def legged_document(summary: dict, diagnostics: dict, simulator: dict, pushes: i
         "robot": robot, "gait": gait, "mpc_rate_hz": summary["command_rate"],
         "solve_p50_ms": milliseconds("solve_time_p50_us"), "solve_p99_ms": milliseconds("solve_time_p99_us"),
         "fell": fell, "base_position_rms_m": summary["base_position_rms"],
+        "walk_speed_mps": summary["walk_speed"], "sway_amplitude_m": summary["sway_amplitude"],
         "max_torque_ratio": float(summary["torque_ratio"].max()),
         "friction_cone_violations": int(simulator.get("friction_cone_violations", "-1")),
         "pushes_applied": int(simulator.get("pushes_applied", "0")),
         "pushes_survived": 0 if fell else int(simulator.get("pushes_applied", "0")),
         "pushes_sent": pushes,
+        "simulator_lost_time_s": float(simulator.get("lost_time_s", "nan")),
         "commands_by_source": {k[len("commands_"):]: int(v) for k, v in diagnostics.items()
                                if k.startswith("commands_")},
         "refused_mpc": {k[len("refused_"):]: int(v) for k, v in diagnostics.items() if k.startswith("refused_")},
@@ -531,6 +571,9 @@ def legged_main(arguments: Any) -> int:
         mpc_overrides["gaits"] = _names(gaits)
     feet = list(mpc_file.get("contact_frames", arguments.feet.split(",") if arguments.feet else []))
     push_force = arguments.push if arguments.push is not None else PUSH_FORCE.get(robot, 0.0)
+    late_at, late_motion = LATE_MOTION.get(robot, (None, {}))
+    if arguments.gait == "stand":
+        late_motion = {k: v for k, v in late_motion.items() if k != "base_velocity"}  # no walking on the spot
     logs = Path(arguments.logs or tempfile.mkdtemp(prefix="rbd_deriv_demo_"))
     logs.mkdir(parents=True, exist_ok=True)
     command_topic = mpc_file.get("command_topic", "/effort_controller/commands")
@@ -540,6 +583,7 @@ def legged_main(arguments: Any) -> int:
     recorder = LeggedRecorder(command_topic)
     duration = arguments.duration
     events = {}
+    motions = []
     pushes = 0
     try:
         print(f"starting sim_node and mpc_node for {robot} (logs in {logs}) ...", flush=True)
@@ -552,19 +596,26 @@ def legged_main(arguments: Any) -> int:
         recorder.recording = True
         switch_at = GAIT_SWITCH if moving != "stand" and duration > 2 * GAIT_SWITCH else None
         push_at = PUSH_AT * duration if push_force else None
+        motion_at = late_at * duration if late_motion and duration > 2 * GAIT_SWITCH else None
         print(f"running {duration:g} s: stand" + (f", {moving} from {switch_at:g} s" if switch_at else "")
               + (f", push {push_force:g} N along y for {PUSH_DURATION:g} s at {push_at:g} s" if push_at else "")
-              + " ...", flush=True)
+              + (f", {late_motion} from {motion_at:g} s" if motion_at else "") + " ...", flush=True)
         while recorder.now() < start + duration:
             rclpy.spin_once(recorder.node, timeout_sec=0.01)
             elapsed = recorder.now() - start
             if switch_at is not None and elapsed >= switch_at and "gait" not in events:
-                recorder.set_gait(moving)
+                recorder.set_parameters({"gait": moving})
                 events["gait"] = elapsed
-            if push_at is not None and elapsed >= push_at and "push" not in events:
+            # (Sent once the simulator's subscription is matched: a push published before discovery is lost.)
+            if (push_at is not None and elapsed >= push_at and "push" not in events
+                    and recorder.push_publisher.get_subscription_count() > 0):
                 recorder.push([0.0, push_force, 0.0], PUSH_DURATION)
                 pushes += 1
                 events["push"] = elapsed
+            if motion_at is not None and elapsed >= motion_at and "motion" not in events:
+                recorder.set_parameters(late_motion)
+                events["motion"] = elapsed
+                motions.append((recorder.now(), late_motion))
             if any(p.poll() is not None for p in processes):
                 print("a node exited during the run; see the logs", file=sys.stderr)
                 break
@@ -578,16 +629,23 @@ def legged_main(arguments: Any) -> int:
         rclpy.try_shutdown()
 
     mu = float(mpc_file.get("mu", 0.7))
-    summary = summarize_legged(recorder, start, duration, effort_limit, mu)
+    summary = summarize_legged(recorder, start, duration, effort_limit, mu,
+                               [(at - start, values) for at, values in motions])
     document = legged_document(summary, diagnostics, simulator, pushes, robot, moving)
     title = (f"rbd_deriv legged demo: {model.name} (nv = {model.nv}), MuJoCo, MPC N={mpc_file.get('horizon', 20)}, "
-             f"dt={mpc_file.get('dt', 0.02)} s, stand then {moving}, push {push_force:g} N")
+             f"dt={mpc_file.get('dt', 0.02)} s, stand then {moving}, push {push_force:g} N"
+             + (f", then {late_motion}" if late_motion else ""))
     print()
     print(title)
     print(f"MPC rate achieved:      {document['mpc_rate_hz']:.1f} Hz (asked {mpc_file.get('rate_hz', '-')} Hz)")
     print(f"MPC solve time:         p50 {document['solve_p50_ms']} ms, p99 {document['solve_p99_ms']} ms")
     print(f"fell:                   {document['fell']}")
-    print(f"base position RMS:      {document['base_position_rms_m']} m (from its start)")
+    print(f"base position RMS:      {document['base_position_rms_m']} m (from its reference: the start, moved "
+          f"as commanded)")
+    if document["walk_speed_mps"] is not None:
+        print(f"walking speed:          {document['walk_speed_mps']:.3f} m/s (asked {late_motion['base_velocity']})")
+    if document["sway_amplitude_m"] is not None:
+        print(f"sway amplitude:         {document['sway_amplitude_m']:.4f} m (asked {late_motion['sway_amplitude']})")
     print(f"max |torque| / limit:   {document['max_torque_ratio']:.3f}")
     print(f"friction cone violations (simulator foot-steps): {document['friction_cone_violations']}")
     print(f"pushes survived:        {document['pushes_survived']} of {pushes} sent "

@@ -1,19 +1,24 @@
 """Tests of rbd_deriv.control.legged_loop: the legged MPC's tick policy, without ROS.
 
 Oracles: the inputs themselves (the state the loop assembles from joint states in any order and an
-odometry is the robot's state), the gait's own table (the phase follows the clock), the library's statics
-(``static_torques`` at the measured posture for the safe command) and the effort limits (never exceeded,
-never NaN, whatever the inputs).
+odometry is the robot's state), the gait's own table and the knot rule written out (the phase follows the
+clock, each plan starts at the first knot after the tick and its latency), the library's statics
+(``static_torques`` at the measured posture for the safe command), the effort limits (never exceeded,
+never NaN, whatever the inputs), and physics: solo12 in MuJoCo, its policies applied at 1 kHz by the robot
+side, trots and walks under ticks that are late and off the gait's grid.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
 
 import rbd_deriv as rd
-from rbd_deriv.control.legged import LeggedMPC, static_torques
+from rbd_deriv.control.legged import LeggedMPC, LeggedWeights, static_torques
 from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, LeggedSource, make_gait
+from rbd_deriv.control.policy import PolicyExecutor
 from rbd_deriv.control.schedule import Gait
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.exceptions import InputError
@@ -68,12 +73,17 @@ def test_assembles_the_state_and_sends_the_plan_policy(solo):
     loop.take_odometry(q[:3], q[3:7], v[:3], v[3:6], START, START)
     np.testing.assert_array_equal(loop.state.q, q)
     np.testing.assert_array_equal(loop.state.v, v)
+    started = time.perf_counter()
     tick = loop.tick(START + MS)
+    took = int((time.perf_counter() - started) * 1e9)
     assert tick.source is LeggedSource.PLAN and tick.plan.sendable
     assert within(tick.command, loop)
     np.testing.assert_array_equal(tick.command, np.clip(tick.plan.torque, loop.lower, loop.upper))
     policy = tick.policy
-    assert policy.stamp_ns == START, "knot 0 is the time of the state it was solved from"
+    # The robot is held still until its first policy: that starts the gait when its solve is done, plus the
+    # 2 ms of latency.
+    assert START + 3 * MS <= policy.stamp_ns <= START + 3 * MS + took
+    # Nothing was sent before: nothing to carry the state forward with.
     np.testing.assert_allclose(policy.x_ref[0], np.r_[q, v], rtol=0, atol=1e-15)
     np.testing.assert_array_equal(policy.u_ff[0], tick.plan.torque)
     np.testing.assert_array_equal(policy.gain, tick.plan.gain)
@@ -81,11 +91,12 @@ def test_assembles_the_state_and_sends_the_plan_policy(solo):
 
 
 def test_gait_phase_and_plan_stamps_follow_the_knot_grid(solo):
-    """Ticks every 7 ms on a gait of 20 ms knots: each plan starts at the knot nearest its state's time (the
-    phase steps once per 20 ms, wraps at the period) and is stamped with that knot's time, so that the
-    policies' stamps never go backwards."""
+    """Ticks every 7 ms on a gait of 20 ms knots, 5 ms of latency: each plan starts at the first knot of the
+    gait at or after its tick plus the latency (the phase steps once per 20 ms, wraps at the period) and is
+    stamped with that knot's time, so that the policies' stamps never go backwards and the robot side keeps
+    the previous plan until then; its first state is the measured one carried to that time."""
     model, feet, posture, mpcs = solo
-    loop = LeggedLoop(model, mpcs, "trot")
+    loop = LeggedLoop(model, mpcs, "trot", LeggedLoopSettings(latency=0.005, adaptive_latency=False))
     x = np.r_[posture, np.zeros(model.nv)]
     period = mpcs["trot"].gait.period
     assert period == 20
@@ -97,15 +108,101 @@ def test_gait_phase_and_plan_stamps_follow_the_knot_grid(solo):
         assert tick.source is LeggedSource.PLAN, (k, tick.source, tick.trouble)
         phases.append(loop.mpc.phase)
         stamps.append(tick.policy.stamp_ns)
-    knots = [int(np.floor(k * 7 / 20 + 0.5)) for k in range(70)]
-    assert phases == [n % period for n in knots] and max(phases) == period - 1 and phases[-1] < 5
-    assert stamps == [START + n * 20 * MS for n in knots]
+    # The first plan started the gait when it was solved; each next one at the first knot at or after its
+    # tick plus 5 ms (ceil), never before the last one sent.
+    gait_start = stamps[0]
+    knots = [0]
+    for k in range(1, 70):
+        knots.append(max(knots[-1], -(-(START + k * 7 * MS + 5 * MS - gait_start) // (20 * MS))))
+    assert phases == [n % period for n in knots] and max(phases) == period - 1
+    assert stamps == [gait_start + n * 20 * MS for n in knots]
+    # The last plan starts where the robot, measured at rest at its last tick, goes under the policies sent.
+    state_time = (69 * 7) * 1e-3  # seconds from the loop's first stamp, START
+    q0, v0 = loop.predict(x[:model.nq], x[model.nq:], state_time, (stamps[-1] - START) * 1e-9)
+    np.testing.assert_allclose(tick.policy.x_ref[0], np.r_[q0, v0], rtol=1e-9, atol=1e-9)
+    assert np.abs(v0).max() > 1e-6, "the policies sent move the robot: the prediction is not the measurement"
     loop.set_gait("stand")
     feed(loop, model, x[:model.nq], x[model.nq:], START + 500 * MS)
     assert loop.tick(START + 500 * MS).source is LeggedSource.PLAN and loop.mpc is mpcs["stand"]
     with pytest.raises(InputError, match="gallop"):
         loop.set_gait("gallop")
     assert loop.gait == "stand"
+
+
+def run_in_mujoco(model, loop, seconds, events, seed=0, period=(0.02, 0.035), delay=0.008):
+    """solo12 on MuJoCo's floor, its policies applied at 1 kHz by the robot side (a PolicyExecutor, through
+    the message's fields as the simulator node takes them), ticks every ``period`` (uniform) [s] and each
+    policy arriving ``delay`` [s] after its tick; ``events`` {time [s]: callable(loop)}. Returns the base's
+    positions (K, 3) once per 10 ms, the ticks' sources and whether it fell."""
+    from rbd_deriv.sim import Ground, make_plant
+    from rbd_deriv.sim.ground import rest_on_floor
+
+    ground = Ground(tuple(loop.feet))
+    plant = make_plant("mujoco", str(EXAMPLE_ROBOTS["solo12"]), dt=1e-3, model=model, ground=ground)
+    plant.reset(rest_on_floor(model, loop.mpc.x_ref[:model.nq], ground))
+    robot = PolicyExecutor(model, command_timeout=0.0)
+    names = list(model.actuated_joint_names)
+    qi, vi = [model.idx_q[n] for n in names], [model.idx_v[n] for n in names]
+    rng = np.random.default_rng(seed)
+    next_tick, arrivals, base, sources = 0, [], [], []
+    for k in range(int(round(seconds * 1000))):
+        now = START + k * MS
+        for at in [at for at in events if abs(at * 1000 - k) < 0.5]:
+            events[at](loop)
+        if k >= next_tick:
+            next_tick = k + int(round(rng.uniform(*period) * 1000))
+            q, v = plant.q, plant.v
+            loop.take_joint_states(names, q[qi], v[vi], [], now, now)
+            loop.take_odometry(q[:3], q[3:7], v[:3], v[3:6], now, now)
+            tick = loop.tick(now)
+            sources.append(tick.source)
+            policy = tick.policy
+            fields = {"state_joint_names": list(model.joint_names), "joint_names": names, "x_ref": policy.x_ref,
+                      "u_ff": policy.u_ff, "K": policy.gain, "knot_dt": policy.knot_dt,
+                      "valid_for": policy.valid_for}  # what the simulator node reads from the message
+            arrivals.append((k + int(round(delay * 1000)), fields, policy.stamp_ns))
+        while arrivals and arrivals[0][0] <= k:
+            _, fields, stamp = arrivals.pop(0)
+            robot.take_policy(fields, stamp, now)
+        torque, _ = robot.torque(plant.q, plant.v, now)
+        if torque is None:
+            plant.hold()  # the brakes until the first policy, as the simulator node
+        else:
+            plant.step(torque)
+        if k % 10 == 0:
+            base.append(plant.q[:3].copy())
+        if plant.fell:
+            break
+    return np.array(base), sources, plant.fell
+
+
+def test_solo12_trots_and_walks_in_mujoco_with_ticks_off_the_gait_grid():
+    """Ticks every 20 to 35 ms (never on the 20 ms knots for long), each policy reaching the robot 8 ms after
+    its tick: solo12 stands, trots in place from 0.3 s, then walks at 0.2 m/s from 1.3 s. It does not fall,
+    every plan is sent, the base keeps its height, stays in place while trotting and then follows the walk."""
+    pytest.importorskip("mujoco")
+    info = LEGGED_ROBOTS["solo12"]
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    posture = reference_posture(model, example_robot_srdf("solo12"), info["posture"], missing="neutral")
+    from rbd_deriv.sim import Ground
+    from rbd_deriv.sim.ground import rest_on_floor
+    posture = rest_on_floor(model, posture, Ground(info["feet"]))
+    feet, kinds = info["feet"], ["point"] * 4
+    # config/solo12.yaml's weights: the base held at its height and still, the swing feet tracked closely.
+    weights = LeggedWeights(base_position=1e4, base_velocity=100.0, swing=1e5, cone=1.0)
+    mpcs = {name: LeggedMPC(model, feet, make_gait(name, feet, kinds), posture, weights=weights)
+            for name in ("stand", "trot")}
+    loop = LeggedLoop(model, mpcs, "stand", LeggedLoopSettings(policy_validity=0.3, latency=0.012,
+                                                                adaptive_latency=False))
+    events = {0.3: lambda loop: loop.set_gait("trot"), 1.3: lambda loop: loop.set_base_velocity((0.2, 0.0))}
+    base, sources, fell = run_in_mujoco(model, loop, 2.8, events)
+    assert not fell
+    assert all(source is LeggedSource.PLAN for source in sources), set(sources)
+    assert np.abs(base[:, 2] - base[0, 2]).max() < 0.01, "no hop: the base keeps its height within 1 cm"
+    trotting = base[40:130]  # 0.4 s to 1.3 s
+    assert np.abs(trotting[:, :2] - base[0, :2]).max() < 0.02, "trotting in place"
+    walked = base[-1, 0] - base[140, 0]  # 1.4 s to the end, 1.4 s at 0.2 m/s
+    assert 0.2 < walked < 0.36 and abs(base[-1, 1]) < 0.03, walked
 
 
 def test_stale_state_holds_the_last_policy_then_the_static_torques(solo):

@@ -16,6 +16,7 @@ import pytest
 import rbd_deriv as rd
 from rbd_deriv.control import (Actuation, FeedbackPolicy, HeldLinearization, ModelPredictiveController, MPCProblem,
                                PolicyExecutor, constant_policy, policy_from_plan)
+from rbd_deriv.control.policy import policy_in_use
 from rbd_deriv.messages import MessageError
 from rbd_deriv.testing import assert_close
 from rbd_deriv.testing.robots import bundled_urdf
@@ -266,6 +267,53 @@ def test_policies_from_the_future_out_of_order_or_expired_are_refused(arm):
         executor.take_policy(fields_of(policy, arm), T0 + 40 * MS, T0 + 60 * MS)
     assert caught.value.reason == "out_of_order"
     assert executor.policy.stamp_ns == T0 + 50 * MS
+
+
+def test_a_policy_stamped_ahead_waits_for_its_stamp_while_the_one_in_use_is_valid(arm):
+    """A plan solved from the state predicted at its first knot starts there: until then the robot side keeps
+    the previous plan (the two torques below are different constants, so the source of each step shows)."""
+    executor = PolicyExecutor(arm, max_stamp_lead=0.1)
+    x = np.r_[Q, np.zeros(7)]
+    first = pd_policy(7, x, np.full(7, 1.0), kp=0.0, kd=0.0, valid_for=0.1, stamp_ns=T0)
+    second = pd_policy(7, x, np.full(7, 2.0), kp=0.0, kd=0.0, valid_for=0.1, stamp_ns=T0 + 30 * MS)
+    third = pd_policy(7, x, np.full(7, 3.0), kp=0.0, kd=0.0, valid_for=0.1, stamp_ns=T0 + 50 * MS)
+    executor.take_policy(fields_of(first, arm), T0, T0)
+    executor.take_policy(fields_of(second, arm), second.stamp_ns, T0 + 5 * MS)
+    executor.take_policy(fields_of(third, arm), third.stamp_ns, T0 + 10 * MS)
+    applied = [executor.torque(Q, np.zeros(7), T0 + t * MS)[0][0] for t in (10, 29, 30, 49, 50, 140)]
+    assert applied == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]
+    assert [p.stamp_ns for p in executor.taken] == [third.stamp_ns], "the policies before are forgotten"
+    # A newer plan for the same first knot replaces the one waiting; an older stamp than the newest taken is
+    # refused, even if it is ahead of the clock.
+    executor = PolicyExecutor(arm)
+    executor.take_policy(fields_of(first, arm), T0, T0)
+    executor.take_policy(fields_of(second, arm), second.stamp_ns, T0 + MS)
+    again = pd_policy(7, x, np.full(7, 4.0), kp=0.0, kd=0.0, valid_for=0.1, stamp_ns=second.stamp_ns)
+    executor.take_policy(fields_of(again, arm), again.stamp_ns, T0 + 2 * MS)
+    with pytest.raises(MessageError) as caught:
+        executor.take_policy(fields_of(first, arm), T0 + 20 * MS, T0 + 3 * MS)
+    assert caught.value.reason == "out_of_order"
+    assert executor.torque(Q, np.zeros(7), T0 + 29 * MS)[0][0] == 1.0
+    assert executor.torque(Q, np.zeros(7), T0 + 30 * MS)[0][0] == 4.0
+    # With nothing valid in use a policy ahead of the clock is applied at once (its first knot).
+    late = PolicyExecutor(arm)
+    ahead = pd_policy(7, x, np.full(7, 2.0), kp=0.0, kd=0.0, valid_for=0.1, stamp_ns=T0 + 130 * MS)
+    late.take_policy(fields_of(first, arm), T0, T0)
+    late.take_policy(fields_of(ahead, arm), ahead.stamp_ns, T0 + 95 * MS)
+    assert late.torque(Q, np.zeros(7), T0 + 100 * MS)[0][0] == 1.0
+    assert late.torque(Q, np.zeros(7), T0 + 101 * MS)[0][0] == 2.0, "the first has expired"
+
+
+def test_policy_in_use_picks_by_stamp_and_validity():
+    x = np.zeros(2)
+    a, b = (FeedbackPolicy(stamp, 0.01, 0.05, x[None], np.zeros((1, 1)), np.zeros((1, 2)))
+            for stamp in (T0, T0 + 20 * MS))
+    assert policy_in_use([], T0) is None
+    assert policy_in_use([a, b], T0 - MS) is a, "before every stamp: the first, as its first knot"
+    assert policy_in_use([a, b], T0 + 19 * MS) is a and policy_in_use([a, b], T0 + 20 * MS) is b
+    assert policy_in_use([a], T0 + 60 * MS) is a, "the newest, expired: the caller sees it is not valid"
+    expired_first = [a, FeedbackPolicy(T0 + 80 * MS, 0.01, 0.05, x[None], np.zeros((1, 1)), np.zeros((1, 2)))]
+    assert policy_in_use(expired_first, T0 + 60 * MS) is expired_first[1], "a valid one ahead beats an expired one"
 
 
 def test_bad_commands_are_refused_and_a_policy_that_cannot_be_evaluated_is_dropped(arm):

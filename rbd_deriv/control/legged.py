@@ -19,9 +19,16 @@ follow a :class:`~rbd_deriv.control.schedule.Gait`:
   with x^r the reference posture (an SRDF group_state, :mod:`rbd_deriv.control.srdf`) at rest,
   u^s the static torques that hold it (:func:`static_torques`), f^r the robot's weight shared by
   the closed feet of the knot, p^r a swing foot's placement over its stance position lifted by
-  :math:`h \\sin(\\pi s)` (s in (0, 1) along the swing), and the friction pyramid with
+  :math:`h \\sin^2(\\pi s)` (s in [0, 1] along the swing: it leaves and reaches the ground
+  with no vertical speed, so a touchdown a little off its knot is a gentle one), and the friction pyramid with
   unilaterality kept by a relaxed log barrier (:mod:`rbd_deriv.control.contact_force`);
-- terminal cost: the posture term times ``weights.terminal``.
+- terminal cost: the posture term times ``weights.terminal``;
+- a moving base (:class:`BasePath`, :meth:`LeggedMPC.set_path`): the base's horizontal reference
+  p(t) and its velocity at each knot's time (walking at a commanded velocity, a lateral sway),
+  and each swing foot's placement moving from where its previous touchdown put it to where this
+  one puts it, :math:`p(t_{td}) + o_c + v(t_{td})\\,T_{st}/2` (o_c the foot's offset from the base
+  in the posture, T_st its stance time: Raibert's rule, which centres the stance under the hip);
+  feet in stance are where they landed (their contacts hold them, no reference).
 
 :class:`LeggedMPC` builds that problem and its :class:`~rbd_deriv.control.solver.RiccatiSolver`
 once; :meth:`LeggedMPC.solve` moves the schedule to the tick's gait phase (in place: the residuals
@@ -32,8 +39,9 @@ sent only if the first knot's forces are inside the exact friction cone within t
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -53,6 +61,7 @@ from rbd_deriv.control.state_space import FREE_FLYER_DOF, ConfigurationSpace
 from rbd_deriv.control.task_residuals import (CenterOfMassResidual, FramePositionResidual,
                                               RobotKinematics)
 from rbd_deriv.exceptions import InputError
+from rbd_deriv.sim.free_flyer import rotation_of
 
 
 #: The parts of a tick timed in :attr:`LeggedPlan.timings`: moving the schedule and the warm
@@ -92,6 +101,52 @@ class LeggedWeights:
     terminal: float = 10.0
     cone: float = 1e-3
     cone_delta: float = 0.05
+
+
+@dataclass(frozen=True)
+class BasePath:
+    """The base's horizontal reference over time [s]: from ``origin`` (x, y) [m] at ``start``, moving at
+    ``velocity`` (vx, vy) [m/s] in the world frame, plus a lateral sway ``amplitude`` sin(2 pi (t - start) /
+    ``period``) along the world's y [m]; before ``start`` it stays at ``origin``.
+    """
+
+    origin: tuple = (0.0, 0.0)
+    start: float = 0.0
+    velocity: tuple = (0.0, 0.0)
+    amplitude: float = 0.0
+    period: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name, size in (("origin", 2), ("velocity", 2)):
+            value = np.asarray(getattr(self, name), dtype=float)
+            if value.shape != (size,) or not np.isfinite(value).all():
+                raise InputError(f"{name} must be {size} finite numbers, got {getattr(self, name)!r}", name)
+            object.__setattr__(self, name, tuple(float(x) for x in value))
+        if not (math.isfinite(self.amplitude) and self.amplitude >= 0.0):
+            raise InputError(f"amplitude must be >= 0 [m], got {self.amplitude!r}", "amplitude")
+        if not (math.isfinite(self.period) and self.period > 0.0):
+            raise InputError(f"period must be > 0 [s], got {self.period!r}", "period")
+
+    def at(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (K, 2) [m] and velocities (K, 2) [m/s] at ``times`` (K,) [s]."""
+        elapsed = np.maximum(np.asarray(times, dtype=float) - self.start, 0.0)
+        moving = (np.asarray(times, dtype=float) >= self.start)[:, None]
+        position = np.asarray(self.origin) + elapsed[:, None] * np.asarray(self.velocity)
+        velocity = np.where(moving, np.asarray(self.velocity), 0.0) * np.ones((elapsed.size, 1))
+        omega = 2.0 * np.pi / self.period
+        position[:, 1] += self.amplitude * np.sin(omega * elapsed)
+        velocity[:, 1] += np.where(moving[:, 0], self.amplitude * omega * np.cos(omega * elapsed), 0.0)
+        return position, velocity
+
+    def moved(self, time: float, velocity: Sequence[float] | None = None, amplitude: float | None = None,
+              period: float | None = None) -> "BasePath":
+        """This path until ``time`` [s], then the given velocity and sway (the others unchanged) from the
+        position it reached there (a sway restarts at its zero)."""
+        position, _ = self.at(np.array([time]))
+        return replace(self, origin=tuple(position[0]), start=float(time),
+                       velocity=self.velocity if velocity is None else tuple(velocity),
+                       amplitude=self.amplitude if amplitude is None else float(amplitude),
+                       period=self.period if period is None else float(period))
 
 
 def contact_jacobians(model: Any, data: Any, q: np.ndarray, frames: Sequence[str],
@@ -227,7 +282,10 @@ class LeggedMPC:
             effort = model.effort_limit[self.dynamics.actuated]
         effort = np.asarray(effort, dtype=float)
         self.swing_height = float(swing_height)
-        self._lift = self._lift_table()
+        self._lift, self._since, self._until = self._lift_table()
+        #: (nc, 2) each foot's horizontal offset from the base in the posture, (nc,) its stance time [s].
+        self.foot_offsets = self.stance[:, :2] - posture[:2]
+        self.stance_time = gait.pattern.sum(axis=0) * self.dt
 
         w = weights
         joints = nv - FREE_FLYER_DOF
@@ -239,7 +297,10 @@ class LeggedMPC:
         N = self.horizon
         kinematics = RobotKinematics(model)
         self.kinematics = kinematics
-        running = [Cost(StateResidual(space, self.x_ref), Quadratic(state_weight, space.ndx),
+        #: (N, nx) running and (nx,) final state references: the posture, its base moved along the path.
+        self.state_reference = np.tile(self.x_ref, (N, 1))
+        self.final_reference = self.x_ref.copy()
+        running = [Cost(StateResidual(space, self.state_reference), Quadratic(state_weight, space.ndx),
                         name="posture"),
                    Cost(ControlResidual(space, nu, self.u_static), Quadratic(w.torque, nu),
                         name="torque")]
@@ -262,15 +323,23 @@ class LeggedMPC:
         share = self.weight / len(feet)
         running.append(Cost(self.cone, RelaxedLogBarrier(w.cone, w.cone_delta * share,
                                                          self.cone.nr), name="friction cone"))
-        terminal = [Cost(StateResidual(space, self.x_ref),
+        terminal = [Cost(StateResidual(space, self.final_reference),
                          Quadratic(w.terminal * state_weight, space.ndx), name="final posture")]
         self.ocp = OptimalControlProblem(space, N, dt, -effort, effort, running, terminal,
                                          self.dynamics)
         self.solver = RiccatiSolver(self.ocp)
         self._started = False
+        #: The base's path and the time [s] of the horizon's first knot on its clock (None: in place).
+        self.path: BasePath | None = None
+        self.time = 0.0
         self._update_references()
 
     # ------------------------------------------------------------------------------ schedule
+    def set_path(self, path: BasePath | None, time: float) -> None:
+        """Move the base's reference along ``path`` (None: the posture's, in place), the horizon's first
+        knot being at ``time`` [s] on the path's clock; the references follow at the next solve."""
+        self.path, self.time = path, float(time)
+
     def set_phase(self, phase: int) -> None:
         """Start the horizon at knot ``phase`` of the gait (the contact sets, force references,
         swing references and weights follow, in place)."""
@@ -291,16 +360,56 @@ class LeggedMPC:
         for c in range(len(self.feet)):
             rows = np.flatnonzero(self.dynamics.offsets[:, c] >= 0)
             self.force_reference[rows, self.dynamics.offsets[rows, c] + 2] = share[rows]
-        self.swinging[:] = ~active
+        # A foot's placement is held at its swing reference from lift-off to its touchdown knot included:
+        # the contact closes there whatever the foot's height, so the foot must be down on its own.
+        touchdown = self._schedules[self.phase % self.gait.period].touchdown
+        self.swinging[:] = ~active | touchdown
         self.swing_reference[:] = self.stance.ravel()
         self.swing_reference[:, 2::3] += self.swing_height * self._lift[knots]
+        if self.path is not None:
+            self._move_references(knots)
 
-    def _lift_table(self) -> np.ndarray:
-        """(P, nc) sin(pi s) at each knot of the gait's period, s the fraction of the foot's swing
-        done at the end of the step (0 in stance); a swing wraps around the period's end."""
+    def _move_references(self, knots: np.ndarray) -> None:
+        """The state references' base and the swing feet's horizontal references along :attr:`path`."""
+        N, nq, dt = self.horizon, self.model.nq, self.dt
+        times = self.time + dt * np.arange(N + 1)
+        position, velocity = self.path.at(times)
+        # The base's linear velocity is in its own frame: the posture's orientation turns the world's.
+        rotation = rotation_of(self.x_ref[3:7])
+        base_velocity = np.c_[velocity, np.zeros(N + 1)] @ rotation
+        self.state_reference[:, :2] = position[:N]
+        self.state_reference[:, nq:nq + 3] = base_velocity[:N]
+        self.final_reference[:2] = position[N]
+        self.final_reference[nq:nq + 3] = base_velocity[N]
+        period = self.gait.period
+        for c in range(len(self.feet)):
+            rows = np.flatnonzero(self.swinging[:, c])
+            if rows.size == 0:
+                continue
+            since, until = self._since[knots[rows], c], self._until[knots[rows], c]
+            landing = times[rows] + until * dt
+            land = self._landing(landing, c)
+            lift_off = self._landing(landing - period * dt, c)
+            s = since / (since + until)
+            blend = (0.5 * (1.0 - np.cos(np.pi * s)))[:, None]
+            self.swing_reference[rows, 3 * c:3 * c + 2] = lift_off + blend * (land - lift_off)
+
+    def _landing(self, times: np.ndarray, foot: int) -> np.ndarray:
+        """(K, 2) where foot ``foot`` lands at ``times`` (K,) [s]: under its hip at the base's path, half its
+        stance's travel ahead."""
+        position, velocity = self.path.at(times)
+        return position + self.foot_offsets[foot] + 0.5 * self.stance_time[foot] * velocity
+
+    def _lift_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(P, nc) sin^2(pi s) at each knot of the gait's period, s the fraction of the foot's swing
+        done at the knot's state (0 at lift-off, 1 at the touchdown knot, 0 in stance; a swing
+        wraps around the period's end); and (P, nc) the knots since the foot's lift-off and until
+        its touchdown, at its swing knots and touchdown knot (0 elsewhere)."""
         pattern = self.gait.pattern
         period = pattern.shape[0]
         table = np.zeros(pattern.shape)
+        since = np.zeros(pattern.shape, dtype=np.int64)
+        until = np.zeros(pattern.shape, dtype=np.int64)
         for c in range(pattern.shape[1]):
             if not pattern[:, c].any():
                 raise InputError(f"foot {self.feet[c]!r} never touches the ground in the gait",
@@ -311,8 +420,11 @@ class LeggedMPC:
                     start -= 1
                 while not pattern[(end + 1) % period, c]:
                     end += 1
-                table[p, c] = np.sin(np.pi * (p - start + 1) / (end - start + 2))
-        return table
+                table[p, c] = np.sin(np.pi * (p - start) / (end - start + 1)) ** 2
+                since[p, c], until[p, c] = p - start, end + 1 - p
+                touchdown = (end + 1) % period
+                since[touchdown, c], until[touchdown, c] = end + 1 - start, 0
+        return table, since, until
 
     # ------------------------------------------------------------------------------ tick
     def solve(self, x0: np.ndarray, phase: int | None = None, elapsed: float | None = None,
@@ -341,6 +453,8 @@ class LeggedMPC:
         previous = self.phase
         if phase is not None and int(phase) != self.phase:
             self.set_phase(phase)
+        elif self.path is not None:
+            self._update_references()
         solver = self.solver
         if not self._started:
             solver.cold_start(x0, np.tile(self.u_static, (self.horizon, 1)))

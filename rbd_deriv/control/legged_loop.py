@@ -6,13 +6,19 @@ the free flyer's v), and at every :meth:`~LeggedLoop.tick` at the clock's time:
 
 1. assembles x = (q, v) (:class:`~rbd_deriv.joint_state_map.JointStateMap`) and checks that the
    joint states and the base state are both younger than ``state_timeout``;
-2. puts the plan on the gait's grid of knots: the knot nearest the state's time,
-   :math:`n = \\mathrm{round}(t / dt)` with t the time since the gait started, gives the phase
-   :math:`n \\bmod P` (P the period) and the time of the plan's first knot, :math:`t_0 + n\\,dt`; the
-   previous plan is shifted by the knots between them (warm start), and the MPC solves
-   (:meth:`~rbd_deriv.control.legged.LeggedMPC.solve`). A plan stamped with its state's own time would
-   move each touchdown by up to dt from one tick to the next whenever ticks do not fall on the grid (a
-   tick rate that is not 1 / dt, jitter): the robot side would then not know when its feet land;
+2. puts the plan on the gait's grid of knots, ahead of the tick: the first knot of the grid at or after
+   the time the plan can reach the robot, :math:`t_g = t_0 + n\\,dt` with
+   :math:`n = \\lceil (t_{now} + \\ell - t_0) / dt \\rceil` (t_0 the gait's start, the latency
+   :math:`\\ell` the ``latency`` setting plus, with ``adaptive_latency``, the 90th percentile of the recent
+   ticks' durations), gives the phase :math:`n \\bmod P` (P the period) and the plan's stamp t_g. The
+   measured state is carried to t_g (:func:`~rbd_deriv.control.prediction.predict_on_contacts`: the contact
+   dynamics of the feet the gait has down, the policies already sent applied as the robot side applies
+   them, :func:`~rbd_deriv.control.policy.policy_in_use`), the previous plan is shifted by the knots
+   between them (warm start), and the MPC solves from that state
+   (:meth:`~rbd_deriv.control.legged.LeggedMPC.solve`). The robot side keeps the previous policy until
+   t_g, so the plan's contact switches and the robot's fall at the same millisecond whatever the tick
+   rate and its jitter; a plan solved from the state of its own tick's time would be late by the solve
+   and off the grid by up to dt, each touchdown moving from one tick to the next;
 3. sends the plan when it is sendable (solved, first knot's forces inside the friction cone): the
    first torque and the feedback policy u = u_ff + K (x (-) x_ref) of its first knots
    (:func:`~rbd_deriv.control.policy.policy_from_plan`);
@@ -37,9 +43,12 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from rbd_deriv.control.legged import LeggedMPC, LeggedPlan, static_torques
+import rbd_deriv as rd
+from rbd_deriv.control.legged import BasePath, LeggedMPC, LeggedPlan, static_torques
 from rbd_deriv.control.loop import time_percentiles
-from rbd_deriv.control.policy import FeedbackPolicy, constant_policy, policy_from_plan
+from rbd_deriv.control.policy import (MAX_TAKEN, FeedbackPolicy, constant_policy, policy_from_plan,
+                                      policy_in_use)
+from rbd_deriv.control.prediction import predict_on_contacts
 from rbd_deriv.control.schedule import Gait
 from rbd_deriv.control.safety import clamp_torque, hold_command, is_stale
 from rbd_deriv.exceptions import InputError, RbdDerivError
@@ -51,6 +60,13 @@ __all__ = ["GAITS", "LeggedLoop", "LeggedLoopSettings", "LeggedSource", "LeggedT
 
 #: Samples kept for the percentiles of the diagnostics.
 STATISTICS_WINDOW = 2000
+
+#: Recent ticks whose durations give the adaptive latency (their 90th percentile).
+LATENCY_WINDOW = 20
+
+#: Largest base speed [m/s] and sway amplitude [m] a loop accepts (a command beyond is a mistake).
+MAX_BASE_SPEED = 2.0
+MAX_SWAY_AMPLITUDE = 0.5
 
 #: Gait names a configuration may ask for: the patterns of :class:`~rbd_deriv.control.schedule.Gait`, and
 #: ``pattern``, one period spelt knot by knot.
@@ -114,12 +130,21 @@ class LeggedLoopSettings:
         max_stamp_lead: Inputs stamped ahead of the clock by more than this [s] are refused, >= 0.
         start_iterations: Gauss-Newton iterations of a plan started from scratch (the first tick of a
             gait, after a failed solve), >= 1; every other tick runs one (a real-time iteration).
+        latency: Time [s] from the end of a tick to the robot side holding its policy (transport), >= 0.
+        adaptive_latency: Add the 90th percentile of the recent ticks' durations to ``latency`` when
+            choosing the knot a plan starts at.
+        predict: Carry the measured state to the plan's first knot (:meth:`LeggedLoop.predict`); False:
+            plan from the measured state, from the first knot at or after its time (a standing robot,
+            whose contacts do not switch, with joints too light to integrate its feedback explicitly).
     """
 
     state_timeout: float = 0.05
     policy_validity: float = 0.1
     max_stamp_lead: float = 0.1
     start_iterations: int = 3
+    latency: float = 0.002
+    adaptive_latency: bool = True
+    predict: bool = True
 
     def __post_init__(self) -> None:
         for name in ("state_timeout", "policy_validity"):
@@ -129,8 +154,10 @@ class LeggedLoopSettings:
         if not (isinstance(self.start_iterations, int) and self.start_iterations >= 1):
             raise InputError(f"start_iterations must be an integer >= 1, got {self.start_iterations!r}",
                              "start_iterations")
-        if not (isinstance(self.max_stamp_lead, (int, float)) and self.max_stamp_lead >= 0.0):
-            raise InputError(f"max_stamp_lead must be >= 0, got {self.max_stamp_lead!r}", "max_stamp_lead")
+        for name in ("max_stamp_lead", "latency"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0.0):
+                raise InputError(f"{name} must be >= 0, got {value!r}", name)
 
 
 @dataclass(frozen=True)
@@ -196,6 +223,18 @@ class LeggedLoop:
         self._gait_start: Optional[float] = None
         self._last_knot: Optional[int] = None
         self._sent_ns: Optional[int] = None  # stamp of the last policy sent
+        # The policies sent that the robot side may still apply, as it keeps them (policy_in_use), and the
+        # gaits by start time [s]: what the robot does until a new plan's first knot.
+        self._sent: collections.deque = collections.deque(maxlen=MAX_TAKEN)
+        self._first_policy: Optional[float] = None
+        self._timeline: collections.deque = collections.deque(maxlen=3)
+        self._contact_sets: Dict[Tuple[bool, ...], tuple] = {}
+        self._data = model.create_data()
+        self.tick_times: collections.deque = collections.deque(maxlen=LATENCY_WINDOW)
+        #: The base's horizontal reference on the loop's clock (seconds from its first stamp); changes asked by
+        #: set_base_velocity and set_sway take effect at the next plan's first knot.
+        self.path = BasePath(origin=tuple(first.x_ref[:2]))
+        self._motion = (self.path.velocity, self.path.amplitude, self.path.period)
         self.set_gait(gait)
         self.good_policy: Optional[FeedbackPolicy] = None
         self.last_command: Optional[np.ndarray] = None
@@ -252,18 +291,93 @@ class LeggedLoop:
             self._gait_start = None
             self._last_knot = None  # its plan is not this robot's recent past: start it from scratch
 
+    def set_base_velocity(self, velocity: Sequence[float]) -> None:
+        """Walk: the base's reference moves at ``velocity`` (vx, vy) [m/s] in the world frame from the next
+        plan's first knot (the swing feet land along it; (0, 0) stops where the base has come).
+
+        Raises:
+            InputError: not two finite numbers, or faster than :data:`MAX_BASE_SPEED`; nothing changes.
+        """
+        value = np.asarray(velocity, dtype=float)
+        if value.shape != (2,) or not np.isfinite(value).all() or np.linalg.norm(value) > MAX_BASE_SPEED:
+            raise InputError(f"base velocity must be (vx, vy), finite, at most {MAX_BASE_SPEED} m/s, got "
+                             f"{velocity!r}", "base_velocity")
+        self._motion = (tuple(value), *self._motion[1:])
+
+    def set_sway(self, amplitude: float, period: float) -> None:
+        """Sway the base's reference sideways (world y) by ``amplitude`` [m] sin(2 pi t / ``period`` [s]) from
+        the next plan's first knot (0: no sway).
+
+        Raises:
+            InputError: an amplitude outside [0, :data:`MAX_SWAY_AMPLITUDE`] or a period that is not > 0.
+        """
+        if not (math.isfinite(amplitude) and 0.0 <= amplitude <= MAX_SWAY_AMPLITUDE):
+            raise InputError(f"sway amplitude must be in [0, {MAX_SWAY_AMPLITUDE}] m, got {amplitude!r}",
+                             "sway_amplitude")
+        if not (math.isfinite(period) and period > 0.0):
+            raise InputError(f"sway period must be > 0 s, got {period!r}", "sway_period")
+        self._motion = (self._motion[0], float(amplitude), float(period))
+
     def refuse(self, kind: str, error: Any) -> Optional[str]:
         """Count a refused input (or a failed tick) of ``kind``; the line to log, or None within the log
         period of that reason."""
         return self.refusals.count_error(kind, error)
 
     # --------------------------------------------------------------------------------------- tick
-    def knot(self, state_time: float) -> int:
-        """The knot of the gait's grid nearest the state's time [s] (counted from the gait's start, not
-        wrapped: the phase is this modulo the period)."""
+    def knot(self, when: float) -> int:
+        """The first knot of the gait's grid at or after ``when`` [s] (counted from the gait's start, not
+        wrapped: the phase is this modulo the period), and not before the last policy sent. The first call
+        of a gait starts it there (at the last policy's stamp if that is later)."""
+        if self._sent_ns is not None:
+            when = max(when, self._seconds(self._sent_ns))
         if self._gait_start is None:
-            self._gait_start = state_time
-        return int(math.floor((state_time - self._gait_start) / self.mpc.dt + 0.5))
+            self._gait_start = when
+            self._timeline.append((when, self.mpc.gait, self.mpc.dt))
+        return math.ceil((when - self._gait_start) / self.mpc.dt - 1e-6)
+
+    def latency(self) -> float:
+        """Time [s] from a tick's start to the robot side holding its policy: the ``latency`` setting, plus the
+        90th percentile of the recent ticks' durations with ``adaptive_latency``; at most ``max_stamp_lead``
+        less one knot."""
+        latency = self.settings.latency
+        if self.settings.adaptive_latency and self.tick_times:
+            latency += float(np.quantile(np.asarray(self.tick_times), 0.9))
+        # The plan is stamped up to a knot later still, and the robot side refuses a policy stamped more than
+        # max_stamp_lead ahead of its clock.
+        return min(latency, max(0.0, self.settings.max_stamp_lead - self.mpc.dt))
+
+    def contacts_at(self, time: float) -> tuple:
+        """The contacts (:class:`rbd_deriv.Contact`) the gait in force at ``time`` [s] has closed (every foot
+        before the first gait)."""
+        down = (True,) * len(self.feet)
+        for start, gait, dt in self._timeline:
+            if start <= time:
+                down = tuple(gait.pattern[math.floor((time - start) / dt + 1e-6) % gait.period])
+        contacts = self._contact_sets.get(down)
+        if contacts is None:
+            contacts = self._contact_sets[down] = tuple(
+                rd.Contact(self.model, foot, kind) for foot, kind, on in zip(self.feet, self.kinds, down) if on)
+        return contacts
+
+    def predict(self, q: np.ndarray, v: np.ndarray, start: float, end: float) -> Tuple[np.ndarray, np.ndarray]:
+        """The state at ``end`` [s] from the one measured at ``start`` [s]: the contact dynamics of the gait's
+        feet under the policies sent, as the robot side applies them (the measured state when none was sent).
+        """
+        if not self._sent:
+            return q, v
+        # Until its first policy the robot is held still (the brakes): it starts moving at that stamp.
+        start = max(start, self._first_policy)
+        if end <= start:
+            return q, v
+        epoch, model, lower, upper = self._epoch_ns, self.model, self.lower, self.upper
+
+        def torque(q: np.ndarray, v: np.ndarray, elapsed: float) -> np.ndarray:
+            now_ns = epoch + int(round((start + elapsed) * 1e9))
+            policy = policy_in_use(self._sent, now_ns)
+            return policy.torque(model, q, v, now_ns, lower, upper)
+
+        return predict_on_contacts(model, self._data, q, v, end - start, torque,
+                                   lambda elapsed: self.contacts_at(start + elapsed), self.actuated)
 
     def tick(self, now_ns: int) -> Optional[LeggedTick]:
         """Decide the command at ``now_ns`` [ns] (the caller's clock).
@@ -288,19 +402,42 @@ class LeggedLoop:
             state_time = self._seconds(state_ns)
             mpc = self.mpc
             try:
-                knot = self.knot(state_time)
+                started = time.perf_counter()
+                if self._sent and not self.settings.predict:
+                    knot = self.knot(state_time)
+                    start_time, q0, v0 = self._gait_start + knot * mpc.dt, q, v
+                elif self._sent:
+                    knot = self.knot(now + self.latency())
+                    start_time = self._gait_start + knot * mpc.dt
+                    q0, v0 = self.predict(q, v, state_time, start_time)
+                    if not (np.isfinite(q0).all() and np.isfinite(v0).all()):
+                        raise InputError("the state predicted at the plan's first knot is not finite", "prediction")
+                else:
+                    # Nothing sent yet: the robot is held still (the brakes) until its first policy, which
+                    # therefore starts when its solve (from scratch, the slowest) is done, from the state
+                    # measured; the gait starts there.
+                    knot, start_time, q0, v0 = None, now + self.latency(), q, v
+                path = self.path
+                if self._motion != (path.velocity, path.amplitude, path.period):
+                    self.path = path.moved(start_time, *self._motion)
+                mpc.set_path(self.path, start_time)
                 iterations = 1
                 if self._last_knot is None:
                     # No previous plan to start from: a few Gauss-Newton steps from the posture's statics
                     # instead of the one real-time iteration, whose first plan may be far from converged.
-                    mpc.solver.cold_start(np.r_[q, v], np.tile(mpc.u_static, (mpc.horizon, 1)))
+                    mpc.solver.cold_start(np.r_[q0, v0], np.tile(mpc.u_static, (mpc.horizon, 1)))
                     elapsed, iterations = 0.0, self.settings.start_iterations
                 else:
-                    elapsed = max(0, knot - self._last_knot) * mpc.dt
-                started = time.perf_counter()
-                plan = mpc.solve(np.r_[q, v], phase=knot % mpc.gait.period, elapsed=elapsed,
-                                 iterations=iterations)
-                self.solve_times.append(time.perf_counter() - started)
+                    elapsed = max(0, knot - self._last_knot) * mpc.dt  # a previous plan: something was sent
+                solve_started = time.perf_counter()
+                plan = mpc.solve(np.r_[q0, v0], phase=0 if knot is None else knot % mpc.gait.period,
+                                 elapsed=elapsed, iterations=iterations)
+                self.solve_times.append(time.perf_counter() - solve_started)
+                if knot is None:
+                    knot = self.knot(now + time.perf_counter() - started + self.latency())
+                    start_time = self._gait_start
+                if iterations == 1:  # a plan from scratch is slower than the ticks that follow it
+                    self.tick_times.append(time.perf_counter() - started)
                 self._last_knot = knot
             except RbdDerivError as error:
                 trouble, source = self.refuse("solve_input", error), LeggedSource.SOLVE_FAILURE
@@ -318,8 +455,7 @@ class LeggedLoop:
                                           f"outside the friction cone")
                     source = LeggedSource.CONE_REFUSAL
                 else:
-                    policy = self._plan_policy(mpc, self._epoch_ns + int(round(
-                        (self._gait_start + knot * mpc.dt) * 1e9)))
+                    policy = self._plan_policy(mpc, self._epoch_ns + int(round(start_time * 1e9)))
                     if policy is not None:
                         source = LeggedSource.PLAN
                         command = clamp_torque(plan.torque, self.lower, self.upper)
@@ -334,13 +470,26 @@ class LeggedLoop:
             command, policy = self._safe(q, v, now_ns)
         else:
             self.good_policy = policy
-        self._sent_ns = policy.stamp_ns
+        self._remember(policy)
         self.last_command = command
         self.sources[source] += 1
         self.last_source = source
         self.ticks += 1
         self._window_ticks += 1
         return LeggedTick(command, source, previous, policy, plan, trouble)
+
+    def _remember(self, policy: FeedbackPolicy) -> None:
+        """Keep ``policy`` as the robot side does (one stamped like the newest replaces it; an older one is
+        refused there)."""
+        sent = self._sent
+        if sent and policy.stamp_ns < sent[-1].stamp_ns:
+            return
+        if sent and policy.stamp_ns == sent[-1].stamp_ns:
+            sent.pop()
+        sent.append(policy)
+        self._sent_ns = policy.stamp_ns
+        if self._first_policy is None:
+            self._first_policy = self._seconds(policy.stamp_ns)
 
     def _plan_policy(self, mpc: LeggedMPC, start_ns: int) -> Optional[FeedbackPolicy]:
         """The feedback policy of the MPC's new plan (None if it is not finite)."""

@@ -18,6 +18,10 @@ the MPC predicted, so between ticks the robot keeps the plan's feedback instead 
 - :class:`PolicyExecutor`: the robot side. It takes policies and plain torque commands, refuses what does
   not fit its model, and at every step answers the torque to apply: the policy's while it is valid, else
   the last torque command while it is fresh, else nothing (brakes).
+- :func:`policy_in_use`: which of the policies taken applies at a time. A policy stamped ahead of the
+  clock waits for its stamp while the one before it is valid: an MPC that solves from the state predicted
+  at the next knot of its gait stamps its plan there, and the previous plan covers the time until then,
+  so the robot's contact switches fall when the plan's do.
 
 Layout on the wire: ``msg/FeedbackPolicy.msg`` (:func:`rbd_deriv.messages.feedback_policy_fields`).
 """
@@ -37,7 +41,11 @@ from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.messages import MessageError
 from rbd_deriv.refusals import Refusals
 
-__all__ = ["Actuation", "FeedbackPolicy", "PolicyExecutor", "constant_policy", "policy_from_plan"]
+__all__ = ["Actuation", "FeedbackPolicy", "PolicyExecutor", "constant_policy", "policy_from_plan", "policy_in_use"]
+
+#: Policies the robot side keeps (the one in use and those waiting for their stamp; one per MPC tick, each
+#: at most ``max_stamp_lead`` ahead of the clock: a few are enough, the oldest is dropped past this).
+MAX_TAKEN = 8
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,18 @@ def constant_policy(torque: np.ndarray, q: np.ndarray, v: np.ndarray, stamp_ns: 
                           np.zeros((torque.size, 2 * v.size)))
 
 
+def policy_in_use(taken: Sequence[FeedbackPolicy], now_ns: int) -> Optional[FeedbackPolicy]:
+    """The policy that applies at ``now_ns`` [ns] among ``taken`` (in stamp order, none older than the one
+    before): the newest stamped at or before ``now_ns`` while it is valid; else (none yet, or expired) the
+    first stamped after, applied as its first knot until its stamp; else the newest, expired, or None."""
+    current = None
+    for policy in taken:
+        if policy.stamp_ns > now_ns:
+            return current if current is not None and current.is_valid(now_ns) else policy
+        current = policy
+    return current
+
+
 class Actuation(str, Enum):
     """Where the robot side's torque comes from at a step."""
 
@@ -159,7 +179,8 @@ class PolicyExecutor:
         log_period: Shortest time [s] between two log lines of one refusal reason.
 
     Attributes:
-        policy: The policy in use (None before the first).
+        policy: The policy in use at the last time the executor was given (None before the first).
+        taken: The policies taken that may still apply, in stamp order (:func:`policy_in_use` picks one).
         steps: Steps by :class:`Actuation` (a ``collections.Counter``).
         refusals: Refused policies and commands, by ``policy/<reason>`` and ``command/<reason>``.
     """
@@ -175,7 +196,8 @@ class PolicyExecutor:
         self._timeout_ns = int(round(command_timeout * 1e9))
         self._max_lead_ns = int(round(max_stamp_lead * 1e9))
         self._layouts: dict = {}
-        self.policy: Optional[FeedbackPolicy] = None
+        self.taken: collections.deque = collections.deque(maxlen=MAX_TAKEN)
+        self._clock_ns = 0
         self.command: Optional[np.ndarray] = None
         self._command_ns = 0
         self.steps: collections.Counter = collections.Counter()
@@ -184,6 +206,19 @@ class PolicyExecutor:
     def refuse(self, kind: str, error: Any) -> Optional[str]:
         """Count a refusal of ``kind`` under ``kind/reason``; the line to log, or None within the log period."""
         return self.refusals.count_error(kind, error)
+
+    @property
+    def policy(self) -> Optional[FeedbackPolicy]:
+        """The policy in use at the last time the executor was given (None before the first)."""
+        return policy_in_use(self.taken, self._clock_ns)
+
+    def _in_use(self, now_ns: int) -> Optional[FeedbackPolicy]:
+        """The policy in use at ``now_ns``; those before it are forgotten (later stamps only come later)."""
+        self._clock_ns = max(self._clock_ns, int(now_ns))
+        policy = policy_in_use(self.taken, self._clock_ns)
+        while self.taken and self.taken[0] is not policy:
+            self.taken.popleft()
+        return policy
 
     def _rows(self, joint_names: Sequence[str]) -> np.ndarray:
         """Where each of this robot's actuated joints is among ``joint_names`` (a policy's rows)."""
@@ -235,19 +270,25 @@ class PolicyExecutor:
     def take_policy(self, fields: Mapping[str, Any], stamp_ns: int, now_ns: int) -> FeedbackPolicy:
         """Use the policy of ``fields`` stamped ``stamp_ns`` [ns] from now on (``now_ns``, the clock [ns]).
 
+        A policy stamped ahead of the clock waits for its stamp while the one in use is valid
+        (:func:`policy_in_use`); one stamped like the newest taken replaces it (a newer plan from the same knot).
+
         Raises:
             MessageError: as :meth:`check_policy`, or ``future`` (stamped ahead of the clock by more than
-                ``max_stamp_lead``), ``out_of_order`` (older than the policy in use), ``expired`` (already
-                beyond its validity). The policy in use stays.
+                ``max_stamp_lead``), ``out_of_order`` (older than the newest policy taken), ``expired`` (already
+                beyond its validity). The policies taken stay.
         """
         policy = self.check_policy(fields, stamp_ns)
         if stamp_ns - now_ns > self._max_lead_ns:
             raise MessageError(f"stamped {(stamp_ns - now_ns) * 1e-9:.6g} s ahead of the clock", "future")
-        if self.policy is not None and stamp_ns < self.policy.stamp_ns:
-            raise MessageError("stamped before the policy in use", "out_of_order")
+        self._in_use(now_ns)
+        if self.taken and stamp_ns < self.taken[-1].stamp_ns:
+            raise MessageError("stamped before the newest policy taken", "out_of_order")
         if not policy.is_valid(now_ns):
             raise MessageError(f"expired {(now_ns - policy.expires_ns) * 1e-9:.6g} s before it arrived", "expired")
-        self.policy = policy
+        if self.taken and stamp_ns == self.taken[-1].stamp_ns:
+            self.taken.pop()
+        self.taken.append(policy)
         return policy
 
     def take_command(self, torque: Any, now_ns: int) -> None:
@@ -267,7 +308,7 @@ class PolicyExecutor:
     def torque(self, q: np.ndarray, v: np.ndarray, now_ns: int) -> Tuple[Optional[np.ndarray], Actuation]:
         """The torque (nu,) [N m] to apply at the state (q, v) at ``now_ns`` [ns], inside the effort limits,
         and where it comes from; None with :attr:`Actuation.BRAKE` when there is nothing valid to apply."""
-        policy = self.policy
+        policy = self._in_use(now_ns)
         if policy is not None and policy.is_valid(now_ns):
             try:
                 torque = policy.torque(self.model, q, v, now_ns, self.lower, self.upper)
@@ -279,7 +320,7 @@ class PolicyExecutor:
                 return torque, Actuation.POLICY
             if torque is not None:
                 self.refuse("policy", MessageError("gives a torque that is not finite", "non_finite_torque"))
-            self.policy = None
+            self.taken.remove(policy)
         if self.command is not None and (self._timeout_ns == 0 or now_ns - self._command_ns <= self._timeout_ns):
             self.steps[Actuation.COMMAND] += 1
             return np.clip(self.command, self.lower, self.upper), Actuation.COMMAND

@@ -10,7 +10,7 @@ meanwhile, gives the state the command will actually start from (a Smith predict
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -78,3 +78,47 @@ def predict_state(model: Any, data: Any, q: np.ndarray, v: np.ndarray, start: fl
         v += step * rd.aba(model, data, q, v, torque)
         q += step * v
     return q, v, end
+
+
+def predict_on_contacts(model: Any, data: Any, q: np.ndarray, v: np.ndarray, span: float,
+                        torque: Callable[[np.ndarray, np.ndarray, float], np.ndarray],
+                        contacts: Callable[[float], tuple], actuated: np.ndarray,
+                        step: float = PREDICTION_STEP) -> tuple[np.ndarray, np.ndarray]:
+    """State (q, v) of a robot on its contacts ``span`` [s] after the measured one, by contact dynamics.
+
+    Semi-implicit Euler on the manifold in steps of at most ``step``: at time t from the start, the
+    contacts ``contacts(t)`` (a tuple of :class:`rbd_deriv.Contact`) are held
+    (:func:`rbd_deriv.contact_dynamics`; :func:`rbd_deriv.aba` with none), a contact that closes
+    stops its foot by an impulse (:func:`rbd_deriv.impulse_dynamics`, restitution 0; so do those of
+    t = 0: a foot measured still moving where the gait has it down, a touchdown a little later than
+    planned, is stopped there, as the MPC's own touchdown would), and the actuated joints (velocity indices ``actuated`` (nu,)) get
+    ``torque(q, v, t)`` (nu,) [N m]: the policy the robot applies meanwhile. The MPC's own model of a
+    step (its knots' maps are the same), so the plan starts where its own dynamics would be.
+
+    Returns:
+        New arrays q (nq,) and v (nv,) at ``span``; the measured ones when ``span`` <= 0.
+
+    Raises:
+        RbdDerivError: the dynamics refuse the state (NaN, a singular contact set).
+    """
+    q = np.array(q, dtype=float)
+    v = np.array(v, dtype=float)
+    if not span > 0.0:
+        return q, v
+    steps = max(1, int(np.ceil(span / step - 1e-9)))
+    h = span / steps
+    tau = np.zeros(model.nv)
+    closed: set = set()
+    for k in range(steps):
+        now = contacts(k * h)
+        if not closed.issuperset(now):
+            v = np.array(rd.impulse_dynamics(model, data, now, q, v)[0])
+        closed = set(now)
+        tau[actuated] = torque(q, v, k * h)
+        if now:
+            ddq = rd.contact_dynamics(model, data, now, q, v, tau)[0]
+        else:
+            ddq = rd.aba(model, data, q, v, tau)
+        v = v + h * ddq
+        q = rd.integrate(model, q, h * v)
+    return q, v

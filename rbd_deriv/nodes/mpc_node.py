@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -171,11 +171,10 @@ class MpcNode(Node):
     def _on_set_parameters(self, parameters: list) -> SetParametersResult:
         try:
             updated, problem = updated_values(MPC_NODE, self._p, parameters)
-            if problem is None and self.legged and any(parameter.name == "gait" for parameter in parameters):
-                try:
-                    self.loop.set_gait(updated["gait"])
-                except RbdDerivError as error:
-                    problem = f"gait: {error}"
+            names = {parameter.name for parameter in parameters}
+            if problem is None and self.legged and names & {"gait", "base_velocity", "sway_amplitude",
+                                                               "sway_period"}:
+                problem = self._set_motion(updated, names)
             elif problem is None and any(parameter.name == "goal_positions" for parameter in parameters):
                 try:
                     self.loop.set_goal(updated["goal_positions"])
@@ -188,6 +187,20 @@ class MpcNode(Node):
             return SetParametersResult(successful=False, reason=shorten(problem))
         self._p = updated
         return SetParametersResult(successful=True)
+
+    def _set_motion(self, p: dict, names: set) -> Optional[str]:
+        """Hand the legged loop the gait, base velocity and sway of ``p`` that ``names`` changed; the problem,
+        or None."""
+        try:
+            if "base_velocity" in names:
+                self.loop.set_base_velocity(p["base_velocity"])
+            if names & {"sway_amplitude", "sway_period"}:
+                self.loop.set_sway(p["sway_amplitude"], p["sway_period"])
+            if "gait" in names:
+                self.loop.set_gait(p["gait"])
+        except RbdDerivError as error:
+            return str(error)
+        return None
 
     # ------------------------------------------------------------------------------- inputs
     def _on_joint_states(self, message: JointState) -> bool:
@@ -335,8 +348,12 @@ def legged_loop_from_parameters(model: Any, p: dict) -> LeggedLoop:
         mpcs[name] = LeggedMPC(model, feet, gait, posture, horizon=p["horizon"], dt=p["dt"], mu=p["mu"],
                                weights=weights, swing_height=p["swing_height"])
     settings = LeggedLoopSettings(state_timeout=p["state_timeout"], policy_validity=p["policy_validity"],
-                                  max_stamp_lead=p["max_stamp_lead"])
-    return LeggedLoop(model, mpcs, p["gait"], settings)
+                                  max_stamp_lead=p["max_stamp_lead"], latency=p["command_delay"],
+                                  predict=p["predict_delay"])
+    loop = LeggedLoop(model, mpcs, p["gait"], settings)
+    loop.set_base_velocity(p["base_velocity"])
+    loop.set_sway(p["sway_amplitude"], p["sway_period"])
+    return loop
 
 
 def main(args: list[str] | None = None) -> int:

@@ -304,6 +304,12 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
                          read_only=True),
     "odom_topic": Spec("odom", "nav_msgs/Odometry input of the base: pose in the world, twist in the base frame",
                        read_only=True),
+    "base_velocity": Spec([0.0, 0.0], "walk: the base's reference moves at (vx, vy) [m/s] in the world frame, the "
+                          "swing feet landing along it (a moving gait such as trot); settable at run time, from the "
+                          "next plan's first knot; [0.0, 0.0] stops where the base has come", finite_values),
+    "sway_amplitude": Spec(0.0, "sway: the base's reference moves sideways (world y) by this [m] times sin(2 pi t / "
+                           "sway_period), in [0, 0.5]; settable at run time; 0: no sway", in_range(0.0, 0.5)),
+    "sway_period": Spec(2.0, "period of the sway [s], in [0.1, 60]; settable at run time", in_range(0.1, 60.0)),
     **{f"weight_{field.name}": Spec(float(field.default), f"legged cost weight `{field.name}` (see "
                                     "rbd_deriv.control.legged.LeggedWeights), >= 0", non_negative, read_only=True)
        for field in dataclasses.fields(LeggedWeights)},

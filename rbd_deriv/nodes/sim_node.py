@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import rclpy
+from builtin_interfaces.msg import Time as StampMessage
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
@@ -50,7 +51,7 @@ import rbd_deriv as rd
 from rbd_deriv import bundled_urdf
 from rbd_deriv.control import Actuation, PolicyExecutor
 from rbd_deriv.exceptions import RbdDerivError
-from rbd_deriv.messages import feedback_policy_arrays, stamp_to_ns
+from rbd_deriv.messages import feedback_policy_arrays, set_stamp, stamp_to_ns
 from rbd_deriv.msg import ContactForces, FeedbackPolicy, Push
 from rbd_deriv.nodes.parameters import SIM_NODE, declare_parameters, per_joint
 from rbd_deriv.nodes.spin import guard, run_node
@@ -58,9 +59,15 @@ from rbd_deriv.refusals import shorten
 from rbd_deriv.sim import Ground, make_plant
 from rbd_deriv.sim.ground import initial_configuration
 
-#: Largest number of physics steps taken at once to catch up with the wall clock; beyond it the
-#: simulation slows down instead of jumping.
-MAX_CATCH_UP_STEPS = 20
+#: Largest number of physics steps taken at once to catch up with the wall clock (each at its own time);
+#: beyond it the simulation slows down instead of jumping. A quarter of a second: a process starved of
+#: the CPU for tens of milliseconds (a loaded machine) must not leave the simulated robot behind the
+#: clock, whose time the policies are indexed by (a gait's touchdowns fall at given times).
+MAX_CATCH_UP_STEPS = 250
+
+#: While catching up, the state is published every this many steps (stamped with its step's time): a
+#: controller must not wait for the end of a long burst to see the robot.
+CATCH_UP_PUBLISH_STEPS = 10
 
 
 class SimNode(Node):
@@ -93,6 +100,7 @@ class SimNode(Node):
         self.robot_side = PolicyExecutor(self.model, p["command_timeout"], p["max_stamp_lead"])
         self.actuation = Actuation.BRAKE
         self.lost_time = 0.0  # [s] of the wall clock the physics could not catch up with
+        self._published_ns = 0  # stamp of the last state published (the next must be later)
         self._message = JointState()
         self._message.name = list(self.plant.joint_names)
         self._message.header.frame_id = p["frame_id"]
@@ -178,6 +186,10 @@ class SimNode(Node):
                     else:
                         self._applied = self.plant.step(torque)
                 self.actuation = actuation
+                step_ns = now_ns - (steps - 1 - step) * period_ns
+                if (step < steps - 1 and step % CATCH_UP_PUBLISH_STEPS == CATCH_UP_PUBLISH_STEPS - 1
+                        and step_ns > self._published_ns):
+                    self._publish(step_ns)
             next_time += steps * period
             if now - next_time > MAX_CATCH_UP_STEPS * period:
                 # Too far behind: slow down rather than jump. The simulated robot then lags the clock.
@@ -193,14 +205,20 @@ class SimNode(Node):
             if delay > 0.0:
                 time.sleep(delay)
 
-    def _publish(self) -> None:
+    def _publish(self, stamp_ns: int | None = None) -> None:
+        """joint_states, odometry (and contact forces) of the plant's state, stamped ``stamp_ns`` (default:
+        now)."""
         message = self._message
-        stamp = self.get_clock().now().to_msg()
+        if stamp_ns is None:
+            stamp = self.get_clock().now().to_msg()
+        else:
+            stamp = set_stamp(StampMessage(), stamp_ns)
         with self._lock:
             q, v, applied = self.plant.q, self.plant.v, self._applied
             if self.contact_forces_publisher is not None:
                 forces, touching = self.plant.contact_forces.copy(), self.plant.touching.copy()
         message.header.stamp = stamp
+        self._published_ns = Time.from_msg(stamp).nanoseconds
         message.position = q[self._q_rows].tolist()
         message.velocity = v[self._v_rows].tolist()
         # The torque the drives actually applied (saturated), as a real robot reports it.
