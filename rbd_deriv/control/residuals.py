@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
+from rbd_deriv.control import gauss_newton
 from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError
 
@@ -77,14 +78,17 @@ class Derivatives:
 def fold_force_derivatives(knots: Knots, out: Derivatives) -> None:
     """Add the force-space derivatives through the forces' Jacobians F_x, F_u:
     :math:`L_x \\mathrel{+}= F_x^T L_f`, :math:`L_{xx} \\mathrel{+}= F_x^T L_{ff} F_x`,
-    likewise for u and ux."""
-    Fx, Fu = knots.dF_dx, knots.dF_du
-    G_Fx = np.matmul(out.Lff, Fx)
-    out.Lx += np.einsum("kmi,km->ki", Fx, out.Lf)
-    out.Lxx += np.matmul(Fx.transpose(0, 2, 1), G_Fx)
-    out.Lu += np.einsum("kma,km->ka", Fu, out.Lf)
-    out.Luu += np.matmul(Fu.transpose(0, 2, 1), np.matmul(out.Lff, Fu))
-    out.Lux += np.matmul(Fu.transpose(0, 2, 1), G_Fx)
+    likewise for u and ux (:func:`rbd_deriv.control.gauss_newton.fold_force_derivatives`: the rows
+    of the stack that carry no cost or no force left out)."""
+    gauss_newton.fold_force_derivatives(knots.dF_dx, knots.dF_du, out.Lff, out.Lf, out.Lx, out.Lxx,
+                                        out.Lu, out.Luu, out.Lux)
+
+
+def hessian_rows(hessian: np.ndarray, nr: int) -> np.ndarray:
+    """An activation's Hessian diagonal, (K, nr) or (nr,) for every knot, as the (K or 1, nr)
+    writable C array the compiled products take (a copy only when it is not one already)."""
+    rows = np.ascontiguousarray(hessian, dtype=float).reshape(-1, nr)
+    return rows if rows.flags.writeable else rows.copy()
 
 
 class Residual:
@@ -185,20 +189,13 @@ class StateResidual(Residual):
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
-        """Diagonal terms in O(ndx); the free-flyer block (6 x 6) densely."""
-        b = self.space.block
-        out.Lx[:, b:] += gradient[:, b:]
-        _diagonal(out.Lxx)[:, b:] += hessian[..., b:]
-        if b:
-            hessian = np.broadcast_to(hessian, r.shape)
-            active = np.any(hessian[:, :b] != 0.0, axis=1) | np.any(gradient[:, :b] != 0.0, axis=1)
-            if not active.any():
-                return
-            reference = np.broadcast_to(self._reference(knots.count), (knots.count, self.space.nx))
-            J = self.space.difference_jacobian_blocks(reference[active], r[active])
-            rows = np.flatnonzero(active)
-            out.Lx[rows, :b] += np.einsum("kri,kr->ki", J, gradient[rows, :b])
-            out.Lxx[rows, :b, :b] += np.matmul(J.transpose(0, 2, 1), hessian[rows, :b, None] * J)
+        """Diagonal terms in O(ndx); the free-flyer block (6 x 6) densely, at the knots where the
+        activation's derivatives are not zero on it
+        (:func:`rbd_deriv.control.gauss_newton.state_gauss_newton`)."""
+        gauss_newton.state_gauss_newton(self.space.free_flyer_table, self.space.block,
+                                        np.ascontiguousarray(r),
+                                        np.ascontiguousarray(gradient, dtype=float),
+                                        hessian_rows(hessian, self.nr), out.Lx, out.Lxx)
 
 
 class ControlResidual(Residual):

@@ -1,0 +1,419 @@
+"""Compiled kernels of the costs: each residual family's value and Gauss-Newton products over every knot
+of the horizon in one call, and the batched state-space operations around them.
+
+The costs of :mod:`rbd_deriv.control.cost` are small products repeated at every knot (a 3 x nv frame
+Jacobian, a 6 x 6 free-flyer block, a 3 x 3 friction-cone block, the force Jacobians' rank-m update):
+done with numpy, one call per product and per cost, the calls, not the arithmetic, take the time. Each
+kernel here loops over the knots and writes into the solver's buffers in place; the Python classes
+(:mod:`rbd_deriv.control.residuals`, :mod:`~rbd_deriv.control.task_residuals`,
+:mod:`~rbd_deriv.control.contact_force`, :mod:`~rbd_deriv.control.state_space`) check their inputs and
+hand these kernels plain arrays. Their products are those of the residuals' docstrings:
+
+.. math::
+
+    L_x \\mathrel{+}= R_x^T a', \\qquad L_{xx} \\mathrel{+}= R_x^T \\mathrm{diag}(a'') R_x
+
+with the structure of each Jacobian used: the identity but the free-flyer block for a state residual
+(the block is the inverse of the right Jacobian of SE(3) at the residual, Barfoot, "State Estimation for
+Robotics", sec. 7.1.5), the q columns of a frame's or the center of mass's Jacobian, the 3 force rows of
+a contact for the friction pyramid, and for the force costs the fold
+:math:`L_{xx} \\mathrel{+}= F_x^T L_{ff} F_x` on the rows of the closed contacts only. The kinematics reuse
+the core's forward pass (``position_pass``), frame origin and LOCAL_WORLD_ALIGNED Jacobian
+(``frame_origin``, ``lwa_jacobian_into``), and its configuration-space functions (``difference_into``,
+``integrate_into``, ``dintegrate_into``).
+
+The free-flyer kernels take ``mi_free_flyer``: the model's integer table cut to its first joint, the
+free flyer (:func:`free_flyer_table`), so that ``dintegrate_into`` gives its 6 x 6 blocks alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from rbd_deriv.core.calling import check_quaternions
+from rbd_deriv.core.configuration import difference_into, dintegrate_into, integrate_into
+from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING, UINT
+from rbd_deriv.core.frames import frame_origin, lwa_jacobian_into
+from rbd_deriv.core.kinematics import position_pass
+from rbd_deriv.core.layout import MI_NJ, MI_NQTOT, MI_NVTOT
+
+#: Size of the free flyer's tangent block.
+BLOCK = 6
+
+
+def free_flyer_table(mi: np.ndarray) -> np.ndarray:
+    """The integer table of a model cut to its first joint (the free flyer, joint 1): a one-joint model
+    whose configuration-space functions act on the first 7 entries of q and 6 of v."""
+    table = np.array(mi[:2], dtype=mi.dtype)
+    table[0, MI_NJ], table[0, MI_NVTOT], table[0, MI_NQTOT] = 2, BLOCK, BLOCK + 1
+    return table
+
+
+# --- state space -------------------------------------------------------------------------------------------
+
+@njit(**JIT_OPTIONS)
+def difference_batch(mi, continuous, X0, X1, nq, out):
+    """out[k] (ndx,) = X1[k] (-) X0[k] (X0 of one row: the same for every k): the core's difference on q,
+    a subtraction on v. Returns -1, or the first row k of X1 (then K + k of X0) whose quaternion is not of
+    unit norm (nothing written from there on)."""
+    nv = out.shape[1] - (X1.shape[1] - nq)
+    shared = X0.shape[0] == 1
+    K = X1.shape[0]
+    for k in range(K):
+        k0 = 0 if shared else k
+        if check_quaternions(mi, X1[k], 1) != 0:
+            return k
+        if check_quaternions(mi, X0[k0], 1) != 0:
+            return K + k0
+        difference_into(mi, continuous, X0[k0], X1[k], out[k])
+        for j in range(X1.shape[1] - nq):
+            out[k, nv + j] = X1[k, nq + j] - X0[k0, nq + j]
+    return -1
+
+
+@njit(**JIT_OPTIONS)
+def integrate_batch(mi, X, DX, nq, out):
+    """out[k] = X[k] (+) DX[k]: the core's integrate on q, an addition on v. Returns -1, or the first row
+    of X whose quaternion is not of unit norm (nothing written from there on)."""
+    nv = DX.shape[1] - (X.shape[1] - nq)
+    for k in range(X.shape[0]):
+        if check_quaternions(mi, X[k], 1) != 0:
+            return k
+        integrate_into(mi, X[k], DX[k], out[k])
+        for j in range(X.shape[1] - nq):
+            out[k, nq + j] = X[k, nq + j] + DX[k, nv + j]
+    return -1
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def integrate_blocks(mi_free_flyer, X, column, scale, Jq, Jv):
+    """Jq[k], Jv[k] (6, 6) = d(M exp6(xi))/dM and d(M exp6(xi))/dxi at xi = scale X[k, column:column + 6]
+    (``dintegrate_into`` of the free flyer alone)."""
+    xi = np.empty(BLOCK)
+    for k in range(X.shape[0]):
+        for j in range(BLOCK):
+            xi[j] = scale * X[k, column + j]
+        dintegrate_into(mi_free_flyer, xi, Jq[k], Jv[k])
+
+
+@njit(**JIT_OPTIONS)
+def _inverse3(A, out):
+    """out (3, 3) = A^-1 by the adjugate."""
+    c00 = A[1, 1] * A[2, 2] - A[1, 2] * A[2, 1]
+    c01 = A[1, 2] * A[2, 0] - A[1, 0] * A[2, 2]
+    c02 = A[1, 0] * A[2, 1] - A[1, 1] * A[2, 0]
+    inverse = 1.0 / (A[0, 0] * c00 + A[0, 1] * c01 + A[0, 2] * c02)
+    out[0, 0] = c00 * inverse
+    out[1, 0] = c01 * inverse
+    out[2, 0] = c02 * inverse
+    out[0, 1] = (A[0, 2] * A[2, 1] - A[0, 1] * A[2, 2]) * inverse
+    out[1, 1] = (A[0, 0] * A[2, 2] - A[0, 2] * A[2, 0]) * inverse
+    out[2, 1] = (A[0, 1] * A[2, 0] - A[0, 0] * A[2, 1]) * inverse
+    out[0, 2] = (A[0, 1] * A[1, 2] - A[0, 2] * A[1, 1]) * inverse
+    out[1, 2] = (A[0, 2] * A[1, 0] - A[0, 0] * A[1, 2]) * inverse
+    out[2, 2] = (A[0, 0] * A[1, 1] - A[0, 1] * A[1, 0]) * inverse
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def _difference_block(mi_free_flyer, d, Jq, Jv, out):
+    """out (6, 6) = Jr(d)^-1, the free-flyer block of d(X1 (-) X0)/dX1 at X1 = X0 (+) d. The right
+    Jacobian is [[A, Q], [0, A]], so its inverse is [[A^-1, -A^-1 Q A^-1], [0, A^-1]]."""
+    dintegrate_into(mi_free_flyer, d, Jq, Jv)
+    _inverse3(Jv[:3, :3], out[:3, :3])
+    for r in range(3):
+        for c in range(3):
+            out[3 + r, 3 + c] = out[r, c]
+            out[3 + r, c] = 0.0
+    # Jq (unused past dintegrate_into) holds A^-1 Q, then -A^-1 Q A^-1 goes into out's corner.
+    for r in range(3):
+        for c in range(3):
+            s = 0.0
+            for p in range(3):
+                s += out[r, p] * Jv[p, 3 + c]
+            Jq[r, c] = s
+    for r in range(3):
+        for c in range(3):
+            s = 0.0
+            for p in range(3):
+                s += Jq[r, p] * out[p, c]
+            out[r, 3 + c] = -s
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def difference_blocks(mi_free_flyer, D, out):
+    """out[k] (6, 6) = the free-flyer block of d(X1 (-) X0)/dX1 at X1 = X0 (+) D[k]."""
+    Jq, Jv = np.empty((BLOCK, BLOCK)), np.empty((BLOCK, BLOCK))
+    for k in range(D.shape[0]):
+        _difference_block(mi_free_flyer, D[k, :BLOCK], Jq, Jv, out[k])
+
+
+# --- state residual ----------------------------------------------------------------------------------------
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def state_gauss_newton(mi_free_flyer, block, r, gradient, hessian, Lx, Lxx):
+    """Gauss-Newton products of r = X (-) X_ref at K knots, gradient a' (K, ndx), Hessian diagonal a''
+    (K or 1, ndx): the identity rows past the free-flyer block (``block`` = 6 or 0) add a' and a''
+    directly; the block's rows J = Jr(r[:6])^-1 add J^T a' and J^T diag(a'') J, at knots where a' or a''
+    is not zero there."""
+    ndx = r.shape[1]
+    shared = hessian.shape[0] == 1
+    Jq, Jv, J = np.empty((BLOCK, BLOCK)), np.empty((BLOCK, BLOCK)), np.empty((BLOCK, BLOCK))
+    for k in range(r.shape[0]):
+        h = hessian[0] if shared else hessian[k]
+        g = gradient[k]
+        for i in range(block, ndx):
+            Lx[k, i] += g[i]
+            Lxx[k, i, i] += h[i]
+        if block == 0:
+            continue
+        active = False
+        for i in range(BLOCK):
+            if g[i] != 0.0 or h[i] != 0.0:
+                active = True
+        if not active:
+            continue
+        _difference_block(mi_free_flyer, r[k, :BLOCK], Jq, Jv, J)
+        for j in range(BLOCK):
+            s = 0.0
+            for i in range(BLOCK):
+                s += J[i, j] * g[i]
+            Lx[k, j] += s
+        for a in range(BLOCK):
+            for b in range(BLOCK):
+                s = 0.0
+                for i in range(BLOCK):
+                    s += J[i, a] * h[i] * J[i, b]
+                Lxx[k, a, b] += s
+
+
+# --- frame positions and the center of mass ----------------------------------------------------------------
+
+@njit(**JIT_OPTIONS)
+def frame_kinematics(mi, mf, ws, X, joints, placements, wanted, positions, jacobians, done):
+    """For every knot k with a frame p such that wanted[k, p] and not done[k, p]: one forward pass at q_k,
+    then each such frame's origin positions[k, p] (3,) in the world and the linear rows of its
+    LOCAL_WORLD_ALIGNED Jacobian jacobians[k, p] (3, nv); done[k, p] set. A frame p is fixed to joint
+    joints[p] at placements[p] (12,: rotation row-major, translation)."""
+    K, P = wanted.shape
+    for k in range(K):
+        needed = False
+        for p in range(P):
+            if wanted[k, p] and not done[k, p]:
+                needed = True
+        if not needed:
+            continue
+        position_pass(mi, mf, ws, X[k])
+        for p in range(P):
+            if not wanted[k, p] or done[k, p]:
+                continue
+            px, py, pz = frame_origin(mi, ws, joints[p], placements[p])
+            positions[k, p, 0], positions[k, p, 1], positions[k, p, 2] = px, py, pz
+            lwa_jacobian_into(mi, ws, joints[p], px, py, pz, 3, jacobians[k, p], 0)
+            done[k, p] = True
+
+
+@njit(**JIT_OPTIONS)
+def position_gauss_newton(jacobians, axes, mask, gradient, hessian, Lx, Lxx):
+    """Gauss-Newton products of r = p_i(q)[axes] - reference for P points (rows point-major, len(axes)
+    per point) at the knots and points where mask (K, P) holds: with J the point's Jacobian rows (nv,),
+    L_x[:nv] += J a' and L_xx[:nv, :nv] += a'' J J^T, row by row. hessian is (K or 1, nr)."""
+    K, P = mask.shape
+    nv = jacobians.shape[3]
+    width = axes.shape[0]
+    shared = hessian.shape[0] == 1
+    for k in range(K):
+        h = hessian[0] if shared else hessian[k]
+        for p in range(P):
+            if not mask[k, p]:
+                continue
+            for a in range(width):
+                row = p * width + a
+                J = jacobians[k, p, axes[a]]
+                g, w = gradient[k, row], h[row]
+                if g != 0.0:
+                    for i in range(nv):
+                        Lx[k, i] += g * J[i]
+                if w == 0.0:
+                    continue
+                for i in range(nv):
+                    c = w * J[i]
+                    if c == 0.0:
+                        continue
+                    for j in range(nv):
+                        Lxx[k, i, j] += c * J[j]
+
+
+# --- contact forces ------------------------------------------------------------------------------------
+
+@njit(**JIT_OPTIONS)
+def cone_residual(F, offsets, cones, shift, r):
+    """r[k] (5 nc) = C_c f_c - shift for each contact c closed at knot k (f_c its 3 force rows from
+    offsets[k, c]), 1 for an open one."""
+    K, contacts = offsets.shape
+    rows = cones.shape[1]
+    for k in range(K):
+        for c in range(contacts):
+            o = offsets[k, c]
+            for i in range(rows):
+                if o < 0:
+                    r[k, c * rows + i] = 1.0
+                    continue
+                C = cones[c, i]
+                r[k, c * rows + i] = C[0] * F[k, o] + C[1] * F[k, o + 1] + C[2] * F[k, o + 2] - shift[i]
+
+
+@njit(**JIT_OPTIONS)
+def cone_force_derivatives(offsets, cones, gradient, hessian, Lf, Lff):
+    """The friction pyramid's a' (K, 5 nc) and a'' (K or 1, 5 nc) turned into the force stack's
+    derivatives: for each closed contact, Lf[rows] += C^T a' and Lff[rows, rows] += C^T diag(a'') C on
+    its 3 force rows."""
+    K, contacts = offsets.shape
+    rows = cones.shape[1]
+    shared = hessian.shape[0] == 1
+    for k in range(K):
+        h = hessian[0] if shared else hessian[k]
+        for c in range(contacts):
+            o = offsets[k, c]
+            if o < 0:
+                continue
+            C = cones[c]
+            for i in range(rows):
+                g, w = gradient[k, c * rows + i], h[c * rows + i]
+                for a in range(3):
+                    Lf[k, o + a] += C[i, a] * g
+                    wa = w * C[i, a]
+                    for b in range(3):
+                        Lff[k, o + a, o + b] += wa * C[i, b]
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def fold_force_derivatives(Fx, Fu, Lff, Lf, Lx, Lxx, Lu, Luu, Lux):
+    """Force-space derivatives through the forces' Jacobians at every knot: with F = [F_x, F_u] (m, ndx
+    + nu), L_x += F_x^T L_f, L_u += F_u^T L_f and the blocks of F^T L_ff F into L_xx, L_ux, L_uu.
+
+    Only the rows r of the stack that carry something enter the products: L_f[r] or a row of L_ff not
+    zero, and a row of F not zero (the rows past a knot's closed contacts carry nothing). The product is
+    a rank-c update of the derivatives' rows (c the rows kept), each row of L_xx, L_ux, L_uu in one
+    contiguous pass per kept row."""
+    K, m, ndx = Fx.shape
+    nu = Fu.shape[2]
+    n = ndx + nu
+    used = np.empty(m, dtype=np.int64)
+    F = np.empty((m, n))
+    GF = np.empty((m, n))
+    for k in range(K):
+        count = 0
+        for r in range(m):
+            carries = Lf[k, r] != 0.0
+            for s in range(m):
+                if Lff[k, r, s] != 0.0:
+                    carries = True
+            if not carries:
+                continue
+            moves = False
+            for j in range(ndx):
+                if Fx[k, r, j] != 0.0:
+                    moves = True
+            for j in range(nu):
+                if Fu[k, r, j] != 0.0:
+                    moves = True
+            if moves:
+                used[count] = r
+                count += 1
+        for a in range(count):
+            r = used[a]
+            F[a, :ndx] = Fx[k, r]
+            F[a, ndx:] = Fu[k, r]
+            gradient = Lf[k, r]
+            if gradient != 0.0:
+                for j in range(UINT(0), UINT(ndx)):
+                    Lx[k, j] += gradient * Fx[k, r, j]
+                for j in range(UINT(0), UINT(nu)):
+                    Lu[k, j] += gradient * Fu[k, r, j]
+        # GF = L_ff F on the kept rows.
+        for a in range(count):
+            GF[a, :] = 0.0
+            for b in range(count):
+                w = Lff[k, used[a], used[b]]
+                if w != 0.0:
+                    for j in range(UINT(0), UINT(n)):
+                        GF[a, j] += w * F[b, j]
+        # Row i of F^T GF is sum_a F[a, i] GF[a]: x rows into L_xx, u rows into L_ux and L_uu.
+        for i in range(ndx):
+            row = Lxx[k, i]
+            for a in range(count):
+                c = F[a, i]
+                g = GF[a]
+                for j in range(UINT(0), UINT(ndx)):
+                    row[j] += c * g[j]
+        for u in range(nu):
+            mixed = Lux[k, u]
+            row = Luu[k, u]
+            for a in range(count):
+                c = F[a, ndx + u]
+                g = GF[a, :ndx]
+                h = GF[a, ndx:]
+                for j in range(UINT(0), UINT(ndx)):
+                    mixed[j] += c * g[j]
+                for j in range(UINT(0), UINT(nu)):
+                    row[j] += c * h[j]
+
+
+@njit(**JIT_OPTIONS)
+def cone_violations(forces, offsets, normals, mu, out):
+    """out[c] = max(0, |f_t| - mu f_n, -f_n) [N] of each closed contact's force f (its 3 rows from
+    offsets[c]) against the cone of unit normal normals[c]; 0 for an open contact, inf for a force that is
+    not finite."""
+    for c in range(offsets.shape[0]):
+        o = offsets[c]
+        if o < 0:
+            out[c] = 0.0
+            continue
+        nx, ny, nz = normals[c, 0], normals[c, 1], normals[c, 2]
+        fx, fy, fz = forces[o], forces[o + 1], forces[o + 2]
+        if not (math.isfinite(fx) and math.isfinite(fy) and math.isfinite(fz)):
+            out[c] = math.inf
+            continue
+        normal = fx * nx + fy * ny + fz * nz
+        tx, ty, tz = fx - normal * nx, fy - normal * ny, fz - normal * nz
+        out[c] = max(0.0, math.sqrt(tx * tx + ty * ty + tz * tz) - mu * normal, -normal)
+
+
+def precompile_kernels() -> None:
+    """Compile the kernels into the cache with the argument types the control classes pass (the
+    package's build runs it): on the bundled arm with a floating base, two knots."""
+    import rbd_deriv as rd
+    model = rd.load_urdf(str(rd.bundled_urdf("rbd_arm7")), floating_base=True)
+    nq, nv = model.nq, model.nv
+    ndx, K = 2 * nv, 2
+    X = np.tile(np.r_[rd.neutral(model), np.zeros(nv)], (K, 1))
+    D = np.zeros((K, ndx))
+    difference_batch(model.mi, model.continuous, X, X, nq, D)
+    integrate_batch(model.mi, X, D, nq, X.copy())
+    table = free_flyer_table(model.mi)
+    blocks = np.zeros((2, K, BLOCK, BLOCK))
+    integrate_blocks(table, X, nq, 0.01, blocks[0], blocks[1])
+    difference_blocks(table, D, blocks[0])
+    Lx, Lxx = np.zeros((K, ndx)), np.zeros((K, ndx, ndx))
+    state_gauss_newton(table, BLOCK, D, D, np.ones((1, ndx)), Lx, Lxx)
+    data = model.create_data()
+    frame = model.frame_names[-1]
+    joint, placement = model.frames[frame]
+    wanted = np.ones((K, 1), dtype=np.bool_)
+    positions, jacobians = np.zeros((K, 1, 3)), np.zeros((K, 1, 3, nv))
+    frame_kinematics(model.mi, model.mf, data.ws, X, np.array([joint], dtype=np.int64),
+                     np.r_[placement[:3, :3].ravel(), placement[:3, 3]][None], wanted, positions,
+                     jacobians, np.zeros((K, 1), dtype=np.bool_))
+    position_gauss_newton(jacobians, np.arange(3), wanted, np.zeros((K, 3)), np.ones((1, 3)), Lx, Lxx)
+    offsets = np.zeros((K, 1), dtype=np.int64)
+    cones = np.zeros((1, 5, 3))
+    F, Lf, Lff = np.zeros((K, 3)), np.zeros((K, 3)), np.zeros((K, 3, 3))
+    cone_residual(F, offsets, cones, np.zeros(5), np.zeros((K, 5)))
+    cone_force_derivatives(offsets, cones, np.zeros((K, 5)), np.ones((1, 5)), Lf, Lff)
+    nu = nv - BLOCK
+    fold_force_derivatives(np.zeros((K, 3, ndx)), np.zeros((K, 3, nu)), Lff, Lf, Lx, Lxx,
+                           np.zeros((K, nu)), np.zeros((K, nu, nu)), np.zeros((K, nu, ndx)))
+    cone_violations(F[0], offsets[0], np.array([[0.0, 0.0, 1.0]]), 0.5, np.zeros(1))
