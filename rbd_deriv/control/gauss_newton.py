@@ -18,12 +18,12 @@ with the structure of each Jacobian used: the identity but the free-flyer block 
 Robotics", sec. 7.1.5), the q columns of a frame's or the center of mass's Jacobian, the 3 force rows of
 a contact for the friction pyramid, and for the force costs the fold
 :math:`L_{xx} \\mathrel{+}= F_x^T L_{ff} F_x` on the rows of the closed contacts only. The kinematics reuse
-the core's forward pass (``position_pass``), frame origin and LOCAL_WORLD_ALIGNED Jacobian
-(``frame_origin``, ``lwa_jacobian_into``), and its configuration-space functions (``difference_into``,
-``integrate_into``, ``dintegrate_into``).
-
-The free-flyer kernels take ``mi_free_flyer``: the model's integer table cut to its first joint, the
-free flyer (:func:`free_flyer_table`), so that ``dintegrate_into`` gives its 6 x 6 blocks alone.
+the core's joint placements and motion subspaces (``joint_placement``, ``motion_subspace``: its forward
+pass without the inertias), frame origin and LOCAL_WORLD_ALIGNED Jacobian (``frame_origin``,
+``lwa_jacobian_into``); the state space its ``difference_into`` and ``integrate_into``. The free
+flyer's 6 x 6 blocks (the Jacobians of the Euler step's integration and of the difference) are written
+out on 3 x 3 blocks with the core's series coefficients, without allocation: the Riccati pass and the
+state costs need them at every knot of every tick.
 """
 
 from __future__ import annotations
@@ -34,22 +34,15 @@ import numpy as np
 from numba import njit
 
 from rbd_deriv.core.calling import check_quaternions
-from rbd_deriv.core.configuration import difference_into, dintegrate_into, integrate_into
-from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING, UINT
+from rbd_deriv.core.configuration import (_exp3_coefficients, _q_coefficients, difference_into,
+                                          integrate_into)
+from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING, SMALL_ANGLE, UINT
 from rbd_deriv.core.frames import frame_origin, lwa_jacobian_into
-from rbd_deriv.core.kinematics import position_pass
-from rbd_deriv.core.layout import MI_NJ, MI_NQTOT, MI_NVTOT
+from rbd_deriv.core.kinematics import joint_placement, motion_subspace
+from rbd_deriv.core.layout import MI_NJ, MI_NVTOT, MI_PARENT, R_OMI, R_S, region2, region3
 
 #: Size of the free flyer's tangent block.
 BLOCK = 6
-
-
-def free_flyer_table(mi: np.ndarray) -> np.ndarray:
-    """The integer table of a model cut to its first joint (the free flyer, joint 1): a one-joint model
-    whose configuration-space functions act on the first 7 entries of q and 6 of v."""
-    table = np.array(mi[:2], dtype=mi.dtype)
-    table[0, MI_NJ], table[0, MI_NVTOT], table[0, MI_NQTOT] = 2, BLOCK, BLOCK + 1
-    return table
 
 
 # --- state space -------------------------------------------------------------------------------------------
@@ -88,79 +81,144 @@ def integrate_batch(mi, X, DX, nq, out):
     return -1
 
 
+@njit(**JIT_OPTIONS)
+def _skew(x, y, z, out):
+    out[0, 0], out[0, 1], out[0, 2] = 0.0, -z, y
+    out[1, 0], out[1, 1], out[1, 2] = z, 0.0, -x
+    out[2, 0], out[2, 1], out[2, 2] = -y, x, 0.0
+
+
+@njit(**JIT_OPTIONS)
+def _product(A, B, out):
+    """out (3, 3) = A B."""
+    for r in range(3):
+        for c in range(3):
+            out[r, c] = A[r, 0] * B[0, c] + A[r, 1] * B[1, c] + A[r, 2] * B[2, c]
+
+
+@njit(**JIT_OPTIONS)
+def _series(a, b, W, WW, out):
+    """out (3, 3) = I + a W + b W^2."""
+    for r in range(3):
+        for c in range(3):
+            out[r, c] = (1.0 if r == c else 0.0) + a * W[r, c] + b * WW[r, c]
+
+
+@njit(**JIT_OPTIONS)
+def _right_jacobian_corner(xi, work, Q):
+    """Q (3, 3), the upper-right block of the right Jacobian of SE(3) at xi = [nu, w] (Barfoot eq.
+    7.86 at -xi): -V/2 + k1 (WV + VW - WVW) - k2 (WWV + VWW - 3 WVW) + k3 (WVWW + WWVW), with
+    W = [w]x, V = [nu]x. work (8, 3, 3): W, W^2 on entry; scratch."""
+    W, WW, V, WV, VW, WVW, A, B = (work[0], work[1], work[2], work[3], work[4], work[5], work[6],
+                                   work[7])
+    theta2 = xi[3] * xi[3] + xi[4] * xi[4] + xi[5] * xi[5]
+    k1, k2, k3 = _q_coefficients(theta2)
+    _skew(xi[0], xi[1], xi[2], V)
+    _product(W, V, WV)
+    _product(V, W, VW)
+    _product(WV, W, WVW)
+    _product(W, WV, A)      # W W V
+    _product(VW, W, B)      # V W W
+    for r in range(3):
+        for c in range(3):
+            Q[r, c] = (-0.5 * V[r, c] + k1 * (WV[r, c] + VW[r, c] - WVW[r, c])
+                       - k2 * (A[r, c] + B[r, c] - 3.0 * WVW[r, c]))
+    _product(WVW, W, A)     # W V W W
+    _product(W, WVW, B)     # W W V W
+    for r in range(3):
+        for c in range(3):
+            Q[r, c] += k3 * (A[r, c] + B[r, c])
+
+
+@njit(**JIT_OPTIONS)
+def _integrate_block(xi, work, Jq, Jv):
+    """Jq, Jv (6, 6) = d(M exp6(xi))/dM = Ad(exp6(-xi)) = [[R^T, -R^T [t]x], [0, R^T]] and
+    d(M exp6(xi))/dxi = Jr(xi) = [[Jr3, Q], [0, Jr3]], with R = exp3(w), t = V(w) nu the translation of
+    exp6(xi) and Jr3 = I - b W + c W^2 (Barfoot, sec. 7.1.5). work (10, 3, 3) scratch."""
+    W, WW, R, T = work[0], work[1], work[8], work[9]
+    theta2 = xi[3] * xi[3] + xi[4] * xi[4] + xi[5] * xi[5]
+    a, b, c = _exp3_coefficients(theta2)
+    _skew(xi[3], xi[4], xi[5], W)
+    _product(W, W, WW)
+    _series(-b, c, W, WW, R)
+    for r in range(3):
+        for s in range(3):
+            Jv[r, s] = Jv[3 + r, 3 + s] = R[r, s]
+            Jv[3 + r, s] = 0.0
+    _right_jacobian_corner(xi, work, T)
+    for r in range(3):
+        for s in range(3):
+            Jv[r, 3 + s] = T[r, s]
+    _series(b, c, W, WW, T)
+    tx = T[0, 0] * xi[0] + T[0, 1] * xi[1] + T[0, 2] * xi[2]
+    ty = T[1, 0] * xi[0] + T[1, 1] * xi[1] + T[1, 2] * xi[2]
+    tz = T[2, 0] * xi[0] + T[2, 1] * xi[1] + T[2, 2] * xi[2]
+    _series(a, b, W, WW, R)
+    _skew(tx, ty, tz, T)
+    for r in range(3):
+        for s in range(3):
+            Jq[r, s] = Jq[3 + r, 3 + s] = R[s, r]
+            Jq[3 + r, s] = 0.0
+            Jq[r, 3 + s] = -(R[0, r] * T[0, s] + R[1, r] * T[1, s] + R[2, r] * T[2, s])
+
+
+@njit(**JIT_OPTIONS)
+def _difference_block(d, work, out):
+    """out (6, 6) = Jr(d)^-1, the free-flyer block of d(X1 (-) X0)/dX1 at X1 = X0 (+) d. With
+    Jr = [[A, Q], [0, A]], its inverse is [[A^-1, -A^-1 Q A^-1], [0, A^-1]], and
+    A^-1 = Jr3^-1 = I + W/2 + e W^2, e = 1/t^2 - (1 + cos t) / (2 t sin t) (Barfoot eq. 7.77 at -w).
+    work (10, 3, 3) scratch."""
+    W, WW, Ai, Q = work[0], work[1], work[8], work[9]
+    theta2 = d[3] * d[3] + d[4] * d[4] + d[5] * d[5]
+    if theta2 < SMALL_ANGLE * SMALL_ANGLE:
+        e = 1.0 / 12.0 + theta2 / 720.0 + theta2 * theta2 / 30240.0
+    else:
+        t = math.sqrt(theta2)
+        e = 1.0 / theta2 - (1.0 + math.cos(t)) / (2.0 * t * math.sin(t))
+    _skew(d[3], d[4], d[5], W)
+    _product(W, W, WW)
+    _series(0.5, e, W, WW, Ai)
+    _right_jacobian_corner(d, work, Q)
+    A = work[2]
+    _product(Ai, Q, A)
+    _product(A, Ai, Q)
+    for r in range(3):
+        for c in range(3):
+            out[r, c] = out[3 + r, 3 + c] = Ai[r, c]
+            out[3 + r, c] = 0.0
+            out[r, 3 + c] = -Q[r, c]
+
+
 @njit(**JIT_OPTIONS_ALLOCATING)
-def integrate_blocks(mi_free_flyer, X, column, scale, Jq, Jv):
-    """Jq[k], Jv[k] (6, 6) = d(M exp6(xi))/dM and d(M exp6(xi))/dxi at xi = scale X[k, column:column + 6]
-    (``dintegrate_into`` of the free flyer alone)."""
+def integrate_blocks(X, column, scale, Jq, Jv):
+    """Jq[k], Jv[k] (6, 6) = d(M exp6(xi))/dM and d(M exp6(xi))/dxi at xi = scale X[k, column:column + 6]."""
+    work = np.empty((10, 3, 3))
     xi = np.empty(BLOCK)
     for k in range(X.shape[0]):
         for j in range(BLOCK):
             xi[j] = scale * X[k, column + j]
-        dintegrate_into(mi_free_flyer, xi, Jq[k], Jv[k])
-
-
-@njit(**JIT_OPTIONS)
-def _inverse3(A, out):
-    """out (3, 3) = A^-1 by the adjugate."""
-    c00 = A[1, 1] * A[2, 2] - A[1, 2] * A[2, 1]
-    c01 = A[1, 2] * A[2, 0] - A[1, 0] * A[2, 2]
-    c02 = A[1, 0] * A[2, 1] - A[1, 1] * A[2, 0]
-    inverse = 1.0 / (A[0, 0] * c00 + A[0, 1] * c01 + A[0, 2] * c02)
-    out[0, 0] = c00 * inverse
-    out[1, 0] = c01 * inverse
-    out[2, 0] = c02 * inverse
-    out[0, 1] = (A[0, 2] * A[2, 1] - A[0, 1] * A[2, 2]) * inverse
-    out[1, 1] = (A[0, 0] * A[2, 2] - A[0, 2] * A[2, 0]) * inverse
-    out[2, 1] = (A[0, 1] * A[2, 0] - A[0, 0] * A[2, 1]) * inverse
-    out[0, 2] = (A[0, 1] * A[1, 2] - A[0, 2] * A[1, 1]) * inverse
-    out[1, 2] = (A[0, 2] * A[1, 0] - A[0, 0] * A[1, 2]) * inverse
-    out[2, 2] = (A[0, 0] * A[1, 1] - A[0, 1] * A[1, 0]) * inverse
+        _integrate_block(xi, work, Jq[k], Jv[k])
 
 
 @njit(**JIT_OPTIONS_ALLOCATING)
-def _difference_block(mi_free_flyer, d, Jq, Jv, out):
-    """out (6, 6) = Jr(d)^-1, the free-flyer block of d(X1 (-) X0)/dX1 at X1 = X0 (+) d. The right
-    Jacobian is [[A, Q], [0, A]], so its inverse is [[A^-1, -A^-1 Q A^-1], [0, A^-1]]."""
-    dintegrate_into(mi_free_flyer, d, Jq, Jv)
-    _inverse3(Jv[:3, :3], out[:3, :3])
-    for r in range(3):
-        for c in range(3):
-            out[3 + r, 3 + c] = out[r, c]
-            out[3 + r, c] = 0.0
-    # Jq (unused past dintegrate_into) holds A^-1 Q, then -A^-1 Q A^-1 goes into out's corner.
-    for r in range(3):
-        for c in range(3):
-            s = 0.0
-            for p in range(3):
-                s += out[r, p] * Jv[p, 3 + c]
-            Jq[r, c] = s
-    for r in range(3):
-        for c in range(3):
-            s = 0.0
-            for p in range(3):
-                s += Jq[r, p] * out[p, c]
-            out[r, 3 + c] = -s
-
-
-@njit(**JIT_OPTIONS_ALLOCATING)
-def difference_blocks(mi_free_flyer, D, out):
+def difference_blocks(D, out):
     """out[k] (6, 6) = the free-flyer block of d(X1 (-) X0)/dX1 at X1 = X0 (+) D[k]."""
-    Jq, Jv = np.empty((BLOCK, BLOCK)), np.empty((BLOCK, BLOCK))
+    work = np.empty((10, 3, 3))
     for k in range(D.shape[0]):
-        _difference_block(mi_free_flyer, D[k, :BLOCK], Jq, Jv, out[k])
+        _difference_block(D[k], work, out[k])
 
 
 # --- state residual ----------------------------------------------------------------------------------------
 
 @njit(**JIT_OPTIONS_ALLOCATING)
-def state_gauss_newton(mi_free_flyer, block, r, gradient, hessian, Lx, Lxx):
+def state_gauss_newton(block, r, gradient, hessian, Lx, Lxx):
     """Gauss-Newton products of r = X (-) X_ref at K knots, gradient a' (K, ndx), Hessian diagonal a''
     (K or 1, ndx): the identity rows past the free-flyer block (``block`` = 6 or 0) add a' and a''
     directly; the block's rows J = Jr(r[:6])^-1 add J^T a' and J^T diag(a'') J, at knots where a' or a''
     is not zero there."""
     ndx = r.shape[1]
     shared = hessian.shape[0] == 1
-    Jq, Jv, J = np.empty((BLOCK, BLOCK)), np.empty((BLOCK, BLOCK)), np.empty((BLOCK, BLOCK))
+    work, J = np.empty((10, 3, 3)), np.empty((BLOCK, BLOCK))
     for k in range(r.shape[0]):
         h = hessian[0] if shared else hessian[k]
         g = gradient[k]
@@ -175,7 +233,7 @@ def state_gauss_newton(mi_free_flyer, block, r, gradient, hessian, Lx, Lxx):
                 active = True
         if not active:
             continue
-        _difference_block(mi_free_flyer, r[k, :BLOCK], Jq, Jv, J)
+        _difference_block(r[k], work, J)
         for j in range(BLOCK):
             s = 0.0
             for i in range(BLOCK):
@@ -192,10 +250,23 @@ def state_gauss_newton(mi_free_flyer, block, r, gradient, hessian, Lx, Lxx):
 # --- frame positions and the center of mass ----------------------------------------------------------------
 
 @njit(**JIT_OPTIONS)
+def _placements(mi, mf, ws, q):
+    """The joint placements oMi and motion subspaces S of the core's forward pass at q into ws, without
+    the body inertias, which frame positions and Jacobians do not need."""
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    oMi = region3(mi, ws, R_OMI, nj, 4, 4)
+    S = region2(mi, ws, R_S, nv, 6)
+    for i in range(1, nj):
+        joint_placement(mi, mf, q, i, oMi[mi[i, MI_PARENT]], oMi[i])
+        motion_subspace(mi, mf, i, oMi[i], S)
+
+
+@njit(**JIT_OPTIONS)
 def frame_kinematics(mi, mf, ws, X, joints, placements, wanted, positions, jacobians, done):
     """For every knot k with a frame p such that wanted[k, p] and not done[k, p]: one forward pass at q_k,
     then each such frame's origin positions[k, p] (3,) in the world and the linear rows of its
-    LOCAL_WORLD_ALIGNED Jacobian jacobians[k, p] (3, nv); done[k, p] set. A frame p is fixed to joint
+    LOCAL_WORLD_ALIGNED Jacobian jacobians[k, p] (3, nv); done[k, p] set. ws: a Data workspace of the
+    model (its placements are overwritten). A frame p is fixed to joint
     joints[p] at placements[p] (12,: rotation row-major, translation)."""
     K, P = wanted.shape
     for k in range(K):
@@ -205,7 +276,7 @@ def frame_kinematics(mi, mf, ws, X, joints, placements, wanted, positions, jacob
                 needed = True
         if not needed:
             continue
-        position_pass(mi, mf, ws, X[k])
+        _placements(mi, mf, ws, X[k])
         for p in range(P):
             if not wanted[k, p] or done[k, p]:
                 continue
@@ -244,6 +315,21 @@ def position_gauss_newton(jacobians, axes, mask, gradient, hessian, Lx, Lxx):
                         continue
                     for j in range(nv):
                         Lxx[k, i, j] += c * J[j]
+
+
+@njit(**JIT_OPTIONS)
+def relaxed_log_barrier(r, weight, delta, gradient, hessian):
+    """gradient, hessian (K, nr) = w b'(r), w b''(r) of the relaxed logarithmic barrier: -ln s for
+    s >= delta, its quadratic continuation below (see :class:`~rbd_deriv.control.activation.RelaxedLogBarrier`)."""
+    for k in range(r.shape[0]):
+        for i in range(r.shape[1]):
+            s = r[k, i]
+            if s >= delta:
+                gradient[k, i] = -weight / s
+                hessian[k, i] = weight / (s * s)
+            else:
+                gradient[k, i] = weight * (s - 2.0 * delta) / (delta * delta)
+                hessian[k, i] = weight / (delta * delta)
 
 
 # --- contact forces ------------------------------------------------------------------------------------
@@ -296,8 +382,7 @@ def fold_force_derivatives(Fx, Fu, Lff, Lf, Lx, Lxx, Lu, Luu, Lux):
 
     Only the rows r of the stack that carry something enter the products: L_f[r] or a row of L_ff not
     zero, and a row of F not zero (the rows past a knot's closed contacts carry nothing). The product is
-    a rank-c update of the derivatives' rows (c the rows kept), each row of L_xx, L_ux, L_uu in one
-    contiguous pass per kept row."""
+    a rank-c update of the derivatives' rows (c the rows kept), row by row."""
     K, m, ndx = Fx.shape
     nu = Fu.shape[2]
     n = ndx + nu
@@ -343,23 +428,29 @@ def fold_force_derivatives(Fx, Fu, Lff, Lf, Lx, Lxx, Lu, Luu, Lux):
                         GF[a, j] += w * F[b, j]
         # Row i of F^T GF is sum_a F[a, i] GF[a]: x rows into L_xx, u rows into L_ux and L_uu.
         for i in range(ndx):
-            row = Lxx[k, i]
-            for a in range(count):
-                c = F[a, i]
-                g = GF[a]
-                for j in range(UINT(0), UINT(ndx)):
-                    row[j] += c * g[j]
+            _add_combination(F[:count, i], GF[:count, :ndx], Lxx[k, i])
         for u in range(nu):
-            mixed = Lux[k, u]
-            row = Luu[k, u]
-            for a in range(count):
-                c = F[a, ndx + u]
-                g = GF[a, :ndx]
-                h = GF[a, ndx:]
-                for j in range(UINT(0), UINT(ndx)):
-                    mixed[j] += c * g[j]
-                for j in range(UINT(0), UINT(nu)):
-                    row[j] += c * h[j]
+            _add_combination(F[:count, ndx + u], GF[:count, :ndx], Lux[k, u])
+            _add_combination(F[:count, ndx + u], GF[:count, ndx:], Luu[k, u])
+
+
+@njit(**JIT_OPTIONS)
+def _add_combination(c, G, row):
+    """row (n,) += sum_a c[a] G[a] (G (count, n)), four rows of G per pass over row: one load and
+    store of row for four multiply-adds."""
+    count, n = G.shape
+    a = 0
+    while a + 4 <= count:
+        c0, c1, c2, c3 = c[a], c[a + 1], c[a + 2], c[a + 3]
+        g0, g1, g2, g3 = G[a], G[a + 1], G[a + 2], G[a + 3]
+        for j in range(UINT(0), UINT(n)):
+            row[j] += c0 * g0[j] + c1 * g1[j] + c2 * g2[j] + c3 * g3[j]
+        a += 4
+    while a < count:
+        c0, g0 = c[a], G[a]
+        for j in range(UINT(0), UINT(n)):
+            row[j] += c0 * g0[j]
+        a += 1
 
 
 @njit(**JIT_OPTIONS)
@@ -393,12 +484,12 @@ def precompile_kernels() -> None:
     D = np.zeros((K, ndx))
     difference_batch(model.mi, model.continuous, X, X, nq, D)
     integrate_batch(model.mi, X, D, nq, X.copy())
-    table = free_flyer_table(model.mi)
     blocks = np.zeros((2, K, BLOCK, BLOCK))
-    integrate_blocks(table, X, nq, 0.01, blocks[0], blocks[1])
-    difference_blocks(table, D, blocks[0])
+    integrate_blocks(X, nq, 0.01, blocks[0], blocks[1])
+    difference_blocks(D, blocks[0])
     Lx, Lxx = np.zeros((K, ndx)), np.zeros((K, ndx, ndx))
-    state_gauss_newton(table, BLOCK, D, D, np.ones((1, ndx)), Lx, Lxx)
+    state_gauss_newton(BLOCK, D, D, np.ones((1, ndx)), Lx, Lxx)
+    relaxed_log_barrier(D, 1.0, 0.1, Lx, Lx.copy())
     data = model.create_data()
     frame = model.frame_names[-1]
     joint, placement = model.frames[frame]

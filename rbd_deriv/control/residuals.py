@@ -192,8 +192,7 @@ class StateResidual(Residual):
         """Diagonal terms in O(ndx); the free-flyer block (6 x 6) densely, at the knots where the
         activation's derivatives are not zero on it
         (:func:`rbd_deriv.control.gauss_newton.state_gauss_newton`)."""
-        gauss_newton.state_gauss_newton(self.space.free_flyer_table, self.space.block,
-                                        np.ascontiguousarray(r),
+        gauss_newton.state_gauss_newton(self.space.block, np.ascontiguousarray(r, dtype=float),
                                         np.ascontiguousarray(gradient, dtype=float),
                                         hessian_rows(hessian, self.nr), out.Lx, out.Lxx)
 

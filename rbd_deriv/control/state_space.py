@@ -48,9 +48,6 @@ class VectorSpace:
         self.ndx = 2 * self.nv
         #: Size b of the leading non-identity block of the Jacobians (0: none).
         self.block = 0
-        #: The integer table of the free flyer alone, which the compiled kernels take
-        #: (:func:`rbd_deriv.control.gauss_newton.free_flyer_table`); unread without a free flyer.
-        self.free_flyer_table = np.zeros((1, 1), dtype=np.int64)
 
     def zero(self) -> np.ndarray:
         """The state at q = 0, v = 0 (nx,)."""
@@ -92,8 +89,6 @@ class ConfigurationSpace(VectorSpace):
         self.nq = model.nq
         self.nx = model.nq + model.nv
         self.block = FREE_FLYER_DOF if model.has_floating_base else 0
-        if self.block:
-            self.free_flyer_table = gauss_newton.free_flyer_table(model.mi)
 
     def zero(self) -> np.ndarray:
         """The neutral configuration with v = 0 (nx,)."""
@@ -140,7 +135,7 @@ class ConfigurationSpace(VectorSpace):
         if b == 0:
             return np.zeros((X0.shape[0], 0, 0))
         blocks = np.empty((D.shape[0], b, b))
-        gauss_newton.difference_blocks(self.free_flyer_table, np.ascontiguousarray(D), blocks)
+        gauss_newton.difference_blocks(np.ascontiguousarray(D, dtype=float), blocks)
         return blocks
 
     def step_jacobian_blocks(self, X: np.ndarray, X_next: np.ndarray, dt: float,
@@ -153,7 +148,7 @@ class ConfigurationSpace(VectorSpace):
         b = self.block
         if b == 0:
             return
-        gauss_newton.integrate_blocks(self.free_flyer_table, X_next, self.nq, float(dt), Jq, Jv)
+        gauss_newton.integrate_blocks(X_next, self.nq, float(dt), Jq, Jv)
 
     def normalize(self, X: np.ndarray) -> None:
         """Project the free flyer's quaternion of every row of X (K, nx) back to unit norm.
