@@ -35,6 +35,7 @@ dF/dx, dF/du. Which rows belong to which contact at knot k comes from the schedu
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -42,7 +43,8 @@ import numpy as np
 from rbd_deriv.control.constants import CONE_ABSOLUTE_TOLERANCE, CONE_RELATIVE_TOLERANCE
 from rbd_deriv.control import gauss_newton
 from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, _diagonal,
-                                         fold_force_derivatives, hessian_rows)
+                                         _knot_factors, fold_force_derivatives,
+                                         hessian_rows)
 from rbd_deriv.control.schedule import FORCE_ROWS
 from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError
@@ -150,6 +152,19 @@ class ForceStackResidual(Residual):
         """dF/dx (K, m, ndx), dF/du (K, m, nu)."""
         _check_forces(knots)
         return knots.dF_dx, knots.dF_du
+
+    def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
+                      out: Derivatives) -> bool:
+        """L_f += w (F - F_ref), diag(L_ff) += w in one compiled pass when ``out`` has force-space
+        derivatives (:func:`rbd_deriv.control.gauss_newton.identity_quadratic`)."""
+        if out.Lff is None:
+            return False
+        _check_forces(knots)
+        if knots.F.shape != self.reference.shape:
+            raise InputError(f"forces {knots.F.shape} for a reference {self.reference.shape}")
+        gauss_newton.identity_quadratic(knots.F, self.reference, weights,
+                                        _knot_factors(knot_weights), out.Lf, out.Lff)
+        return True
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
@@ -295,15 +310,22 @@ def cone_violation(forces: np.ndarray, offsets: np.ndarray, mu: float,
     Returns:
         (nc,) violations, 0 for open contacts.
     """
+    return _cone_check(forces, offsets, mu, normals, 0.0, 0.0)[0]
+
+
+def _cone_check(forces: np.ndarray, offsets: np.ndarray, mu: float,
+                normals: Sequence[Sequence[float]] | None, absolute_tolerance: float,
+                relative_tolerance: float) -> tuple[np.ndarray, bool]:
+    """(violations (nc,), every one within the tolerance) after the checks of the arguments."""
     forces = np.ascontiguousarray(forces, dtype=float)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     if offsets.ndim != 1 or forces.ndim != 1:
         raise InputError(f"offsets must be (nc,) and forces (m,), got {offsets.shape} and "
                          f"{forces.shape}", "offsets")
-    if (offsets + 3 > forces.size).any():
+    if offsets.size and offsets.max() + 3 > forces.size:
         raise InputError(f"force stack of {forces.size} rows too short for offsets "
                          f"{offsets.tolist()}", "forces")
-    if not (np.isfinite(mu) and mu > 0.0):
+    if not (math.isfinite(mu) and mu > 0.0):
         raise InputError(f"friction coefficient must be > 0, got {mu!r}", "mu")
     if normals is None:
         n = _vertical(offsets.size)
@@ -311,8 +333,9 @@ def cone_violation(forces: np.ndarray, offsets: np.ndarray, mu: float,
         n = np.array(normals, dtype=float).reshape(offsets.size, 3)
         n /= np.linalg.norm(n, axis=1, keepdims=True)
     violation = np.empty(offsets.size)
-    gauss_newton.cone_violations(forces, offsets, n, float(mu), violation)
-    return violation
+    within = gauss_newton.cone_violations(forces, offsets, n, float(mu), float(absolute_tolerance),
+                                          float(relative_tolerance), violation)
+    return violation, within
 
 
 _VERTICAL: dict[int, np.ndarray] = {}
@@ -341,9 +364,6 @@ def forces_within_cone(forces: np.ndarray, offsets: np.ndarray, mu: float,
     forces = np.asarray(forces, dtype=float)
     if not np.isfinite(forces).all():
         return False, float("inf")
-    violation = cone_violation(forces, offsets, mu, normals)
-    offsets = np.asarray(offsets, dtype=np.int64)
-    rows = np.where(offsets >= 0, offsets, 0)[:, None] + np.arange(3)
-    allowed = absolute_tolerance + relative_tolerance * np.linalg.norm(forces[rows], axis=1)
-    largest = float(violation.max()) if violation.size else 0.0
-    return bool((violation <= allowed).all()), largest
+    violation, within = _cone_check(forces, offsets, mu, normals, absolute_tolerance,
+                                    relative_tolerance)
+    return within, float(violation.max()) if violation.size else 0.0

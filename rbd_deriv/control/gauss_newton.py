@@ -37,7 +37,7 @@ from rbd_deriv.core.calling import check_quaternions
 from rbd_deriv.core.configuration import (_exp3_coefficients, _q_coefficients, difference_into,
                                           integrate_into)
 from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING, SMALL_ANGLE, UINT
-from rbd_deriv.core.frames import frame_origin, lwa_jacobian_into
+from rbd_deriv.core.frames import _product3, _skew_into, frame_origin, lwa_jacobian_into
 from rbd_deriv.core.kinematics import joint_placement, motion_subspace
 from rbd_deriv.core.layout import MI_NJ, MI_NVTOT, MI_PARENT, R_OMI, R_S, region2, region3
 
@@ -82,21 +82,6 @@ def integrate_batch(mi, X, DX, nq, out):
 
 
 @njit(**JIT_OPTIONS)
-def _skew(x, y, z, out):
-    out[0, 0], out[0, 1], out[0, 2] = 0.0, -z, y
-    out[1, 0], out[1, 1], out[1, 2] = z, 0.0, -x
-    out[2, 0], out[2, 1], out[2, 2] = -y, x, 0.0
-
-
-@njit(**JIT_OPTIONS)
-def _product(A, B, out):
-    """out (3, 3) = A B."""
-    for r in range(3):
-        for c in range(3):
-            out[r, c] = A[r, 0] * B[0, c] + A[r, 1] * B[1, c] + A[r, 2] * B[2, c]
-
-
-@njit(**JIT_OPTIONS)
 def _series(a, b, W, WW, out):
     """out (3, 3) = I + a W + b W^2."""
     for r in range(3):
@@ -113,18 +98,18 @@ def _right_jacobian_corner(xi, work, Q):
                                    work[7])
     theta2 = xi[3] * xi[3] + xi[4] * xi[4] + xi[5] * xi[5]
     k1, k2, k3 = _q_coefficients(theta2)
-    _skew(xi[0], xi[1], xi[2], V)
-    _product(W, V, WV)
-    _product(V, W, VW)
-    _product(WV, W, WVW)
-    _product(W, WV, A)      # W W V
-    _product(VW, W, B)      # V W W
+    _skew_into(xi[0], xi[1], xi[2], V)
+    _product3(W, V, WV)
+    _product3(V, W, VW)
+    _product3(WV, W, WVW)
+    _product3(W, WV, A)      # W W V
+    _product3(VW, W, B)      # V W W
     for r in range(3):
         for c in range(3):
             Q[r, c] = (-0.5 * V[r, c] + k1 * (WV[r, c] + VW[r, c] - WVW[r, c])
                        - k2 * (A[r, c] + B[r, c] - 3.0 * WVW[r, c]))
-    _product(WVW, W, A)     # W V W W
-    _product(W, WVW, B)     # W W V W
+    _product3(WVW, W, A)     # W V W W
+    _product3(W, WVW, B)     # W W V W
     for r in range(3):
         for c in range(3):
             Q[r, c] += k3 * (A[r, c] + B[r, c])
@@ -138,8 +123,8 @@ def _integrate_block(xi, work, Jq, Jv):
     W, WW, R, T = work[0], work[1], work[8], work[9]
     theta2 = xi[3] * xi[3] + xi[4] * xi[4] + xi[5] * xi[5]
     a, b, c = _exp3_coefficients(theta2)
-    _skew(xi[3], xi[4], xi[5], W)
-    _product(W, W, WW)
+    _skew_into(xi[3], xi[4], xi[5], W)
+    _product3(W, W, WW)
     _series(-b, c, W, WW, R)
     for r in range(3):
         for s in range(3):
@@ -154,7 +139,7 @@ def _integrate_block(xi, work, Jq, Jv):
     ty = T[1, 0] * xi[0] + T[1, 1] * xi[1] + T[1, 2] * xi[2]
     tz = T[2, 0] * xi[0] + T[2, 1] * xi[1] + T[2, 2] * xi[2]
     _series(a, b, W, WW, R)
-    _skew(tx, ty, tz, T)
+    _skew_into(tx, ty, tz, T)
     for r in range(3):
         for s in range(3):
             Jq[r, s] = Jq[3 + r, 3 + s] = R[s, r]
@@ -175,13 +160,13 @@ def _difference_block(d, work, out):
     else:
         t = math.sqrt(theta2)
         e = 1.0 / theta2 - (1.0 + math.cos(t)) / (2.0 * t * math.sin(t))
-    _skew(d[3], d[4], d[5], W)
-    _product(W, W, WW)
+    _skew_into(d[3], d[4], d[5], W)
+    _product3(W, W, WW)
     _series(0.5, e, W, WW, Ai)
     _right_jacobian_corner(d, work, Q)
     A = work[2]
-    _product(Ai, Q, A)
-    _product(A, Ai, Q)
+    _product3(Ai, Q, A)
+    _product3(A, Ai, Q)
     for r in range(3):
         for c in range(3):
             out[r, c] = out[3 + r, 3 + c] = Ai[r, c]
@@ -210,41 +195,85 @@ def difference_blocks(D, out):
 
 # --- state residual ----------------------------------------------------------------------------------------
 
+@njit(**JIT_OPTIONS)
+def _state_knot(block, r, g, h, work, J, Lx, Lxx):
+    """One knot of :func:`state_gauss_newton`: r, g, h (ndx,), Lx (ndx,), Lxx (ndx, ndx)."""
+    for i in range(block, r.shape[0]):
+        Lx[i] += g[i]
+        Lxx[i, i] += h[i]
+    if block == 0:
+        return
+    active = False
+    for i in range(BLOCK):
+        if g[i] != 0.0 or h[i] != 0.0:
+            active = True
+    if not active:
+        return
+    _difference_block(r, work, J)
+    for j in range(BLOCK):
+        s = 0.0
+        for i in range(BLOCK):
+            s += J[i, j] * g[i]
+        Lx[j] += s
+    for a in range(BLOCK):
+        for b in range(BLOCK):
+            s = 0.0
+            for i in range(BLOCK):
+                s += J[i, a] * h[i] * J[i, b]
+            Lxx[a, b] += s
+
+
 @njit(**JIT_OPTIONS_ALLOCATING)
 def state_gauss_newton(block, r, gradient, hessian, Lx, Lxx):
     """Gauss-Newton products of r = X (-) X_ref at K knots, gradient a' (K, ndx), Hessian diagonal a''
     (K or 1, ndx): the identity rows past the free-flyer block (``block`` = 6 or 0) add a' and a''
     directly; the block's rows J = Jr(r[:6])^-1 add J^T a' and J^T diag(a'') J, at knots where a' or a''
     is not zero there."""
-    ndx = r.shape[1]
     shared = hessian.shape[0] == 1
     work, J = np.empty((10, 3, 3)), np.empty((BLOCK, BLOCK))
     for k in range(r.shape[0]):
-        h = hessian[0] if shared else hessian[k]
-        g = gradient[k]
-        for i in range(block, ndx):
-            Lx[k, i] += g[i]
-            Lxx[k, i, i] += h[i]
-        if block == 0:
+        _state_knot(block, r[k], gradient[k], hessian[0] if shared else hessian[k], work, J, Lx[k],
+                    Lxx[k])
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def state_quadratic(mi, continuous, reference, X, nq, block, weights, knot_weights, r, Lx, Lxx):
+    """:func:`difference_batch` into r (r = X (-) reference), then :func:`state_gauss_newton` of the
+    activation 0.5 sum_i w_i r_i^2 times the knot weight (knot_weights (K,), or empty for 1): a' = w r,
+    a'' = w, in one pass. Returns what :func:`difference_batch` returns."""
+    bad = difference_batch(mi, continuous, reference, X, nq, r)
+    if bad >= 0:
+        return bad
+    ndx = r.shape[1]
+    work, J = np.empty((10, 3, 3)), np.empty((BLOCK, BLOCK))
+    g, h = np.empty(ndx), np.empty(ndx)
+    for k in range(r.shape[0]):
+        factor = 1.0 if knot_weights.shape[0] == 0 else knot_weights[k]
+        if factor == 0.0:
             continue
-        active = False
-        for i in range(BLOCK):
-            if g[i] != 0.0 or h[i] != 0.0:
-                active = True
-        if not active:
+        for i in range(ndx):
+            h[i] = factor * weights[i]
+            g[i] = h[i] * r[k, i]
+        _state_knot(block, r[k], g, h, work, J, Lx[k], Lxx[k])
+    return -1
+
+
+@njit(**JIT_OPTIONS)
+def identity_quadratic(Y, reference, weights, knot_weights, gradient, hessian):
+    """Gauss-Newton derivatives of 0.5 sum_i w_i r_i^2 (times the knot weight, knot_weights (K,) or empty
+    for 1) of r = Y - reference (reference of 1 or K rows), a residual whose Jacobian is the identity on
+    the variable it reads (controls, forces): gradient (K, nr) += w r, the diagonals of hessian
+    (K, nr, nr) += w."""
+    shared = reference.shape[0] == 1
+    for k in range(Y.shape[0]):
+        factor = 1.0 if knot_weights.shape[0] == 0 else knot_weights[k]
+        if factor == 0.0:
             continue
-        _difference_block(r[k], work, J)
-        for j in range(BLOCK):
-            s = 0.0
-            for i in range(BLOCK):
-                s += J[i, j] * g[i]
-            Lx[k, j] += s
-        for a in range(BLOCK):
-            for b in range(BLOCK):
-                s = 0.0
-                for i in range(BLOCK):
-                    s += J[i, a] * h[i] * J[i, b]
-                Lxx[k, a, b] += s
+        y, ref = Y[k], reference[0] if shared else reference[k]
+        for i in range(Y.shape[1]):
+            w = factor * weights[i]
+            gradient[k, i] += w * (y[i] - ref[i])
+            hessian[k, i, i] += w
 
 
 # --- frame positions and the center of mass ----------------------------------------------------------------
@@ -428,36 +457,38 @@ def fold_force_derivatives(Fx, Fu, Lff, Lf, Lx, Lxx, Lu, Luu, Lux):
                         GF[a, j] += w * F[b, j]
         # Row i of F^T GF is sum_a F[a, i] GF[a]: x rows into L_xx, u rows into L_ux and L_uu.
         for i in range(ndx):
-            _add_combination(F[:count, i], GF[:count, :ndx], Lxx[k, i])
+            _add_combination(F, count, i, GF, 0, ndx, Lxx[k, i])
         for u in range(nu):
-            _add_combination(F[:count, ndx + u], GF[:count, :ndx], Lux[k, u])
-            _add_combination(F[:count, ndx + u], GF[:count, ndx:], Luu[k, u])
+            _add_combination(F, count, ndx + u, GF, 0, ndx, Lux[k, u])
+            _add_combination(F, count, ndx + u, GF, ndx, n, Luu[k, u])
 
 
 @njit(**JIT_OPTIONS)
-def _add_combination(c, G, row):
-    """row (n,) += sum_a c[a] G[a] (G (count, n)), four rows of G per pass over row: one load and
-    store of row for four multiply-adds."""
-    count, n = G.shape
+def _add_combination(F, count, i, G, start, stop, row):
+    """row += sum_a F[a, i] G[a, start:stop] over the first count rows, four rows of G per pass over
+    row (one load and store of row for four multiply-adds). G is taken whole and sliced row by row
+    here, so that the rows are contiguous to the compiler and the inner loop vectorizes."""
     a = 0
     while a + 4 <= count:
-        c0, c1, c2, c3 = c[a], c[a + 1], c[a + 2], c[a + 3]
-        g0, g1, g2, g3 = G[a], G[a + 1], G[a + 2], G[a + 3]
-        for j in range(UINT(0), UINT(n)):
+        c0, c1, c2, c3 = F[a, i], F[a + 1, i], F[a + 2, i], F[a + 3, i]
+        g0, g1 = G[a, start:stop], G[a + 1, start:stop]
+        g2, g3 = G[a + 2, start:stop], G[a + 3, start:stop]
+        for j in range(UINT(0), UINT(stop - start)):
             row[j] += c0 * g0[j] + c1 * g1[j] + c2 * g2[j] + c3 * g3[j]
         a += 4
     while a < count:
-        c0, g0 = c[a], G[a]
-        for j in range(UINT(0), UINT(n)):
+        c0, g0 = F[a, i], G[a, start:stop]
+        for j in range(UINT(0), UINT(stop - start)):
             row[j] += c0 * g0[j]
         a += 1
 
 
 @njit(**JIT_OPTIONS)
-def cone_violations(forces, offsets, normals, mu, out):
+def cone_violations(forces, offsets, normals, mu, absolute_tolerance, relative_tolerance, out):
     """out[c] = max(0, |f_t| - mu f_n, -f_n) [N] of each closed contact's force f (its 3 rows from
     offsets[c]) against the cone of unit normal normals[c]; 0 for an open contact, inf for a force that is
-    not finite."""
+    not finite. Returns whether every violation is at most absolute_tolerance + relative_tolerance |f|."""
+    within = True
     for c in range(offsets.shape[0]):
         o = offsets[c]
         if o < 0:
@@ -467,10 +498,14 @@ def cone_violations(forces, offsets, normals, mu, out):
         fx, fy, fz = forces[o], forces[o + 1], forces[o + 2]
         if not (math.isfinite(fx) and math.isfinite(fy) and math.isfinite(fz)):
             out[c] = math.inf
+            within = False
             continue
         normal = fx * nx + fy * ny + fz * nz
         tx, ty, tz = fx - normal * nx, fy - normal * ny, fz - normal * nz
         out[c] = max(0.0, math.sqrt(tx * tx + ty * ty + tz * tz) - mu * normal, -normal)
+        if out[c] > absolute_tolerance + relative_tolerance * math.sqrt(fx * fx + fy * fy + fz * fz):
+            within = False
+    return within
 
 
 def precompile_kernels() -> None:
@@ -489,6 +524,12 @@ def precompile_kernels() -> None:
     difference_blocks(D, blocks[0])
     Lx, Lxx = np.zeros((K, ndx)), np.zeros((K, ndx, ndx))
     state_gauss_newton(BLOCK, D, D, np.ones((1, ndx)), Lx, Lxx)
+    weights = np.ones(ndx)
+    weights.setflags(write=False)  # as an activation keeps them
+    for knot_weights in (np.zeros(0), np.ones(K)):
+        state_quadratic(model.mi, model.continuous, X[:1], X, nq, BLOCK, weights, knot_weights, D,
+                        Lx, Lxx)
+        identity_quadratic(D, D[:1], weights, knot_weights, Lx, Lxx)
     relaxed_log_barrier(D, 1.0, 0.1, Lx, Lx.copy())
     data = model.create_data()
     frame = model.frame_names[-1]
@@ -507,4 +548,4 @@ def precompile_kernels() -> None:
     nu = nv - BLOCK
     fold_force_derivatives(np.zeros((K, 3, ndx)), np.zeros((K, 3, nu)), Lff, Lf, Lx, Lxx,
                            np.zeros((K, nu)), np.zeros((K, nu, nu)), np.zeros((K, nu, ndx)))
-    cone_violations(F[0], offsets[0], np.array([[0.0, 0.0, 1.0]]), 0.5, np.zeros(1))
+    cone_violations(F[0], offsets[0], np.array([[0.0, 0.0, 1.0]]), 0.5, 0.0, 0.0, np.zeros(1))

@@ -84,6 +84,14 @@ def fold_force_derivatives(knots: Knots, out: Derivatives) -> None:
                                         out.Lu, out.Luu, out.Lux)
 
 
+_NO_KNOT_WEIGHTS = np.zeros(0)
+
+
+def _knot_factors(knot_weights: np.ndarray | None) -> np.ndarray:
+    """Knot weights as the compiled quadratics take them: an empty array for none."""
+    return _NO_KNOT_WEIGHTS if knot_weights is None else knot_weights
+
+
 def hessian_rows(hessian: np.ndarray, nr: int) -> np.ndarray:
     """An activation's Hessian diagonal, (K, nr) or (nr,) for every knot, as the (K or 1, nr)
     writable C array the compiled products take (a copy only when it is not one already)."""
@@ -109,6 +117,21 @@ class Residual:
     def jacobians(self, knots: Knots) -> tuple[np.ndarray, np.ndarray | None]:
         """dr/dx (K, nr, ndx) and dr/du (K, nr, nu), the latter None if r does not depend on u."""
         raise NotImplementedError
+
+    def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
+                      out: Derivatives) -> bool:
+        """Add the Gauss-Newton derivatives of :math:`\\tfrac12 \\sum_i w_i r_i^2` (times the knot
+        weights) to ``out`` in one pass, when the residual has such a form; return False, having
+        done nothing, when it has not (the caller then takes :meth:`value` and
+        :meth:`gauss_newton`). The same derivatives either way: a shortcut for the commonest cost.
+
+        Args:
+            knots: The knots.
+            weights: (nr,) the quadratic's weights w.
+            knot_weights: (K,) factors of the knots, or None for 1.
+            out: Derivatives to add to.
+        """
+        return False
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
@@ -187,6 +210,30 @@ class StateResidual(Residual):
             J[:, :b, :b] = self.space.difference_jacobian_blocks(reference, r)
         return J, None
 
+    def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
+                      out: Derivatives) -> bool:
+        """The value and the products of :meth:`gauss_newton` in one compiled pass
+        (:func:`rbd_deriv.control.gauss_newton.state_quadratic`) on a model's configuration
+        space; False on a plain vector space."""
+        model = getattr(self.space, "model", None)
+        if model is None:
+            return False
+        K = knots.count
+        if self._r is None or self._r.shape[0] != K:
+            self._r = np.empty((K, self.nr))
+        reference = self._reference(K)
+        X = knots.X
+        if X.shape[1:] != (self.space.nx,):
+            raise InputError(f"states must have {self.space.nx} entries, got {X.shape}", "X")
+        bad = gauss_newton.state_quadratic(model.mi, model.continuous,
+                                           reference.reshape(-1, self.space.nx), X, self.space.nq,
+                                           self.space.block, weights, _knot_factors(knot_weights),
+                                           self._r, out.Lx, out.Lxx)
+        if bad >= 0:
+            which, row = ("X", bad) if bad < K else ("reference", bad - K)
+            raise InputError(f"{which}: the quaternion of state {row} is not of unit norm", which)
+        return True
+
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
         """Diagonal terms in O(ndx); the free-flyer block (6 x 6) densely, at the knots where the
@@ -225,6 +272,19 @@ class ControlResidual(Residual):
         K = knots.count
         return (np.zeros((K, self.nr, self.ndx)),
                 np.broadcast_to(np.eye(self.nr), (K, self.nr, self.nr)).copy())
+
+    def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
+                      out: Derivatives) -> bool:
+        """L_u += w (u - u_ref), diag(L_uu) += w in one compiled pass
+        (:func:`rbd_deriv.control.gauss_newton.identity_quadratic`)."""
+        if knots.U is None or out.Lu is None:
+            return False
+        reference = self.reference.reshape(-1, self.nr)
+        if knots.U.shape != (knots.count, self.nr) or reference.shape[0] not in (1, knots.count):
+            raise InputError(f"controls {knots.U.shape} for a reference {self.reference.shape}")
+        gauss_newton.identity_quadratic(knots.U, reference, weights,
+                                        _knot_factors(knot_weights), out.Lu, out.Luu)
+        return True
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
