@@ -316,12 +316,29 @@ def frame_kinematics(mi, mf, ws, X, joints, placements, wanted, positions, jacob
 
 
 @njit(**JIT_OPTIONS)
+def _add_row(J, g, w, Lx, Lxx):
+    """One residual row of Jacobian J (nv,) on the q columns: Lx[:nv] += g J, Lxx[:nv, :nv] += w J J^T."""
+    nv = J.shape[0]
+    if g != 0.0:
+        for i in range(nv):
+            Lx[i] += g * J[i]
+    if w == 0.0:
+        return
+    for i in range(nv):
+        c = w * J[i]
+        if c == 0.0:
+            continue
+        row = Lxx[i]
+        for j in range(UINT(0), UINT(nv)):
+            row[j] += c * J[j]
+
+
+@njit(**JIT_OPTIONS)
 def position_gauss_newton(jacobians, axes, mask, gradient, hessian, Lx, Lxx):
     """Gauss-Newton products of r = p_i(q)[axes] - reference for P points (rows point-major, len(axes)
     per point) at the knots and points where mask (K, P) holds: with J the point's Jacobian rows (nv,),
     L_x[:nv] += J a' and L_xx[:nv, :nv] += a'' J J^T, row by row. hessian is (K or 1, nr)."""
     K, P = mask.shape
-    nv = jacobians.shape[3]
     width = axes.shape[0]
     shared = hessian.shape[0] == 1
     for k in range(K):
@@ -331,19 +348,7 @@ def position_gauss_newton(jacobians, axes, mask, gradient, hessian, Lx, Lxx):
                 continue
             for a in range(width):
                 row = p * width + a
-                J = jacobians[k, p, axes[a]]
-                g, w = gradient[k, row], h[row]
-                if g != 0.0:
-                    for i in range(nv):
-                        Lx[k, i] += g * J[i]
-                if w == 0.0:
-                    continue
-                for i in range(nv):
-                    c = w * J[i]
-                    if c == 0.0:
-                        continue
-                    for j in range(nv):
-                        Lxx[k, i, j] += c * J[j]
+                _add_row(jacobians[k, p, axes[a]], gradient[k, row], h[row], Lx[k], Lxx[k])
 
 
 @njit(**JIT_OPTIONS)
@@ -359,6 +364,31 @@ def relaxed_log_barrier(r, weight, delta, gradient, hessian):
             else:
                 gradient[k, i] = weight * (s - 2.0 * delta) / (delta * delta)
                 hessian[k, i] = weight / (delta * delta)
+
+
+@njit(**JIT_OPTIONS)
+def position_quadratic(positions, jacobians, axes, mask, reference, weights, knot_weights, Lx, Lxx):
+    """:func:`position_gauss_newton` of the activation 0.5 sum_i w_i r_i^2 (times the knot weight,
+    knot_weights (K,) or empty for 1) with its residual r = positions[k, p, axes] - reference (reference
+    of 1 or K rows, nr = P len(axes) entries) formed on the way: a' = w r, a'' = w."""
+    K, P = mask.shape
+    width = axes.shape[0]
+    shared = reference.shape[0] == 1
+    for k in range(K):
+        factor = 1.0 if knot_weights.shape[0] == 0 else knot_weights[k]
+        if factor == 0.0:
+            continue
+        ref = reference[0] if shared else reference[k]
+        for p in range(P):
+            if not mask[k, p]:
+                continue
+            for a in range(width):
+                row = p * width + a
+                w = factor * weights[row]
+                if w == 0.0:
+                    continue
+                _add_row(jacobians[k, p, axes[a]], w * (positions[k, p, axes[a]] - ref[row]), w,
+                         Lx[k], Lxx[k])
 
 
 # --- contact forces ------------------------------------------------------------------------------------
@@ -540,6 +570,11 @@ def precompile_kernels() -> None:
                      np.r_[placement[:3, :3].ravel(), placement[:3, 3]][None], wanted, positions,
                      jacobians, np.zeros((K, 1), dtype=np.bool_))
     position_gauss_newton(jacobians, np.arange(3), wanted, np.zeros((K, 3)), np.ones((1, 3)), Lx, Lxx)
+    weights = np.ones(3)
+    weights.setflags(write=False)
+    for knot_weights in (np.zeros(0), np.ones(K)):
+        position_quadratic(positions, jacobians, np.arange(3), wanted, np.zeros((1, 3)), weights,
+                           knot_weights, Lx, Lxx)
     offsets = np.zeros((K, 1), dtype=np.int64)
     cones = np.zeros((1, 5, 3))
     F, Lf, Lff = np.zeros((K, 3)), np.zeros((K, 3)), np.zeros((K, 3, 3))

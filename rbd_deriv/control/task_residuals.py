@@ -19,7 +19,8 @@ import numpy as np
 
 import rbd_deriv as rd
 from rbd_deriv.control import gauss_newton
-from rbd_deriv.control.residuals import Derivatives, Knots, Residual, hessian_rows
+from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, _knot_factors,
+                                         hessian_rows)
 from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError
 
@@ -202,6 +203,22 @@ class _PositionResidual(Residual):
         if mask is not None:
             Rx[~mask] = 0.0
         return Rx.reshape(K, self.nr, self.space.ndx), None
+
+    def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
+                      out: Derivatives) -> bool:
+        """The value and the products of :meth:`gauss_newton` in one compiled pass
+        (:func:`rbd_deriv.control.gauss_newton.position_quadratic`)."""
+        K = knots.count
+        mask = self._mask(K)
+        positions, jacobians = self._positions(knots.X, mask)
+        mask = np.ones((K, self.points), dtype=bool) if mask is None else np.ascontiguousarray(mask)
+        reference = self.reference.reshape(-1, self.nr)
+        if reference.shape[0] not in (1, K):
+            raise InputError(f"reference of {reference.shape[0]} knots, the cost is evaluated on "
+                             f"{K}", "reference")
+        gauss_newton.position_quadratic(positions, jacobians, self.axes, mask, reference, weights,
+                                        _knot_factors(knot_weights), out.Lx, out.Lxx)
+        return True
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
