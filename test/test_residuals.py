@@ -103,3 +103,42 @@ def test_cost_is_the_weighted_activation_of_the_residual(solo):
         Cost(StateResidual(space), Quadratic(1.0, space.ndx), np.array([1.0, -1.0]))
     with pytest.raises(InputError, match="knots"):
         StateResidual(space, reference).value(Knots(X[:2]))
+
+
+@pytest.mark.parametrize("floating", [False, True])
+def test_one_pass_quadratics_equal_the_general_path(solo, floating):
+    """Cost.add_derivatives through the residuals' add_quadratic against value, activation and
+    gauss_newton taken separately (the general path), with and without knot weights (one zero)."""
+    from rbd_deriv.control.contact_force import ForceStackResidual
+    rng = np.random.default_rng(3)
+    model = solo if floating else rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]))
+    space = ConfigurationSpace(model) if floating else VectorSpace(model.nv)
+    K, nu, m = 4, 12, 6
+    knots = Knots(states(model, rng, K), rng.standard_normal((K, nu)), rng.standard_normal((K, m)),
+                  rng.standard_normal((K, m, space.ndx)), rng.standard_normal((K, m, nu)))
+    residuals = (StateResidual(space, states(model, rng, K)), StateResidual(space, states(model, rng, 1)[0]),
+                 ControlResidual(space, nu, rng.standard_normal(nu)),
+                 ControlResidual(space, nu, rng.standard_normal((K, nu))),
+                 ForceStackResidual(space, nu, rng.standard_normal((K, m))))
+    for residual in residuals:
+        for knot_weights in (None, np.array([1.0, 0.0, 2.5, 0.3])):
+            activation = Quadratic(rng.uniform(0, 2, residual.nr), residual.nr)
+            outs = []
+            for fused in (True, False):
+                out = Derivatives(*(np.zeros(shape) for shape in (
+                    (K, space.ndx, space.ndx), (K, space.ndx), (K, nu, nu), (K, nu, space.ndx),
+                    (K, nu), (K, m, m), (K, m))))
+                if fused:
+                    Cost(residual, activation, knot_weights).add_derivatives(knots, out)
+                else:
+                    r = residual.value(knots)
+                    gradient, hessian = activation.derivatives(r)
+                    factors = np.ones(K) if knot_weights is None else knot_weights
+                    residual.gauss_newton(knots, r, factors[:, None] * gradient,
+                                          factors[:, None] * hessian, out)
+                outs.append(out)
+            for name in ("Lxx", "Lx", "Luu", "Lux", "Lu", "Lff", "Lf"):
+                assert_close(getattr(outs[0], name), getattr(outs[1], name),
+                             what=f"{type(residual).__name__} {name}")
+    assert residuals[0].add_quadratic(knots, np.ones(space.ndx), None, empty(K, space.ndx, nu)) \
+        is floating

@@ -54,6 +54,24 @@ def test_difference_and_integrate_are_the_core_functions_knot_by_knot(solo):
     assert_close(shared[2, :18], rd.difference(solo, X0[0, :19], X1[2, :19]))
 
 
+def test_difference_and_integrate_refuse_what_the_core_functions_refuse(solo):
+    rng = np.random.default_rng(4)
+    space = ConfigurationSpace(solo)
+    X0, X1 = random_states(solo, rng, 3), random_states(solo, rng, 3)
+    bad = X1.copy()
+    bad[2, 3:7] *= 1.1
+    with pytest.raises(InputError, match="X1: the quaternion of state 2"):
+        space.difference(X0, bad, np.empty((3, 36)))
+    with pytest.raises(InputError, match="X0: the quaternion of state 2"):
+        space.difference(bad, X1, np.empty((3, 36)))
+    with pytest.raises(InputError, match="X: the quaternion of state 2"):
+        space.integrate(bad, np.zeros((3, 36)), np.empty((3, 37)))
+    with pytest.raises(InputError, match="difference of states"):
+        space.difference(X0, X1, np.empty((3, 35)))
+    with pytest.raises(InputError, match="integrate of states"):
+        space.integrate(X0, np.zeros((2, 36)), np.empty((3, 37)))
+
+
 def test_difference_jacobian_block_matches_finite_differences(solo):
     rng = np.random.default_rng(1)
     space = ConfigurationSpace(solo)
@@ -103,18 +121,21 @@ def test_normalize_restores_unit_quaternions(solo):
     assert_close(np.linalg.norm(X[:, 3:7], axis=1), np.ones(3))
 
 
-@pytest.mark.parametrize("scale", [0.0, 1e-6, 0.05, 0.0999, 0.1001, 0.5, 3.0])
-def test_se3_jacobians_are_the_integrate_jacobians(solo, scale):
-    """The batched closed forms (and their series near zero rotation) against the core's
-    rd.dintegrate_dv / rd.dintegrate_dq free-flyer blocks."""
-    from rbd_deriv.control.state_space import se3_exp_jacobians
+@pytest.mark.parametrize("scale", [0.0, 1e-6, 0.005, 0.0101, 0.05, 0.29, 0.31, 3.0])
+def test_step_jacobian_blocks_are_the_core_integrate_jacobians(solo, scale):
+    """The batched free-flyer blocks (near zero rotation and across the core's series thresholds
+    too) against rd.dintegrate_dv / rd.dintegrate_dq of the whole model, knot by knot."""
     rng = np.random.default_rng(7)
     twists = rng.uniform(-1, 1, (4, 6))
     twists[:, 3:] *= scale / np.linalg.norm(twists[:, 3:], axis=1, keepdims=True)
     twists[0, 3:] *= 30.0  # one knot on the other side of the series threshold than the others
-    right, adjoint = se3_exp_jacobians(twists)
+    space = ConfigurationSpace(solo)
+    X = random_states(solo, rng, 4)
+    X_next = random_states(solo, rng, 4)
+    X_next[:, 19:25] = twists / 0.01
+    Jq, Jv = np.zeros((4, 6, 6)), np.zeros((4, 6, 6))
+    space.step_jacobian_blocks(X, X_next, 0.01, Jq, Jv)
     for k in range(4):
-        q = rd.random_configuration(solo, rng)
-        v = np.r_[twists[k], np.zeros(12)]
-        assert_close(right[k], rd.dintegrate_dv(solo, q, v)[:6, :6], rtol=1e-14, what="J_r")
-        assert_close(adjoint[k], rd.dintegrate_dq(solo, q, v)[:6, :6], rtol=1e-14, what="Ad")
+        v = np.r_[twists[k], rng.uniform(-1, 1, 12)]
+        assert_close(Jv[k], rd.dintegrate_dv(solo, X[k, :19], v)[:6, :6], rtol=1e-13, what="J_r")
+        assert_close(Jq[k], rd.dintegrate_dq(solo, X[k, :19], v)[:6, :6], rtol=1e-13, what="Ad")

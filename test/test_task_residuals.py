@@ -245,3 +245,34 @@ def test_several_frames_are_the_frames_one_by_one():
     assert_close(r, np.hstack([one.value(Knots(X)) for one in single]))
     assert_close(both.jacobians(Knots(X))[0],
                  np.concatenate([one.jacobians(Knots(X))[0] for one in single], axis=1))
+
+
+def test_one_pass_quadratic_equals_the_general_path():
+    """Cost.add_derivatives through add_quadratic (frames with a (knot, frame) mask, the center of
+    mass) against value, activation and gauss_newton taken separately, with and without knot
+    weights (one zero)."""
+    from rbd_deriv.control.residuals import Derivatives
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    space = state_space(model)
+    rng = np.random.default_rng(9)
+    X = _floating_states(model, rng, 4)
+    kinematics = RobotKinematics(model)
+    mask = np.array([[True, False], [True, True], [False, True], [False, False]])
+    residuals = (FramePositionResidual(space, kinematics, ("FL_FOOT", "HR_FOOT"),
+                                       rng.uniform(-0.3, 0.3, (4, 6)), knots=mask),
+                 FramePositionResidual(space, kinematics, "HL_FOOT", rng.uniform(-0.3, 0.3, 2),
+                                       axes=(0, 2)),
+                 CenterOfMassResidual(space, kinematics, rng.uniform(-0.1, 0.1, 2), axes=(0, 1)))
+    for residual in residuals:
+        for knot_weights in (None, np.array([1.0, 0.0, 2.5, 0.3])):
+            activation = Quadratic(rng.uniform(0, 2, residual.nr), residual.nr)
+            outs = [Derivatives(np.zeros((4, 36, 36)), np.zeros((4, 36))) for _ in range(2)]
+            Cost(residual, activation, knot_weights).add_derivatives(Knots(X), outs[0])
+            r = residual.value(Knots(X))
+            gradient, hessian = activation.derivatives(r)
+            factors = np.ones(4) if knot_weights is None else knot_weights
+            residual.gauss_newton(Knots(X), r, factors[:, None] * gradient,
+                                  factors[:, None] * hessian, outs[1])
+            assert_close(outs[0].Lx, outs[1].Lx, what="Lx")
+            assert_close(outs[0].Lxx, outs[1].Lxx, what="Lxx")
+            assert outs[0].Lx.any()

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from rbd_deriv.control import gauss_newton
 from rbd_deriv.exceptions import InputError
 
 
@@ -127,10 +128,11 @@ class RelaxedLogBarrier:
         return self.weight * barrier.sum(axis=1)
 
     def derivatives(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Gradient and Hessian diagonal, (K, nr); the Hessian is positive everywhere."""
-        delta = self.delta
-        inside = r >= delta
-        safe = np.where(inside, r, 1.0)
-        gradient = np.where(inside, -1.0 / safe, (r - 2.0 * delta) / (delta * delta))
-        hessian = np.where(inside, 1.0 / (safe * safe), 1.0 / (delta * delta))
-        return self.weight * gradient, self.weight * hessian
+        """Gradient and Hessian diagonal, (K, nr); the Hessian is positive everywhere
+        (:func:`rbd_deriv.control.gauss_newton.relaxed_log_barrier`)."""
+        r = np.ascontiguousarray(r, dtype=float)
+        if r.ndim != 2:
+            raise InputError(f"residuals must be (K, nr), got {r.shape}")
+        gradient, hessian = np.empty(r.shape), np.empty(r.shape)
+        gauss_newton.relaxed_log_barrier(r, self.weight, self.delta, gradient, hessian)
+        return gradient, hessian

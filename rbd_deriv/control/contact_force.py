@@ -35,13 +35,16 @@ dF/dx, dF/du. Which rows belong to which contact at knot k comes from the schedu
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
 
 from rbd_deriv.control.constants import CONE_ABSOLUTE_TOLERANCE, CONE_RELATIVE_TOLERANCE
+from rbd_deriv.control import gauss_newton
 from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, _diagonal,
-                                         fold_force_derivatives)
+                                         _knot_factors, fold_force_derivatives,
+                                         hessian_rows)
 from rbd_deriv.control.schedule import FORCE_ROWS
 from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError
@@ -150,6 +153,19 @@ class ForceStackResidual(Residual):
         _check_forces(knots)
         return knots.dF_dx, knots.dF_du
 
+    def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
+                      out: Derivatives) -> bool:
+        """L_f += w (F - F_ref), diag(L_ff) += w in one compiled pass when ``out`` has force-space
+        derivatives (:func:`rbd_deriv.control.gauss_newton.identity_quadratic`)."""
+        if out.Lff is None:
+            return False
+        _check_forces(knots)
+        if knots.F.shape != self.reference.shape:
+            raise InputError(f"forces {knots.F.shape} for a reference {self.reference.shape}")
+        gauss_newton.identity_quadratic(knots.F, self.reference, weights,
+                                        _knot_factors(knot_weights), out.Lf, out.Lff)
+        return True
+
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
         """Into the force-space derivatives when ``out`` has them (dr/dF is the identity)."""
@@ -219,22 +235,30 @@ class FrictionConeResidual(Residual):
         self.nr = CONE_ROWS * contacts
         self.ndx, self.nu = space.ndx, nu
 
-    def _forces(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
+    def _checked_offsets(self, knots: Knots) -> np.ndarray:
+        """The offsets (K, nc) as the kernels take them, after checking them against the forces."""
         _check_forces(knots)
-        offsets = np.asarray(self.offsets)
+        offsets = np.ascontiguousarray(self.offsets, dtype=np.int64)
         if offsets.shape[0] != knots.count:
             raise InputError(f"force offsets for {offsets.shape[0]} knots, {knots.count} given")
+        if offsets.size and offsets.max() + 3 > knots.F.shape[1]:
+            raise InputError(f"force offsets up to {offsets.max()} for stacks of "
+                             f"{knots.F.shape[1]} rows", "offsets")
+        return offsets
+
+    def _forces(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
+        offsets = self._checked_offsets(knots)
         closed = offsets >= 0
         rows = np.where(closed, offsets, 0)[:, :, None] + np.arange(3)   # (K, nc, 3)
         return closed, rows
 
     def value(self, knots: Knots) -> np.ndarray:
-        """r (K, 5 nc)."""
-        closed, rows = self._forces(knots)
-        K, contacts = closed.shape
-        force = np.take_along_axis(knots.F, rows.reshape(K, -1), axis=1).reshape(K, contacts, 3)
-        r = np.einsum("cij,kcj->kci", self.cones, force) - self.shift
-        return np.where(closed[:, :, None], r, 1.0).reshape(K, self.nr)
+        """r (K, 5 nc) (:func:`rbd_deriv.control.gauss_newton.cone_residual`)."""
+        offsets = self._checked_offsets(knots)
+        r = np.empty((knots.count, self.nr))
+        gauss_newton.cone_residual(np.ascontiguousarray(knots.F, dtype=float), offsets, self.cones,
+                                   self.shift, r)
+        return r
 
     def jacobians(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
         """dr/dx (K, 5 nc, ndx), dr/du (K, 5 nc, nu)."""
@@ -256,22 +280,16 @@ class FrictionConeResidual(Residual):
         per closed contact), :math:`L_{xx} \\mathrel{+}= F_x^T G F_x` and likewise for u: products
         of the stack's m rows instead of the residual's 5 per contact, or none at all when
         ``out`` collects force-space derivatives."""
-        closed, rows = self._forces(knots)
-        K, contacts = closed.shape
-        H = np.broadcast_to(hessian, r.shape).reshape(K, contacts, CONE_ROWS)
-        g = gradient.reshape(K, contacts, CONE_ROWS)
-        force_gradient = np.einsum("cij,kci->kcj", self.cones, g)
-        force_hessian = np.einsum("cij,kci,cil->kcjl", self.cones, H, self.cones)
-        knot, contact = np.nonzero(closed)
-        block = rows[knot, contact]                                      # (n, 3)
-        m = knots.F.shape[1]
-        G, gF = np.zeros((K, m, m)), np.zeros((K, m))
-        G[knot[:, None, None], block[:, :, None], block[:, None, :]] = force_hessian[knot, contact]
-        gF[knot[:, None], block] = force_gradient[knot, contact]
+        offsets = self._checked_offsets(knots)
+        gradient = np.ascontiguousarray(gradient, dtype=float)
+        hessian = hessian_rows(hessian, self.nr)
         if out.Lff is not None:
-            out.Lff += G
-            out.Lf += gF
+            gauss_newton.cone_force_derivatives(offsets, self.cones, gradient, hessian, out.Lf,
+                                                out.Lff)
             return
+        K, m = knots.F.shape
+        G, gF = np.zeros((K, m, m)), np.zeros((K, m))
+        gauss_newton.cone_force_derivatives(offsets, self.cones, gradient, hessian, gF, G)
         fold_force_derivatives(knots, Derivatives(out.Lxx, out.Lx, out.Luu, out.Lux, out.Lu, G, gF))
 
 
@@ -292,27 +310,43 @@ def cone_violation(forces: np.ndarray, offsets: np.ndarray, mu: float,
     Returns:
         (nc,) violations, 0 for open contacts.
     """
-    forces = np.asarray(forces, dtype=float)
-    offsets = np.asarray(offsets, dtype=np.int64)
-    if offsets.ndim != 1:
-        raise InputError(f"offsets must be (nc,), got {offsets.shape}", "offsets")
-    if (offsets + 3 > forces.size).any():
+    return _cone_check(forces, offsets, mu, normals, 0.0, 0.0)[0]
+
+
+def _cone_check(forces: np.ndarray, offsets: np.ndarray, mu: float,
+                normals: Sequence[Sequence[float]] | None, absolute_tolerance: float,
+                relative_tolerance: float) -> tuple[np.ndarray, bool]:
+    """(violations (nc,), every one within the tolerance) after the checks of the arguments."""
+    forces = np.ascontiguousarray(forces, dtype=float)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    if offsets.ndim != 1 or forces.ndim != 1:
+        raise InputError(f"offsets must be (nc,) and forces (m,), got {offsets.shape} and "
+                         f"{forces.shape}", "offsets")
+    if offsets.size and offsets.max() + 3 > forces.size:
         raise InputError(f"force stack of {forces.size} rows too short for offsets "
                          f"{offsets.tolist()}", "forces")
-    if not (np.isfinite(mu) and mu > 0.0):
+    if not (math.isfinite(mu) and mu > 0.0):
         raise InputError(f"friction coefficient must be > 0, got {mu!r}", "mu")
-    closed = offsets >= 0
-    rows = np.where(closed, offsets, 0)[:, None] + np.arange(3)
-    f = forces[rows]                                                   # (nc, 3)
-    n = np.tile([0.0, 0.0, 1.0], (offsets.size, 1)) if normals is None \
-        else np.asarray(normals, dtype=float).reshape(offsets.size, 3)
-    n = n / np.linalg.norm(n, axis=1, keepdims=True)
-    normal = np.einsum("ci,ci->c", f, n)
-    tangential = np.linalg.norm(f - normal[:, None] * n, axis=1)
-    with np.errstate(invalid="ignore"):
-        excess = np.maximum(np.maximum(0.0, tangential - mu * normal), -normal)
-    excess[~np.isfinite(excess)] = np.inf
-    return np.where(closed, excess, 0.0)
+    if normals is None:
+        n = _vertical(offsets.size)
+    else:
+        n = np.array(normals, dtype=float).reshape(offsets.size, 3)
+        n /= np.linalg.norm(n, axis=1, keepdims=True)
+    violation = np.empty(offsets.size)
+    within = gauss_newton.cone_violations(forces, offsets, n, float(mu), float(absolute_tolerance),
+                                          float(relative_tolerance), violation)
+    return violation, within
+
+
+_VERTICAL: dict[int, np.ndarray] = {}
+
+
+def _vertical(contacts: int) -> np.ndarray:
+    """(contacts, 3) unit normals +z, one array per count, kept (not to be written)."""
+    normals = _VERTICAL.get(contacts)
+    if normals is None:
+        normals = _VERTICAL[contacts] = np.tile([0.0, 0.0, 1.0], (contacts, 1))
+    return normals
 
 
 def forces_within_cone(forces: np.ndarray, offsets: np.ndarray, mu: float,
@@ -330,9 +364,6 @@ def forces_within_cone(forces: np.ndarray, offsets: np.ndarray, mu: float,
     forces = np.asarray(forces, dtype=float)
     if not np.isfinite(forces).all():
         return False, float("inf")
-    violation = cone_violation(forces, offsets, mu, normals)
-    offsets = np.asarray(offsets, dtype=np.int64)
-    rows = np.where(offsets >= 0, offsets, 0)[:, None] + np.arange(3)
-    allowed = absolute_tolerance + relative_tolerance * np.linalg.norm(forces[rows], axis=1)
-    largest = float(violation.max()) if violation.size else 0.0
-    return bool((violation <= allowed).all()), largest
+    violation, within = _cone_check(forces, offsets, mu, normals, absolute_tolerance,
+                                    relative_tolerance)
+    return within, float(violation.max()) if violation.size else 0.0

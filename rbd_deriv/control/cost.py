@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from rbd_deriv.control.activation import Quadratic
 from rbd_deriv.control.residuals import Derivatives, Knots, Residual
 from rbd_deriv.exceptions import InputError
 
@@ -62,10 +63,14 @@ class Cost:
         return values if weights is None else weights * values
 
     def add_derivatives(self, knots: Knots, out: Derivatives) -> None:
-        """Add the Gauss-Newton derivatives of the cost at the knots to ``out``."""
+        """Add the Gauss-Newton derivatives of the cost at the knots to ``out`` (a quadratic
+        activation through the residual's one-pass :meth:`~Residual.add_quadratic` when it has one)."""
+        weights = self._weights(knots.count)
+        if isinstance(self.activation, Quadratic) and self.residual.add_quadratic(
+                knots, self.activation.weights, weights, out):
+            return
         r = self.residual.value(knots)
         gradient, hessian = self.activation.derivatives(r)
-        weights = self._weights(knots.count)
         if weights is not None:
             gradient = weights[:, None] * gradient
             hessian = weights[:, None] * hessian

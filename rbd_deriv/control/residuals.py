@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
+from rbd_deriv.control import gauss_newton
 from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError
 
@@ -77,14 +78,25 @@ class Derivatives:
 def fold_force_derivatives(knots: Knots, out: Derivatives) -> None:
     """Add the force-space derivatives through the forces' Jacobians F_x, F_u:
     :math:`L_x \\mathrel{+}= F_x^T L_f`, :math:`L_{xx} \\mathrel{+}= F_x^T L_{ff} F_x`,
-    likewise for u and ux."""
-    Fx, Fu = knots.dF_dx, knots.dF_du
-    G_Fx = np.matmul(out.Lff, Fx)
-    out.Lx += np.einsum("kmi,km->ki", Fx, out.Lf)
-    out.Lxx += np.matmul(Fx.transpose(0, 2, 1), G_Fx)
-    out.Lu += np.einsum("kma,km->ka", Fu, out.Lf)
-    out.Luu += np.matmul(Fu.transpose(0, 2, 1), np.matmul(out.Lff, Fu))
-    out.Lux += np.matmul(Fu.transpose(0, 2, 1), G_Fx)
+    likewise for u and ux (:func:`rbd_deriv.control.gauss_newton.fold_force_derivatives`: the rows
+    of the stack that carry no cost or no force left out)."""
+    gauss_newton.fold_force_derivatives(knots.dF_dx, knots.dF_du, out.Lff, out.Lf, out.Lx, out.Lxx,
+                                        out.Lu, out.Luu, out.Lux)
+
+
+_NO_KNOT_WEIGHTS = np.zeros(0)
+
+
+def _knot_factors(knot_weights: np.ndarray | None) -> np.ndarray:
+    """Knot weights as the compiled quadratics take them: an empty array for none."""
+    return _NO_KNOT_WEIGHTS if knot_weights is None else knot_weights
+
+
+def hessian_rows(hessian: np.ndarray, nr: int) -> np.ndarray:
+    """An activation's Hessian diagonal, (K, nr) or (nr,) for every knot, as the (K or 1, nr)
+    writable C array the compiled products take (a copy only when it is not one already)."""
+    rows = np.ascontiguousarray(hessian, dtype=float).reshape(-1, nr)
+    return rows if rows.flags.writeable else rows.copy()
 
 
 class Residual:
@@ -105,6 +117,21 @@ class Residual:
     def jacobians(self, knots: Knots) -> tuple[np.ndarray, np.ndarray | None]:
         """dr/dx (K, nr, ndx) and dr/du (K, nr, nu), the latter None if r does not depend on u."""
         raise NotImplementedError
+
+    def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
+                      out: Derivatives) -> bool:
+        """Add the Gauss-Newton derivatives of :math:`\\tfrac12 \\sum_i w_i r_i^2` (times the knot
+        weights) to ``out`` in one pass, when the residual has such a form; return False, having
+        done nothing, when it has not (the caller then takes :meth:`value` and
+        :meth:`gauss_newton`). The same derivatives either way: a shortcut for the commonest cost.
+
+        Args:
+            knots: The knots.
+            weights: (nr,) the quadratic's weights w.
+            knot_weights: (K,) factors of the knots, or None for 1.
+            out: Derivatives to add to.
+        """
+        return False
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
@@ -183,22 +210,38 @@ class StateResidual(Residual):
             J[:, :b, :b] = self.space.difference_jacobian_blocks(reference, r)
         return J, None
 
+    def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
+                      out: Derivatives) -> bool:
+        """The value and the products of :meth:`gauss_newton` in one compiled pass
+        (:func:`rbd_deriv.control.gauss_newton.state_quadratic`) on a model's configuration
+        space; False on a plain vector space."""
+        model = getattr(self.space, "model", None)
+        if model is None:
+            return False
+        K = knots.count
+        if self._r is None or self._r.shape[0] != K:
+            self._r = np.empty((K, self.nr))
+        reference = self._reference(K)
+        X = knots.X
+        if X.shape[1:] != (self.space.nx,):
+            raise InputError(f"states must have {self.space.nx} entries, got {X.shape}", "X")
+        bad = gauss_newton.state_quadratic(model.mi, model.continuous,
+                                           reference.reshape(-1, self.space.nx), X, self.space.nq,
+                                           self.space.block, weights, _knot_factors(knot_weights),
+                                           self._r, out.Lx, out.Lxx)
+        if bad >= 0:
+            which, row = ("X", bad) if bad < K else ("reference", bad - K)
+            raise InputError(f"{which}: the quaternion of state {row} is not of unit norm", which)
+        return True
+
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
-        """Diagonal terms in O(ndx); the free-flyer block (6 x 6) densely."""
-        b = self.space.block
-        out.Lx[:, b:] += gradient[:, b:]
-        _diagonal(out.Lxx)[:, b:] += hessian[..., b:]
-        if b:
-            hessian = np.broadcast_to(hessian, r.shape)
-            active = np.any(hessian[:, :b] != 0.0, axis=1) | np.any(gradient[:, :b] != 0.0, axis=1)
-            if not active.any():
-                return
-            reference = np.broadcast_to(self._reference(knots.count), (knots.count, self.space.nx))
-            J = self.space.difference_jacobian_blocks(reference[active], r[active])
-            rows = np.flatnonzero(active)
-            out.Lx[rows, :b] += np.einsum("kri,kr->ki", J, gradient[rows, :b])
-            out.Lxx[rows, :b, :b] += np.matmul(J.transpose(0, 2, 1), hessian[rows, :b, None] * J)
+        """Diagonal terms in O(ndx); the free-flyer block (6 x 6) densely, at the knots where the
+        activation's derivatives are not zero on it
+        (:func:`rbd_deriv.control.gauss_newton.state_gauss_newton`)."""
+        gauss_newton.state_gauss_newton(self.space.block, np.ascontiguousarray(r, dtype=float),
+                                        np.ascontiguousarray(gradient, dtype=float),
+                                        hessian_rows(hessian, self.nr), out.Lx, out.Lxx)
 
 
 class ControlResidual(Residual):
@@ -229,6 +272,19 @@ class ControlResidual(Residual):
         K = knots.count
         return (np.zeros((K, self.nr, self.ndx)),
                 np.broadcast_to(np.eye(self.nr), (K, self.nr, self.nr)).copy())
+
+    def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
+                      out: Derivatives) -> bool:
+        """L_u += w (u - u_ref), diag(L_uu) += w in one compiled pass
+        (:func:`rbd_deriv.control.gauss_newton.identity_quadratic`)."""
+        if knots.U is None or out.Lu is None:
+            return False
+        reference = self.reference.reshape(-1, self.nr)
+        if knots.U.shape != (knots.count, self.nr) or reference.shape[0] not in (1, knots.count):
+            raise InputError(f"controls {knots.U.shape} for a reference {self.reference.shape}")
+        gauss_newton.identity_quadratic(knots.U, reference, weights,
+                                        _knot_factors(knot_weights), out.Lu, out.Luu)
+        return True
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:

@@ -1,10 +1,10 @@
 """Task residuals on the robot's kinematics: a frame's position, the center of mass.
 
-The kinematics come from :class:`RobotKinematics`: the core library's frame placements and
-Jacobians (``rd.frame_placement``, ``rd.frame_jacobian``) and center of mass
-(``rd.center_of_mass``, ``rd.com_jacobian``). Both quantities depend on q
-only, so with dx = [dq, dv] the Jacobian is [J, 0] with J the provider's (3, nv) Jacobian in the
-tangent space of q (LOCAL_WORLD_ALIGNED for a frame: the world-frame velocity of its origin).
+The kinematics come from :class:`RobotKinematics`: the core library's forward pass, frame
+origins and Jacobians for all the knots at once, and its center of mass (``rd.center_of_mass``,
+``rd.com_jacobian``). Both quantities depend on q only, so with dx = [dq, dv] the Jacobian is
+[J, 0] with J the provider's (3, nv) Jacobian in the tangent space of q (LOCAL_WORLD_ALIGNED for
+a frame: the world-frame velocity of its origin).
 
 - :class:`FramePositionResidual`: :math:`p_f(q) - p^r` on selected axes (a foot's placement,
   a swing foot's height with ``axes=(2,)``, a hand's target);
@@ -18,7 +18,9 @@ from typing import Any, Sequence
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.control.residuals import Derivatives, Knots, Residual
+from rbd_deriv.control import gauss_newton
+from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, _knot_factors,
+                                         hessian_rows)
 from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError
 
@@ -26,12 +28,13 @@ from rbd_deriv.exceptions import InputError
 class RobotKinematics:
     """Frame positions, the center of mass and their Jacobians at K states, from the core library.
 
-    Positions come from ``rd.forward_kinematics`` and ``rd.frame_placement``, frame Jacobians from
-    ``rd.frame_jacobian`` (LOCAL_WORLD_ALIGNED: its linear rows map the tangent dq to the world
-    velocity of the frame's origin), the center of mass from ``rd.center_of_mass`` and
-    ``rd.com_jacobian``. Several residuals read the same knots in one evaluation (a swing height
-    per foot, the COM): the results of the last states asked are kept and reused while the states
-    are equal.
+    Frame positions and their Jacobians (LOCAL_WORLD_ALIGNED: the linear rows map the tangent dq to
+    the world velocity of the frame's origin) come from one compiled call for all the knots and
+    frames asked (:func:`rbd_deriv.control.gauss_newton.frame_kinematics`: the core's forward pass
+    once per knot, then its frame origin and Jacobian per frame); the center of mass from
+    ``rd.center_of_mass`` and ``rd.com_jacobian``. Several residuals read the same knots in one
+    evaluation (a swing height per foot, the COM): the results of the last states asked are kept
+    and reused while the states are equal.
 
     Args:
         model: The robot model.
@@ -41,7 +44,11 @@ class RobotKinematics:
         self.model = model
         self.data = model.create_data()
         self._X: np.ndarray | None = None
-        self._frames: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # frames -> (joints, placements) as the kernel takes them.
+        self._descriptions: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
+        # frames -> (positions, jacobians, done) at the last states: new arrays for new states, so
+        # that what an earlier call returned stays as it was.
+        self._frames: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._com: tuple[np.ndarray, np.ndarray] | None = None
 
     def _fresh(self, X: np.ndarray) -> None:
@@ -49,6 +56,56 @@ class RobotKinematics:
             self._X = X.copy()
             self._frames.clear()
             self._com = None
+
+    def _description(self, frames: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        found = self._descriptions.get(frames)
+        if found is None:
+            model = self.model
+            for frame in frames:
+                if frame not in model.frames:
+                    raise InputError(f"no frame named {frame!r} in model {model.name!r}", "frame")
+            joints = np.array([model.frames[frame][0] for frame in frames], dtype=np.int64)
+            placements = np.array([np.r_[model.frames[frame][1][:3, :3].ravel(),
+                                         model.frames[frame][1][:3, 3]] for frame in frames])
+            found = self._descriptions[frames] = (joints, placements)
+        return found
+
+    def frame_positions(self, X: np.ndarray, frames: Sequence[str], mask: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (K, P, 3) [m] of the P frames' origins in the world at the states X (K, nx),
+        and their Jacobians (K, P, 3, nv) with respect to the tangent dq (LOCAL_WORLD_ALIGNED).
+
+        Args:
+            mask: (K, P) booleans: compute these knots and frames only (the others are left zero
+                unless an earlier call at the same states computed them); None for all.
+
+        Raises:
+            InputError: No frame of that name; states or mask of the wrong shape.
+        """
+        X = np.ascontiguousarray(X, dtype=float)
+        frames = tuple(frames)
+        if X.ndim != 2 or X.shape[1] < self.model.nq:
+            raise InputError(f"states must be (K, nx) with nx >= {self.model.nq}, got {X.shape}", "X")
+        K = X.shape[0]
+        if mask is None:
+            mask = np.ones((K, len(frames)), dtype=bool)
+        else:
+            mask = np.ascontiguousarray(mask, dtype=bool)
+            if mask.shape != (K, len(frames)):
+                raise InputError(f"mask of shape {mask.shape} for {K} knots and {len(frames)} "
+                                 "frames", "mask")
+        joints, placements = self._description(frames)
+        self._fresh(X)
+        entry = self._frames.get(frames)
+        if entry is None:
+            P, nv = len(frames), self.model.nv
+            entry = self._frames[frames] = (np.zeros((K, P, 3)), np.zeros((K, P, 3, nv)),
+                                            np.zeros((K, P), dtype=bool))
+        positions, jacobians, done = entry
+        model = self.model
+        gauss_newton.frame_kinematics(model.mi, model.mf, self.data.ws, X, joints, placements, mask,
+                                      positions, jacobians, done)
+        return positions, jacobians
 
     def frame_position(self, X: np.ndarray, frame: str, rows: np.ndarray | None = None
                        ) -> tuple[np.ndarray, np.ndarray]:
@@ -62,28 +119,14 @@ class RobotKinematics:
         Raises:
             InputError: No frame of that name.
         """
-        self._fresh(X)
-        model, data = self.model, self.data
-        entry = self._frames.get(frame)
-        if entry is None:
-            if frame not in model.frames:
-                raise InputError(f"no frame named {frame!r} in model {model.name!r}", "frame")
-            K = X.shape[0]
-            entry = (np.zeros((K, 3)), np.zeros((K, 3, model.nv)), np.zeros(K, dtype=bool))
-            self._frames[frame] = entry
-        positions, jacobians, done = entry
-        wanted = ~done if rows is None else rows & ~done
-        for k in np.flatnonzero(wanted):
-            q = X[k, :model.nq]
-            rd.forward_kinematics(model, data, q)
-            positions[k] = rd.frame_placement(model, data, frame)[:3, 3]
-            jacobians[k] = rd.frame_jacobian(model, data, q, frame)[:3]
-            done[k] = True
-        return positions, jacobians
+        mask = None if rows is None else np.asarray(rows, dtype=bool)[:, None]
+        positions, jacobians = self.frame_positions(X, (frame,), mask)
+        return positions[:, 0], jacobians[:, 0]
 
     def center_of_mass(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Center of mass (K, 3) [m] in the world at the states X (K, nx) and its Jacobian
         (K, 3, nv) with respect to the tangent dq."""
+        X = np.ascontiguousarray(X, dtype=float)
         self._fresh(X)
         if self._com is None:
             model, data = self.model, self.data
@@ -161,24 +204,33 @@ class _PositionResidual(Residual):
             Rx[~mask] = 0.0
         return Rx.reshape(K, self.nr, self.space.ndx), None
 
+    def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
+                      out: Derivatives) -> bool:
+        """The value and the products of :meth:`gauss_newton` in one compiled pass
+        (:func:`rbd_deriv.control.gauss_newton.position_quadratic`)."""
+        K = knots.count
+        mask = self._mask(K)
+        positions, jacobians = self._positions(knots.X, mask)
+        mask = np.ones((K, self.points), dtype=bool) if mask is None else np.ascontiguousarray(mask)
+        reference = self.reference.reshape(-1, self.nr)
+        if reference.shape[0] not in (1, K):
+            raise InputError(f"reference of {reference.shape[0]} knots, the cost is evaluated on "
+                             f"{K}", "reference")
+        gauss_newton.position_quadratic(positions, jacobians, self.axes, mask, reference, weights,
+                                        _knot_factors(knot_weights), out.Lx, out.Lxx)
+        return True
+
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
         """Products on the q columns of the computed knots only (dr/dv = 0 and the rows left
-        out are zero)."""
+        out are zero): :func:`rbd_deriv.control.gauss_newton.position_gauss_newton`."""
         K = knots.count
         mask = self._mask(K)
         _, jacobian = self._positions(knots.X, mask)
-        nv, width = self.space.nv, self.axes.size
-        H = np.broadcast_to(hessian, r.shape)
-        for point in range(self.points):
-            rows = np.arange(K) if mask is None else np.flatnonzero(mask[:, point])
-            if rows.size == 0:
-                continue
-            columns = slice(point * width, (point + 1) * width)
-            J = jacobian[rows, point][:, self.axes, :]
-            out.Lx[rows, :nv] += np.einsum("kri,kr->ki", J, gradient[rows, columns])
-            out.Lxx[rows, :nv, :nv] += np.matmul(J.transpose(0, 2, 1),
-                                                 H[rows, columns, None] * J)
+        mask = np.ones((K, self.points), dtype=bool) if mask is None else np.ascontiguousarray(mask)
+        gauss_newton.position_gauss_newton(jacobian, self.axes, mask,
+                                           np.ascontiguousarray(gradient, dtype=float),
+                                           hessian_rows(hessian, self.nr), out.Lx, out.Lxx)
 
 
 class FramePositionResidual(_PositionResidual):
@@ -207,10 +259,7 @@ class FramePositionResidual(_PositionResidual):
 
     def _positions(self, X: np.ndarray, mask: np.ndarray | None
                    ) -> tuple[np.ndarray, np.ndarray]:
-        found = [self.kinematics.frame_position(X, frame, None if mask is None else mask[:, i])
-                 for i, frame in enumerate(self.frames)]
-        return (np.stack([position for position, _ in found], axis=1),
-                np.stack([jacobian for _, jacobian in found], axis=1))
+        return self.kinematics.frame_positions(X, self.frames, mask)
 
 
 class CenterOfMassResidual(_PositionResidual):
