@@ -33,8 +33,10 @@ with the feedback law, controls clamped to the box.
 The products go through ``np.dot``, which numba hands to BLAS (dgemm, dgemv), once they are large
 enough to be worth a call (``SMALL_PRODUCT`` multiply-adds); smaller ones, and everything of
 size nu^2 or less, stay in plain loops. All kernels take plain contiguous float64
-arrays and write into preallocated outputs owned by :mod:`rbd_deriv.control.solver`. The stage
-box QP and the warm start are the fixed-base MPC's (:mod:`rbd_deriv.control.riccati`).
+arrays and write into preallocated outputs owned by :mod:`rbd_deriv.control.solver` (the legged
+problems) or :mod:`rbd_deriv.control.workspace` (the fixed-base MPC, whose linearizations have the
+same structure with an empty free-flyer block). The stage box QP and the warm start are
+:mod:`rbd_deriv.control.riccati`'s.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ __all__ = ["STATUS_OK", "STATUS_NOT_CONVEX", "STATUS_NOT_FINITE", "flat_size", "
 def flat_size(nx: int, nu: int) -> int:
     """Length of the ``flat`` workspace of :func:`backward_pass` for ndx = nx and nu controls."""
     nv = nx // 2
-    return 3 * nv * nx + 2 * nv * nu + 2 * nv * nv + nu * nx + nu * nv + 2 * nu * nu + 3 * nu * nx
+    return nx * nv + nv * nu + nu * nx + 2 * nu * nu + nv * nv + 3 * nu * nx
 
 
 @nb.njit(cache=True)
@@ -142,8 +144,46 @@ def _all_finite(a):
 
 
 @nb.njit(cache=True)
-def _transport_matrix(P, Jq, Jv, dt, S, out):
-    """out = T^T P T for the Euler step's T = [[Jq, dt Jv], [0, I]] (see :func:`backward_pass`).
+def _transport_gradient(w, Jq, Jv, dt, out):
+    """out = T^T w for the Euler step's T (vectors of ndx)."""
+    nv = w.shape[0] // 2
+    b = Jq.shape[0]
+    for i in range(nv):
+        out[i] = w[i]
+        out[nv + i] = dt * w[i] + w[nv + i]
+    for i in range(b):
+        sq = 0.0
+        sv = 0.0
+        for r in range(b):
+            sq += Jq[r, i] * w[r]
+            sv += Jv[r, i] * w[r]
+        out[i] = sq
+        out[nv + i] = dt * sv + w[nv + i]
+
+
+@nb.njit(cache=True)
+def _apply_step(Jq, Jv, dt, dq, dv_next, out):
+    """out = T [dq; dv+] = [Jq dq + dt Jv dv+; dv+], the tangent deviation after the Euler step.
+
+    dv_next may be out[nv:] itself: each entry is read before its row of out is written."""
+    nv = dq.shape[0]
+    b = Jq.shape[0]
+    for i in range(nv):
+        out[i] = dq[i] + dt * dv_next[i]
+        out[nv + i] = dv_next[i]
+    for i in range(b):
+        sq = 0.0
+        sv = 0.0
+        for r in range(b):
+            sq += Jq[i, r] * dq[r]
+            sv += Jv[i, r] * dv_next[r]
+        out[i] = sq + dt * sv
+
+
+@nb.njit(cache=True)
+def _transport_matrix(P, Jq, Jv, dt, S, out, right):
+    """out = T^T P T for the Euler step's T = [[Jq, dt Jv], [0, I]] (see :func:`backward_pass`),
+    and right = out[:, nv:] as a contiguous (ndx, nv) array.
 
     Jq and Jv are the identity but for their leading (b, b) block, given as Jq, Jv (b, b); S is a
     workspace like P. Costs O(ndx^2 b) instead of two dense products.
@@ -151,6 +191,22 @@ def _transport_matrix(P, Jq, Jv, dt, S, out):
     nx = P.shape[0]
     nv = nx // 2
     b = Jq.shape[0]
+    if b == 0:
+        # T = [[I, dt I], [0, I]]: one pass over the blocks of P.
+        for i in range(nv):
+            for j in range(nv):
+                p11 = P[i, j]
+                p12 = P[i, nv + j]
+                p21 = P[nv + i, j]
+                s12 = dt * p11 + p12
+                s22 = dt * p21 + P[nv + i, nv + j]
+                out[i, j] = p11
+                out[i, nv + j] = s12
+                out[nv + i, j] = dt * p11 + p21
+                out[nv + i, nv + j] = dt * s12 + s22
+                right[i, j] = s12
+                right[nv + i, j] = dt * s12 + s22
+        return
     # S = P T, column blocks: [P_:q Jq, dt P_:q Jv + P_:v].
     for i in range(nx):
         for j in range(nv):
@@ -178,41 +234,9 @@ def _transport_matrix(P, Jq, Jv, dt, S, out):
                 sv += Jv[r, i] * S[r, j]
             out[i, j] = sq
             out[nv + i, j] = dt * sv + S[nv + i, j]
-
-
-@nb.njit(cache=True)
-def _transport_gradient(w, Jq, Jv, dt, out):
-    """out = T^T w for the Euler step's T (vectors of ndx)."""
-    nv = w.shape[0] // 2
-    b = Jq.shape[0]
-    for i in range(nv):
-        out[i] = w[i]
-        out[nv + i] = dt * w[i] + w[nv + i]
-    for i in range(b):
-        sq = 0.0
-        sv = 0.0
-        for r in range(b):
-            sq += Jq[r, i] * w[r]
-            sv += Jv[r, i] * w[r]
-        out[i] = sq
-        out[nv + i] = dt * sv + w[nv + i]
-
-
-@nb.njit(cache=True)
-def _apply_step(Jq, Jv, dt, dq, dv_next, out):
-    """out = T [dq; dv+] = [Jq dq + dt Jv dv+; dv+], the tangent deviation after the Euler step."""
-    nv = dq.shape[0]
-    b = Jq.shape[0]
-    for i in range(nv):
-        out[i] = dq[i] + dt * dv_next[i]
-        out[nv + i] = dv_next[i]
-    for i in range(b):
-        sq = 0.0
-        sv = 0.0
-        for r in range(b):
-            sq += Jq[i, r] * dq[r]
-            sv += Jv[i, r] * dv_next[r]
-        out[i] = sq + dt * sv
+    for i in range(nx):
+        for j in range(nv):
+            right[i, j] = out[i, nv + j]
 
 
 @nb.njit(cache=True)
@@ -225,8 +249,19 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
     carry the dynamics and the position rows follow from the integrator,
     :math:`\\delta x^+ = T [\\delta q; \\delta v^+]` with
     :math:`T = [[J_q, \\Delta t J_v], [0, I]]` (Jacobians of :math:`q \\oplus \\Delta t v^+`).
-    So :math:`A^T P A = \\bar A^T (T^T P T) \\bar A` with :math:`\\bar A = [[I, 0], [F_x]]`: the
-    products are nv x nv x ndx instead of ndx^3, half the work of dense A.
+    With :math:`\\tilde P = T^T P T`, :math:`\\bar A = [[I, 0], [F_x]]`,
+    :math:`\\bar B = [[0], [F_u]]` and :math:`E = [I, 0]`:
+
+    .. math::
+
+        M_x = \\tilde P \\bar A = \\tilde P_{:,v} F_x + [\\tilde P_{:,q}, 0], \\quad
+        Q_{xx} = L_{xx} + E^T M_{x,q} + F_x^T M_{x,v}, \\quad
+        Q_{ux} = L_{ux} + F_u^T M_{x,v}, \\quad
+        Q_{uu} = L_{uu} + F_u^T \\tilde P_{vv} F_u,
+
+    products with nv rows: 12 nv^3 multiply-adds for nu = nv, where dense A and B take 26 nv^3.
+    The value update :math:`P = Q_{xx} - W^T W` with :math:`W = L^{-1} Q_{ux,F}` (L the
+    Cholesky factor of :math:`Q_{uu,FF}`) computes the lower block rows of :math:`W^T W` only.
 
     Args:
         A: (N, ndx, ndx), B: (N, ndx, nu) Jacobians of the step (only rows nv: are read);
@@ -258,9 +293,9 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
     qp_iterations = 0
     clamped = 0
     Pt = matrices[0]
-    S = matrices[1]
+    Mx = matrices[1]
     Qxx = matrices[2]
-    PA = matrices[3]
+    WW = matrices[3]
     L = matrices[4]
     vector = work[0, :nx]
     g = work[1, :nx]
@@ -270,54 +305,48 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
     upper = work[5, :nu]
     quu_k = work[6, :nu]
     # Contiguous blocks for BLAS: numba hands only contiguous operands to dgemm.
-    Gx, offset = _block(flat, 0, nv, nx)
-    Gu, offset = _block(flat, offset, nv, nu)
-    Yx, offset = _block(flat, offset, nv, nx)
-    Yu, offset = _block(flat, offset, nv, nu)
-    P22, offset = _block(flat, offset, nv, nv)
-    P12, offset = _block(flat, offset, nv, nv)
-    C1, offset = _block(flat, offset, nv, nx)
+    Pt_right, offset = _block(flat, 0, nx, nv)
+    Mu, offset = _block(flat, offset, nv, nu)
     Qux, offset = _block(flat, offset, nu, nx)
-    C2, offset = _block(flat, offset, nu, nv)
     Quu, offset = _block(flat, offset, nu, nu)
-    rest = flat[offset:]
+    WW_q, offset = _block(flat, offset, nv, nv)
+    # Free-set blocks, (m, ...) views of regions sized for m = nu.
+    start_linv = offset
+    start_gather = start_linv + nu * nu
+    start_w = start_gather + nu * nx
+    start_gain = start_w + nu * nx
+    Pt_vv = Pt_right[nv:]
     for k in range(horizon - 1, -1, -1):
+        # Rows nv: of A_k and B_k, [F_x F_u], are C-contiguous views: no copy.
+        Fx = A[k, nv:]
+        Fu = B[k, nv:]
         # Value at knot k+1 seen through the integrator: Pt = T^T P T, g = T^T (p + P d).
         _mv(P, d[k], vector)
         vector += p
         _transport_gradient(vector, Jq[k], Jv[k], dt, g)
-        _transport_matrix(P, Jq[k], Jv[k], dt, S, Pt)
-        Gx[:, :] = A[k, nv:, :]
-        Gu[:, :] = B[k, nv:, :]
-        P22[:, :] = Pt[nv:, nv:]
-        P12[:, :] = Pt[:nv, nv:]
-        # Qxx = [[Pt11, 0], [0, 0]] + E^T Pt12 Gx + Gx^T Pt21 E + Gx^T Pt22 Gx + Lxx, E = [I 0].
-        _mm(P22, Gx, Yx)
-        _mm(P22, Gu, Yu)
-        _mm(Gx.T, Yx, Qxx)
-        _mm(P12, Gx, C1)
+        _transport_matrix(P, Jq[k], Jv[k], dt, WW, Pt, Pt_right)
+        _mm(Pt_right, Fx, Mx)
+        for i in range(nx):
+            for j in range(nv):
+                Mx[i, j] += Pt[i, j]
+        Mx_v = Mx[nv:]
+        _mm(Fx.T, Mx_v, Qxx)
         for i in range(nv):
             for j in range(nx):
-                Qxx[i, j] += C1[i, j]
-                Qxx[j, i] += C1[i, j]
-            for j in range(nv):
-                Qxx[i, j] += Pt[i, j]
+                Qxx[i, j] += Mx[i, j]
         Qxx += Lxx[k]
-        # Qux = Gu^T Pt21 E + Gu^T Pt22 Gx + Lux; Quu = Gu^T Pt22 Gu + Luu.
-        _mm(Gu.T, Yx, Qux)
-        _mm(Gu.T, P12.T, C2)
-        for a in range(nu):
-            for j in range(nv):
-                Qux[a, j] += C2[a, j]
+        _mm(Fu.T, Mx_v, Qux)
         Qux += Lux[k]
-        _mm(Gu.T, Yu, Quu)
+        _mm(Pt_vv, Fu, Mu)
+        _mm(Fu.T, Mu, Quu)
         Quu += Luu[k]
-        # Qx = E^T g_q + Gx^T g_v + Lx, Qu = Gu^T g_v + Lu.
-        _mv(Gx.T, g[nv:], Qx)
+        # Qx = E^T g_q + Fx^T g_v + Lx, Qu = Fu^T g_v + Lu.
+        g_v = g[nv:]
+        _mv(Fx.T, g_v, Qx)
         for i in range(nv):
             Qx[i] += g[i]
         Qx += Lx[k]
-        _mv(Gu.T, g[nv:], Qu)
+        _mv(Fu.T, g_v, Qu)
         Qu += Lu[k]
         # An overflow upstream shows here first; it is not a convexity problem.
         if not (_all_finite(Qu) and _all_finite(Quu)):
@@ -355,29 +384,58 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         clamped += nu - m
         # With Quu_FF = L L^T and W = L^-1 Qux_F: K_F = -L^-T W and P = Qxx - W^T W, which is
         # Qxx + Qux^T K (K^T Quu K and K^T Qux cancel for this K). Clamped rows get no feedback.
-        K[k, :, :] = 0.0
-        P[:, :] = Qxx
+        if m < nu:
+            K[k, :, :] = 0.0
         if m > 0:
-            Linv, used = _block(rest, 0, m, m)
-            Qux_F, used = _block(rest, used, m, nx)
-            W, used = _block(rest, used, m, nx)
-            K_F, used = _block(rest, used, m, nx)
-            for a in range(m):
-                Qux_F[a, :] = Qux[index[a], :]
+            Linv, _ = _block(flat, start_linv, m, m)
+            W, _ = _block(flat, start_w, m, nx)
+            K_F, _ = _block(flat, start_gain, m, nx)
+            if m == nu:
+                Qux_F = Qux  # every control free: index[:m] is 0, 1, ..., nu - 1
+            else:
+                Qux_F, _ = _block(flat, start_gather, m, nx)
+                for a in range(m):
+                    Qux_F[a, :] = Qux[index[a], :]
             if m * m * nx > 16 * SMALL_PRODUCT:
-                # Large free sets: the explicit inverse turns both solves into BLAS products.
+                # Large free sets: the explicit inverse turns both solves into BLAS products, and
+                # W^T W is formed from W^T's row blocks (its lower block rows only).
+                Wt, _ = _block(flat, start_w, nx, m)
                 _lower_inverse(L, m, Linv)
-                _mm(Linv, Qux_F, W)
-                _mm(Linv.T, W, K_F)
+                _mm(Qux_F.T, Linv.T, Wt)
+                _mm(Linv.T, Wt.T, K_F)
+                Wt_q = Wt[:nv]
+                _mm(Wt_q, Wt_q.T, WW_q)
+                _mm(Wt[nv:], Wt.T, WW[nv:])
+                for i in range(nv):
+                    for j in range(i + 1):
+                        WW[i, j] = WW_q[i, j]
             else:
                 # Small ones: substitutions, more accurate when L is ill-conditioned.
                 _forward_substitution(L, m, Qux_F, W)
                 _backward_substitution(L, m, W, K_F)
-            for a in range(m):
-                for j in range(nx):
-                    K[k, index[a], j] = -K_F[a, j]
-            _mm(W.T, W, PA)
-            P -= PA
+                _mm(W.T, W, WW)
+            if m == nu:
+                for a in range(m):
+                    for j in range(nx):
+                        K[k, a, j] = -K_F[a, j]
+            else:
+                for a in range(m):
+                    row = index[a]
+                    for j in range(nx):
+                        K[k, row, j] = -K_F[a, j]
+            # P = Qxx - W^T W from the lower triangles, symmetric: round-off would otherwise
+            # break the symmetry of P over a long horizon.
+            for i in range(nx):
+                for j in range(i + 1):
+                    s = 0.5 * (Qxx[i, j] + Qxx[j, i]) - WW[i, j]
+                    P[i, j] = s
+                    P[j, i] = s
+        else:
+            for i in range(nx):
+                for j in range(i + 1):
+                    s = 0.5 * (Qxx[i, j] + Qxx[j, i])
+                    P[i, j] = s
+                    P[j, i] = s
         # p = Qx + K^T (Quu k + Qu) + Qux^T k.
         _mv(Quu, k_ff[k], quu_k)
         quu_k += Qu
@@ -386,12 +444,6 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         _mv(Qux.T, k_ff[k], vector)
         p += vector
         Vx[k] = p
-        # Round-off breaks the symmetry of P over a long horizon if left alone.
-        for i in range(nx):
-            for j in range(i):
-                s = 0.5 * (P[i, j] + P[j, i])
-                P[i, j] = s
-                P[j, i] = s
     if not _all_finite(p):
         return STATUS_NOT_FINITE, qp_iterations, clamped
     return STATUS_OK, qp_iterations, clamped
@@ -419,7 +471,7 @@ def forward_pass(A, B, d, Jq, Jv, dt, K, k_ff, U, control_lower, control_upper, 
     nv = nx // 2
     nu = U.shape[1]
     du = work[0, :nu]
-    dv_next = work[1, :nv]
+    control_part = work[1, :nv]
     largest = 0.0
     DX[0, :] = 0.0
     for k in range(horizon):
@@ -431,13 +483,11 @@ def forward_pass(A, B, d, Jq, Jv, dt, K, k_ff, U, control_lower, control_upper, 
             change = abs(du[a])
             if not change <= largest:  # NaN propagates as an infinite update
                 largest = change if np.isfinite(change) else np.inf
-        for i in range(nv):
-            s = 0.0
-            for j in range(nx):
-                s += A[k, nv + i, j] * DX[k, j]
-            for a in range(nu):
-                s += B[k, nv + i, a] * du[a]
-            dv_next[i] = s
+        # dv+ = F_x dx + F_u du, written where _apply_step puts it (it reads each entry first).
+        dv_next = DX[k + 1, nv:]
+        _mv(A[k, nv:], DX[k], dv_next)
+        _mv(B[k, nv:], du, control_part)
+        dv_next += control_part
         _apply_step(Jq[k], Jv[k], dt, DX[k, :nv], dv_next, DX[k + 1])
         for i in range(nx):
             DX[k + 1, i] += d[k, i]

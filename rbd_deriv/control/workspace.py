@@ -2,16 +2,40 @@
 
 A :class:`RiccatiWorkspace` holds the nominal trajectory (warm start), the reference, the affine
 dynamics of the deviations for every knot, the cost derivatives, the gains and every scratch
-buffer of :mod:`rbd_deriv.control.riccati`. Nothing is allocated per tick except by the batched
-linearization of the core library in re-linearization mode.
+buffer of the Riccati kernels. Nothing is allocated per tick except by the batched linearization
+of the core library in re-linearization mode.
+
+Two backward and forward passes solve the same problem. When the dynamics are semi-implicit Euler
+steps (always in re-linearization mode, where ``rd.linearize_batch`` gives them; in held mode when
+the linearization has that structure, :func:`is_euler_step`), the structured pass of
+:mod:`rbd_deriv.control.euler_riccati` runs, with no free-flyer block: its products have nv rows
+instead of nx. Any other (A, B) goes through the dense pass of :mod:`rbd_deriv.control.riccati`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rbd_deriv.control import riccati
+from rbd_deriv.control import euler_riccati, riccati
+from rbd_deriv.control.constants import EULER_STEP_TOLERANCE
 from rbd_deriv.control.problem import MPCProblem
+
+
+def is_euler_step(A: np.ndarray, B: np.ndarray, dt: float) -> bool:
+    """True if (A, B) is a semi-implicit Euler step of a vector space to EULER_STEP_TOLERANCE.
+
+    With v+ = v + dt a and q+ = q + dt v+, the position rows are A_q = [I, 0] + dt A_v and
+    B_q = dt B_v (A_v, B_v the velocity rows).
+
+    Args:
+        A: (nx, nx) state Jacobian, nx = 2 nv; B: (nx, nu) input Jacobian; dt: step [s].
+    """
+    nv = A.shape[0] // 2
+    position_rows = A[:nv] - dt * A[nv:]
+    position_rows[:, :nv] -= np.eye(nv)
+    scale = max(1.0, float(np.abs(A).max()), float(np.abs(B).max()))
+    return bool(np.abs(position_rows).max() <= EULER_STEP_TOLERANCE * scale
+                and np.abs(B[:nv] - dt * B[nv:]).max() <= EULER_STEP_TOLERANCE * scale)
 
 
 class RiccatiWorkspace:
@@ -23,6 +47,8 @@ class RiccatiWorkspace:
         A, B, d: Affine dynamics of the deviations, (N, nx, nx), (N, nx, nu), (N, nx).
         K, k_ff: Feedback (N, nu, nx) and feedforward (N, nu) of the last backward pass.
         free: (N, nu) torques not held by a bound at the last backward pass.
+        euler_step: True when the dynamics set last are semi-implicit Euler steps (the structured
+            pass runs).
     """
 
     def __init__(self, problem: MPCProblem) -> None:
@@ -67,6 +93,21 @@ class RiccatiWorkspace:
         self._vector = np.zeros(nx)
         self._dx = np.zeros(nx)
         self._dx_next = np.zeros(nx)
+        # The structured pass: dense cost Hessians (diagonal here), no free-flyer block.
+        self.euler_step = False
+        self._Lxx = np.zeros((horizon + 1, nx, nx))
+        self._Lxx_diagonal = np.einsum("kii->ki", self._Lxx)  # a writable view of the diagonals
+        self._Lux = np.zeros((horizon, nu, nx))
+        self._Luu = np.zeros((horizon, nu, nu))
+        self._Luu[:, np.arange(nu), np.arange(nu)] = self.torque_weight
+        self._no_block = np.zeros((horizon, 0, 0))
+        self._dt = float(problem.dt)
+        self._Vx = np.zeros((horizon + 1, nx))
+        self._euler_work = np.zeros((12, nx))
+        self._matrices = np.zeros((5, nx, nx))
+        self._flat = np.zeros(euler_riccati.flat_size(nx, nu))
+        self._DX = np.zeros((horizon + 1, nx))
+        self._forward_work = np.zeros((2, nx))
 
     def warm_start(self, X_prev: np.ndarray, U_prev: np.ndarray, elapsed: float,
                    x0: np.ndarray) -> None:
@@ -84,12 +125,18 @@ class RiccatiWorkspace:
                           u_lin: np.ndarray, x_plus: np.ndarray) -> None:
         """Every knot uses x' = x+ + A (x - x_lin) + B (u - u_lin) (mode 1)."""
         riccati.held_dynamics(A, B, x_lin, u_lin, x_plus, self.X, self.U, self.A, self.B, self.d)
+        self.euler_step = is_euler_step(A, B, self.problem.dt)
 
     def set_knot_dynamics(self, A: np.ndarray, B: np.ndarray, X_next: np.ndarray) -> None:
-        """Knot k uses its own (A_k, B_k) and f(X_k, U_k) = X_next[k] (mode 2); shapes (N, ...)."""
+        """Knot k uses its own (A_k, B_k) and f(X_k, U_k) = X_next[k] (mode 2); shapes (N, ...).
+
+        A and B must be ``rd.linearize_batch``'s semi-implicit Euler steps at the problem's dt:
+        the structured pass reads only their velocity rows.
+        """
         self.A[:] = A
         self.B[:] = B
         np.subtract(X_next, self.X[1:], out=self.d)
+        self.euler_step = True
 
     def cost(self, X: np.ndarray, U: np.ndarray) -> float:
         """MPC cost of a trajectory X (N+1, nx), U (N, nu) against the stored reference."""
@@ -110,6 +157,8 @@ class RiccatiWorkspace:
                                        self.state_upper, p.limit_weight, self.Wx, self.gx, self.gu)
         # The previous feedforward, read at the new nominal, is a good first guess of the QP.
         np.clip(self.k_ff, self.torque_lower - self.U, self.torque_upper - self.U, out=self.k_ff)
+        if self.euler_step:
+            return self._iterate_euler()
         status, qp_iterations, clamped = riccati.backward_pass(
             self.A, self.B, self.d, self.Wx, self.gx, self.torque_weight, self.gu, self.U,
             self.torque_lower, self.torque_upper, self.K, self.k_ff,
@@ -120,6 +169,23 @@ class RiccatiWorkspace:
         largest = riccati.forward_pass(self.A, self.B, self.d, self.K, self.k_ff, self.X, self.U,
                                        self.torque_lower, self.torque_upper, self.X_new,
                                        self.U_new, self._dx, self._dx_next)
+        return status, qp_iterations, clamped, largest
+
+    def _iterate_euler(self) -> tuple[int, int, int, float]:
+        """:meth:`iterate` through the structured kernels (dynamics that are Euler steps)."""
+        np.copyto(self._Lxx_diagonal, self.Wx)
+        status, qp_iterations, clamped = euler_riccati.backward_pass(
+            self.A, self.B, self.d, self._no_block, self._no_block, self._dt, self._Lxx,
+            self._Lux, self._Luu, self.gx, self.gu, self.U, self.torque_lower, self.torque_upper,
+            self.K, self.k_ff, self.free, self._P, self._p, self._Vx, self._euler_work,
+            self._matrices, self._flat, self._index)
+        if status != riccati.STATUS_OK:
+            return status, qp_iterations, clamped, np.inf
+        largest = euler_riccati.forward_pass(
+            self.A, self.B, self.d, self._no_block, self._no_block, self._dt, self.K,
+            self.k_ff, self.U, self.torque_lower, self.torque_upper, self._DX, self.U_new,
+            self._forward_work)
+        np.add(self.X, self._DX, out=self.X_new)
         return status, qp_iterations, clamped, largest
 
     def accept(self) -> None:
