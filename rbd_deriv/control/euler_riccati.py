@@ -30,11 +30,12 @@ controls F only. The value function follows as :math:`P = Q_{xx} + Q_{ux,F}^T K_
 :math:`p = Q_x + K^T (Q_{uu} k + Q_u) + Q_{ux}^T k`. The forward pass rolls the affine model out
 with the feedback law, controls clamped to the box.
 
-The products go through ``np.dot``, which numba hands to BLAS (dgemm, dgemv), once they are large
-enough to be worth a call (``SMALL_PRODUCT`` multiply-adds); smaller ones, and everything of
-size nu^2 or less, stay in plain loops. All kernels take plain contiguous float64
-arrays and write into preallocated outputs owned by :mod:`rbd_deriv.control.solver` (the legged
-problems) or :mod:`rbd_deriv.control.workspace` (the fixed-base MPC, whose linearizations have the
+The matrix products are level-3 BLAS calls (:mod:`rbd_deriv.control.blas`: dgemm accumulating
+into its output and reading blocks in place, the symmetric rank-k update dsyrk, the triangular solve
+dtrsm); matrix-vector products go to BLAS through ``np.dot`` once they are large enough to be worth
+a call (``SMALL_PRODUCT`` multiply-adds), and everything of size nu^2 or less stays in plain loops.
+All kernels take plain contiguous float64 arrays and write into preallocated outputs owned by
+:mod:`rbd_deriv.control.solver` (the legged problems) or :mod:`rbd_deriv.control.workspace` (the fixed-base MPC, whose linearizations have the
 same structure with an empty free-flyer block). The stage box QP and the warm start are
 :mod:`rbd_deriv.control.riccati`'s.
 """
@@ -46,6 +47,7 @@ import numpy as np
 
 from rbd_deriv.control.constants import (REGULARIZATION_ATTEMPTS, REGULARIZATION_GROWTH,
                                          REGULARIZATION_START, SMALL_PRODUCT)
+from rbd_deriv.control.blas import gemm, solve_lower, syrk_lower
 from rbd_deriv.control.riccati import STATUS_NOT_CONVEX, STATUS_NOT_FINITE, STATUS_OK, box_qp
 
 __all__ = ["STATUS_OK", "STATUS_NOT_CONVEX", "STATUS_NOT_FINITE", "flat_size", "backward_pass",
@@ -55,7 +57,7 @@ __all__ = ["STATUS_OK", "STATUS_NOT_CONVEX", "STATUS_NOT_FINITE", "flat_size", "
 def flat_size(nx: int, nu: int) -> int:
     """Length of the ``flat`` workspace of :func:`backward_pass` for ndx = nx and nu controls."""
     nv = nx // 2
-    return nx * nv + nv * nu + nu * nx + 2 * nu * nu + nv * nv + 3 * nu * nx
+    return nv * nu + nu * nx + nu * nu + 2 * nu * nx
 
 
 @nb.njit(cache=True)
@@ -63,23 +65,6 @@ def _block(flat, offset, rows, cols):
     """The (rows, cols) C-contiguous view of ``flat`` at ``offset``, and the offset just after it."""
     end = offset + rows * cols
     return flat[offset:end].reshape((rows, cols)), end
-
-
-@nb.njit(cache=True)
-def _mm(A, B, out):
-    """out = A @ B: BLAS for products worth its call, plain loops for small ones."""
-    n, m = A.shape
-    r = B.shape[1]
-    if n * m * r > SMALL_PRODUCT:
-        np.dot(A, B, out)
-        return
-    for i in range(n):
-        for j in range(r):
-            out[i, j] = 0.0
-        for p in range(m):
-            a = A[i, p]
-            for j in range(r):
-                out[i, j] += a * B[p, j]
 
 
 @nb.njit(cache=True)
@@ -94,45 +79,6 @@ def _mv(A, x, out):
         for p in range(m):
             s += A[i, p] * x[p]
         out[i] = s
-
-
-@nb.njit(cache=True)
-def _forward_substitution(L, m, rhs, out):
-    """out (m, n) = L[:m, :m]^-1 rhs, row by row."""
-    for i in range(m):
-        out[i, :] = rhs[i, :]
-        for p in range(i):
-            lip = L[i, p]
-            out[i, :] -= lip * out[p, :]
-        out[i, :] /= L[i, i]
-
-
-@nb.njit(cache=True)
-def _backward_substitution(L, m, rhs, out):
-    """out (m, n) = L[:m, :m]^-T rhs, row by row from the last."""
-    for i in range(m - 1, -1, -1):
-        out[i, :] = rhs[i, :]
-        for p in range(i + 1, m):
-            lpi = L[p, i]
-            out[i, :] -= lpi * out[p, :]
-        out[i, :] /= L[i, i]
-
-
-@nb.njit(cache=True)
-def _lower_inverse(L, m, out):
-    """out (m, m) = L[:m, :m]^-1 for a lower-triangular L, row by row (zeros above the diagonal)."""
-    for i in range(m):
-        for j in range(m):
-            out[i, j] = 0.0
-        # Row i of L X = I: X[i, :i+1] = (e_i - sum_p L[i, p] X[p, :]) / L[i, i].
-        out[i, i] = 1.0
-        for p in range(i):
-            lip = L[i, p]
-            for j in range(p + 1):
-                out[i, j] -= lip * out[p, j]
-        inverse = 1.0 / L[i, i]
-        for j in range(i + 1):
-            out[i, j] *= inverse
 
 
 @nb.njit(cache=True)
@@ -181,9 +127,8 @@ def _apply_step(Jq, Jv, dt, dq, dv_next, out):
 
 
 @nb.njit(cache=True)
-def _transport_matrix(P, Jq, Jv, dt, S, out, right):
-    """out = T^T P T for the Euler step's T = [[Jq, dt Jv], [0, I]] (see :func:`backward_pass`),
-    and right = out[:, nv:] as a contiguous (ndx, nv) array.
+def _transport_matrix(P, Jq, Jv, dt, S, out):
+    """out = T^T P T for the Euler step's T = [[Jq, dt Jv], [0, I]] (see :func:`backward_pass`).
 
     Jq and Jv are the identity but for their leading (b, b) block, given as Jq, Jv (b, b); S is a
     workspace like P. Costs O(ndx^2 b) instead of two dense products.
@@ -204,8 +149,6 @@ def _transport_matrix(P, Jq, Jv, dt, S, out, right):
                 out[i, nv + j] = s12
                 out[nv + i, j] = dt * p11 + p21
                 out[nv + i, nv + j] = dt * s12 + s22
-                right[i, j] = s12
-                right[nv + i, j] = dt * s12 + s22
         return
     # S = P T, column blocks: [P_:q Jq, dt P_:q Jv + P_:v].
     for i in range(nx):
@@ -234,9 +177,6 @@ def _transport_matrix(P, Jq, Jv, dt, S, out, right):
                 sv += Jv[r, i] * S[r, j]
             out[i, j] = sq
             out[nv + i, j] = dt * sv + S[nv + i, j]
-    for i in range(nx):
-        for j in range(nv):
-            right[i, j] = out[i, nv + j]
 
 
 @nb.njit(cache=True)
@@ -260,8 +200,9 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         Q_{uu} = L_{uu} + F_u^T \\tilde P_{vv} F_u,
 
     products with nv rows: 12 nv^3 multiply-adds for nu = nv, where dense A and B take 26 nv^3.
-    The value update :math:`P = Q_{xx} - W^T W` with :math:`W = L^{-1} Q_{ux,F}` (L the
-    Cholesky factor of :math:`Q_{uu,FF}`) computes the lower block rows of :math:`W^T W` only.
+    The value update, with :math:`Q_{uu,FF} = L L^T` on the free controls F and
+    :math:`W = L^{-1} Q_{ux,F}` (a triangular solve), is :math:`K_F = -L^{-T} W` (another) and
+    :math:`P = Q_{xx} - W^T W` (a symmetric rank-m update): 4 nv^3.
 
     Args:
         A: (N, ndx, ndx), B: (N, ndx, nu) Jacobians of the step (only rows nv: are read);
@@ -295,7 +236,7 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
     Pt = matrices[0]
     Mx = matrices[1]
     Qxx = matrices[2]
-    WW = matrices[3]
+    S = matrices[3]
     L = matrices[4]
     vector = work[0, :nx]
     g = work[1, :nx]
@@ -304,18 +245,10 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
     lower = work[4, :nu]
     upper = work[5, :nu]
     quu_k = work[6, :nu]
-    # Contiguous blocks for BLAS: numba hands only contiguous operands to dgemm.
-    Pt_right, offset = _block(flat, 0, nx, nv)
-    Mu, offset = _block(flat, offset, nv, nu)
+    Mu, offset = _block(flat, 0, nv, nu)
     Qux, offset = _block(flat, offset, nu, nx)
     Quu, offset = _block(flat, offset, nu, nu)
-    WW_q, offset = _block(flat, offset, nv, nv)
-    # Free-set blocks, (m, ...) views of regions sized for m = nu.
-    start_linv = offset
-    start_gather = start_linv + nu * nu
-    start_w = start_gather + nu * nx
-    start_gain = start_w + nu * nx
-    Pt_vv = Pt_right[nv:]
+    start_free = offset
     for k in range(horizon - 1, -1, -1):
         # Rows nv: of A_k and B_k, [F_x F_u], are C-contiguous views: no copy.
         Fx = A[k, nv:]
@@ -324,22 +257,24 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         _mv(P, d[k], vector)
         vector += p
         _transport_gradient(vector, Jq[k], Jv[k], dt, g)
-        _transport_matrix(P, Jq[k], Jv[k], dt, WW, Pt, Pt_right)
-        _mm(Pt_right, Fx, Mx)
+        _transport_matrix(P, Jq[k], Jv[k], dt, S, Pt)
+        # Mx = Pt_:v Fx + [Pt_:q, 0].
+        gemm(1.0, Pt[:, nv:], False, Fx, False, 0.0, Mx)
         for i in range(nx):
             for j in range(nv):
                 Mx[i, j] += Pt[i, j]
+        # Qxx = Lxx + E^T Mx_q + Fx^T Mx_v, Qux = Lux + Fu^T Mx_v, Quu = Luu + Fu^T Pt_vv Fu.
         Mx_v = Mx[nv:]
-        _mm(Fx.T, Mx_v, Qxx)
+        Qxx[:, :] = Lxx[k]
         for i in range(nv):
             for j in range(nx):
                 Qxx[i, j] += Mx[i, j]
-        Qxx += Lxx[k]
-        _mm(Fu.T, Mx_v, Qux)
-        Qux += Lux[k]
-        _mm(Pt_vv, Fu, Mu)
-        _mm(Fu.T, Mu, Quu)
-        Quu += Luu[k]
+        gemm(1.0, Fx, True, Mx_v, False, 1.0, Qxx)
+        Qux[:, :] = Lux[k]
+        gemm(1.0, Fu, True, Mx_v, False, 1.0, Qux)
+        gemm(1.0, Pt[nv:, nv:], False, Fu, False, 0.0, Mu)
+        Quu[:, :] = Luu[k]
+        gemm(1.0, Fu, True, Mu, False, 1.0, Quu)
         # Qx = E^T g_q + Fx^T g_v + Lx, Qu = Fu^T g_v + Lu.
         g_v = g[nv:]
         _mv(Fx.T, g_v, Qx)
@@ -382,60 +317,37 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         if status != STATUS_OK:
             return status, qp_iterations, clamped
         clamped += nu - m
+        # P from the lower triangle of Qxx, symmetrized (round-off would otherwise break the
+        # symmetry of P over a long horizon).
+        for i in range(nx):
+            for j in range(i + 1):
+                P[i, j] = 0.5 * (Qxx[i, j] + Qxx[j, i])
         # With Quu_FF = L L^T and W = L^-1 Qux_F: K_F = -L^-T W and P = Qxx - W^T W, which is
         # Qxx + Qux^T K (K^T Quu K and K^T Qux cancel for this K). Clamped rows get no feedback.
-        if m < nu:
-            K[k, :, :] = 0.0
-        if m > 0:
-            Linv, _ = _block(flat, start_linv, m, m)
-            W, _ = _block(flat, start_w, m, nx)
-            K_F, _ = _block(flat, start_gain, m, nx)
-            if m == nu:
-                Qux_F = Qux  # every control free: index[:m] is 0, 1, ..., nu - 1
-            else:
-                Qux_F, _ = _block(flat, start_gather, m, nx)
-                for a in range(m):
-                    Qux_F[a, :] = Qux[index[a], :]
-            if m * m * nx > 16 * SMALL_PRODUCT:
-                # Large free sets: the explicit inverse turns both solves into BLAS products, and
-                # W^T W is formed from W^T's row blocks (its lower block rows only).
-                Wt, _ = _block(flat, start_w, nx, m)
-                _lower_inverse(L, m, Linv)
-                _mm(Qux_F.T, Linv.T, Wt)
-                _mm(Linv.T, Wt.T, K_F)
-                Wt_q = Wt[:nv]
-                _mm(Wt_q, Wt_q.T, WW_q)
-                _mm(Wt[nv:], Wt.T, WW[nv:])
-                for i in range(nv):
-                    for j in range(i + 1):
-                        WW[i, j] = WW_q[i, j]
-            else:
-                # Small ones: substitutions, more accurate when L is ill-conditioned.
-                _forward_substitution(L, m, Qux_F, W)
-                _backward_substitution(L, m, W, K_F)
-                _mm(W.T, W, WW)
-            if m == nu:
-                for a in range(m):
-                    for j in range(nx):
-                        K[k, a, j] = -K_F[a, j]
-            else:
-                for a in range(m):
-                    row = index[a]
-                    for j in range(nx):
-                        K[k, row, j] = -K_F[a, j]
-            # P = Qxx - W^T W from the lower triangles, symmetric: round-off would otherwise
-            # break the symmetry of P over a long horizon.
-            for i in range(nx):
-                for j in range(i + 1):
-                    s = 0.5 * (Qxx[i, j] + Qxx[j, i]) - WW[i, j]
-                    P[i, j] = s
-                    P[j, i] = s
+        if m == nu:
+            # Every control free (index[:m] is 0, 1, ..., nu - 1): K_F is K_k.
+            W, _ = _block(flat, start_free, nu, nx)
+            W[:, :] = Qux
+            solve_lower(L[:m, :m], False, 1.0, W)
+            syrk_lower(-1.0, W, True, 1.0, P)
+            K[k, :, :] = W
+            solve_lower(L[:m, :m], True, -1.0, K[k])
         else:
-            for i in range(nx):
-                for j in range(i + 1):
-                    s = 0.5 * (Qxx[i, j] + Qxx[j, i])
-                    P[i, j] = s
-                    P[j, i] = s
+            K[k, :, :] = 0.0
+            if m > 0:
+                W, used = _block(flat, start_free, m, nx)
+                K_F, _ = _block(flat, used, m, nx)
+                for a in range(m):
+                    W[a, :] = Qux[index[a], :]
+                solve_lower(L[:m, :m], False, 1.0, W)
+                syrk_lower(-1.0, W, True, 1.0, P)
+                K_F[:, :] = W
+                solve_lower(L[:m, :m], True, -1.0, K_F)
+                for a in range(m):
+                    K[k, index[a], :] = K_F[a, :]
+        for i in range(nx):
+            for j in range(i):
+                P[j, i] = P[i, j]
         # p = Qx + K^T (Quu k + Qu) + Qux^T k.
         _mv(Quu, k_ff[k], quu_k)
         quu_k += Qu

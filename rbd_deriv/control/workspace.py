@@ -19,6 +19,7 @@ import numpy as np
 from rbd_deriv.control import euler_riccati, riccati
 from rbd_deriv.control.constants import EULER_STEP_TOLERANCE
 from rbd_deriv.control.problem import MPCProblem
+from rbd_deriv.exceptions import InputError
 
 
 def is_euler_step(A: np.ndarray, B: np.ndarray, dt: float) -> bool:
@@ -131,10 +132,14 @@ class RiccatiWorkspace:
         """Knot k uses its own (A_k, B_k) and f(X_k, U_k) = X_next[k] (mode 2); shapes (N, ...).
 
         A and B must be ``rd.linearize_batch``'s semi-implicit Euler steps at the problem's dt:
-        the structured pass reads only their velocity rows.
+        the structured pass reads only their velocity rows. They are kept, not copied (copying
+        both is a few hundred microseconds for a humanoid): the caller hands them over.
         """
-        self.A[:] = A
-        self.B[:] = B
+        if A.shape != self.A.shape or B.shape != self.B.shape:
+            raise InputError(f"knot dynamics must have shapes {self.A.shape} and {self.B.shape}, "
+                             f"got {A.shape} and {B.shape}")
+        self.A = np.ascontiguousarray(A, dtype=float)
+        self.B = np.ascontiguousarray(B, dtype=float)
         np.subtract(X_next, self.X[1:], out=self.d)
         self.euler_step = True
 
