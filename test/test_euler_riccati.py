@@ -18,20 +18,9 @@ import pytest
 from rbd_deriv.control import euler_riccati, riccati
 from rbd_deriv.control.constants import SMALL_PRODUCT
 from rbd_deriv.testing import assert_close
+from test_solver import euler_step  # the dense A, B of an Euler step, shared with the solver's tests
 
 TOLERANCE = 1e-10
-
-
-def euler_step(Fx, Fu, Jq, Jv, dt):
-    """Dense A, B of the step dv+ = Fx dx + Fu du, dx+ = [Jq dq + dt Jv dv+; dv+]."""
-    nv = Fx.shape[0]
-    b = Jq.shape[0]
-    Jq_full, Jv_full = np.eye(nv), np.eye(nv)
-    Jq_full[:b, :b], Jv_full[:b, :b] = Jq, Jv
-    T = np.block([[Jq_full, dt * Jv_full], [np.zeros((nv, nv)), np.eye(nv)]])
-    A_bar = np.vstack([np.hstack([np.eye(nv), np.zeros((nv, nv))]), Fx])
-    B_bar = np.vstack([np.zeros((nv, Fu.shape[1])), Fu])
-    return T @ A_bar, T @ B_bar
 
 
 def random_problem(seed, nv, nu, block, horizon=6, dt=0.05, box=None):
