@@ -150,19 +150,22 @@ def _transport_matrix(P, Jq, Jv, dt, S, out):
                 out[nv + i, j] = dt * p11 + p21
                 out[nv + i, nv + j] = dt * s12 + s22
         return
-    # S = P T, column blocks: [P_:q Jq, dt P_:q Jv + P_:v].
+    # S = P T, column blocks [P_:q Jq, dt P_:q Jv + P_:v]; P is symmetric, so the columns of
+    # P_:q Jq are the rows of Jq^T P_q:, sums of rows of P (contiguous, vectorized).
     for i in range(nx):
         for j in range(nv):
             S[i, j] = P[i, j]
             S[i, nv + j] = dt * P[i, j] + P[i, nv + j]
-        for j in range(b):
-            sq = 0.0
-            sv = 0.0
-            for r in range(b):
-                sq += P[i, r] * Jq[r, j]
-                sv += P[i, r] * Jv[r, j]
-            S[i, j] = sq
-            S[i, nv + j] = dt * sv + P[i, nv + j]
+    for j in range(b):
+        for i in range(nx):
+            S[i, j] = 0.0
+            S[i, nv + j] = P[i, nv + j]
+        for r in range(b):
+            cq = Jq[r, j]
+            cv = dt * Jv[r, j]
+            for i in range(nx):
+                S[i, j] += cq * P[r, i]
+                S[i, nv + j] += cv * P[r, i]
     # out = T^T S, row blocks: [Jq^T S_q:, dt Jv^T S_q: + S_v:].
     for i in range(nv):
         for j in range(nx):
@@ -170,13 +173,14 @@ def _transport_matrix(P, Jq, Jv, dt, S, out):
             out[nv + i, j] = dt * S[i, j] + S[nv + i, j]
     for i in range(b):
         for j in range(nx):
-            sq = 0.0
-            sv = 0.0
-            for r in range(b):
-                sq += Jq[r, i] * S[r, j]
-                sv += Jv[r, i] * S[r, j]
-            out[i, j] = sq
-            out[nv + i, j] = dt * sv + S[nv + i, j]
+            out[i, j] = 0.0
+            out[nv + i, j] = S[nv + i, j]
+        for r in range(b):
+            cq = Jq[r, i]
+            cv = dt * Jv[r, i]
+            for j in range(nx):
+                out[i, j] += cq * S[r, j]
+                out[nv + i, j] += cv * S[r, j]
 
 
 @nb.njit(cache=True)
@@ -199,7 +203,9 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         Q_{ux} = L_{ux} + F_u^T M_{x,v}, \\quad
         Q_{uu} = L_{uu} + F_u^T \\tilde P_{vv} F_u,
 
-    products with nv rows: 12 nv^3 multiply-adds for nu = nv, where dense A and B take 26 nv^3.
+    products with nv rows. Only the lower triangle of :math:`Q_{xx}` is formed (its rows q on the
+    columns q, its rows v whole, so only those blocks of :math:`M_{x,q}`): 10 nv^3 multiply-adds
+    for nu = nv, where dense A and B take 26 nv^3.
     The value update, with :math:`Q_{uu,FF} = L L^T` on the free controls F and
     :math:`W = L^{-1} Q_{ux,F}` (a triangular solve), is :math:`K_F = -L^{-T} W` (another) and
     :math:`P = Q_{xx} - W^T W` (a symmetric rank-m update): 4 nv^3.
@@ -258,18 +264,23 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         vector += p
         _transport_gradient(vector, Jq[k], Jv[k], dt, g)
         _transport_matrix(P, Jq[k], Jv[k], dt, S, Pt)
-        # Mx = Pt_:v Fx + [Pt_:q, 0].
-        gemm(1.0, Pt[:, nv:], False, Fx, False, 0.0, Mx)
+        # Mx = Pt_:v Fx + [Pt_:q, 0]: its rows v, and its rows q on the columns q (all that the
+        # lower triangle of Qxx reads).
+        Mx_v = Mx[nv:]
+        gemm(1.0, Pt[nv:, nv:], False, Fx, False, 0.0, Mx_v)
+        gemm(1.0, Pt[:nv, nv:], False, Fx[:, :nv], False, 0.0, Mx[:nv, :nv])
         for i in range(nx):
             for j in range(nv):
                 Mx[i, j] += Pt[i, j]
-        # Qxx = Lxx + E^T Mx_q + Fx^T Mx_v, Qux = Lux + Fu^T Mx_v, Quu = Luu + Fu^T Pt_vv Fu.
-        Mx_v = Mx[nv:]
-        Qxx[:, :] = Lxx[k]
+        # Lower block rows of Qxx = Lxx + E^T Mx_q + Fx^T Mx_v; Qux = Lux + Fu^T Mx_v,
+        # Quu = Luu + Fu^T Pt_vv Fu.
+        Lxx_k = Lxx[k]
         for i in range(nv):
-            for j in range(nx):
-                Qxx[i, j] += Mx[i, j]
-        gemm(1.0, Fx, True, Mx_v, False, 1.0, Qxx)
+            for j in range(nv):
+                Qxx[i, j] = Lxx_k[i, j] + Mx[i, j]
+        Qxx[nv:, :] = Lxx_k[nv:]
+        gemm(1.0, Fx[:, :nv], True, Mx_v[:, :nv], False, 1.0, Qxx[:nv, :nv])
+        gemm(1.0, Fx[:, nv:], True, Mx_v, False, 1.0, Qxx[nv:])
         Qux[:, :] = Lux[k]
         gemm(1.0, Fu, True, Mx_v, False, 1.0, Qux)
         gemm(1.0, Pt[nv:, nv:], False, Fu, False, 0.0, Mu)
@@ -317,11 +328,10 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         if status != STATUS_OK:
             return status, qp_iterations, clamped
         clamped += nu - m
-        # P from the lower triangle of Qxx, symmetrized (round-off would otherwise break the
-        # symmetry of P over a long horizon).
+        # P from the lower triangle of Qxx (the only one computed), made symmetric below.
         for i in range(nx):
             for j in range(i + 1):
-                P[i, j] = 0.5 * (Qxx[i, j] + Qxx[j, i])
+                P[i, j] = Qxx[i, j]
         # With Quu_FF = L L^T and W = L^-1 Qux_F: K_F = -L^-T W and P = Qxx - W^T W, which is
         # Qxx + Qux^T K (K^T Quu K and K^T Qux cancel for this K). Clamped rows get no feedback.
         if m == nu:
