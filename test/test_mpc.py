@@ -267,6 +267,9 @@ def test_euler_structure_is_recognized(arm):
     shifted = B.copy()
     shifted[0, 0] += 1e-6
     assert not is_euler_step(A, shifted, 0.01)
+    broken = A.copy()
+    broken[3, 9] = np.nan
+    assert not is_euler_step(broken, B, 0.01)
     # Re-linearization mode always runs the structured pass; held mode when the message has it.
     problem = MPCProblem.from_model(model, horizon=4, dt=0.01, mode=Mode.RELINEARIZE)
     controller = ModelPredictiveController(problem, model)

@@ -51,13 +51,40 @@ from rbd_deriv.control.blas import gemm, solve_lower, syrk_lower
 from rbd_deriv.control.riccati import STATUS_NOT_CONVEX, STATUS_NOT_FINITE, STATUS_OK, box_qp
 
 __all__ = ["STATUS_OK", "STATUS_NOT_CONVEX", "STATUS_NOT_FINITE", "flat_size", "backward_pass",
-           "forward_pass"]
+           "forward_pass", "is_euler_step"]
 
 
 def flat_size(nx: int, nu: int) -> int:
     """Length of the ``flat`` workspace of :func:`backward_pass` for ndx = nx and nu controls."""
     nv = nx // 2
     return nv * nu + nu * nx + nu * nu + 2 * nu * nx
+
+
+@nb.njit(cache=True)
+def is_euler_step(A, B, dt, tolerance):
+    """True if (A, B) is a semi-implicit Euler step of a vector space, the structure
+    :func:`backward_pass` reads with no free-flyer block.
+
+    With v+ = v + dt a and q+ = q + dt v+, the position rows are A_q = [I, 0] + dt A_v and
+    B_q = dt B_v (A_v, B_v the velocity rows); they must hold to ``tolerance`` times the largest
+    entry of A and B (or 1). A: (nx, nx) with nx = 2 nv, B: (nx, nu), dt: step [s]. NaN fails.
+    """
+    nv = A.shape[0] // 2
+    scale = 1.0
+    for value in A.ravel():
+        scale = max(scale, abs(value))
+    for value in B.ravel():
+        scale = max(scale, abs(value))
+    bound = tolerance * scale
+    for i in range(nv):
+        for j in range(2 * nv):
+            expected = dt * A[nv + i, j] + (1.0 if i == j else 0.0)
+            if not abs(A[i, j] - expected) <= bound:
+                return False
+        for j in range(B.shape[1]):
+            if not abs(B[i, j] - dt * B[nv + i, j]) <= bound:
+                return False
+    return True
 
 
 @nb.njit(cache=True)

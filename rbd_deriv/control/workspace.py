@@ -26,17 +26,12 @@ def is_euler_step(A: np.ndarray, B: np.ndarray, dt: float) -> bool:
     """True if (A, B) is a semi-implicit Euler step of a vector space to EULER_STEP_TOLERANCE.
 
     With v+ = v + dt a and q+ = q + dt v+, the position rows are A_q = [I, 0] + dt A_v and
-    B_q = dt B_v (A_v, B_v the velocity rows).
+    B_q = dt B_v (A_v, B_v the velocity rows); see :func:`rbd_deriv.control.euler_riccati.is_euler_step`.
 
     Args:
         A: (nx, nx) state Jacobian, nx = 2 nv; B: (nx, nu) input Jacobian; dt: step [s].
     """
-    nv = A.shape[0] // 2
-    position_rows = A[:nv] - dt * A[nv:]
-    position_rows[:, :nv] -= np.eye(nv)
-    scale = max(1.0, float(np.abs(A).max()), float(np.abs(B).max()))
-    return bool(np.abs(position_rows).max() <= EULER_STEP_TOLERANCE * scale
-                and np.abs(B[:nv] - dt * B[nv:]).max() <= EULER_STEP_TOLERANCE * scale)
+    return bool(euler_riccati.is_euler_step(A, B, float(dt), EULER_STEP_TOLERANCE))
 
 
 class RiccatiWorkspace:
