@@ -239,8 +239,8 @@ def test_structured_and_dense_passes_give_the_same_iteration(seed):
         w.cold_start(x0)
         w.k_ff[:] = 0.1
         w.set_held_dynamics(lin.A, lin.B, lin.x, lin.u, lin.x_next)
-        assert w.euler_step, "an Euler-structured linearization takes the structured pass"
-        w.euler_step = structured
+        assert w.euler_step, "an Euler-structured linearization is recognized"
+        w.structured_pass = structured
         results.append(w.iterate())
         workspaces.append(w)
     (status, _, clamped, largest), (status_dense, _, clamped_dense, largest_dense) = results
@@ -270,11 +270,13 @@ def test_euler_structure_is_recognized(arm):
     broken = A.copy()
     broken[3, 9] = np.nan
     assert not is_euler_step(broken, B, 0.01)
-    # Re-linearization mode always runs the structured pass; held mode when the message has it.
+    # Re-linearization mode always has Euler steps; held mode when the message has them. The
+    # 7-joint arm stays on the dense pass (below STRUCTURED_PASS_MIN_JOINTS).
     problem = MPCProblem.from_model(model, horizon=4, dt=0.01, mode=Mode.RELINEARIZE)
     controller = ModelPredictiveController(problem, model)
     controller.set_reference(np.tile(np.r_[q, v], (5, 1)), np.tile(u, (4, 1)))
     assert controller.solve(np.r_[q, v], 0.0).ok and controller.workspace.euler_step
+    assert not controller.workspace.structured_pass
     held = ModelPredictiveController(MPCProblem.from_model(model, horizon=4, dt=0.01))
     held.set_reference(np.tile(np.r_[q, v], (5, 1)), np.tile(u, (4, 1)))
     held.solve(np.r_[q, v], 0.0, HeldLinearization(lin.A, lin.B, lin.x, lin.u, lin.x_next, 0.01))

@@ -32,6 +32,11 @@ REGULARIZATION_ATTEMPTS = 6
 #: structured Riccati pass (rbd_deriv.control.euler_riccati), else the dense one.
 EULER_STEP_TOLERANCE = 1e-12
 
+#: Joints from which the fixed-base MPC runs the structured pass on Euler steps: below, its ten
+#: small BLAS calls per knot cost more than the dense pass's products (measured crossover between
+#: 7 and 9 joints, docs/mpc.md).
+STRUCTURED_PASS_MIN_JOINTS = 8
+
 #: Relative distance to a bound under which a torque counts as sitting on it.
 BOUND_TOLERANCE = 1e-9
 

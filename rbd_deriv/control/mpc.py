@@ -263,6 +263,7 @@ def precompile_kernels() -> None:
     euler = HeldLinearization(A=np.block([[identity, dt * identity], [0 * identity, identity]]),
                               B=np.vstack([dt * dt * identity, dt * identity]), x=np.zeros(nx),
                               u=np.zeros(nv), x_next=np.zeros(nx), dt=dt)
+    controller.workspace.structured_pass = True
     for held in (dense, euler):
         controller.reset()
         for time in (0.0, dt / 2):

@@ -7,9 +7,11 @@ of the core library in re-linearization mode.
 
 Two backward and forward passes solve the same problem. When the dynamics are semi-implicit Euler
 steps (always in re-linearization mode, where ``rd.linearize_batch`` gives them; in held mode when
-the linearization has that structure, :func:`is_euler_step`), the structured pass of
+the linearization has that structure, :func:`is_euler_step`) and the robot has
+STRUCTURED_PASS_MIN_JOINTS joints or more, the structured pass of
 :mod:`rbd_deriv.control.euler_riccati` runs, with no free-flyer block: its products have nv rows
-instead of nx. Any other (A, B) goes through the dense pass of :mod:`rbd_deriv.control.riccati`.
+instead of nx. Any other (A, B), and small arms, go through the dense pass of
+:mod:`rbd_deriv.control.riccati`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from rbd_deriv.control import euler_riccati, riccati
-from rbd_deriv.control.constants import EULER_STEP_TOLERANCE
+from rbd_deriv.control.constants import EULER_STEP_TOLERANCE, STRUCTURED_PASS_MIN_JOINTS
 from rbd_deriv.control.problem import MPCProblem
 from rbd_deriv.exceptions import InputError
 
@@ -43,8 +45,9 @@ class RiccatiWorkspace:
         A, B, d: Affine dynamics of the deviations, (N, nx, nx), (N, nx, nu), (N, nx).
         K, k_ff: Feedback (N, nu, nx) and feedforward (N, nu) of the last backward pass.
         free: (N, nu) torques not held by a bound at the last backward pass.
-        euler_step: True when the dynamics set last are semi-implicit Euler steps (the structured
-            pass runs).
+        euler_step: True when the dynamics set last are semi-implicit Euler steps.
+        structured_pass: Whether Euler steps go through the structured pass (by default from
+            STRUCTURED_PASS_MIN_JOINTS joints); False keeps the dense pass for every (A, B).
     """
 
     def __init__(self, problem: MPCProblem) -> None:
@@ -91,6 +94,7 @@ class RiccatiWorkspace:
         self._dx_next = np.zeros(nx)
         # The structured pass: dense cost Hessians (diagonal here), no free-flyer block.
         self.euler_step = False
+        self.structured_pass = nu >= STRUCTURED_PASS_MIN_JOINTS
         self._Lxx = np.zeros((horizon + 1, nx, nx))
         self._Lxx_diagonal = np.einsum("kii->ki", self._Lxx)  # a writable view of the diagonals
         self._Lux = np.zeros((horizon, nu, nx))
@@ -157,7 +161,7 @@ class RiccatiWorkspace:
                                        self.state_upper, p.limit_weight, self.Wx, self.gx, self.gu)
         # The previous feedforward, read at the new nominal, is a good first guess of the QP.
         np.clip(self.k_ff, self.torque_lower - self.U, self.torque_upper - self.U, out=self.k_ff)
-        if self.euler_step:
+        if self.euler_step and self.structured_pass:
             return self._iterate_euler()
         status, qp_iterations, clamped = riccati.backward_pass(
             self.A, self.B, self.d, self.Wx, self.gx, self.torque_weight, self.gu, self.U,
