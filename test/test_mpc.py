@@ -24,7 +24,7 @@ from rbd_deriv.control import (CommandSource, HeldLinearization, Mode, ModelPred
 from rbd_deriv.control import riccati
 from rbd_deriv.control.observer import DisturbanceObserver
 from rbd_deriv.control.prediction import CommandHistory, predict_state
-from rbd_deriv.control.workspace import RiccatiWorkspace
+from rbd_deriv.control.workspace import RiccatiWorkspace, is_euler_step
 from rbd_deriv.exceptions import InputError, ModelError
 from rbd_deriv.testing import assert_close
 from rbd_deriv.testing.robots import bundled_urdf
@@ -212,6 +212,75 @@ def test_shift_by_one_step_moves_the_plan_one_knot():
     # Half a step later every knot is the mean of its two neighbours.
     w.warm_start(X_prev.copy(), U_prev.copy(), 0.5 * problem.dt, x0)
     assert_close(w.X[1:5], 0.5 * (X_prev[1:5] + X_prev[2:6]))
+
+
+def euler_linearization(rng, nv, dt):
+    """A random held linearization with the semi-implicit Euler step's structure (rd.linearize's):
+    position rows [I, 0] + dt times the velocity rows."""
+    Fx = np.hstack([0.3 * rng.standard_normal((nv, nv)), np.eye(nv) + 0.1 * rng.standard_normal((nv, nv))])
+    Fu = 0.5 * rng.standard_normal((nv, nv))
+    A = np.vstack([np.hstack([np.eye(nv), np.zeros((nv, nv))]) + dt * Fx, Fx])
+    return HeldLinearization(A=A, B=np.vstack([dt * Fu, Fu]), x=rng.standard_normal(2 * nv),
+                             u=rng.standard_normal(nv), x_next=rng.standard_normal(2 * nv), dt=dt)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_structured_and_dense_passes_give_the_same_iteration(seed):
+    rng = np.random.default_rng(300 + seed)
+    box = 0.3 if seed % 2 else 1e6
+    problem = random_problem(rng, nv=5, horizon=8, box=box, state_box=1.0, limit_weight=20.0)
+    lin = euler_linearization(rng, 5, problem.dt)
+    x0 = rng.standard_normal(10)
+    X_ref, U_ref = rng.standard_normal((9, 10)), rng.standard_normal((8, 5))
+    results, workspaces = [], []
+    for structured in (True, False):
+        w = RiccatiWorkspace(problem)
+        w.X_ref[:], w.U_ref[:] = X_ref, U_ref
+        w.cold_start(x0)
+        w.k_ff[:] = 0.1
+        w.set_held_dynamics(lin.A, lin.B, lin.x, lin.u, lin.x_next)
+        assert w.euler_step, "an Euler-structured linearization is recognized"
+        w.structured_pass = structured
+        results.append(w.iterate())
+        workspaces.append(w)
+    (status, _, clamped, largest), (status_dense, _, clamped_dense, largest_dense) = results
+    assert status == status_dense == riccati.STATUS_OK and clamped == clamped_dense
+    assert (clamped > 0) == (box < 1.0), "bounds active exactly in the boxed cases"
+    structured, dense = workspaces
+    np.testing.assert_array_equal(structured.free, dense.free)
+    assert_close(structured.K, dense.K, 1e-10, what="gains")
+    assert_close(structured.k_ff, dense.k_ff, 1e-10, what="feedforward")
+    assert_close(structured.U_new, dense.U_new, 1e-10, what="torques")
+    assert_close(structured.X_new, dense.X_new, 1e-10, what="states")
+    assert largest == pytest.approx(largest_dense, rel=1e-9)
+
+
+def test_euler_structure_is_recognized(arm):
+    model, data = arm
+    rng = np.random.default_rng(13)
+    q, v, u = rng.uniform(-1, 1, 7), rng.uniform(-1, 1, 7), rng.uniform(-5, 5, 7)
+    A, B = rd.linearize(model, data, q, v, u, 0.01)
+    assert is_euler_step(A, B, 0.01)
+    assert not is_euler_step(A, B, 0.02), "another step"
+    lin = random_linearization(rng, 7, 0.01)
+    assert not is_euler_step(lin.A, lin.B, 0.01)
+    shifted = B.copy()
+    shifted[0, 0] += 1e-6
+    assert not is_euler_step(A, shifted, 0.01)
+    broken = A.copy()
+    broken[3, 9] = np.nan
+    assert not is_euler_step(broken, B, 0.01)
+    # Re-linearization mode always has Euler steps; held mode when the message has them. The
+    # 7-joint arm stays on the dense pass (below STRUCTURED_PASS_MIN_JOINTS).
+    problem = MPCProblem.from_model(model, horizon=4, dt=0.01, mode=Mode.RELINEARIZE)
+    controller = ModelPredictiveController(problem, model)
+    controller.set_reference(np.tile(np.r_[q, v], (5, 1)), np.tile(u, (4, 1)))
+    assert controller.solve(np.r_[q, v], 0.0).ok and controller.workspace.euler_step
+    assert not controller.workspace.structured_pass
+    held = ModelPredictiveController(MPCProblem.from_model(model, horizon=4, dt=0.01))
+    held.set_reference(np.tile(np.r_[q, v], (5, 1)), np.tile(u, (4, 1)))
+    held.solve(np.r_[q, v], 0.0, HeldLinearization(lin.A, lin.B, lin.x, lin.u, lin.x_next, 0.01))
+    assert not held.workspace.euler_step
 
 
 def rollout(model, q, v, U, dt):

@@ -1,13 +1,23 @@
-"""Keep BLAS on one thread: SciPy's, which the Riccati pass calls through numba's ``np.dot``, and
-NumPy's, which the costs' batched products call.
+"""BLAS for the Riccati kernels: one thread for the process, and the level-3 routines numba does not
+expose.
 
-OpenBLAS splits a product of a few hundred thousand multiply-adds over every core. On a
-machine whose cores are shared with other processes (a robot's computer running its whole
-stack, the CI runner) those threads wait for each other, and a product meant to take tens of
-microseconds takes several times that (figures in docs/mpc.md). :func:`single_threaded_blas`
-sets that OpenBLAS to one thread for the whole process; it is a process-wide choice, so the
-library does not make it: the MPC benchmark does, and a controller process can (setting
-``OPENBLAS_NUM_THREADS=1`` before Python starts does the same for every OpenBLAS).
+**Threads.** SciPy's OpenBLAS, which the Riccati pass calls (numba's ``np.dot`` and the routines
+below), and NumPy's, which the costs' batched products call, split a product of a few hundred
+thousand multiply-adds over every core. On a machine whose cores are shared with other processes (a
+robot's computer running its whole stack, the CI runner) those threads wait for each other, and a
+product meant to take tens of microseconds takes several times that (figures in docs/mpc.md).
+:func:`single_threaded_blas` sets that OpenBLAS to one thread for the whole process; it is a
+process-wide choice, so the library does not make it: the MPC benchmark does, and a controller
+process can (setting ``OPENBLAS_NUM_THREADS=1`` before Python starts does the same for every OpenBLAS).
+
+**Routines.** numba's ``np.dot`` is dgemm on whole contiguous arrays, without accumulation. The
+kernels also need a product accumulated into its output, on blocks of a larger matrix (rows
+strided), the symmetric rank-k update (dsyrk: half the work of the product it replaces) and the
+triangular solve (dtrsm). :func:`gemm`, :func:`syrk_lower` and :func:`solve_lower` call SciPy's
+Fortran BLAS (``scipy.linalg.cython_blas``, the library numba's ``np.dot`` uses) on row-major
+arrays whose columns are contiguous; their addresses are registered with LLVM under
+``rbd_deriv_<routine>`` when this module is imported, so compiled kernels name them and load from
+the kernel cache like any other.
 """
 
 from __future__ import annotations
@@ -17,6 +27,13 @@ import glob
 import os
 from functools import lru_cache
 from typing import Callable
+
+import llvmlite.binding as llvm_binding
+import numba as nb
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import get_cython_function_address, intrinsic
 
 
 #: Thread-count setters of the OpenBLAS builds that NumPy and SciPy wheels bundle (the 64-bit
@@ -56,3 +73,121 @@ def single_threaded_blas() -> bool:
     for setter in setters:
         setter(1)
     return bool(setters)
+
+
+# ------------------------------------------------------------------------------ level-3 routines
+for _routine in ("dgemm", "dsyrk", "dtrsm"):
+    llvm_binding.add_symbol(f"rbd_deriv_{_routine}",
+                            get_cython_function_address("scipy.linalg.cython_blas", _routine))
+
+_DOUBLE = ir.DoubleType()
+
+
+def _fortran_call(context, builder, signature, args, routine, kinds):
+    """Call the Fortran ``routine`` with every argument by reference: ``kinds`` says, per argument,
+    c (a character code), i (an integer), d (a float) or a (an array: its data pointer)."""
+    values = []
+    for kind, value, value_type in zip(kinds, args, signature.args):
+        if kind == "a":
+            data = context.make_array(value_type)(context, builder, value).data
+            values.append(builder.bitcast(data, _DOUBLE.as_pointer()))
+            continue
+        if kind == "d":
+            value = context.cast(builder, value, value_type, types.float64)
+        else:
+            value = builder.trunc(value, ir.IntType(8 if kind == "c" else 32))
+        slot = cgutils.alloca_once(builder, value.type)
+        builder.store(value, slot)
+        values.append(slot)
+    function_type = ir.FunctionType(ir.VoidType(), [value.type for value in values])
+    function = cgutils.get_or_insert_function(builder.module, function_type, f"rbd_deriv_{routine}")
+    builder.call(function, values)
+    return context.get_dummy_value()
+
+
+@intrinsic
+def _dgemm(typingctx, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+    def codegen(context, builder, signature, args):
+        return _fortran_call(context, builder, signature, args, "dgemm", "cciiidaiaidai")
+    return types.void(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc), codegen
+
+
+@intrinsic
+def _dsyrk(typingctx, uplo, trans, n, k, alpha, a, lda, beta, c, ldc):
+    def codegen(context, builder, signature, args):
+        return _fortran_call(context, builder, signature, args, "dsyrk", "cciidaidai")
+    return types.void(uplo, trans, n, k, alpha, a, lda, beta, c, ldc), codegen
+
+
+@intrinsic
+def _dtrsm(typingctx, side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb):
+    def codegen(context, builder, signature, args):
+        return _fortran_call(context, builder, signature, args, "dtrsm", "cccciidaiai")
+    return types.void(side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb), codegen
+
+
+@nb.njit(cache=True)
+def _leading(a):
+    """Row stride of a row-major array in elements (BLAS's leading dimension of its transpose)."""
+    return max(1, a.strides[0] // a.itemsize)
+
+
+_NO = ord("N")
+_YES = ord("T")
+
+
+@nb.njit(cache=True)
+def gemm(alpha, A, transpose_a, B, transpose_b, beta, C):
+    """C = alpha op(A) op(B) + beta C (dgemm), op(X) = X.T if transpose_x else X.
+
+    Row-major float64 arrays with contiguous columns (rows may be strided: blocks of a larger
+    matrix); shapes as the product needs, C (m, n). With beta = 0, C's entries are not read.
+    """
+    m, n = C.shape
+    k = A.shape[0] if transpose_a else A.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        for i in range(m):
+            for j in range(n):
+                C[i, j] = beta * C[i, j] if beta != 0.0 else 0.0
+        return
+    # A row-major C is the column-major C^T = op(B)^T op(A)^T.
+    _dgemm(_YES if transpose_b else _NO, _YES if transpose_a else _NO, n, m, k, alpha, B,
+           _leading(B), A, _leading(A), beta, C, _leading(C))
+
+
+@nb.njit(cache=True)
+def syrk_lower(alpha, A, transpose, beta, C):
+    """Lower triangle of C = alpha X X^T + beta C (dsyrk), X = A.T if transpose else A.
+
+    C (n, n) and A as for :func:`gemm`; the strict upper triangle of C is neither read nor written.
+    """
+    n = C.shape[0]
+    k = A.shape[0] if transpose else A.shape[1]
+    if n == 0:
+        return
+    if k == 0:
+        for i in range(n):
+            for j in range(i + 1):
+                C[i, j] = beta * C[i, j] if beta != 0.0 else 0.0
+        return
+    # C's lower triangle is the upper triangle of the column-major C^T; A^T A is, column-major,
+    # A_f A_f^T ("N") with A_f = A^T, and A A^T is A_f^T A_f ("T").
+    _dsyrk(ord("U"), _NO if transpose else _YES, n, k, alpha, A, _leading(A), beta, C, _leading(C))
+
+
+@nb.njit(cache=True)
+def solve_lower(L, transpose, alpha, X):
+    """X = alpha L^-1 X, or alpha L^-T X if transpose (dtrsm), in place.
+
+    L (m, m) lower triangular (its strict upper triangle is not read), X (m, r); arrays as for
+    :func:`gemm`.
+    """
+    m, r = X.shape
+    if m == 0 or r == 0:
+        return
+    # Column-major, X_f = X^T and L_f = L^T (upper): L Y = X is Y_f L_f = X_f, L^T Y = X is
+    # Y_f L_f^T = X_f.
+    _dtrsm(ord("R"), ord("U"), _YES if transpose else _NO, _NO, r, m, alpha, L, _leading(L), X,
+           _leading(X))

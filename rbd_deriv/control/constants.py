@@ -26,6 +26,17 @@ REGULARIZATION_START = 1e-12
 REGULARIZATION_GROWTH = 100.0
 REGULARIZATION_ATTEMPTS = 6
 
+#: A held linearization is taken as a semi-implicit Euler step (position rows = [I, 0] + dt times
+#: the velocity rows, as rd.linearize computes them) when its position rows differ from that by at
+#: most this, relative to the largest entry of A or B (or 1); the fixed-base MPC then runs the
+#: structured Riccati pass (rbd_deriv.control.euler_riccati), else the dense one.
+EULER_STEP_TOLERANCE = 1e-12
+
+#: Joints from which the fixed-base MPC runs the structured pass on Euler steps: below, its ten
+#: small BLAS calls per knot cost more than the dense pass's products (measured crossover between
+#: 7 and 9 joints, docs/mpc.md).
+STRUCTURED_PASS_MIN_JOINTS = 8
+
 #: Relative distance to a bound under which a torque counts as sitting on it.
 BOUND_TOLERANCE = 1e-9
 

@@ -30,11 +30,14 @@ controls F only. The value function follows as :math:`P = Q_{xx} + Q_{ux,F}^T K_
 :math:`p = Q_x + K^T (Q_{uu} k + Q_u) + Q_{ux}^T k`. The forward pass rolls the affine model out
 with the feedback law, controls clamped to the box.
 
-The products go through ``np.dot``, which numba hands to BLAS (dgemm, dgemv), once they are large
-enough to be worth a call (``SMALL_PRODUCT`` multiply-adds); smaller ones, and everything of
-size nu^2 or less, stay in plain loops. All kernels take plain contiguous float64
-arrays and write into preallocated outputs owned by :mod:`rbd_deriv.control.solver`. The stage
-box QP and the warm start are the fixed-base MPC's (:mod:`rbd_deriv.control.riccati`).
+The matrix products are level-3 BLAS calls (:mod:`rbd_deriv.control.blas`: dgemm accumulating
+into its output and reading blocks in place, the symmetric rank-k update dsyrk, the triangular solve
+dtrsm); matrix-vector products go to BLAS through ``np.dot`` once they are large enough to be worth
+a call (``SMALL_PRODUCT`` multiply-adds), and everything of size nu^2 or less stays in plain loops.
+All kernels take plain contiguous float64 arrays and write into preallocated outputs owned by
+:mod:`rbd_deriv.control.solver` (the legged problems) or :mod:`rbd_deriv.control.workspace` (the fixed-base MPC, whose linearizations have the
+same structure with an empty free-flyer block). The stage box QP and the warm start are
+:mod:`rbd_deriv.control.riccati`'s.
 """
 
 from __future__ import annotations
@@ -44,16 +47,44 @@ import numpy as np
 
 from rbd_deriv.control.constants import (REGULARIZATION_ATTEMPTS, REGULARIZATION_GROWTH,
                                          REGULARIZATION_START, SMALL_PRODUCT)
+from rbd_deriv.control.blas import gemm, solve_lower, syrk_lower
 from rbd_deriv.control.riccati import STATUS_NOT_CONVEX, STATUS_NOT_FINITE, STATUS_OK, box_qp
 
 __all__ = ["STATUS_OK", "STATUS_NOT_CONVEX", "STATUS_NOT_FINITE", "flat_size", "backward_pass",
-           "forward_pass"]
+           "forward_pass", "is_euler_step"]
 
 
 def flat_size(nx: int, nu: int) -> int:
     """Length of the ``flat`` workspace of :func:`backward_pass` for ndx = nx and nu controls."""
     nv = nx // 2
-    return 3 * nv * nx + 2 * nv * nu + 2 * nv * nv + nu * nx + nu * nv + 2 * nu * nu + 3 * nu * nx
+    return nv * nu + nu * nx + nu * nu + 2 * nu * nx
+
+
+@nb.njit(cache=True)
+def is_euler_step(A, B, dt, tolerance):
+    """True if (A, B) is a semi-implicit Euler step of a vector space, the structure
+    :func:`backward_pass` reads with no free-flyer block.
+
+    With v+ = v + dt a and q+ = q + dt v+, the position rows are A_q = [I, 0] + dt A_v and
+    B_q = dt B_v (A_v, B_v the velocity rows); they must hold to ``tolerance`` times the largest
+    entry of A and B (or 1). A: (nx, nx) with nx = 2 nv, B: (nx, nu), dt: step [s]. NaN fails.
+    """
+    nv = A.shape[0] // 2
+    scale = 1.0
+    for value in A.ravel():
+        scale = max(scale, abs(value))
+    for value in B.ravel():
+        scale = max(scale, abs(value))
+    bound = tolerance * scale
+    for i in range(nv):
+        for j in range(2 * nv):
+            expected = dt * A[nv + i, j] + (1.0 if i == j else 0.0)
+            if not abs(A[i, j] - expected) <= bound:
+                return False
+        for j in range(B.shape[1]):
+            if not abs(B[i, j] - dt * B[nv + i, j]) <= bound:
+                return False
+    return True
 
 
 @nb.njit(cache=True)
@@ -61,23 +92,6 @@ def _block(flat, offset, rows, cols):
     """The (rows, cols) C-contiguous view of ``flat`` at ``offset``, and the offset just after it."""
     end = offset + rows * cols
     return flat[offset:end].reshape((rows, cols)), end
-
-
-@nb.njit(cache=True)
-def _mm(A, B, out):
-    """out = A @ B: BLAS for products worth its call, plain loops for small ones."""
-    n, m = A.shape
-    r = B.shape[1]
-    if n * m * r > SMALL_PRODUCT:
-        np.dot(A, B, out)
-        return
-    for i in range(n):
-        for j in range(r):
-            out[i, j] = 0.0
-        for p in range(m):
-            a = A[i, p]
-            for j in range(r):
-                out[i, j] += a * B[p, j]
 
 
 @nb.njit(cache=True)
@@ -95,89 +109,11 @@ def _mv(A, x, out):
 
 
 @nb.njit(cache=True)
-def _forward_substitution(L, m, rhs, out):
-    """out (m, n) = L[:m, :m]^-1 rhs, row by row."""
-    for i in range(m):
-        out[i, :] = rhs[i, :]
-        for p in range(i):
-            lip = L[i, p]
-            out[i, :] -= lip * out[p, :]
-        out[i, :] /= L[i, i]
-
-
-@nb.njit(cache=True)
-def _backward_substitution(L, m, rhs, out):
-    """out (m, n) = L[:m, :m]^-T rhs, row by row from the last."""
-    for i in range(m - 1, -1, -1):
-        out[i, :] = rhs[i, :]
-        for p in range(i + 1, m):
-            lpi = L[p, i]
-            out[i, :] -= lpi * out[p, :]
-        out[i, :] /= L[i, i]
-
-
-@nb.njit(cache=True)
-def _lower_inverse(L, m, out):
-    """out (m, m) = L[:m, :m]^-1 for a lower-triangular L, row by row (zeros above the diagonal)."""
-    for i in range(m):
-        for j in range(m):
-            out[i, j] = 0.0
-        # Row i of L X = I: X[i, :i+1] = (e_i - sum_p L[i, p] X[p, :]) / L[i, i].
-        out[i, i] = 1.0
-        for p in range(i):
-            lip = L[i, p]
-            for j in range(p + 1):
-                out[i, j] -= lip * out[p, j]
-        inverse = 1.0 / L[i, i]
-        for j in range(i + 1):
-            out[i, j] *= inverse
-
-
-@nb.njit(cache=True)
 def _all_finite(a):
     for value in a.ravel():
         if not np.isfinite(value):
             return False
     return True
-
-
-@nb.njit(cache=True)
-def _transport_matrix(P, Jq, Jv, dt, S, out):
-    """out = T^T P T for the Euler step's T = [[Jq, dt Jv], [0, I]] (see :func:`backward_pass`).
-
-    Jq and Jv are the identity but for their leading (b, b) block, given as Jq, Jv (b, b); S is a
-    workspace like P. Costs O(ndx^2 b) instead of two dense products.
-    """
-    nx = P.shape[0]
-    nv = nx // 2
-    b = Jq.shape[0]
-    # S = P T, column blocks: [P_:q Jq, dt P_:q Jv + P_:v].
-    for i in range(nx):
-        for j in range(nv):
-            S[i, j] = P[i, j]
-            S[i, nv + j] = dt * P[i, j] + P[i, nv + j]
-        for j in range(b):
-            sq = 0.0
-            sv = 0.0
-            for r in range(b):
-                sq += P[i, r] * Jq[r, j]
-                sv += P[i, r] * Jv[r, j]
-            S[i, j] = sq
-            S[i, nv + j] = dt * sv + P[i, nv + j]
-    # out = T^T S, row blocks: [Jq^T S_q:, dt Jv^T S_q: + S_v:].
-    for i in range(nv):
-        for j in range(nx):
-            out[i, j] = S[i, j]
-            out[nv + i, j] = dt * S[i, j] + S[nv + i, j]
-    for i in range(b):
-        for j in range(nx):
-            sq = 0.0
-            sv = 0.0
-            for r in range(b):
-                sq += Jq[r, i] * S[r, j]
-                sv += Jv[r, i] * S[r, j]
-            out[i, j] = sq
-            out[nv + i, j] = dt * sv + S[nv + i, j]
 
 
 @nb.njit(cache=True)
@@ -200,7 +136,9 @@ def _transport_gradient(w, Jq, Jv, dt, out):
 
 @nb.njit(cache=True)
 def _apply_step(Jq, Jv, dt, dq, dv_next, out):
-    """out = T [dq; dv+] = [Jq dq + dt Jv dv+; dv+], the tangent deviation after the Euler step."""
+    """out = T [dq; dv+] = [Jq dq + dt Jv dv+; dv+], the tangent deviation after the Euler step.
+
+    dv_next may be out[nv:] itself: each entry is read before its row of out is written."""
     nv = dq.shape[0]
     b = Jq.shape[0]
     for i in range(nv):
@@ -216,6 +154,63 @@ def _apply_step(Jq, Jv, dt, dq, dv_next, out):
 
 
 @nb.njit(cache=True)
+def _transport_matrix(P, Jq, Jv, dt, S, out):
+    """out = T^T P T for the Euler step's T = [[Jq, dt Jv], [0, I]] (see :func:`backward_pass`).
+
+    Jq and Jv are the identity but for their leading (b, b) block, given as Jq, Jv (b, b); S is a
+    workspace like P. Costs O(ndx^2 b) instead of two dense products.
+    """
+    nx = P.shape[0]
+    nv = nx // 2
+    b = Jq.shape[0]
+    if b == 0:
+        # T = [[I, dt I], [0, I]]: one pass over the blocks of P.
+        for i in range(nv):
+            for j in range(nv):
+                p11 = P[i, j]
+                p12 = P[i, nv + j]
+                p21 = P[nv + i, j]
+                s12 = dt * p11 + p12
+                s22 = dt * p21 + P[nv + i, nv + j]
+                out[i, j] = p11
+                out[i, nv + j] = s12
+                out[nv + i, j] = dt * p11 + p21
+                out[nv + i, nv + j] = dt * s12 + s22
+        return
+    # S = P T, column blocks [P_:q Jq, dt P_:q Jv + P_:v]; P is symmetric, so the columns of
+    # P_:q Jq are the rows of Jq^T P_q:, sums of rows of P (contiguous, vectorized).
+    for i in range(nx):
+        for j in range(nv):
+            S[i, j] = P[i, j]
+            S[i, nv + j] = dt * P[i, j] + P[i, nv + j]
+    for j in range(b):
+        for i in range(nx):
+            S[i, j] = 0.0
+            S[i, nv + j] = P[i, nv + j]
+        for r in range(b):
+            cq = Jq[r, j]
+            cv = dt * Jv[r, j]
+            for i in range(nx):
+                S[i, j] += cq * P[r, i]
+                S[i, nv + j] += cv * P[r, i]
+    # out = T^T S, row blocks: [Jq^T S_q:, dt Jv^T S_q: + S_v:].
+    for i in range(nv):
+        for j in range(nx):
+            out[i, j] = S[i, j]
+            out[nv + i, j] = dt * S[i, j] + S[nv + i, j]
+    for i in range(b):
+        for j in range(nx):
+            out[i, j] = 0.0
+            out[nv + i, j] = S[nv + i, j]
+        for r in range(b):
+            cq = Jq[r, i]
+            cv = dt * Jv[r, i]
+            for j in range(nx):
+                out[i, j] += cq * S[r, j]
+                out[nv + i, j] += cv * S[r, j]
+
+
+@nb.njit(cache=True)
 def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, control_upper,
                   K, k_ff, free, P, p, Vx, work, matrices, flat, index):
     """Box-constrained Riccati recursion from knot N down to 0.
@@ -225,8 +220,22 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
     carry the dynamics and the position rows follow from the integrator,
     :math:`\\delta x^+ = T [\\delta q; \\delta v^+]` with
     :math:`T = [[J_q, \\Delta t J_v], [0, I]]` (Jacobians of :math:`q \\oplus \\Delta t v^+`).
-    So :math:`A^T P A = \\bar A^T (T^T P T) \\bar A` with :math:`\\bar A = [[I, 0], [F_x]]`: the
-    products are nv x nv x ndx instead of ndx^3, half the work of dense A.
+    With :math:`\\tilde P = T^T P T`, :math:`\\bar A = [[I, 0], [F_x]]`,
+    :math:`\\bar B = [[0], [F_u]]` and :math:`E = [I, 0]`:
+
+    .. math::
+
+        M_x = \\tilde P \\bar A = \\tilde P_{:,v} F_x + [\\tilde P_{:,q}, 0], \\quad
+        Q_{xx} = L_{xx} + E^T M_{x,q} + F_x^T M_{x,v}, \\quad
+        Q_{ux} = L_{ux} + F_u^T M_{x,v}, \\quad
+        Q_{uu} = L_{uu} + F_u^T \\tilde P_{vv} F_u,
+
+    products with nv rows. Only the lower triangle of :math:`Q_{xx}` is formed (its rows q on the
+    columns q, its rows v whole, so only those blocks of :math:`M_{x,q}`): 10 nv^3 multiply-adds
+    for nu = nv, where dense A and B take 26 nv^3.
+    The value update, with :math:`Q_{uu,FF} = L L^T` on the free controls F and
+    :math:`W = L^{-1} Q_{ux,F}` (a triangular solve), is :math:`K_F = -L^{-T} W` (another) and
+    :math:`P = Q_{xx} - W^T W` (a symmetric rank-m update): 4 nv^3.
 
     Args:
         A: (N, ndx, ndx), B: (N, ndx, nu) Jacobians of the step (only rows nv: are read);
@@ -258,9 +267,9 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
     qp_iterations = 0
     clamped = 0
     Pt = matrices[0]
-    S = matrices[1]
+    Mx = matrices[1]
     Qxx = matrices[2]
-    PA = matrices[3]
+    S = matrices[3]
     L = matrices[4]
     vector = work[0, :nx]
     g = work[1, :nx]
@@ -269,55 +278,48 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
     lower = work[4, :nu]
     upper = work[5, :nu]
     quu_k = work[6, :nu]
-    # Contiguous blocks for BLAS: numba hands only contiguous operands to dgemm.
-    Gx, offset = _block(flat, 0, nv, nx)
-    Gu, offset = _block(flat, offset, nv, nu)
-    Yx, offset = _block(flat, offset, nv, nx)
-    Yu, offset = _block(flat, offset, nv, nu)
-    P22, offset = _block(flat, offset, nv, nv)
-    P12, offset = _block(flat, offset, nv, nv)
-    C1, offset = _block(flat, offset, nv, nx)
+    Mu, offset = _block(flat, 0, nv, nu)
     Qux, offset = _block(flat, offset, nu, nx)
-    C2, offset = _block(flat, offset, nu, nv)
     Quu, offset = _block(flat, offset, nu, nu)
-    rest = flat[offset:]
+    start_free = offset
     for k in range(horizon - 1, -1, -1):
+        # Rows nv: of A_k and B_k, [F_x F_u], are C-contiguous views: no copy.
+        Fx = A[k, nv:]
+        Fu = B[k, nv:]
         # Value at knot k+1 seen through the integrator: Pt = T^T P T, g = T^T (p + P d).
         _mv(P, d[k], vector)
         vector += p
         _transport_gradient(vector, Jq[k], Jv[k], dt, g)
         _transport_matrix(P, Jq[k], Jv[k], dt, S, Pt)
-        Gx[:, :] = A[k, nv:, :]
-        Gu[:, :] = B[k, nv:, :]
-        P22[:, :] = Pt[nv:, nv:]
-        P12[:, :] = Pt[:nv, nv:]
-        # Qxx = [[Pt11, 0], [0, 0]] + E^T Pt12 Gx + Gx^T Pt21 E + Gx^T Pt22 Gx + Lxx, E = [I 0].
-        _mm(P22, Gx, Yx)
-        _mm(P22, Gu, Yu)
-        _mm(Gx.T, Yx, Qxx)
-        _mm(P12, Gx, C1)
+        # Mx = Pt_:v Fx + [Pt_:q, 0]: its rows v, and its rows q on the columns q (all that the
+        # lower triangle of Qxx reads).
+        Mx_v = Mx[nv:]
+        gemm(1.0, Pt[nv:, nv:], False, Fx, False, 0.0, Mx_v)
+        gemm(1.0, Pt[:nv, nv:], False, Fx[:, :nv], False, 0.0, Mx[:nv, :nv])
+        for i in range(nx):
+            for j in range(nv):
+                Mx[i, j] += Pt[i, j]
+        # Lower block rows of Qxx = Lxx + E^T Mx_q + Fx^T Mx_v; Qux = Lux + Fu^T Mx_v,
+        # Quu = Luu + Fu^T Pt_vv Fu.
+        Lxx_k = Lxx[k]
         for i in range(nv):
-            for j in range(nx):
-                Qxx[i, j] += C1[i, j]
-                Qxx[j, i] += C1[i, j]
             for j in range(nv):
-                Qxx[i, j] += Pt[i, j]
-        Qxx += Lxx[k]
-        # Qux = Gu^T Pt21 E + Gu^T Pt22 Gx + Lux; Quu = Gu^T Pt22 Gu + Luu.
-        _mm(Gu.T, Yx, Qux)
-        _mm(Gu.T, P12.T, C2)
-        for a in range(nu):
-            for j in range(nv):
-                Qux[a, j] += C2[a, j]
-        Qux += Lux[k]
-        _mm(Gu.T, Yu, Quu)
-        Quu += Luu[k]
-        # Qx = E^T g_q + Gx^T g_v + Lx, Qu = Gu^T g_v + Lu.
-        _mv(Gx.T, g[nv:], Qx)
+                Qxx[i, j] = Lxx_k[i, j] + Mx[i, j]
+        Qxx[nv:, :] = Lxx_k[nv:]
+        gemm(1.0, Fx[:, :nv], True, Mx_v[:, :nv], False, 1.0, Qxx[:nv, :nv])
+        gemm(1.0, Fx[:, nv:], True, Mx_v, False, 1.0, Qxx[nv:])
+        Qux[:, :] = Lux[k]
+        gemm(1.0, Fu, True, Mx_v, False, 1.0, Qux)
+        gemm(1.0, Pt[nv:, nv:], False, Fu, False, 0.0, Mu)
+        Quu[:, :] = Luu[k]
+        gemm(1.0, Fu, True, Mu, False, 1.0, Quu)
+        # Qx = E^T g_q + Fx^T g_v + Lx, Qu = Fu^T g_v + Lu.
+        g_v = g[nv:]
+        _mv(Fx.T, g_v, Qx)
         for i in range(nv):
             Qx[i] += g[i]
         Qx += Lx[k]
-        _mv(Gu.T, g[nv:], Qu)
+        _mv(Fu.T, g_v, Qu)
         Qu += Lu[k]
         # An overflow upstream shows here first; it is not a convexity problem.
         if not (_all_finite(Qu) and _all_finite(Quu)):
@@ -353,31 +355,36 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         if status != STATUS_OK:
             return status, qp_iterations, clamped
         clamped += nu - m
+        # P from the lower triangle of Qxx (the only one computed), made symmetric below.
+        for i in range(nx):
+            for j in range(i + 1):
+                P[i, j] = Qxx[i, j]
         # With Quu_FF = L L^T and W = L^-1 Qux_F: K_F = -L^-T W and P = Qxx - W^T W, which is
         # Qxx + Qux^T K (K^T Quu K and K^T Qux cancel for this K). Clamped rows get no feedback.
-        K[k, :, :] = 0.0
-        P[:, :] = Qxx
-        if m > 0:
-            Linv, used = _block(rest, 0, m, m)
-            Qux_F, used = _block(rest, used, m, nx)
-            W, used = _block(rest, used, m, nx)
-            K_F, used = _block(rest, used, m, nx)
-            for a in range(m):
-                Qux_F[a, :] = Qux[index[a], :]
-            if m * m * nx > 16 * SMALL_PRODUCT:
-                # Large free sets: the explicit inverse turns both solves into BLAS products.
-                _lower_inverse(L, m, Linv)
-                _mm(Linv, Qux_F, W)
-                _mm(Linv.T, W, K_F)
-            else:
-                # Small ones: substitutions, more accurate when L is ill-conditioned.
-                _forward_substitution(L, m, Qux_F, W)
-                _backward_substitution(L, m, W, K_F)
-            for a in range(m):
-                for j in range(nx):
-                    K[k, index[a], j] = -K_F[a, j]
-            _mm(W.T, W, PA)
-            P -= PA
+        if m == nu:
+            # Every control free (index[:m] is 0, 1, ..., nu - 1): K_F is K_k.
+            W, _ = _block(flat, start_free, nu, nx)
+            W[:, :] = Qux
+            solve_lower(L[:m, :m], False, 1.0, W)
+            syrk_lower(-1.0, W, True, 1.0, P)
+            K[k, :, :] = W
+            solve_lower(L[:m, :m], True, -1.0, K[k])
+        else:
+            K[k, :, :] = 0.0
+            if m > 0:
+                W, used = _block(flat, start_free, m, nx)
+                K_F, _ = _block(flat, used, m, nx)
+                for a in range(m):
+                    W[a, :] = Qux[index[a], :]
+                solve_lower(L[:m, :m], False, 1.0, W)
+                syrk_lower(-1.0, W, True, 1.0, P)
+                K_F[:, :] = W
+                solve_lower(L[:m, :m], True, -1.0, K_F)
+                for a in range(m):
+                    K[k, index[a], :] = K_F[a, :]
+        for i in range(nx):
+            for j in range(i):
+                P[j, i] = P[i, j]
         # p = Qx + K^T (Quu k + Qu) + Qux^T k.
         _mv(Quu, k_ff[k], quu_k)
         quu_k += Qu
@@ -386,12 +393,6 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         _mv(Qux.T, k_ff[k], vector)
         p += vector
         Vx[k] = p
-        # Round-off breaks the symmetry of P over a long horizon if left alone.
-        for i in range(nx):
-            for j in range(i):
-                s = 0.5 * (P[i, j] + P[j, i])
-                P[i, j] = s
-                P[j, i] = s
     if not _all_finite(p):
         return STATUS_NOT_FINITE, qp_iterations, clamped
     return STATUS_OK, qp_iterations, clamped
@@ -419,7 +420,7 @@ def forward_pass(A, B, d, Jq, Jv, dt, K, k_ff, U, control_lower, control_upper, 
     nv = nx // 2
     nu = U.shape[1]
     du = work[0, :nu]
-    dv_next = work[1, :nv]
+    control_part = work[1, :nv]
     largest = 0.0
     DX[0, :] = 0.0
     for k in range(horizon):
@@ -431,13 +432,11 @@ def forward_pass(A, B, d, Jq, Jv, dt, K, k_ff, U, control_lower, control_upper, 
             change = abs(du[a])
             if not change <= largest:  # NaN propagates as an infinite update
                 largest = change if np.isfinite(change) else np.inf
-        for i in range(nv):
-            s = 0.0
-            for j in range(nx):
-                s += A[k, nv + i, j] * DX[k, j]
-            for a in range(nu):
-                s += B[k, nv + i, a] * du[a]
-            dv_next[i] = s
+        # dv+ = F_x dx + F_u du, written where _apply_step puts it (it reads each entry first).
+        dv_next = DX[k + 1, nv:]
+        _mv(A[k, nv:], DX[k], dv_next)
+        _mv(B[k, nv:], du, control_part)
+        dv_next += control_part
         _apply_step(Jq[k], Jv[k], dt, DX[k, :nv], dv_next, DX[k + 1])
         for i in range(nx):
             DX[k + 1, i] += d[k, i]

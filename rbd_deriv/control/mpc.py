@@ -243,11 +243,13 @@ class ModelPredictiveController:
 
 
 def precompile_kernels() -> None:
-    """Compile the solver's kernels (rbd_deriv.control.riccati) into the kernel cache; the package's build
-    (rbd_deriv.precompile) runs it, so that an MPC node's first tick loads them instead of compiling.
+    """Compile the solver's kernels (rbd_deriv.control.riccati, rbd_deriv.control.euler_riccati) into the
+    kernel cache; the package's build (rbd_deriv.precompile) runs it, so that an MPC node's first tick loads
+    them instead of compiling.
 
-    Two ticks of a 2-joint problem in held-linearization mode, cold then warm-started, call every kernel
-    with the argument types a tick passes (the workspace's arrays, Python floats and ints)."""
+    Two ticks of a 2-joint problem in held-linearization mode, cold then warm-started, with a linearization
+    that is not an Euler step (the dense pass) then with one that is (the structured pass), call every
+    kernel with the argument types a tick passes (the workspace's arrays, Python floats and ints)."""
     nv, nx = 2, 4
     problem = MPCProblem(
         joint_names=("a", "b"), horizon=3, dt=0.05, torque_lower=-np.ones(nv), torque_upper=np.ones(nv),
@@ -255,7 +257,14 @@ def precompile_kernels() -> None:
         velocity_weight=np.ones(nv), torque_weight=np.ones(nv), mode=Mode.HELD)
     controller = ModelPredictiveController(problem)
     controller.set_reference(np.zeros((problem.horizon + 1, nx)), np.zeros((problem.horizon, nv)))
-    held = HeldLinearization(A=np.eye(nx), B=np.vstack([np.zeros((nv, nv)), problem.dt * np.eye(nv)]),
-                             x=np.zeros(nx), u=np.zeros(nv), x_next=np.zeros(nx), dt=problem.dt)
-    for time in (0.0, problem.dt / 2):
-        controller.solve(np.full(nx, 0.1), time, held)
+    dt, identity = problem.dt, np.eye(nv)
+    dense = HeldLinearization(A=np.eye(nx), B=np.vstack([np.zeros((nv, nv)), dt * identity]),
+                              x=np.zeros(nx), u=np.zeros(nv), x_next=np.zeros(nx), dt=dt)
+    euler = HeldLinearization(A=np.block([[identity, dt * identity], [0 * identity, identity]]),
+                              B=np.vstack([dt * dt * identity, dt * identity]), x=np.zeros(nx),
+                              u=np.zeros(nv), x_next=np.zeros(nx), dt=dt)
+    controller.workspace.structured_pass = True
+    for held in (dense, euler):
+        controller.reset()
+        for time in (0.0, dt / 2):
+            controller.solve(np.full(nx, 0.1), time, held)

@@ -34,9 +34,13 @@ STATUS_NOT_CONVEX = 1
 STATUS_NOT_FINITE = 2
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, fastmath={"reassoc"})
 def _cholesky_subset(H, index, m, L):
-    """Lower Cholesky factor of H[index[:m], index[:m]] into L[:m, :m]; False if not positive definite."""
+    """Lower Cholesky factor of H[index[:m], index[:m]] into L[:m, :m]; False if not positive definite.
+
+    The dot products of rows of L may be summed in any order (``reassoc``), which lets them use
+    vector instructions; NaN and inf keep their meaning.
+    """
     for i in range(m):
         for j in range(i + 1):
             s = H[index[i], index[j]]
@@ -101,6 +105,18 @@ def _factor_free_set(H, free, index, L):
 
 
 @nb.njit(cache=True)
+def _same_free_set(free, index, m):
+    """True if the free variables are exactly index[:m] (listed in increasing order)."""
+    count = 0
+    for i in range(free.shape[0]):
+        if free[i]:
+            if count >= m or index[count] != i:
+                return False
+            count += 1
+    return count == m
+
+
+@nb.njit(cache=True)
 def _quadratic(H, g_lin, x):
     value = 0.0
     n = x.shape[0]
@@ -138,6 +154,7 @@ def box_qp(H, g_lin, lower, upper, x, free, index, L, work):
     value = _quadratic(H, g_lin, x)
     iterations = 0
     m = 0
+    factored = False
     for iterations in range(1, BOX_QP_MAX_ITERATIONS + 1):
         norm = _free_set(H, g_lin, x, lower, upper, free, gradient)
         if not np.isfinite(norm):
@@ -145,6 +162,7 @@ def box_qp(H, g_lin, lower, upper, x, free, index, L, work):
         if norm <= BOX_QP_TOLERANCE:
             break
         m, convex = _factor_free_set(H, free, index, L)
+        factored = convex
         if not convex:
             return iterations, m, STATUS_NOT_CONVEX
         # Newton step on the free variables, the clamped ones stay on their bound.
@@ -174,8 +192,11 @@ def box_qp(H, g_lin, lower, upper, x, free, index, L, work):
         for i in range(n):
             x[i] = trial[i]
         value = trial_value
-    # The feedback gain needs the factor of the free set at the returned point.
+    # The feedback gain needs the factor of the free set at the returned point: the last one
+    # if the set has not changed since it was factored.
     _free_set(H, g_lin, x, lower, upper, free, gradient)
+    if factored and _same_free_set(free, index, m):
+        return iterations, m, STATUS_OK
     m, convex = _factor_free_set(H, free, index, L)
     return iterations, m, STATUS_OK if convex else STATUS_NOT_CONVEX
 

@@ -2,16 +2,38 @@
 
 A :class:`RiccatiWorkspace` holds the nominal trajectory (warm start), the reference, the affine
 dynamics of the deviations for every knot, the cost derivatives, the gains and every scratch
-buffer of :mod:`rbd_deriv.control.riccati`. Nothing is allocated per tick except by the batched
-linearization of the core library in re-linearization mode.
+buffer of the Riccati kernels. Nothing is allocated per tick except by the batched linearization
+of the core library in re-linearization mode.
+
+Two backward and forward passes solve the same problem. When the dynamics are semi-implicit Euler
+steps (always in re-linearization mode, where ``rd.linearize_batch`` gives them; in held mode when
+the linearization has that structure, :func:`is_euler_step`) and the robot has
+STRUCTURED_PASS_MIN_JOINTS joints or more, the structured pass of
+:mod:`rbd_deriv.control.euler_riccati` runs, with no free-flyer block: its products have nv rows
+instead of nx. Any other (A, B), and small arms, go through the dense pass of
+:mod:`rbd_deriv.control.riccati`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rbd_deriv.control import riccati
+from rbd_deriv.control import euler_riccati, riccati
+from rbd_deriv.control.constants import EULER_STEP_TOLERANCE, STRUCTURED_PASS_MIN_JOINTS
 from rbd_deriv.control.problem import MPCProblem
+from rbd_deriv.exceptions import InputError
+
+
+def is_euler_step(A: np.ndarray, B: np.ndarray, dt: float) -> bool:
+    """True if (A, B) is a semi-implicit Euler step of a vector space to EULER_STEP_TOLERANCE.
+
+    With v+ = v + dt a and q+ = q + dt v+, the position rows are A_q = [I, 0] + dt A_v and
+    B_q = dt B_v (A_v, B_v the velocity rows); see :func:`rbd_deriv.control.euler_riccati.is_euler_step`.
+
+    Args:
+        A: (nx, nx) state Jacobian, nx = 2 nv; B: (nx, nu) input Jacobian; dt: step [s].
+    """
+    return bool(euler_riccati.is_euler_step(A, B, float(dt), EULER_STEP_TOLERANCE))
 
 
 class RiccatiWorkspace:
@@ -23,6 +45,9 @@ class RiccatiWorkspace:
         A, B, d: Affine dynamics of the deviations, (N, nx, nx), (N, nx, nu), (N, nx).
         K, k_ff: Feedback (N, nu, nx) and feedforward (N, nu) of the last backward pass.
         free: (N, nu) torques not held by a bound at the last backward pass.
+        euler_step: True when the dynamics set last are semi-implicit Euler steps.
+        structured_pass: Whether Euler steps go through the structured pass (by default from
+            STRUCTURED_PASS_MIN_JOINTS joints); False keeps the dense pass for every (A, B).
     """
 
     def __init__(self, problem: MPCProblem) -> None:
@@ -67,6 +92,22 @@ class RiccatiWorkspace:
         self._vector = np.zeros(nx)
         self._dx = np.zeros(nx)
         self._dx_next = np.zeros(nx)
+        # The structured pass: dense cost Hessians (diagonal here), no free-flyer block.
+        self.euler_step = False
+        self.structured_pass = nu >= STRUCTURED_PASS_MIN_JOINTS
+        self._Lxx = np.zeros((horizon + 1, nx, nx))
+        self._Lxx_diagonal = np.einsum("kii->ki", self._Lxx)  # a writable view of the diagonals
+        self._Lux = np.zeros((horizon, nu, nx))
+        self._Luu = np.zeros((horizon, nu, nu))
+        self._Luu[:, np.arange(nu), np.arange(nu)] = self.torque_weight
+        self._no_block = np.zeros((horizon, 0, 0))
+        self._dt = float(problem.dt)
+        self._Vx = np.zeros((horizon + 1, nx))
+        self._euler_work = np.zeros((12, nx))
+        self._matrices = np.zeros((5, nx, nx))
+        self._flat = np.zeros(euler_riccati.flat_size(nx, nu))
+        self._DX = np.zeros((horizon + 1, nx))
+        self._forward_work = np.zeros((2, nx))
 
     def warm_start(self, X_prev: np.ndarray, U_prev: np.ndarray, elapsed: float,
                    x0: np.ndarray) -> None:
@@ -84,12 +125,22 @@ class RiccatiWorkspace:
                           u_lin: np.ndarray, x_plus: np.ndarray) -> None:
         """Every knot uses x' = x+ + A (x - x_lin) + B (u - u_lin) (mode 1)."""
         riccati.held_dynamics(A, B, x_lin, u_lin, x_plus, self.X, self.U, self.A, self.B, self.d)
+        self.euler_step = is_euler_step(A, B, self.problem.dt)
 
     def set_knot_dynamics(self, A: np.ndarray, B: np.ndarray, X_next: np.ndarray) -> None:
-        """Knot k uses its own (A_k, B_k) and f(X_k, U_k) = X_next[k] (mode 2); shapes (N, ...)."""
-        self.A[:] = A
-        self.B[:] = B
+        """Knot k uses its own (A_k, B_k) and f(X_k, U_k) = X_next[k] (mode 2); shapes (N, ...).
+
+        A and B must be ``rd.linearize_batch``'s semi-implicit Euler steps at the problem's dt:
+        the structured pass reads only their velocity rows. They are kept, not copied (copying
+        both is a few hundred microseconds for a humanoid): the caller hands them over.
+        """
+        if A.shape != self.A.shape or B.shape != self.B.shape:
+            raise InputError(f"knot dynamics must have shapes {self.A.shape} and {self.B.shape}, "
+                             f"got {A.shape} and {B.shape}")
+        self.A = np.ascontiguousarray(A, dtype=float)
+        self.B = np.ascontiguousarray(B, dtype=float)
         np.subtract(X_next, self.X[1:], out=self.d)
+        self.euler_step = True
 
     def cost(self, X: np.ndarray, U: np.ndarray) -> float:
         """MPC cost of a trajectory X (N+1, nx), U (N, nu) against the stored reference."""
@@ -110,6 +161,8 @@ class RiccatiWorkspace:
                                        self.state_upper, p.limit_weight, self.Wx, self.gx, self.gu)
         # The previous feedforward, read at the new nominal, is a good first guess of the QP.
         np.clip(self.k_ff, self.torque_lower - self.U, self.torque_upper - self.U, out=self.k_ff)
+        if self.euler_step and self.structured_pass:
+            return self._iterate_euler()
         status, qp_iterations, clamped = riccati.backward_pass(
             self.A, self.B, self.d, self.Wx, self.gx, self.torque_weight, self.gu, self.U,
             self.torque_lower, self.torque_upper, self.K, self.k_ff,
@@ -120,6 +173,23 @@ class RiccatiWorkspace:
         largest = riccati.forward_pass(self.A, self.B, self.d, self.K, self.k_ff, self.X, self.U,
                                        self.torque_lower, self.torque_upper, self.X_new,
                                        self.U_new, self._dx, self._dx_next)
+        return status, qp_iterations, clamped, largest
+
+    def _iterate_euler(self) -> tuple[int, int, int, float]:
+        """:meth:`iterate` through the structured kernels (dynamics that are Euler steps)."""
+        np.copyto(self._Lxx_diagonal, self.Wx)
+        status, qp_iterations, clamped = euler_riccati.backward_pass(
+            self.A, self.B, self.d, self._no_block, self._no_block, self._dt, self._Lxx,
+            self._Lux, self._Luu, self.gx, self.gu, self.U, self.torque_lower, self.torque_upper,
+            self.K, self.k_ff, self.free, self._P, self._p, self._Vx, self._euler_work,
+            self._matrices, self._flat, self._index)
+        if status != riccati.STATUS_OK:
+            return status, qp_iterations, clamped, np.inf
+        largest = euler_riccati.forward_pass(
+            self.A, self.B, self.d, self._no_block, self._no_block, self._dt, self.K,
+            self.k_ff, self.U, self.torque_lower, self.torque_upper, self._DX, self.U_new,
+            self._forward_work)
+        np.add(self.X, self._DX, out=self.X_new)
         return status, qp_iterations, clamped, largest
 
     def accept(self) -> None:
