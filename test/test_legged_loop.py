@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import time
 
+import collections
+
 import numpy as np
 import pytest
 
@@ -101,9 +103,11 @@ def test_gait_phase_and_plan_stamps_follow_the_knot_grid(solo):
     period = mpcs["trot"].gait.period
     assert period == 20
     phases, stamps = [], []
-    for k in range(0, 70):
+    ticks = 100  # 0.7 s: every phase of the 0.4 s period comes, however long the first solve took
+    for k in range(ticks):
         stamp = START + k * 7 * MS
         feed(loop, model, x[:model.nq], x[model.nq:], stamp)
+        sent_before = list(loop._sent)  # the policies the last tick's prediction ran under
         tick = loop.tick(stamp)
         assert tick.source is LeggedSource.PLAN, (k, tick.source, tick.trouble)
         phases.append(loop.mpc.phase)
@@ -112,18 +116,23 @@ def test_gait_phase_and_plan_stamps_follow_the_knot_grid(solo):
     # tick plus 5 ms (ceil), never before the last one sent.
     gait_start = stamps[0]
     knots = [0]
-    for k in range(1, 70):
+    for k in range(1, ticks):
         knots.append(max(knots[-1], -(-(START + k * 7 * MS + 5 * MS - gait_start) // (20 * MS))))
     assert phases == [n % period for n in knots] and max(phases) == period - 1
     assert stamps == [gait_start + n * 20 * MS for n in knots]
-    # The last plan starts where the robot, measured at rest at its last tick, goes under the policies sent.
-    state_time = (69 * 7) * 1e-3  # seconds from the loop's first stamp, START
+    # The last plan starts where the robot, measured at rest at its last tick, goes under the policies sent
+    # before it (its own policy replaces one stamped at the same knot, which the prediction used).
+    state_time = ((ticks - 1) * 7) * 1e-3  # seconds from the loop's first stamp, START
+    sent_after = loop._sent
+    loop._sent = collections.deque(sent_before, maxlen=sent_after.maxlen)
     q0, v0 = loop.predict(x[:model.nq], x[model.nq:], state_time, (stamps[-1] - START) * 1e-9)
+    loop._sent = sent_after
     np.testing.assert_allclose(tick.policy.x_ref[0], np.r_[q0, v0], rtol=1e-9, atol=1e-9)
     assert np.abs(v0).max() > 1e-6, "the policies sent move the robot: the prediction is not the measurement"
     loop.set_gait("stand")
-    feed(loop, model, x[:model.nq], x[model.nq:], START + 500 * MS)
-    assert loop.tick(START + 500 * MS).source is LeggedSource.PLAN and loop.mpc is mpcs["stand"]
+    later = START + (ticks * 7 + 100) * MS
+    feed(loop, model, x[:model.nq], x[model.nq:], later)
+    assert loop.tick(later).source is LeggedSource.PLAN and loop.mpc is mpcs["stand"]
     with pytest.raises(InputError, match="gallop"):
         loop.set_gait("gallop")
     assert loop.gait == "stand"
