@@ -123,8 +123,7 @@ def _zero_forces(model: Model) -> np.ndarray:
 
 
 def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Dict[str, tuple]] = None,
-              explain: Optional[Callable[[int, int, Sequence[str]], Exception]] = None,
-              out: Optional[Dict[str, np.ndarray]] = None) -> List[np.ndarray]:
+              explain: Optional[Callable[[int, int, Sequence[str]], Exception]] = None) -> List[np.ndarray]:
     """Run a registered kernel at K states; return its outputs, each (K, ...).
 
     Args:
@@ -137,8 +136,6 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
         shapes: One state's shape of an output that is not a Data region of the same name.
         explain: The exception of state k's nonzero status, given (k, status, argument names), for errors
             that depend on the state's own arguments (a contact set's frames); default ``registered.error``.
-        out: Arrays to write outputs into instead of new ones, by output name: C-contiguous float64 of K rows
-            of one state's shape (a caller's scratch that it reuses from call to call).
 
     Raises:
         InputError: an input that is not an array of K rows, or the first failing state's error, prefixed
@@ -169,8 +166,7 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
         per_state.append(array)
     if not direct or count is None:
         count = _convert_states(values, plan.inputs, per_state)
-    outputs = [out[name] if out and name in out else np.empty((count,) + _state_shape(model, name, shapes))
-               for name in plan.outputs]
+    outputs = [np.empty((count,) + _state_shape(model, name, shapes)) for name in plan.outputs]
     codes = np.zeros(count, dtype=np.int64)
     threads = max(1, min(numba.get_num_threads(), count))
     workspaces = _take_workspaces(model, threads)

@@ -40,8 +40,8 @@ dimensions, ``W``, ``d`` and ``n`` alone, ``N`` followed by the position of the 
 
 Batches: ``parallel(kernel, count, threads, status, *arguments)`` (from the extension) runs one kernel over
 ``count`` items (states) on the calling thread and up to ``threads - 1`` worker threads. An array argument
-given with one more leading dimension of length ``count`` is per item: item k gets its row k. The workspace
-Each workspace ``W`` is given as (threads or more, n): each thread uses its own row. Arguments given as for one call are
+given with one more leading dimension of length ``count`` is per item: item k gets its row k. Each workspace
+``W`` is given as (threads or more, n): each thread uses its own row. Arguments given as for one call are
 shared, and only inputs may be shared. ``status[k]`` receives item k's status. See
 :mod:`rbd_deriv.core.batch`.
 
