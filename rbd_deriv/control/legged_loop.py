@@ -46,7 +46,7 @@ import numpy as np
 import rbd_deriv as rd
 from rbd_deriv.control.legged import BasePath, LeggedMPC, LeggedPlan, static_torques
 from rbd_deriv.control.loop import time_percentiles
-from rbd_deriv.control.policy import (MAX_TAKEN, FeedbackPolicy, constant_policy, policy_from_plan,
+from rbd_deriv.control.policy import (MAX_TAKEN, FeedbackPolicy, constant_policy, keep_taken, policy_from_plan,
                                       policy_in_use)
 from rbd_deriv.control.prediction import predict_on_contacts
 from rbd_deriv.control.schedule import Gait
@@ -484,9 +484,7 @@ class LeggedLoop:
         sent = self._sent
         if sent and policy.stamp_ns < sent[-1].stamp_ns:
             return
-        if sent and policy.stamp_ns == sent[-1].stamp_ns:
-            sent.pop()
-        sent.append(policy)
+        keep_taken(sent, policy)
         self._sent_ns = policy.stamp_ns
         if self._first_policy is None:
             self._first_policy = self._seconds(policy.stamp_ns)

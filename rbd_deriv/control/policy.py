@@ -41,7 +41,8 @@ from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.messages import MessageError
 from rbd_deriv.refusals import Refusals
 
-__all__ = ["Actuation", "FeedbackPolicy", "PolicyExecutor", "constant_policy", "policy_from_plan", "policy_in_use"]
+__all__ = ["Actuation", "FeedbackPolicy", "PolicyExecutor", "constant_policy", "keep_taken", "policy_from_plan",
+           "policy_in_use"]
 
 #: Policies the robot side keeps (the one in use and those waiting for their stamp; one per MPC tick, each
 #: at most ``max_stamp_lead`` ahead of the clock: a few are enough, the oldest is dropped past this).
@@ -157,6 +158,14 @@ def policy_in_use(taken: Sequence[FeedbackPolicy], now_ns: int) -> Optional[Feed
             return current if current is not None and current.is_valid(now_ns) else policy
         current = policy
     return current
+
+
+def keep_taken(taken: collections.deque, policy: FeedbackPolicy) -> None:
+    """Add ``policy`` to ``taken`` (in stamp order, not older than the newest there): one stamped like the
+    newest replaces it (a newer plan from the same knot)."""
+    if taken and policy.stamp_ns == taken[-1].stamp_ns:
+        taken.pop()
+    taken.append(policy)
 
 
 class Actuation(str, Enum):
@@ -286,9 +295,7 @@ class PolicyExecutor:
             raise MessageError("stamped before the newest policy taken", "out_of_order")
         if not policy.is_valid(now_ns):
             raise MessageError(f"expired {(now_ns - policy.expires_ns) * 1e-9:.6g} s before it arrived", "expired")
-        if self.taken and stamp_ns == self.taken[-1].stamp_ns:
-            self.taken.pop()
-        self.taken.append(policy)
+        keep_taken(self.taken, policy)
         return policy
 
     def take_command(self, torque: Any, now_ns: int) -> None:
