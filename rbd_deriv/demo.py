@@ -374,8 +374,16 @@ class LeggedRecorder:
         self.recording = False
         self.push_publisher = self.node.create_publisher(Push, "push", 10)
         self.parameters = self.node.create_client(SetParameters, "/mpc_node/set_parameters")
-        self.node.create_subscription(Odometry, "odom", self._on_odometry, 100)
-        self.node.create_subscription(ContactForces, "contact_forces", self._on_contacts, 100)
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+        from rbd_deriv.nodes.spin import PolledSubscription
+
+        # The simulator's 1 kHz topics are taken in batches by poll() as CDR bytes and decoded after the
+        # run (decode()): one executor callback per message would cost this process about half a core,
+        # taken from the two nodes it watches.
+        queue = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+        self.inputs = ((PolledSubscription(self.node, Odometry, "odom", queue), []),
+                       (PolledSubscription(self.node, ContactForces, "contact_forces", queue), []))
         self.node.create_subscription(Float64MultiArray, command_topic, self._on_command, 100)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
 
@@ -383,17 +391,30 @@ class LeggedRecorder:
         return self.node.get_clock().now().nanoseconds * 1e-9
 
     def poll(self) -> None:
-        """Nothing polled: the odometry comes by callbacks (recorded at the simulator's rate)."""
+        """Keep the odometry and contact forces received since the previous call (while recording)."""
+        for subscription, raw in self.inputs:
+            taken = subscription.take(serialized=True)
+            if self.recording:
+                raw.extend(taken)
 
-    def _on_odometry(self, message: Any) -> None:
-        if self.recording:
+    def decode(self) -> None:
+        """Fill :attr:`base` and :attr:`contacts` from what :meth:`poll` kept, at the messages' stamps [s]."""
+        from rclpy.serialization import deserialize_message
+
+        from rbd_deriv.messages import stamp_to_ns
+
+        (odometry, raw_odometry), (contacts, raw_contacts) = self.inputs
+        for raw in raw_odometry:
+            message = deserialize_message(raw, odometry.message_type)
             p, o = message.pose.pose.position, message.pose.pose.orientation
-            self.base.append((self.now(), np.array([p.x, p.y, p.z, o.x, o.y, o.z, o.w])))
-
-    def _on_contacts(self, message: Any) -> None:
-        if self.recording:
-            self.contacts.append((self.now(), np.array(message.forces).reshape(-1, 3),
+            self.base.append((stamp_to_ns(message.header.stamp) * 1e-9,
+                              np.array([p.x, p.y, p.z, o.x, o.y, o.z, o.w])))
+        for raw in raw_contacts:
+            message = deserialize_message(raw, contacts.message_type)
+            self.contacts.append((stamp_to_ns(message.header.stamp) * 1e-9, np.array(message.forces).reshape(-1, 3),
                                   np.array(message.touching, dtype=bool)))
+        raw_odometry.clear()
+        raw_contacts.clear()
 
     _on_command = Recorder._on_command
     _on_diagnostics = Recorder._on_diagnostics
@@ -602,6 +623,7 @@ def legged_main(arguments: Any) -> int:
               + (f", {late_motion} from {motion_at:g} s" if motion_at else "") + " ...", flush=True)
         while recorder.now() < start + duration:
             rclpy.spin_once(recorder.node, timeout_sec=0.01)
+            recorder.poll()
             elapsed = recorder.now() - start
             if switch_at is not None and elapsed >= switch_at and "gait" not in events:
                 recorder.set_parameters({"gait": moving})
@@ -619,10 +641,12 @@ def legged_main(arguments: Any) -> int:
             if any(p.poll() is not None for p in processes):
                 print("a node exited during the run; see the logs", file=sys.stderr)
                 break
+        recorder.poll()
         recorder.recording = False
         # The last reports of both nodes cover the end of the run.
         _spin_until(recorder, lambda: False, 1.2)
         diagnostics, simulator = recorder.mpc_diagnostics(), recorder.sim_diagnostics()
+        recorder.decode()
     finally:
         stop_processes(processes)
         recorder.node.destroy_node()

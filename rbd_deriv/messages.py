@@ -232,13 +232,14 @@ def feedback_policy_fields(joint_names: Sequence[str], state_joint_names: Sequen
         state_joint_names: The model's joints in model order (order of q and v in x_ref).
         nq, nv: The model's dimensions.
         knot_dt: Knot spacing [s]; valid_for: validity from the stamp [s].
-        x_ref: (knots, nq + nv) reference states; u_ff: (knots, nu) torques [N m]; K: (nu, 2 nv) gain.
+        x_ref: (knots, nq + nv) reference states; u_ff: (knots, nu) torques [N m]; K: (nu, 2 nv) gain, or
+            (G, nu, 2 nv) the gains of the first G knots.
     """
     u_ff = np.asarray(u_ff, dtype=np.float64)
     return {"joint_names": list(joint_names), "state_joint_names": list(state_joint_names), "nq": int(nq),
             "nv": int(nv), "nx": 2 * int(nv), "nu": int(u_ff.shape[-1]), "knots": int(u_ff.shape[0]),
             "knot_dt": float(knot_dt), "valid_for": float(valid_for), "x_ref": _flat(x_ref), "u_ff": _flat(u_ff),
-            "k": _flat(K)}
+            "k": np.asarray(K, dtype=np.float64).ravel()}
 
 
 def feedback_policy_arrays(message: Any) -> Dict[str, Any]:
@@ -246,25 +247,26 @@ def feedback_policy_arrays(message: Any) -> Dict[str, Any]:
 
     Returns:
         ``{"joint_names", "state_joint_names": lists, "knot_dt", "valid_for": float, "x_ref": (knots, nq + nv),
-        "u_ff": (knots, nu), "K": (nu, nx)}`` (what :meth:`rbd_deriv.control.PolicyExecutor.check_policy`
+        "u_ff": (knots, nu), "K": (nu, nx) or (G, nu, nx)}`` (what :meth:`rbd_deriv.control.PolicyExecutor.check_policy`
         takes). Whether they fit a model, and their values, are not checked here.
 
     Raises:
         MessageError: ``size``: nx != 2 nv, no knot, a joint list or an array whose length does not fit the
-            message's own nq, nv, nu and knots.
+            message's own nq, nv, nu and knots (k: G nu nx values, 1 <= G <= knots).
     """
     nq, nv, nx, nu, knots = (int(message.nq), int(message.nv), int(message.nx), int(message.nu),
                              int(message.knots))
     arrays = {name: _field(message, name) for name in ("x_ref", "u_ff", "k")}
     found = (nx, len(message.joint_names)) + tuple(a.size for a in arrays.values())
-    wanted = (2 * nv, nu, knots * (nq + nv), knots * nu, nu * nx)
+    gains = arrays["k"].size // max(1, nu * nx)
+    wanted = (2 * nv, nu, knots * (nq + nv), knots * nu, max(1, min(gains, knots)) * nu * nx)
     if knots < 1 or found != wanted:
         raise MessageError(f"nx, len(joint_names) and the sizes of x_ref, u_ff, k are {found} with {knots} knots; "
                            f"nq = {nq}, nv = {nv}, nu = {nu} need {wanted} and at least one knot", "size")
     return {"joint_names": list(message.joint_names), "state_joint_names": list(message.state_joint_names),
             "knot_dt": float(message.knot_dt), "valid_for": float(message.valid_for),
             "x_ref": arrays["x_ref"].reshape(knots, nq + nv), "u_ff": arrays["u_ff"].reshape(knots, nu),
-            "K": arrays["k"].reshape(nu, nx)}
+            "K": arrays["k"].reshape((gains, nu, nx) if gains > 1 else (nu, nx))}
 
 
 # ------------------------------------------------------------------------------------------- Matrix

@@ -92,6 +92,21 @@ def test_assembles_the_state_and_sends_the_plan_policy(solo):
     assert policy.knots == 6, "0.1 s of validity at 20 ms per knot: knots 0..5"
 
 
+
+def test_the_policy_carries_the_riccati_gains_of_its_first_knots(solo):
+    model, feet, posture, mpcs = solo
+    for gain_knots, expected in ((4, 4), (20, 6)):    # 0.1 s of validity: 6 knots, so at most 6 gains
+        loop = LeggedLoop(model, mpcs, "trot", LeggedLoopSettings(gain_knots=gain_knots))
+        feed(loop, model, posture, np.zeros(model.nv), START)
+        tick = loop.tick(START + MS)
+        assert tick.source is LeggedSource.PLAN
+        gains = tick.policy.gains
+        assert gains.shape == (expected, model.nv - 6, 2 * model.nv)
+        np.testing.assert_array_equal(gains, mpcs["trot"].solver.K[:expected])
+        np.testing.assert_array_equal(gains[0], tick.plan.gain)
+        # The trot lifts two feet within these knots: their gains are not knot 0's.
+        assert np.abs(gains[-1] - gains[0]).max() > 1e-3 * np.abs(gains[0]).max()
+
 def test_gait_phase_and_plan_stamps_follow_the_knot_grid(solo):
     """Ticks every 7 ms on a gait of 20 ms knots, 5 ms of latency: each plan starts at the first knot of the
     gait at or after its tick plus the latency (the phase steps once per 20 ms, wraps at the period) and is
@@ -145,7 +160,7 @@ def test_gait_phase_and_plan_stamps_follow_the_knot_grid(solo):
     assert loop.gait == "stand"
 
 
-def run_in_mujoco(model, loop, seconds, events, seed=0, period=(0.02, 0.035), delay=0.008):
+def run_in_mujoco(model, loop, seconds, events, seed=0, period=(0.02, 0.035), delay=0.008, stall=None):
     """solo12 on MuJoCo's floor, its policies applied at 1 kHz by the robot side (a PolicyExecutor, through
     the message's fields as the simulator node takes them), ticks every ``period`` (uniform) [s] and each
     policy arriving ``delay`` [s] after its tick; ``events`` {time [s]: callable(loop)}. Returns the base's
@@ -165,6 +180,8 @@ def run_in_mujoco(model, loop, seconds, events, seed=0, period=(0.02, 0.035), de
         now = START + k * MS
         for at in [at for at in events if abs(at * 1000 - k) < 0.5]:
             events[at](loop)
+        if stall is not None and stall[0] * 1000 <= k < stall[1] * 1000:
+            next_tick = k + 1  # the MPC stalls: no tick, the robot runs on the policy it has
         if k >= next_tick:
             next_tick = k + int(round(rng.uniform(*period) * 1000))
             q, v = plant.q, plant.v
@@ -194,8 +211,10 @@ def run_in_mujoco(model, loop, seconds, events, seed=0, period=(0.02, 0.035), de
 
 def test_solo12_trots_and_walks_in_mujoco_with_ticks_off_the_gait_grid():
     """Ticks every 20 to 35 ms (never on the 20 ms knots for long), each policy reaching the robot 8 ms after
-    its tick: solo12 stands, trots in place from 0.3 s, then walks at 0.2 m/s from 1.3 s. It does not fall,
-    every plan is sent, the base keeps its height, stays in place while trotting and then follows the walk."""
+    its tick, and no tick at all for 0.25 s of the trot (a stalled MPC: the robot runs on one policy through
+    a swing, with each knot's gain): solo12 stands, trots in place from 0.3 s, then walks at 0.2 m/s from
+    1.3 s. It does not fall, every plan is sent, the base keeps its height, stays in place while trotting and
+    then follows the walk."""
     pytest.importorskip("mujoco")
     info = LEGGED_ROBOTS["solo12"]
     model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
@@ -209,9 +228,9 @@ def test_solo12_trots_and_walks_in_mujoco_with_ticks_off_the_gait_grid():
     mpcs = {name: LeggedMPC(model, feet, make_gait(name, feet, kinds), posture, weights=weights)
             for name in ("stand", "trot")}
     loop = LeggedLoop(model, mpcs, "stand", LeggedLoopSettings(policy_validity=0.3, latency=0.012,
-                                                                adaptive_latency=False))
+                                                                adaptive_latency=False, gain_knots=16))
     events = {0.3: lambda loop: loop.set_gait("trot"), 1.3: lambda loop: loop.set_base_velocity((0.2, 0.0))}
-    base, sources, fell = run_in_mujoco(model, loop, 2.8, events)
+    base, sources, fell = run_in_mujoco(model, loop, 2.8, events, stall=(0.8, 1.05))
     assert not fell
     assert all(source is LeggedSource.PLAN for source in sources), set(sources)
     assert np.abs(base[:, 2] - base[0, 2]).max() < 0.01, "no hop: the base keeps its height within 1 cm"
@@ -335,7 +354,7 @@ def test_bad_input_is_refused_and_nothing_is_stored(solo):
     with pytest.raises(InputError, match="gait"):
         LeggedLoop(model, mpcs, "gallop")
     for bad in ({"state_timeout": 0.0}, {"policy_validity": float("nan")}, {"start_iterations": 0},
-                {"max_stamp_lead": -1.0}):
+                {"max_stamp_lead": -1.0}, {"gain_knots": 0}, {"gain_knots": 2.0}):
         with pytest.raises(InputError):
             LeggedLoopSettings(**bad)
 

@@ -103,6 +103,20 @@ def test_feedback_policy_round_trip_through_a_duck_typed_message():
     assert (back["knot_dt"], back["valid_for"]) == (0.01, 0.1)
 
 
+
+def test_feedback_policy_with_a_gain_per_knot_round_trip():
+    rng = np.random.default_rng(6)
+    arrays = {**random_policy(rng, knots=4), "K": rng.normal(size=(3, 2, 2 * NV))}   # gains of knots 0-2
+    message = types.SimpleNamespace(**feedback_policy_fields(**arrays))
+    # (G, nu, nx) row-major: gain g's entry (i, j) is k[(g * nu + i) * nx + j].
+    assert len(message.k) == 3 * 2 * 2 * NV and message.k[(2 * 2 + 1) * 2 * NV + 3] == arrays["K"][2, 1, 3]
+    np.testing.assert_array_equal(feedback_policy_arrays(message)["K"], arrays["K"])
+    # More gains than knots, or a k that is not whole gains, does not fit.
+    for k in (np.zeros(5 * 2 * 2 * NV), np.zeros(2 * 2 * 2 * NV + 1)):
+        with pytest.raises(MessageError) as caught:
+            feedback_policy_arrays(types.SimpleNamespace(**{**vars(message), "k": k}))
+        assert caught.value.reason == "size"
+
 @pytest.mark.parametrize("change, reason", [
     (dict(nx=2 * NV - 1), "size"),
     (dict(knots=0, x_ref=np.zeros(0), u_ff=np.zeros(0)), "size"),

@@ -83,6 +83,25 @@ def test_a_pd_law_by_hand_with_interpolated_knots(two):
     assert_close(policy.torque(two, np.array([3.0, -3.0]), v, T0, lower, upper), np.array([-5.0, 50.0]))
 
 
+
+def test_a_gain_per_knot_applies_in_its_knots_step_and_the_last_one_after(two):
+    # Three knots 10 ms apart, the reference still; gains for the first two only: knot 2 keeps knot 1's.
+    x_ref = np.tile([0.1, 0.2, 0.0, 0.0], (3, 1))
+    u_ff = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    gains = np.stack([np.hstack([-kp * np.eye(2), -0.5 * np.eye(2)]) for kp in (10.0, 40.0)])
+    policy = FeedbackPolicy(T0, 0.01, 0.1, x_ref, u_ff, gains)
+    assert policy.gains.shape == (2, 2, 4) and policy.nv == 2
+    big = np.full(2, 1e3)
+    q, v = np.array([0.15, 0.1]), np.array([0.2, -0.4])
+    for now, knot, kp in ((T0 - 3 * MS, 0, 10.0), (T0 + 9 * MS, 0, 10.0), (T0 + 10 * MS, 1, 40.0),
+                          (T0 + 25 * MS, 2, 40.0), (T0 + 90 * MS, 2, 40.0)):
+        expected = u_ff[knot] - kp * (q - x_ref[0, :2]) - 0.5 * v
+        assert_close(policy.torque(two, q, v, now, -big, big), expected, what=f"{(now - T0) / MS:g} ms")
+    # One gain (nu, nx) is the same law as that gain given for every knot.
+    one, every = (FeedbackPolicy(T0, 0.01, 0.1, x_ref, u_ff, g) for g in (gains[1], np.stack([gains[1]] * 3)))
+    for now in (T0, T0 + 15 * MS, T0 + 40 * MS):
+        np.testing.assert_array_equal(one.torque(two, q, v, now, -big, big), every.torque(two, q, v, now, -big, big))
+
 def test_a_continuous_joint_is_compared_across_pi(two):
     policy = pd_policy(2, [math.pi - 0.1, 0.0, 0.0, 0.0], [0.0, 0.0], kp=10.0, kd=0.0)
     # -pi + 0.1 is 0.2 rad past pi - 0.1, not 2 pi - 0.2 before it.
@@ -227,6 +246,40 @@ def test_policy_rows_are_matched_by_joint_name(arm):
     q, v = Q + np.linspace(-0.01, 0.01, 7), np.linspace(0.1, -0.1, 7)
     np.testing.assert_array_equal(shuffled.torque(q, v, T0)[0], in_order.torque(q, v, T0)[0])
 
+
+
+def test_per_knot_gains_are_matched_by_joint_name_and_checked(arm):
+    names = list(arm.actuated_joint_names)
+    x_ref, u_ff = np.tile(np.r_[Q, np.zeros(7)], (4, 1)), np.tile(np.arange(7.0), (4, 1))
+    gains = np.random.default_rng(3).normal(size=(3, 7, 14))
+    policy = FeedbackPolicy(T0, 0.01, 0.1, x_ref, u_ff, gains)
+    in_order, shuffled = PolicyExecutor(arm), PolicyExecutor(arm)
+    in_order.take_policy(fields_of(policy, arm), T0, T0)
+    order = [3, 0, 6, 1, 5, 2, 4]
+    fields = fields_of(policy, arm, joint_names=[names[i] for i in order])
+    fields["u_ff"], fields["K"] = fields["u_ff"][:, order], fields["K"][:, order]
+    shuffled.take_policy(fields, T0, T0)
+    q, v = Q + np.linspace(-0.01, 0.01, 7), np.linspace(0.1, -0.1, 7)
+    for now in (T0, T0 + 12 * MS, T0 + 35 * MS):
+        np.testing.assert_array_equal(shuffled.torque(q, v, now)[0], in_order.torque(q, v, now)[0])
+    # More gains than knots, or gains of another model's size, are refused; the policy in use stays.
+    for K, what in ((np.random.default_rng(4).normal(size=(5, 7, 14)), "5 gains for 4 knots"),
+                    (gains[:, :, :12], "nx of another model")):
+        with pytest.raises(MessageError) as refused:
+            in_order.take_policy({**fields_of(policy, arm), "K": K}, T0 + MS, T0 + MS)
+        assert refused.value.reason == "size", what
+    assert in_order.policy.gains.shape == (3, 7, 14)
+
+
+def test_a_plans_policy_keeps_the_gains_of_its_own_knots():
+    states, torques = np.zeros((21, 4)), np.zeros((20, 2))
+    gains = np.arange(20 * 2 * 4, dtype=float).reshape(20, 2, 4)
+    policy = policy_from_plan(states, torques, gains, T0, 0.02, 0.1)      # 6 knots cover 0.1 s
+    assert policy.knots == 6 and policy.gains.shape == (6, 2, 4)
+    np.testing.assert_array_equal(policy.gains, gains[:6])
+    fewer = policy_from_plan(states, torques, gains[:3], T0, 0.02, 0.1)
+    np.testing.assert_array_equal(fewer.gains, gains[:3])
+    np.testing.assert_array_equal(policy_from_plan(states, torques, gains[0], T0, 0.02, 0.1).gains, gains[:1])
 
 def bad(fields, **changes):
     return {**fields, **changes}

@@ -119,6 +119,11 @@ class LeggedSource(str, Enum):
     CONE_REFUSAL = "cone_refusal"
 
 
+#: A previous plan older than this fraction of the horizon when the next tick starts (a stalled tick) warm-starts
+#: ``start_iterations`` Gauss-Newton iterations instead of one.
+STALE_PLAN_FRACTION = 0.25
+
+
 @dataclass(frozen=True)
 class LeggedLoopSettings:
     """How the loop treats time.
@@ -136,6 +141,9 @@ class LeggedLoopSettings:
         predict: Carry the measured state to the plan's first knot (:meth:`LeggedLoop.predict`); False:
             plan from the measured state, from the first knot at or after its time (a standing robot,
             whose contacts do not switch, with joints too light to integrate its feedback explicitly).
+        gain_knots: The policy carries the Riccati gains of its first this many knots (1: knot 0's gain for
+            every knot), >= 1. A robot side left on one policy for several knots (a tick that stalls) then
+            applies at each knot the feedback of that knot's contacts, not that of knot 0's.
     """
 
     state_timeout: float = 0.05
@@ -145,15 +153,17 @@ class LeggedLoopSettings:
     latency: float = 0.002
     adaptive_latency: bool = True
     predict: bool = True
+    gain_knots: int = 1
 
     def __post_init__(self) -> None:
         for name in ("state_timeout", "policy_validity"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0.0):
                 raise InputError(f"{name} must be > 0, got {value!r}", name)
-        if not (isinstance(self.start_iterations, int) and self.start_iterations >= 1):
-            raise InputError(f"start_iterations must be an integer >= 1, got {self.start_iterations!r}",
-                             "start_iterations")
+        for name in ("start_iterations", "gain_knots"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise InputError(f"{name} must be an integer >= 1, got {value!r}", name)
         for name in ("max_stamp_lead", "latency"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0.0):
@@ -429,6 +439,10 @@ class LeggedLoop:
                     elapsed, iterations = 0.0, self.settings.start_iterations
                 else:
                     elapsed = max(0, knot - self._last_knot) * mpc.dt  # a previous plan: something was sent
+                    if elapsed > STALE_PLAN_FRACTION * mpc.horizon * mpc.dt:
+                        # A stalled tick: the previous plan, shifted this far, covers little of the new
+                        # horizon; one real-time iteration from it lands the robot on a rough plan.
+                        iterations = self.settings.start_iterations
                 solve_started = time.perf_counter()
                 plan = mpc.solve(np.r_[q0, v0], phase=0 if knot is None else knot % mpc.gait.period,
                                  elapsed=elapsed, iterations=iterations)
@@ -492,7 +506,8 @@ class LeggedLoop:
     def _plan_policy(self, mpc: LeggedMPC, start_ns: int) -> Optional[FeedbackPolicy]:
         """The feedback policy of the MPC's new plan (None if it is not finite)."""
         solver = mpc.solver
-        states, torques, gain = solver.X, solver.U, solver.K[0]
+        gain_knots = self.settings.gain_knots
+        states, torques, gain = solver.X, solver.U, solver.K[:gain_knots] if gain_knots > 1 else solver.K[0]
         policy = policy_from_plan(states, torques, gain, start_ns, mpc.dt, self.settings.policy_validity)
         finite = (np.isfinite(policy.x_ref).all() and np.isfinite(policy.u_ff).all()
                   and np.isfinite(policy.gain).all())

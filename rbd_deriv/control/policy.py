@@ -13,7 +13,9 @@ recursion (:func:`rbd_deriv.control.riccati.forward_pass`: u = U + k + K dx, wit
 and dx the deviation from the plan's state) evaluated at the state the robot has now instead of the one
 the MPC predicted, so between ticks the robot keeps the plan's feedback instead of a held torque.
 
-- :class:`FeedbackPolicy`: the knots (x_ref_i, u_ff_i) at ``stamp + i knot_dt``, one gain K, a validity;
+- :class:`FeedbackPolicy`: the knots (x_ref_i, u_ff_i) at ``stamp + i knot_dt``, the gain K (one for every
+  knot, or the Riccati gain K_i of each of the first knots: a robot that has to run on for several knots
+  without a new plan, such as a stalled MPC's, then keeps the feedback of each knot's own contacts), a validity;
   :func:`policy_from_plan` makes one from a plan, :func:`constant_policy` one that is a plain torque.
 - :class:`PolicyExecutor`: the robot side. It takes policies and plain torque commands, refuses what does
   not fit its model, and at every step answers the torque to apply: the policy's while it is valid, else
@@ -51,7 +53,7 @@ MAX_TAKEN = 8
 
 @dataclass(frozen=True)
 class FeedbackPolicy:
-    """u = clamp(u_ff(t) + K (x (-) x_ref(t))) over ``knots`` knots ``knot_dt`` apart. Arrays read-only.
+    """u = clamp(u_ff(t) + K_i (x (-) x_ref(t))) over ``knots`` knots ``knot_dt`` apart. Arrays read-only.
 
     Attributes:
         stamp_ns: Time [ns] of knot 0: the time of the state the plan starts from.
@@ -59,7 +61,8 @@ class FeedbackPolicy:
         valid_for: How long after ``stamp_ns`` the policy may be applied [s], >= 0.
         x_ref: (knots, nq + nv) reference states (q, v) in model order.
         u_ff: (knots, nu) feedforward torques [N m or N].
-        gain: (nu, 2 nv) feedback gain K on the tangent state difference.
+        gain: (nu, 2 nv) feedback gain K on the tangent state difference, the same at every knot; or (G, nu, 2 nv),
+            1 <= G <= knots: the gain K_i of knot i < G, knot i >= G keeping K_{G-1}.
     """
 
     stamp_ns: int
@@ -84,7 +87,20 @@ class FeedbackPolicy:
     @property
     def nv(self) -> int:
         """Velocity dimension of the model (half K's columns)."""
-        return self.gain.shape[1] // 2
+        return self.gain.shape[-1] // 2
+
+    @property
+    def gains(self) -> np.ndarray:
+        """(G, nu, 2 nv) the gains of the first G knots (G = 1 for one gain at every knot)."""
+        return self.gain if self.gain.ndim == 3 else self.gain[None]
+
+    def _knot(self, now_ns: int) -> Tuple[int, float]:
+        """The knot i in use at ``now_ns`` and the fraction [0, 1) of the step to knot i + 1 done (0 before the
+        stamp and from the last knot on)."""
+        step = max(0.0, (now_ns - self.stamp_ns) * 1e-9 / self.knot_dt)
+        last = self.knots - 1
+        i = min(int(step), last)
+        return i, (step - i if i < last else 0.0)
 
     @property
     def expires_ns(self) -> int:
@@ -99,10 +115,7 @@ class FeedbackPolicy:
         """(q_ref (nq,), v_ref (nv,), u_ff (nu,)) at ``now_ns``: u_ff held over each knot's step, the state
         interpolated linearly between knots (on the manifold for q), the first knot before the stamp and the
         last after the last knot."""
-        step = max(0.0, (now_ns - self.stamp_ns) * 1e-9 / self.knot_dt)
-        last = self.knots - 1
-        i = min(int(step), last)
-        fraction = step - i if i < last else 0.0
+        i, fraction = self._knot(now_ns)
         nq = self.x_ref.shape[1] - self.nv
         here = self.x_ref[i]
         if fraction == 0.0:
@@ -114,29 +127,33 @@ class FeedbackPolicy:
 
     def torque(self, model: Any, q: np.ndarray, v: np.ndarray, now_ns: int, lower: np.ndarray,
                upper: np.ndarray) -> np.ndarray:
-        """u_ff(t) + K (x (-) x_ref(t)) at the state (q (nq,), v (nv,)), clamped to [lower, upper] (nu,).
+        """u_ff(t) + K_i (x (-) x_ref(t)) at the state (q (nq,), v (nv,)), clamped to [lower, upper] (nu,).
 
         Raises:
             InputError: q or v has a wrong shape or is not finite, or a quaternion is not unit.
         """
         q_ref, v_ref, u_ff = self.reference(model, now_ns)
         dx = np.concatenate([rd.difference(model, q_ref, q), np.asarray(v, dtype=float) - v_ref])
-        return np.clip(u_ff + self.gain @ dx, lower, upper)
+        gains = self.gains
+        return np.clip(u_ff + gains[min(self._knot(now_ns)[0], gains.shape[0] - 1)] @ dx, lower, upper)
 
 
 def policy_from_plan(states: np.ndarray, torques: np.ndarray, gain: np.ndarray, start_ns: int,
                      knot_dt: float, valid_for: float) -> FeedbackPolicy:
     """The policy of a plan: its first knots (as many as ``valid_for`` needs, at most the horizon) and the
-    gain of its first knot.
+    gain of its first knot, or the gains of its first knots.
 
     Args:
         states: (N+1, nq + nv) planned states; torques: (N, nu) planned torques.
-        gain: (nu, 2 nv) Riccati gain of knot 0 (``Plan.gain``).
+        gain: (nu, 2 nv) Riccati gain of knot 0 (``Plan.gain``), or (G, nu, 2 nv) those of knots 0 to G - 1 (the
+            policy keeps those of its own knots).
         start_ns: Time [ns] of knot 0; knot_dt: the horizon step [s]; valid_for: validity [s], > 0.
     """
     horizon = torques.shape[0]
     knots = min(horizon, int(math.ceil(valid_for / knot_dt - 1e-9)) + 1)
-    return FeedbackPolicy(start_ns, knot_dt, valid_for, states[:knots], torques[:knots], gain)
+    gain = np.asarray(gain)
+    return FeedbackPolicy(start_ns, knot_dt, valid_for, states[:knots], torques[:knots],
+                          gain[:knots] if gain.ndim == 3 else gain)
 
 
 def constant_policy(torque: np.ndarray, q: np.ndarray, v: np.ndarray, stamp_ns: int, valid_for: float,
@@ -258,10 +275,11 @@ class PolicyExecutor:
                                f"{list(self.state_joint_names)[:8]} in model order", "joints")
         rows = self._rows(fields["joint_names"])
         x_ref, u_ff, gain = fields["x_ref"], fields["u_ff"], fields["K"]
-        if x_ref.shape[1] != model.nq + model.nv or gain.shape != (self.nu, 2 * model.nv):
-            raise MessageError(f"x_ref has {x_ref.shape[1]} entries per knot and K is {gain.shape[0]} x "
-                               f"{gain.shape[1]}; the model needs {model.nq + model.nv} and {self.nu} x "
-                               f"{2 * model.nv}", "size")
+        if (x_ref.shape[1] != model.nq + model.nv or gain.shape[-2:] != (self.nu, 2 * model.nv)
+                or not (gain.ndim == 2 or (gain.ndim == 3 and 1 <= gain.shape[0] <= u_ff.shape[0]))):
+            raise MessageError(f"x_ref has {x_ref.shape[1]} entries per knot and K is "
+                               f"{' x '.join(map(str, gain.shape))}; the model needs {model.nq + model.nv} and "
+                               f"{self.nu} x {2 * model.nv}, one per knot at most", "size")
         knot_dt, valid_for = float(fields["knot_dt"]), float(fields["valid_for"])
         if not (np.isfinite(x_ref).all() and np.isfinite(u_ff).all() and np.isfinite(gain).all()
                 and math.isfinite(knot_dt) and math.isfinite(valid_for)):
@@ -274,7 +292,7 @@ class PolicyExecutor:
                 rd.difference(model, knot[:model.nq], knot[:model.nq])
         except RbdDerivError as error:
             raise MessageError(f"a reference configuration is refused by the model: {error}", "values") from error
-        return FeedbackPolicy(stamp_ns, knot_dt, valid_for, x_ref, u_ff[:, rows], gain[rows])
+        return FeedbackPolicy(stamp_ns, knot_dt, valid_for, x_ref, u_ff[:, rows], gain[..., rows, :])
 
     def take_policy(self, fields: Mapping[str, Any], stamp_ns: int, now_ns: int) -> FeedbackPolicy:
         """Use the policy of ``fields`` stamped ``stamp_ns`` [ns] from now on (``now_ns``, the clock [ns]).

@@ -349,7 +349,7 @@ def legged_loop_from_parameters(model: Any, p: dict) -> LeggedLoop:
                                weights=weights, swing_height=p["swing_height"])
     settings = LeggedLoopSettings(state_timeout=p["state_timeout"], policy_validity=p["policy_validity"],
                                   max_stamp_lead=p["max_stamp_lead"], latency=p["command_delay"],
-                                  predict=p["predict_delay"])
+                                  predict=p["predict_delay"], gain_knots=p["policy_gain_knots"])
     loop = LeggedLoop(model, mpcs, p["gait"], settings)
     loop.set_base_velocity(p["base_velocity"])
     loop.set_sway(p["sway_amplitude"], p["sway_period"])

@@ -296,6 +296,10 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
                         read_only=True),
     "support_knots": Spec(2, "knots with every foot down between two swings (trot, walk), in [0, 1000]",
                           in_range(0, 1000), read_only=True),
+    "policy_gain_knots": Spec(1, "knots whose own Riccati gain the feedback policy carries (1: the first knot's for "
+                              "all; more: a robot side that runs on for several knots, such as a stalled MPC's, keeps "
+                              "each knot's feedback), in [1, 1000]; at most the policy's knots are sent",
+                              in_range(1, 1000), read_only=True),
     "gait_pattern": Spec([], "the `pattern` gait: one string per knot of its period, 1 per closed foot, 0 per open "
                          "one (e.g. [\"1111\", \"0110\"])", read_only=True),
     "mu": Spec(0.7, "friction coefficient the MPC plans with (keep it under the floor's), > 0", positive,
