@@ -145,8 +145,13 @@ def test_legged_setup_of_any_robot(tmp_path):
                                atol=1e-6)
 
 
-def test_legged_demo_json_on_a_short_run(tmp_path):
-    """``./run demo --robot solo12`` for a few seconds, standing, pushed: the summary's fields."""
+@pytest.mark.parametrize("robot, arguments", [
+    ("solo12", ["--duration", "8"]),    # stands, trots from 2 s, pushed at 3.2 s, walks at 0.2 m/s from 4.8 s
+    ("talos", ["--duration", "4"]),     # stands, pushed (150 N) at 1.6 s
+])
+def test_legged_demo_json_on_a_short_run(tmp_path, robot, arguments):
+    """``./run demo --robot R`` for a few seconds through both nodes: it does not fall, survives its push, and
+    the summary has its fields."""
     import json
     import os
     import sys
@@ -156,9 +161,9 @@ def test_legged_demo_json_on_a_short_run(tmp_path):
     path = tmp_path / "legged.json"
     env = dict(os.environ)
     env.pop("ROS_DOMAIN_ID", None)
-    run = subprocess.run([sys.executable, "-m", "rbd_deriv.demo", "--robot", "solo12", "--gait", "stand",
-                          "--duration", "4", "--json", str(path), "--output", str(tmp_path / "legged.png"),
-                          "--logs", str(tmp_path / "logs")], env=env, capture_output=True, text=True, timeout=400)
+    run = subprocess.run([sys.executable, "-m", "rbd_deriv.demo", "--robot", robot, *arguments, "--json", str(path),
+                          "--output", str(tmp_path / "legged.png"), "--logs", str(tmp_path / "logs")],
+                         env=env, capture_output=True, text=True, timeout=400)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     document = json.loads(path.read_text())
     for key in ("mpc_rate_hz", "solve_p50_ms", "solve_p99_ms", "fell", "base_position_rms_m", "max_torque_ratio",
@@ -168,4 +173,6 @@ def test_legged_demo_json_on_a_short_run(tmp_path):
     assert 0.0 < document["max_torque_ratio"] <= 1.0 and document["friction_cone_violations"] == 0
     assert document["mpc_rate_hz"] > 5.0 and document["solve_p99_ms"] >= document["solve_p50_ms"] > 0.0
     assert 0.0 < document["base_position_rms_m"] < 0.05
+    if robot == "solo12":
+        assert document["gait"] == "trot" and abs(document["walk_speed_mps"] - 0.2) < 0.05, document
     assert (tmp_path / "legged.png").stat().st_size > 10_000
