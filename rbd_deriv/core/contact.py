@@ -151,14 +151,14 @@ STATUS_CONTACT_JOINT = define_status(22, _contact_error)
 
 @njit(**JIT_OPTIONS)
 def _offsets(nv, m):
-    """Offsets of the contact workspace's parts: L (nv, nv), J (m, nv), Y (nv, m), G (m, m),
+    """Offsets of the contact workspace's parts: L (nv, nv), J (m, nv), Z = L^-T J^T (nv, m), G (m, m),
     rhs (max(m, nv),), bias (nv,), Dq (m, nv), Dv (m, nv), w (nv,), then for the derivatives X (nv, 3nv),
     D (m, 3nv), F (m, 3nv), and for the linearization dddq_dtau (nv, nv) and df_dq, df_dv, df_dtau
     (3, m, nv); then the scratch of the frame position gain, K (6, 6) and T (8, 3, 3); and the total size."""
     o_L = 0
     o_J = o_L + nv * nv
-    o_Y = o_J + m * nv
-    o_G = o_Y + nv * m
+    o_Z = o_J + m * nv
+    o_G = o_Z + nv * m
     o_rhs = o_G + m * m
     o_bias = o_rhs + max(m, nv)
     o_Dq = o_bias + nv
@@ -169,7 +169,7 @@ def _offsets(nv, m):
     o_F3 = o_D3 + 3 * m * nv
     o_T = o_F3 + 3 * m * nv
     o_F = o_T + nv * nv
-    return o_L, o_J, o_Y, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv + 108
+    return o_L, o_J, o_Z, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv + 108
 
 
 @functools.lru_cache(maxsize=256)
@@ -397,15 +397,14 @@ def bias_forces(mi, ws, out):
 
 @njit(**JIT_OPTIONS)
 def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
-    """After a forward pass: M, its LTDL, the contact Jacobian J, Z = L^-T J^T (in the place of Y = M^-1 J^T =
-    L^-1 D^-1 Z, which the derivatives complete with :func:`complete_y`), the Cholesky of G = J M^-1 J^T =
-    Z^T D^-1 Z, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
+    """After a forward pass: M, its LTDL, the contact Jacobian J, Z = L^-T J^T (Y = M^-1 J^T = L^-1 D^-1 Z is
+    never formed: the solves and the derivatives use Z), the Cholesky of G = J M^-1 J^T = Z^T D^-1 Z, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
     Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Y, o_G, o_rhs, _, _, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Z, o_G, o_rhs, _, _, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
-    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     rhs = cws[o_rhs:o_rhs + m]
     dinv = cws[o_w:o_w + nv]
@@ -440,7 +439,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
         row += kind
     for k in range(nv):
         for r in range(m):
-            Y[k, r] = J[r, k]
+            Z[k, r] = J[r, k]
     # Z = L^-T J^T and G = Z^T D^-1 Z contact by contact: contact c's columns of Z are zero outside the dofs
     # supporting its body, so G[r, s] (s in an earlier contact or c's own rows) sums over that chain only.
     row = 0
@@ -448,7 +447,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
         kind, b = ci[c, CI_KIND], ci[c, CI_JOINT]
         if kind == 0:
             continue
-        ltdl_forward_chain(mi, L, Y, b, row, kind)
+        ltdl_forward_chain(mi, L, Z, b, row, kind)
         for r in range(row, row + kind):
             for s in range(r + 1):
                 G[r, s] = 0.0
@@ -457,9 +456,9 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
             iv = mi[j, MI_IDX_V]
             for k in range(iv, iv + mi[j, MI_NV]):
                 for r in range(row, row + kind):
-                    a = Y[k, r] * dinv[k]
+                    a = Z[k, r] * dinv[k]
                     for s in range(r + 1):
-                        G[r, s] += a * Y[k, s]
+                        G[r, s] += a * Z[k, s]
             j = mi[j, MI_PARENT]
         for r in range(row, row + kind):
             for s in range(r):
@@ -475,7 +474,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
 def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     """ddq (nv,) and the contact forces (m,) of the KKT system. Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, _, o_Y, o_G, o_rhs, o_bias, _, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, _, o_Z, o_G, o_rhs, o_bias, _, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
     forward_pass(mi, mf, ws, q, v, zero_velocity(mi, ws), fext, FK_ACCELERATION)
     bias = cws[o_bias:o_bias + nv]
     bias_forces(mi, ws, bias)
@@ -483,7 +482,7 @@ def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     if code:
         return code
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
-    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     rhs = cws[o_rhs:o_rhs + m]
     dinv = cws[o_w:o_w + nv]
@@ -496,24 +495,16 @@ def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     for r in range(m):
         acc = rhs[r]
         for k in range(nv):
-            acc += Y[k, r] * bias[k]
+            acc += Z[k, r] * bias[k]
         forces[r] = -acc
     cholesky_solve(G, m, forces[:m].reshape((m, 1)))
     for k in range(nv):
         acc = 0.0
         for r in range(m):
-            acc += Y[k, r] * forces[r]
+            acc += Z[k, r] * forces[r]
         ddq[k] += acc
     ltdl_backward(mi, L, ddq.reshape((nv, 1)))
     return 0
-
-
-@njit(**JIT_OPTIONS)
-def complete_y(mi, cws, m):
-    """Y = M^-1 J^T from the Z = L^-T J^T that the forward step left in its place (the derivatives need Y)."""
-    nv = mi[0, MI_NVTOT]
-    o_L, _, o_Y, _, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
-    ltdl_backward(mi, cws[o_L:o_L + nv * nv].reshape((nv, nv)), cws[o_Y:o_Y + nv * m].reshape((nv, m)))
 
 
 @njit(**JIT_OPTIONS)
@@ -574,31 +565,52 @@ def _world_force_correction(mi, ws, ci, cf, forces, J, Rq):
 
 
 @njit(**JIT_OPTIONS)
-def _kkt_derivative(mi, L, J, Y, G, m, D, X, dF):
-    """dF (m, c) = G^-1 (J M^-1 R - D) and X (nv, c) = Y dF - M^-1 R, for R given in X: the KKT inverse
-    applied to the c columns of [-R; -D]."""
-    nv, c = X.shape[0], X.shape[1]
-    ltdl_solve(mi, L, X)  # M^-1 R
+def _kkt_derivative(mi, ci, L, Z, G, m, D, X, dF):
+    """dF (m, c) = G^-1 (J M^-1 R - D) and X (nv, c) = M^-1 (J^T dF - R) = Y dF - M^-1 R, for R given in X: the KKT
+    inverse applied to the c columns of [-R; -D], through the Z = L^-T J^T of the forward step. With U = L^-T R:
+
+        J M^-1 R = Z^T D^-1 U,        M^-1 (J^T dF - R) = L^-1 D^-1 (Z dF - U)
+
+    Contact c's columns of Z are zero outside the dofs supporting its body, so both products walk that chain
+    only (and Y = M^-1 J^T, dense, is never formed)."""
+    cols = X.shape[1]
+    ltdl_forward(mi, L, X)  # U
     for r in range(m):
         dFr, Dr = dF[r], D[r]
-        for col in range(UINT(0), UINT(c)):
+        for col in range(UINT(0), UINT(cols)):
             dFr[col] = -Dr[col]
-        for k in range(nv):
-            jrk = J[r, k]
-            if jrk != 0.0:
-                Xk = X[k]
-                for col in range(UINT(0), UINT(c)):
-                    dFr[col] += jrk * Xk[col]
+    row = 0
+    for c in range(ci.shape[0]):
+        kind, j = ci[c, CI_KIND], ci[c, CI_JOINT]
+        while kind != 0 and j > 0:
+            iv = mi[j, MI_IDX_V]
+            for k in range(iv, iv + mi[j, MI_NV]):
+                Uk, dk = X[k], 1.0 / L[k, k]
+                for r in range(row, row + kind):
+                    a, dFr = Z[k, r] * dk, dF[r]
+                    for col in range(UINT(0), UINT(cols)):
+                        dFr[col] += a * Uk[col]
+            j = mi[j, MI_PARENT]
+        row += kind
     cholesky_solve(G, m, dF)
-    for k in range(nv):
+    for k in range(X.shape[0]):
         Xk = X[k]
-        for col in range(UINT(0), UINT(c)):
+        for col in range(UINT(0), UINT(cols)):
             Xk[col] = -Xk[col]
-        for r in range(m):
-            ykr = Y[k, r]
-            dFr = dF[r]
-            for col in range(UINT(0), UINT(c)):
-                Xk[col] += ykr * dFr[col]
+    row = 0
+    for c in range(ci.shape[0]):
+        kind, j = ci[c, CI_KIND], ci[c, CI_JOINT]
+        while kind != 0 and j > 0:
+            iv = mi[j, MI_IDX_V]
+            for k in range(iv, iv + mi[j, MI_NV]):
+                Xk = X[k]
+                for r in range(row, row + kind):
+                    z, dFr = Z[k, r], dF[r]
+                    for col in range(UINT(0), UINT(cols)):
+                        Xk[col] += z * dFr[col]
+            j = mi[j, MI_PARENT]
+        row += kind
+    ltdl_backward(mi, L, X)
 
 
 @njit(**JIT_OPTIONS)
@@ -606,16 +618,15 @@ def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, ddd
                         df_dq, df_dv, df_dtau):
     """The derivatives of ddq and the forces after :func:`contact_forward` (same state, same cws)."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Y, o_G, _, _, o_Dq, o_Dv, _, o_X, o_D3, o_F3, _, _, o_end = _offsets(nv, m)
+    o_L, o_J, o_Z, o_G, _, _, o_Dq, o_Dv, _, o_X, o_D3, o_F3, _, _, o_end = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
-    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     Dq = cws[o_Dq:o_Dq + m * nv].reshape((m, nv))
     Dv = cws[o_Dv:o_Dv + m * nv].reshape((m, nv))
     Rq = region2(mi, ws, R_DTAU_DQ, nv, nv)
     Rv = region2(mi, ws, R_DTAU_DV, nv, nv)
-    complete_y(mi, cws, m)
     forward_pass(mi, mf, ws, q, v, as_readonly(ddq), fext, FK_DERIVATIVES)
     _add_contact_forces(mi, ws, ci, cf, forces)
     rnea_derivatives_into(mi, mf, ws, as_readonly(ddq), region1(mi, ws, R_TAU, nv), Rq, Rv,
@@ -658,7 +669,7 @@ def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, ddd
             D3[r, c] = Dq[r, c]
             D3[r, nv + c] = Dv[r, c]
             D3[r, 2 * nv + c] = 0.0
-    _kkt_derivative(mi, L, J, Y, G, m, D3, X, F3)
+    _kkt_derivative(mi, ci, L, Z, G, m, D3, X, F3)
     for r in range(nv):
         for c in range(nv):
             dddq_dq[r, c] = X[r, c]
@@ -765,13 +776,13 @@ _contact = CONTACT.call
 def impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses):
     """v+ (nv,) and the impulses P (m,) of a touchdown with restitution e. Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Y, o_G, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Z, o_G, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
     position_pass(mi, mf, ws, q)
     code = _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, False, ARG_IMPULSE_CI)
     if code:
         return code
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
-    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     for r in range(m):
         acc = 0.0
@@ -783,7 +794,7 @@ def impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses):
     for k in range(nv):
         acc = 0.0
         for r in range(m):
-            acc += Y[k, r] * impulses[r]
+            acc += Z[k, r] * impulses[r]
         v_plus[k] = acc
     ltdl_backward(mi, cws[o_L:o_L + nv * nv].reshape((nv, nv)), v_plus.reshape((nv, 1)))
     for k in range(nv):
@@ -817,15 +828,18 @@ def _remove_gravity(mi, mf, ws):
 def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv):
     """The derivatives of v+ and P after :func:`impulse_forward` (same state, same cws)."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Y, o_G, _, _, o_Dq, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Z, o_G, _, _, _, _, o_w, o_X, o_D3, o_F3, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
-    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
-    Gq = cws[o_Dq:o_Dq + m * nv].reshape((m, nv))
     w = cws[o_w:o_w + nv]
+    # One KKT solve for the 2 nv columns [R_q, 0] against [d(J w)/dq, (1 + e) J]: the v columns give
+    # dP/dv = -(1 + e) G^-1 J and Y dP/dv = dv+/dv - I.
+    X = cws[o_X:o_X + 2 * nv * nv].reshape((nv, 2 * nv))
+    D2 = cws[o_D3:o_D3 + 2 * m * nv].reshape((m, 2 * nv))
+    F2 = cws[o_F3:o_F3 + 2 * m * nv].reshape((m, 2 * nv))
     Rq = region2(mi, ws, R_DTAU_DQ, nv, nv)
-    complete_y(mi, cws, m)
     for k in range(nv):
         w[k] = v_plus[k] - v[k]
     forward_pass(mi, mf, ws, q, zero_velocity(mi, ws), as_readonly(w), zero_forces(mi, ws), FK_DERIVATIVES)
@@ -842,24 +856,25 @@ def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, d
         if kind == 0:
             continue
         px, py, pz = frame_origin(mi, ws, b, cf[c])
-        lwa_velocity_derivative(mi, ws, b, px, py, pz, kind, w, J, Gq, row)
+        lwa_velocity_derivative(mi, ws, b, px, py, pz, kind, w, J, D2[:, :nv], row)
         row += kind
-    for r in range(nv):
-        for c in range(nv):
-            dv_dq[r, c] = Rq[r, c]
-    _kkt_derivative(mi, L, J, Y, G, m, Gq, dv_dq, dP_dq)
-    # v: dP/dv = -(1 + e) G^-1 J, dv+/dv = I + Y dP/dv
     for r in range(m):
         for k in range(nv):
-            dP_dv[r, k] = -(1.0 + e) * J[r, k]
-    cholesky_solve(G, m, dP_dv)
-    for k in range(nv):
+            D2[r, nv + k] = (1.0 + e) * J[r, k]
+    for r in range(nv):
         for c in range(nv):
-            dv_dv[k, c] = 1.0 if k == c else 0.0
-        for r in range(m):
-            ykr = Y[k, r]
-            for c in range(nv):
-                dv_dv[k, c] += ykr * dP_dv[r, c]
+            X[r, c] = Rq[r, c]
+            X[r, nv + c] = 0.0
+    _kkt_derivative(mi, ci, L, Z, G, m, D2, X, F2)
+    for r in range(nv):
+        for c in range(nv):
+            dv_dq[r, c] = X[r, c]
+            dv_dv[r, c] = X[r, nv + c]
+        dv_dv[r, r] += 1.0
+    for r in range(m):
+        for c in range(nv):
+            dP_dq[r, c] = F2[r, c]
+            dP_dv[r, c] = F2[r, nv + c]
 
 
 # The impulse kernel: mi mf data q v e ci cf cws mode v_plus impulses dv_plus_dq dv_plus_dv dimpulses_dq

@@ -22,7 +22,7 @@ from rbd_deriv.core.aba_derivatives import aba_derivatives_into
 from rbd_deriv.core.batch import run_batch
 from rbd_deriv.core.calling import STATUS_SINGULAR, check_length, check_shape, check_state, register, status
 from rbd_deriv.core.configuration import dintegrate_into, integrate_into
-from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.constants import JIT_OPTIONS, UINT
 from rbd_deriv.core.layout import (
     MI_IDX_V,
     MI_NJ,
@@ -48,21 +48,25 @@ from rbd_deriv.exceptions import InputError
 
 @njit(**JIT_OPTIONS)
 def _apply_integrate_jacobian(mi, J, X, scale, out):
-    """out = scale * J X for the block-diagonal integrate Jacobian J (identity outside free-flyer blocks)."""
+    """out = scale * J X for the block-diagonal integrate Jacobian J (identity outside free-flyer blocks), row by
+    row of X (the inner loops run along rows, which the compiler vectorizes)."""
     nj = mi[0, MI_NJ]
     cols = X.shape[1]
     for i in range(1, nj):
         iv = mi[i, MI_IDX_V]
         if mi[i, MI_TYPE] != JOINT_FREEFLYER:
-            for c in range(cols):
-                out[iv, c] = scale * X[iv, c]
+            Xi, outi = X[iv], out[iv]
+            for c in range(UINT(0), UINT(cols)):
+                outi[c] = scale * Xi[c]
             continue
-        for r in range(6):
-            for c in range(cols):
-                s = 0.0
-                for k in range(6):
-                    s += J[iv + r, iv + k] * X[iv + k, c]
-                out[iv + r, c] = scale * s
+        for r in range(iv, iv + 6):
+            outr = out[r]
+            for c in range(UINT(0), UINT(cols)):
+                outr[c] = 0.0
+            for k in range(iv, iv + 6):
+                s, Xk = scale * J[r, k], X[k]
+                for c in range(UINT(0), UINT(cols)):
+                    outr[c] += s * Xk[c]
 
 
 @njit(**JIT_OPTIONS)
