@@ -152,24 +152,22 @@ STATUS_CONTACT_JOINT = define_status(22, _contact_error)
 @njit(**JIT_OPTIONS)
 def _offsets(nv, m):
     """Offsets of the contact workspace's parts: L (nv, nv), J (m, nv), Z = L^-T J^T (nv, m), G (m, m),
-    rhs (max(m, nv),), bias (nv,), Dq (m, nv), Dv (m, nv), w (nv,), then for the derivatives X (nv, 3nv),
-    D (m, 3nv), F (m, 3nv), and for the linearization dddq_dtau (nv, nv) and df_dq, df_dv, df_dtau
-    (3, m, nv); then the scratch of the frame position gain, K (6, 6) and T (8, 3, 3); and the total size."""
+    rhs (max(m, nv),), bias (nv,), w (nv,), then for the derivatives X (nv, 3nv), D (m, 3nv), F (m, 3nv), and
+    dddq_dtau (nv, nv) and df_dq, df_dv, df_dtau (3, m, nv) (contact_dynamics_derivatives' results); then the
+    scratch of the frame position gain, K (6, 6) and T (8, 3, 3); and the total size."""
     o_L = 0
     o_J = o_L + nv * nv
     o_Z = o_J + m * nv
     o_G = o_Z + nv * m
     o_rhs = o_G + m * m
     o_bias = o_rhs + max(m, nv)
-    o_Dq = o_bias + nv
-    o_Dv = o_Dq + m * nv
-    o_w = o_Dv + m * nv
+    o_w = o_bias + nv
     o_X = o_w + nv
     o_D3 = o_X + 3 * nv * nv
     o_F3 = o_D3 + 3 * m * nv
     o_T = o_F3 + 3 * m * nv
     o_F = o_T + nv * nv
-    return o_L, o_J, o_Z, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv + 108
+    return o_L, o_J, o_Z, o_G, o_rhs, o_bias, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv + 108
 
 
 @functools.lru_cache(maxsize=256)
@@ -401,7 +399,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
     never formed: the solves and the derivatives use Z), the Cholesky of G = J M^-1 J^T = Z^T D^-1 Z, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
     Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Z, o_G, o_rhs, _, _, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Z, o_G, o_rhs, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
     Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
@@ -474,7 +472,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
 def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     """ddq (nv,) and the contact forces (m,) of the KKT system. Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, _, o_Z, o_G, o_rhs, o_bias, _, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, _, o_Z, o_G, o_rhs, o_bias, o_w, _, _, _, _, _, _ = _offsets(nv, m)
     forward_pass(mi, mf, ws, q, v, zero_velocity(mi, ws), fext, FK_ACCELERATION)
     bias = cws[o_bias:o_bias + nv]
     bias_forces(mi, ws, bias)
@@ -614,24 +612,33 @@ def _kkt_derivative(mi, ci, L, Z, G, m, D, X, dF):
 
 
 @njit(**JIT_OPTIONS)
-def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, dddq_dq, dddq_dv, dddq_dtau,
-                        df_dq, df_dv, df_dtau):
-    """The derivatives of ddq and the forces after :func:`contact_forward` (same state, same cws)."""
+def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces):
+    """The derivatives of ddq and the forces after :func:`contact_forward` (same state, same cws), left in cws:
+    X (nv, 3nv) = [dddq/dq, dddq/dv, dddq/dtau] and F (m, 3nv) = [df/dq, df/dv, df/dtau] (see :func:`_offsets`)."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Z, o_G, _, _, o_Dq, o_Dv, _, o_X, o_D3, o_F3, _, _, o_end = _offsets(nv, m)
+    o_L, o_J, o_Z, o_G, _, _, _, o_X, o_D3, o_F3, _, _, o_end = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
     Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
-    Dq = cws[o_Dq:o_Dq + m * nv].reshape((m, nv))
-    Dv = cws[o_Dv:o_Dv + m * nv].reshape((m, nv))
-    Rq = region2(mi, ws, R_DTAU_DQ, nv, nv)
-    Rv = region2(mi, ws, R_DTAU_DV, nv, nv)
+    # One KKT solve for the 3 nv columns [R_q, R_v, -I] (dID/dtau = -I) against [D_q, D_v, 0]: one sweep over
+    # the factorizations with rows three times longer. R and D are written in place, in their column blocks.
+    X = cws[o_X:o_X + 3 * nv * nv].reshape((nv, 3 * nv))
+    D3 = cws[o_D3:o_D3 + 3 * m * nv].reshape((m, 3 * nv))
+    F3 = cws[o_F3:o_F3 + 3 * m * nv].reshape((m, 3 * nv))
+    Rq, Rv, Dq, Dv = X[:, :nv], X[:, nv:2 * nv], D3[:, :nv], D3[:, nv:2 * nv]
     forward_pass(mi, mf, ws, q, v, as_readonly(ddq), fext, FK_DERIVATIVES)
     _add_contact_forces(mi, ws, ci, cf, forces)
     rnea_derivatives_into(mi, mf, ws, as_readonly(ddq), region1(mi, ws, R_TAU, nv), Rq, Rv,
                           region2(mi, ws, R_M, nv, nv))
     _world_force_correction(mi, ws, ci, cf, forces, J, Rq)
+    for r in range(nv):
+        for c in range(2 * nv, 3 * nv):
+            X[r, c] = 0.0
+        X[r, 2 * nv + r] = -1.0
+    for r in range(m):
+        for c in range(2 * nv, 3 * nv):
+            D3[r, c] = 0.0
     row = 0
     for c in range(ci.shape[0]):
         kind, b = ci[c, CI_KIND], ci[c, CI_JOINT]
@@ -653,33 +660,7 @@ def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, ddd
                         acc += K[r, s] * J[row + s, col]
                     Dq[row + r, col] += kp * acc
         row += kind
-    # One KKT solve for the 3 nv columns [R_q, R_v, -I] (dID/dtau = -I) against [D_q, D_v, 0]: one sweep over
-    # the factorizations with rows three times longer.
-    X = cws[o_X:o_X + 3 * nv * nv].reshape((nv, 3 * nv))
-    D3 = cws[o_D3:o_D3 + 3 * m * nv].reshape((m, 3 * nv))
-    F3 = cws[o_F3:o_F3 + 3 * m * nv].reshape((m, 3 * nv))
-    for r in range(nv):
-        for c in range(nv):
-            X[r, c] = Rq[r, c]
-            X[r, nv + c] = Rv[r, c]
-            X[r, 2 * nv + c] = 0.0
-        X[r, 2 * nv + r] = -1.0
-    for r in range(m):
-        for c in range(nv):
-            D3[r, c] = Dq[r, c]
-            D3[r, nv + c] = Dv[r, c]
-            D3[r, 2 * nv + c] = 0.0
     _kkt_derivative(mi, ci, L, Z, G, m, D3, X, F3)
-    for r in range(nv):
-        for c in range(nv):
-            dddq_dq[r, c] = X[r, c]
-            dddq_dv[r, c] = X[r, nv + c]
-            dddq_dtau[r, c] = X[r, 2 * nv + c]
-    for r in range(m):
-        for c in range(nv):
-            df_dq[r, c] = F3[r, c]
-            df_dv[r, c] = F3[r, nv + c]
-            df_dtau[r, c] = F3[r, 2 * nv + c]
 
 
 @njit(**JIT_OPTIONS)
@@ -703,14 +684,25 @@ ARG_CWS = ARG_CI + 4
 
 
 @njit(**JIT_OPTIONS)
-def _copy_force_derivatives(nv, m, dF, dforces_dx, dforces_du):
-    """dforces_dx = [dF_dq, dF_dv] (rows, 2nv) and dforces_du = dF_dtau (rows, nv) from dF (3, m, nv), zero in the
-    rows past m (a batch's padding)."""
+def _split_columns(X, first, second, third):
+    """first, second, third (rows, n) = the three column blocks of X (rows, 3n)."""
+    n = first.shape[1]
+    for r in range(X.shape[0]):
+        for c in range(n):
+            first[r, c] = X[r, c]
+            second[r, c] = X[r, n + c]
+            third[r, c] = X[r, 2 * n + c]
+
+
+@njit(**JIT_OPTIONS)
+def _copy_force_derivatives(nv, m, F3, dforces_dx, dforces_du):
+    """dforces_dx = [dF_dq, dF_dv] (rows, 2nv) and dforces_du = dF_dtau (rows, nv) from F3 = [dF_dq, dF_dv, dF_dtau]
+    (m, 3nv), zero in the rows past m (a batch's padding)."""
     for r in range(m):
+        for c in range(2 * nv):
+            dforces_dx[r, c] = F3[r, c]
         for c in range(nv):
-            dforces_dx[r, c] = dF[0, r, c]
-            dforces_dx[r, nv + c] = dF[1, r, c]
-            dforces_du[r, c] = dF[2, r, c]
+            dforces_du[r, c] = F3[r, 2 * nv + c]
     for r in range(m, dforces_dx.shape[0]):
         dforces_dx[r, :] = 0.0
         dforces_du[r, :] = 0.0
@@ -720,10 +712,11 @@ def _copy_force_derivatives(nv, m, dF, dforces_dx, dforces_du):
 def _contact_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, mode, cws, A, B, x_next, forces, dforces_dx,
                     dforces_du):
     """MODE_DYNAMICS: ddq (data.ddq) and the forces; MODE_DERIVATIVES: also dddq/dq, dddq/dv (data.dddq_dq,
-    data.dddq_dv), dddq/dtau and dforces/d(q, v, tau) (in cws, see :func:`_offsets`); MODE_LINEARIZE: also the
-    Euler step's A, B and x_next (dt is read in these modes only); MODE_LINEARIZE_FORCES: also the forces'
-    derivatives copied out of cws into dforces_dx (>= m, 2nv) and dforces_du (>= m, nv), so that a batch can
-    give every thread one workspace cws (the other modes leave them untouched: (0, 2nv) and (0, nv) arrays do)."""
+    data.dddq_dv), dddq/dtau and dforces/d(q, v, tau) (in cws, see :func:`_offsets`); MODE_LINEARIZE: ddq, the
+    forces and the Euler step's A, B and x_next, from the derivatives where the KKT solve leaves them (dt is read
+    in these modes only); MODE_LINEARIZE_FORCES: also the forces' derivatives copied into dforces_dx (>= m, 2nv)
+    and dforces_du (>= m, nv), so that a batch can give every thread one workspace cws (the other modes leave
+    them untouched: (0, 2nv) and (0, nv) arrays do)."""
     nv, nq = mi[0, MI_NVTOT], mi[0, MI_NQTOT]
     code = check_state(mi, ws, q, v, tau, fext)
     m = 0
@@ -751,17 +744,21 @@ def _contact_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, mode, cws, A, B, x_
     _zero_padding(forces, m)
     if mode == MODE_DYNAMICS:
         return 0
-    _, _, _, _, _, _, _, _, _, _, _, _, o_T, o_F, _ = _offsets(nv, m)
-    dddq_dq = region2(mi, ws, R_DDDQ_DQ, nv, nv)
-    dddq_dv = region2(mi, ws, R_DDDQ_DV, nv, nv)
-    dddq_dtau = cws[o_T:o_T + nv * nv].reshape((nv, nv))
-    dF = cws[o_F:o_F + 3 * m * nv].reshape((3, m, nv))
-    contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, dddq_dq, dddq_dv, dddq_dtau,
-                        dF[0], dF[1], dF[2])
-    if mode >= MODE_LINEARIZE:
-        euler_step_into(mi, ws, q, v, dt, ddq, dddq_dq, dddq_dv, dddq_dtau, A, B, x_next)
+    contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces)
+    _, _, _, _, _, _, _, o_X, _, o_F3, o_T, o_F, _ = _offsets(nv, m)
+    X = cws[o_X:o_X + 3 * nv * nv].reshape((nv, 3 * nv))
+    F3 = cws[o_F3:o_F3 + 3 * m * nv].reshape((m, 3 * nv))
+    if mode == MODE_DERIVATIVES:
+        _split_columns(X, region2(mi, ws, R_DDDQ_DQ, nv, nv), region2(mi, ws, R_DDDQ_DV, nv, nv),
+                       cws[o_T:o_T + nv * nv].reshape((nv, nv)))
+        dF = cws[o_F:o_F + 3 * m * nv].reshape((3, m, nv))
+        _split_columns(F3, dF[0], dF[1], dF[2])
+        return 0
+    # The Euler step reads the derivatives where the KKT solve left them (data.dddq_dq and data.dddq_dv are not
+    # written in these modes).
+    euler_step_into(mi, ws, q, v, dt, ddq, X[:, :nv], X[:, nv:2 * nv], X[:, 2 * nv:], A, B, x_next)
     if mode == MODE_LINEARIZE_FORCES:
-        _copy_force_derivatives(nv, m, dF, dforces_dx, dforces_du)
+        _copy_force_derivatives(nv, m, F3, dforces_dx, dforces_du)
     return 0
 
 
@@ -776,7 +773,7 @@ _contact = CONTACT.call
 def impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses):
     """v+ (nv,) and the impulses P (m,) of a touchdown with restitution e. Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Z, o_G, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Z, o_G, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
     position_pass(mi, mf, ws, q)
     code = _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, False, ARG_IMPULSE_CI)
     if code:
@@ -828,7 +825,7 @@ def _remove_gravity(mi, mf, ws):
 def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv):
     """The derivatives of v+ and P after :func:`impulse_forward` (same state, same cws)."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Z, o_G, _, _, _, _, o_w, o_X, o_D3, o_F3, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Z, o_G, _, _, o_w, o_X, o_D3, o_F3, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
     Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
@@ -1054,7 +1051,7 @@ class ContactData:
             setattr(self, name, _readonly(array))
         # The contact kernel leaves dddq/dtau and the force derivatives in the workspace (see _offsets).
         offsets = _offsets(nv, m)
-        o_T, o_F = offsets[12], offsets[13]
+        o_T, o_F = offsets[10], offsets[11]
         self.dddq_dtau = _readonly(self.cws[o_T:o_T + nv * nv].reshape(nv, nv))
         self.dforces = _readonly(self.cws[o_F:o_F + 3 * m * nv].reshape(3, m, nv))
         self.dforces_dq, self.dforces_dv, self.dforces_dtau = self.dforces
