@@ -396,7 +396,8 @@ def bias_forces(mi, ws, out):
 @njit(**JIT_OPTIONS)
 def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
     """After a forward pass: M, its LTDL, the contact Jacobian J, Z = L^-T J^T (Y = M^-1 J^T = L^-1 D^-1 Z is
-    never formed: the solves and the derivatives use Z), the Cholesky of G = J M^-1 J^T = Z^T D^-1 Z, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
+    never formed: the solves and the derivatives use Z), the Cholesky of G = J M^-1 J^T = Z^T D^-1 Z, and
+    (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
     Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
     o_L, o_J, o_Z, o_G, o_rhs, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
@@ -584,10 +585,14 @@ def _kkt_derivative(mi, ci, L, Z, G, m, D, X, dF):
             iv = mi[j, MI_IDX_V]
             for k in range(iv, iv + mi[j, MI_NV]):
                 Uk, dk = X[k], 1.0 / L[k, k]
-                for r in range(row, row + kind):
-                    a, dFr = Z[k, r] * dk, dF[r]
+                for r in range(row, row + kind, 3):  # three force rows at a time (a contact has 3 or 6)
+                    a0, a1, a2 = Z[k, r] * dk, Z[k, r + 1] * dk, Z[k, r + 2] * dk
+                    F0, F1, F2 = dF[r], dF[r + 1], dF[r + 2]
                     for col in range(UINT(0), UINT(cols)):
-                        dFr[col] += a * Uk[col]
+                        u = Uk[col]
+                        F0[col] += a0 * u
+                        F1[col] += a1 * u
+                        F2[col] += a2 * u
             j = mi[j, MI_PARENT]
         row += kind
     cholesky_solve(G, m, dF)
@@ -602,10 +607,11 @@ def _kkt_derivative(mi, ci, L, Z, G, m, D, X, dF):
             iv = mi[j, MI_IDX_V]
             for k in range(iv, iv + mi[j, MI_NV]):
                 Xk = X[k]
-                for r in range(row, row + kind):
-                    z, dFr = Z[k, r], dF[r]
+                for r in range(row, row + kind, 3):
+                    z0, z1, z2 = Z[k, r], Z[k, r + 1], Z[k, r + 2]
+                    F0, F1, F2 = dF[r], dF[r + 1], dF[r + 2]
                     for col in range(UINT(0), UINT(cols)):
-                        Xk[col] += z * dFr[col]
+                        Xk[col] += z0 * F0[col] + z1 * F1[col] + z2 * F2[col]
             j = mi[j, MI_PARENT]
         row += kind
     ltdl_backward(mi, L, X)

@@ -60,14 +60,14 @@ def _apply_integrate_jacobian(mi, J, X, scale):
             for c in range(UINT(0), UINT(cols)):
                 top[c] = scale * bottom[c]
             continue
+        b = nv + iv  # the free flyer's bottom rows
+        b0, b1, b2, b3, b4, b5 = X[b], X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5]
         for r in range(iv, iv + 6):
             top = X[r]
+            s0, s1, s2 = scale * J[r, iv], scale * J[r, iv + 1], scale * J[r, iv + 2]
+            s3, s4, s5 = scale * J[r, iv + 3], scale * J[r, iv + 4], scale * J[r, iv + 5]
             for c in range(UINT(0), UINT(cols)):
-                top[c] = 0.0
-            for k in range(iv, iv + 6):
-                s, bottom = scale * J[r, k], X[nv + k]
-                for c in range(UINT(0), UINT(cols)):
-                    top[c] += s * bottom[c]
+                top[c] = s0 * b0[c] + s1 * b1[c] + s2 * b2[c] + s3 * b3[c] + s4 * b4[c] + s5 * b5[c]
 
 
 @njit(**JIT_OPTIONS)
