@@ -299,6 +299,26 @@ def test_contact_linearization_matches_finite_differences(label, load_robot):
     assert_close(B, fd_B, rtol=FINITE_DIFFERENCE_RTOL, what="B")
 
 
+@pytest.mark.parametrize("label", ["solo12-4", "talos-2soles"])
+def test_contact_linearization_is_the_euler_step_of_the_derivatives(label, load_robot):
+    """The bottom rows of A and B are dt times the derivatives of contact_dynamics_derivatives (plus I on the
+    v block), the top rows Jv dt times them plus Jq: the linearization reads the three blocks where the KKT
+    solve leaves them, and none may be taken for another."""
+    robot, contacts = _case(load_robot, label)
+    model, data = robot.model, robot.data
+    q, v, tau = _moderate_state(robot, "contact linearize")
+    dt, nv = 0.01, model.nv
+    A, B = [x.copy() for x in rd.linearize(model, data, q, v, tau, dt, contacts=contacts)]
+    step = dt * data.x_next[model.nq:]
+    dq, dv, dtau = [x.copy() for x in rd.contact_dynamics_derivatives(model, data, contacts, q, v, tau)[:3]]
+    Jq, Jv = rd.dintegrate_dq(model, q, step), rd.dintegrate_dv(model, q, step)
+    bottom_A = np.hstack([dt * dq, np.eye(nv) + dt * dv])
+    assert_close(A[nv:], bottom_A, rtol=1e-12, what="bottom rows of A")
+    assert_close(B[nv:], dt * dtau, rtol=1e-12, what="bottom rows of B")
+    assert_close(A[:nv], dt * Jv @ bottom_A + np.hstack([Jq, np.zeros((nv, nv))]), rtol=1e-12, what="top of A")
+    assert_close(B[:nv], dt * Jv @ (dt * dtau), rtol=1e-12, what="top rows of B")
+
+
 def test_contact_linearization_batch_is_the_single_call(load_robot):
     robot, contacts = _case(load_robot, "solo12-4")
     model, data = robot.model, robot.data
