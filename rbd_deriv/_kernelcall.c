@@ -394,7 +394,8 @@ static PyTypeObject KernelType = {
 #define STEADY_BATCHES 4.0
 #define RECENT_BATCHES 8
 #define POLL_INTERVALS 1.5
-#define STRAGGLER_ITEMS 2.0
+#define STRAGGLER_ITEMS 4.0
+#define STRAGGLER_SECONDS 5e-4
 #define SOLO_BATCHES 4
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -639,10 +640,13 @@ static int64_t run_batch(const Batch *work)
             sched_yield();
     }
     double end = now_seconds();
-    /* A worker that held its last item for more than STRAGGLER_ITEMS of the caller's items was descheduled
-     * there (the machine's other work has its core): the next SOLO_BATCHES batches run on the calling thread
-     * alone, which then costs what one thread costs instead of that wait, and the workers are tried again. */
-    if (taken > 0 && end - done > STRAGGLER_ITEMS * (done - start) / (double)taken)
+    /* A worker that held its last item for more than STRAGGLER_ITEMS of the caller's items and more than
+     * STRAGGLER_SECONDS was descheduled there (the machine's other work has its core; a worker that is merely
+     * slower, on a core that was idle, costs an item or two): the next SOLO_BATCHES batches run on the calling
+     * thread alone, which then costs what one thread costs instead of that wait, and the workers are tried
+     * again. */
+    double wait = end - done;
+    if (taken > 0 && wait > STRAGGLER_SECONDS && wait > STRAGGLER_ITEMS * (done - start) / (double)taken)
         pool.solo = SOLO_BATCHES;
     atomic_store(&pool.last_batch_seconds, end - start);
     return (int64_t)atomic_load(&batch->failed);

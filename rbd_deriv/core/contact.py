@@ -564,42 +564,11 @@ def _world_force_correction(mi, ws, ci, cf, forces, J, Rq):
 
 
 @njit(**JIT_OPTIONS)
-def _kkt_derivative(mi, ci, L, Z, G, m, D, X, dF):
-    """dF (m, c) = G^-1 (J M^-1 R - D) and X (nv, c) = M^-1 (J^T dF - R) = Y dF - M^-1 R, for R given in X: the KKT
-    inverse applied to the c columns of [-R; -D], through the Z = L^-T J^T of the forward step. With U = L^-T R:
-
-        J M^-1 R = Z^T D^-1 U,        M^-1 (J^T dF - R) = L^-1 D^-1 (Z dF - U)
-
-    Contact c's columns of Z are zero outside the dofs supporting its body, so both products walk that chain
-    only (and Y = M^-1 J^T, dense, is never formed)."""
+def _chain_products(mi, ci, L, Z, X, dF, transposed):
+    """transposed: dF (m, c) += Z^T D^-1 X; otherwise X (nv, c) += Z dF. Contact c's columns of Z are zero outside
+    the dofs supporting its body, so each product walks that chain only, three force rows at a time (a contact
+    has 3 or 6), each row of X read or written once for the three."""
     cols = X.shape[1]
-    ltdl_forward(mi, L, X)  # U
-    for r in range(m):
-        dFr, Dr = dF[r], D[r]
-        for col in range(UINT(0), UINT(cols)):
-            dFr[col] = -Dr[col]
-    row = 0
-    for c in range(ci.shape[0]):
-        kind, j = ci[c, CI_KIND], ci[c, CI_JOINT]
-        while kind != 0 and j > 0:
-            iv = mi[j, MI_IDX_V]
-            for k in range(iv, iv + mi[j, MI_NV]):
-                Uk, dk = X[k], 1.0 / L[k, k]
-                for r in range(row, row + kind, 3):  # three force rows at a time (a contact has 3 or 6)
-                    a0, a1, a2 = Z[k, r] * dk, Z[k, r + 1] * dk, Z[k, r + 2] * dk
-                    F0, F1, F2 = dF[r], dF[r + 1], dF[r + 2]
-                    for col in range(UINT(0), UINT(cols)):
-                        u = Uk[col]
-                        F0[col] += a0 * u
-                        F1[col] += a1 * u
-                        F2[col] += a2 * u
-            j = mi[j, MI_PARENT]
-        row += kind
-    cholesky_solve(G, m, dF)
-    for k in range(X.shape[0]):
-        Xk = X[k]
-        for col in range(UINT(0), UINT(cols)):
-            Xk[col] = -Xk[col]
     row = 0
     for c in range(ci.shape[0]):
         kind, j = ci[c, CI_KIND], ci[c, CI_JOINT]
@@ -608,12 +577,44 @@ def _kkt_derivative(mi, ci, L, Z, G, m, D, X, dF):
             for k in range(iv, iv + mi[j, MI_NV]):
                 Xk = X[k]
                 for r in range(row, row + kind, 3):
-                    z0, z1, z2 = Z[k, r], Z[k, r + 1], Z[k, r + 2]
                     F0, F1, F2 = dF[r], dF[r + 1], dF[r + 2]
-                    for col in range(UINT(0), UINT(cols)):
-                        Xk[col] += z0 * F0[col] + z1 * F1[col] + z2 * F2[col]
+                    if transposed:
+                        dk = 1.0 / L[k, k]
+                        a0, a1, a2 = Z[k, r] * dk, Z[k, r + 1] * dk, Z[k, r + 2] * dk
+                        for col in range(UINT(0), UINT(cols)):
+                            u = Xk[col]
+                            F0[col] += a0 * u
+                            F1[col] += a1 * u
+                            F2[col] += a2 * u
+                    else:
+                        z0, z1, z2 = Z[k, r], Z[k, r + 1], Z[k, r + 2]
+                        for col in range(UINT(0), UINT(cols)):
+                            Xk[col] += z0 * F0[col] + z1 * F1[col] + z2 * F2[col]
             j = mi[j, MI_PARENT]
         row += kind
+
+
+@njit(**JIT_OPTIONS)
+def _kkt_derivative(mi, ci, L, Z, G, m, D, X, dF):
+    """dF (m, c) = G^-1 (J M^-1 R - D) and X (nv, c) = M^-1 (J^T dF - R) = Y dF - M^-1 R, for R given in X: the KKT
+    inverse applied to the c columns of [-R; -D], through the Z = L^-T J^T of the forward step. With U = L^-T R:
+
+        J M^-1 R = Z^T D^-1 U,        M^-1 (J^T dF - R) = L^-1 D^-1 (Z dF - U)
+
+    (Y = M^-1 J^T, dense, is never formed; the products with Z walk the contacts' chains)."""
+    cols = X.shape[1]
+    ltdl_forward(mi, L, X)  # U
+    for r in range(m):
+        dFr, Dr = dF[r], D[r]
+        for col in range(UINT(0), UINT(cols)):
+            dFr[col] = -Dr[col]
+    _chain_products(mi, ci, L, Z, X, dF, True)
+    cholesky_solve(G, m, dF)
+    for k in range(X.shape[0]):
+        Xk = X[k]
+        for col in range(UINT(0), UINT(cols)):
+            Xk[col] = -Xk[col]
+    _chain_products(mi, ci, L, Z, X, dF, False)
     ltdl_backward(mi, L, X)
 
 
