@@ -393,7 +393,6 @@ static PyTypeObject KernelType = {
 #define MAX_WORKERS 63
 #define STEADY_BATCHES 4.0
 #define RECENT_BATCHES 8
-#define POLL_INTERVALS 1.5
 #define STRAGGLER_ITEMS 4.0
 #define STRAGGLER_SECONDS 5e-4
 #define SOLO_BATCHES 4
@@ -432,7 +431,6 @@ static struct {
     _Atomic double spin_seconds, spin_max_seconds, poll_seconds, steady_seconds, linger_seconds;
     _Atomic double last_batch_seconds;
     _Atomic double spin_hint_seconds;  /* how long workers spin after this batch (see note_batch_start) */
-    _Atomic double poll_hint_seconds;  /* how long they keep polling after it (see note_batch_start) */
     double starts[RECENT_BATCHES];     /* start times of the last batches, a ring (under `busy`) */
     int next_start;
     Batch batch;
@@ -487,9 +485,8 @@ static int batch_is_new(unsigned long long state, unsigned long long seen)
 /* Wait until a batch other than `seen` is open; return its state. Times count from the call (the end of
  * this worker's share of the last batch):
  *   1. spin for spin_seconds, or for spin_hint_seconds if note_batch_start set it longer;
- *   2. look after sleeps of poll_seconds, until steady_seconds, STEADY_BATCHES times the last batch's
- *      duration (an MPC's next iteration after its QP solve; the next long batch) or poll_hint_seconds
- *      (batches that recur: a controller's ticks), whichever is longest;
+ *   2. look after sleeps of poll_seconds, until steady_seconds or STEADY_BATCHES times the last batch's
+ *      duration, whichever is longer (an MPC's next iteration after its QP solve; the next long batch);
  *   3. look after sleeps twice as long each time, until linger_seconds;
  *   4. sleep until a batch wakes the worker.
  * A worker that polls needs no wake-up. Waking a sleeping thread costs its waker a system call, which on a
@@ -511,10 +508,7 @@ static unsigned long long wait_for_batch(unsigned long long seen)
     double poll = atomic_load(&pool.poll_seconds);
     double linger_end = start + atomic_load(&pool.linger_seconds);
     double steady = atomic_load(&pool.steady_seconds);
-    double poll_hint = atomic_load(&pool.poll_hint_seconds);
-    if (steady < STEADY_BATCHES * last)
-        steady = STEADY_BATCHES * last;
-    double steady_end = start + (steady > poll_hint ? steady : poll_hint);
+    double steady_end = start + (steady > STEADY_BATCHES * last ? steady : STEADY_BATCHES * last);
     for (double now = now_seconds(); poll > 0.0 && now < linger_end; now = now_seconds()) {
         if (now > steady_end)
             poll *= 2.0;
@@ -579,14 +573,11 @@ static void start_workers(int wanted)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-/* Record the start of a batch and set how long the workers spin, then poll, after it. When the last
- * RECENT_BATCHES batches all came within spin_max_seconds of the one before (a replay, an MPC's iterations, a
- * benchmark's blocks), they spin twice the longest of those intervals, at most spin_max_seconds; otherwise
- * (a controller's tick every few milliseconds) spin_seconds. Spinning until a batch that comes only later
- * takes the core the caller needs in between, and so slows the next threaded batches (docs/performance.md).
- * When those intervals are all within linger_seconds (a controller's ticks, batches between other work),
- * they poll for POLL_INTERVALS times the longest, at most linger_seconds: the next batch then finds them at
- * most poll_seconds late, where sleeps that double would let it start (or finish) without them. */
+/* Record the start of a batch and set how long the workers spin after it. When the last RECENT_BATCHES
+ * batches all came within spin_max_seconds of the one before (a replay, an MPC's iterations, a benchmark's
+ * blocks), twice the longest of those intervals, at most spin_max_seconds; otherwise (a controller's tick
+ * every few milliseconds) zero, which leaves spin_seconds. Spinning until a batch that comes only later
+ * takes the core the caller needs in between, and so slows the next threaded batches (docs/performance.md). */
 static void note_batch_start(double now)
 {
     double longest = 0.0, later = now;
@@ -599,11 +590,9 @@ static void note_batch_start(double now)
     }
     pool.starts[pool.next_start] = now;
     pool.next_start = (pool.next_start + 1) % RECENT_BATCHES;
-    double spin_max = atomic_load(&pool.spin_max_seconds), linger = atomic_load(&pool.linger_seconds);
+    double spin_max = atomic_load(&pool.spin_max_seconds);
     atomic_store(&pool.spin_hint_seconds, longest > spin_max ? 0.0 : 2.0 * longest < spin_max ? 2.0 * longest
                                                                                                 : spin_max);
-    atomic_store(&pool.poll_hint_seconds, longest > linger ? 0.0 : POLL_INTERVALS * longest < linger
-                                                                       ? POLL_INTERVALS * longest : linger);
 }
 
 /* Run the batch on this thread and the workers. Called without the GIL, with `busy` held. */

@@ -45,8 +45,7 @@ SMALL_ANGLE_JACOBIAN = 0.3
 #: The extension's batch workers, between batches (times from the end of the last one): they spin for
 #: BATCH_WORKER_SPIN, longer while batches keep coming (twice the longest of the last eight intervals, at most
 #: BATCH_WORKER_SPIN_MAX); then look for a batch every BATCH_WORKER_POLL until BATCH_WORKER_STEADY (or four
-#: times the last batch's duration, or 1.5 times the longest of the last eight intervals when they are all
-#: within BATCH_WORKER_LINGER); then after sleeps twice as long each time until BATCH_WORKER_LINGER;
+#: times the last batch's duration); then after sleeps twice as long each time until BATCH_WORKER_LINGER;
 #: then sleep until a batch wakes them. Waking a sleeping thread costs the caller a system call, which the
 #: polling spares a controller's periodic tick; spinning long after a lone batch would take the core the
 #: caller's next work needs.
