@@ -17,6 +17,7 @@ import pytest
 import rbd_deriv as rd
 from rbd_deriv.testing import FINITE_DIFFERENCE_RTOL, assert_close, finite_diff
 from rbd_deriv.testing.pinocchio_contact import PinocchioContacts
+from rbd_deriv.testing.robots import EXAMPLE_ROBOTS
 
 
 SOLO_FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
@@ -347,6 +348,30 @@ def test_contact_linearization_batch_is_the_single_call(load_robot):
     A, B, X, F = rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=contacts)
     A1, B1 = rd.linearize(model, data, Q[2], V[2], TAU[2], 0.01, contacts=contacts)
     assert np.array_equal(A[2], A1) and np.array_equal(B[2], B1)
+
+
+def test_contact_batch_layouts_follow_the_references(load_robot):
+    """A batch lays out each contact set once per model and reuses it in later batches: a reference moved
+    between two batches (a settable target of the position gain) is the one the next batch uses, as the single
+    call does; sets given as lists, tuples or the same object for many states are the same set."""
+    robot, plain = _case(load_robot, "solo12-4")
+    model, data = robot.model, robot.data
+    rng = robot.rng("contact batch references")
+    gained = [rd.Contact(model, c.frame, baumgarte=(20.0, 3.0), reference=[0.1, -0.2, 0.05]) for c in plain[:2]]
+    count = 6
+    Q = np.array([robot.random_q(rng) for _ in range(count)])
+    V, TAU = rng.uniform(-1, 1, (2, count, model.nv))
+    shared = [gained[0], plain[2]]
+    gait = [shared, shared, tuple(shared), list(gained), plain, shared]
+    for reference in ([0.1, -0.2, 0.05], [-0.3, 0.4, 0.0]):
+        gained[0].reference = reference
+        A, B, X, F = rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=gait)
+        for k in range(count):
+            A1, B1 = rd.linearize(model, data, Q[k], V[k], TAU[k], 0.01, contacts=gait[k])
+            assert np.array_equal(A[k], A1) and np.array_equal(B[k], B1) and np.array_equal(X[k], data.x_next)
+    other = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    with pytest.raises(rd.InputError, match="another model"):
+        rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=[[rd.Contact(other, "FL_FOOT")]] * count)
 
 
 @pytest.mark.parametrize("label", ["solo12-4", "talos-2soles-hand"])

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from typing import Optional, Sequence
 
 import numpy as np
@@ -1273,6 +1274,45 @@ def contact_forces(model: Model, data: Data, contacts) -> np.ndarray:
     return contact_data(model, data, contacts).forces
 
 
+def _set_key(contacts, state: Optional[int]) -> tuple:
+    """A contact set as a tuple (the key of its layout); InputError naming the state if it is no sequence."""
+    try:
+        return contacts if type(contacts) is tuple else tuple(contacts)
+    except TypeError:
+        where = "contacts" if state is None else f"contacts: the set of state {state}"
+        raise InputError(f"{where} is not a sequence of rbd_deriv.Contact", "contacts") from None
+
+
+_SET_LAYOUTS: "weakref.WeakKeyDictionary[Model, dict]" = weakref.WeakKeyDictionary()
+"""Per model, the batch layout of each contact set met (at most _CACHE_SIZE, the oldest dropped past that)."""
+
+
+def _set_layout(model: Model, key: tuple) -> tuple:
+    """(ci (n, CI_COLS), cf (n, CF_COLS), force rows) of a contact set for the batch kernel, checked and laid out
+    at its first batch on this model; the reference placements (settable) are copied again at each call when a
+    position gain reads them."""
+    layouts = _SET_LAYOUTS.get(model)
+    if layouts is None:
+        layouts = _SET_LAYOUTS.setdefault(model, {})
+    try:
+        layout = layouts.get(key)
+    except TypeError:  # an unhashable item: not a Contact
+        layout = None
+    if layout is None:
+        contacts = _check_contact_set(model, key)
+        n = len(contacts)
+        layout = (np.array([c._row_i for c in contacts], dtype=np.int64).reshape(n, CI_COLS),
+                  np.array([c._row_f for c in contacts]).reshape(n, CF_COLS), sum(c.rows for c in contacts),
+                  any(c.baumgarte[0] > 0.0 for c in contacts))
+        if len(layouts) >= _CACHE_SIZE:
+            del layouts[next(iter(layouts))]
+        layouts[key] = layout
+    ci, cf, rows, with_reference = layout
+    if with_reference:
+        cf = np.array([c._row_f for c in key]).reshape(len(key), CF_COLS)
+    return ci, cf, rows
+
+
 def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts, force_derivatives: bool = False):
     """linearize_contacts at K states, one contact set per state.
 
@@ -1294,39 +1334,36 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts, force_deriva
     except TypeError:
         raise InputError("Q: expected K configurations", "Q") from None
     # A horizon repeats few contact sets (the phases of a gait): each distinct set (the same contacts in the same
-    # order, whichever sequence holds them) is checked and laid out once, and the states' descriptions are
-    # gathered from those layouts.
+    # order, whichever sequence holds them) is checked and laid out once per model (_set_layout), and the states'
+    # descriptions are gathered from those layouts.
     if not len(contacts) or isinstance(contacts[0], Contact):
-        given = [contacts]
+        given = [_set_key(contacts, None)]
         index = np.zeros(count, dtype=np.intp)
     else:
         if len(contacts) != count:
             raise InputError(f"contacts: {len(contacts)} contact sets for {count} states", "contacts")
-        given, order, seen = [], [], {}
+        given, order, seen, by_object = [], [], {}, {}
         for k, s in enumerate(contacts):
-            try:
-                key = s if type(s) is tuple else tuple(s)
-            except TypeError:
-                raise InputError(f"contacts: the set of state {k} is not a sequence of rbd_deriv.Contact",
-                                 "contacts") from None
-            j = seen.get(key)
+            j = by_object.get(id(s))  # a gait often gives the same sequence object to many states
             if j is None:
-                j = seen[key] = len(given)
-                given.append(key)
+                key = _set_key(s, k)
+                j = seen.get(key)
+                if j is None:
+                    j = seen[key] = len(given)
+                    given.append(key)
+                by_object[id(s)] = j
             order.append(j)
         index = np.array(order, dtype=np.intp)
-    distinct = [_check_contact_set(model, s) for s in given]
-    width = max([1] + [len(s) for s in distinct])
-    layout_i = np.zeros((len(distinct), width, CI_COLS), dtype=np.int64)
-    layout_f = np.zeros((len(distinct), width, CF_COLS))
-    sizes = []
-    for k, s in enumerate(distinct):
-        for c, contact in enumerate(s):
-            layout_i[k, c] = contact._row_i
-            layout_f[k, c] = contact._row_f
-        sizes.append(sum(c.rows for c in s))
+    layouts = [_set_layout(model, key) for key in given]
+    width = max([1] + [len(ci) for ci, _, _ in layouts])
+    layout_i = np.zeros((len(layouts), width, CI_COLS), dtype=np.int64)
+    layout_f = np.zeros((len(layouts), width, CF_COLS))
+    for k, (ci, cf, _) in enumerate(layouts):
+        layout_i[k, :len(ci)] = ci
+        layout_f[k, :len(cf)] = cf
     CI, CF = layout_i[index], layout_f[index]
-    rows = max(sizes) if count else 0
+    rows = max(r for _, _, r in layouts) if count else 0
+    distinct = given
     nv = model.nv
     derivative_rows = rows if force_derivatives else 0
     outputs = run_batch(
