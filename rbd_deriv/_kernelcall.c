@@ -374,7 +374,9 @@ static PyTypeObject KernelType = {
  * array, and each thread uses its own row; an input given as for a single call is shared by all items.
  * status[k] (an int64 (count,) array) receives item k's status. Items are handed out one at a time from a
  * shared counter, and the calling thread takes part, so a worker that is slow to wake only means the caller
- * does more of the items: a batch is never much slower than on the calling thread alone.
+ * does more of the items: a batch is never much slower than on the calling thread alone. A worker that
+ * other work descheduled in the middle of an item holds the caller until it is back; when the caller waited
+ * that long, the next few batches run on the calling thread alone (see run_batch).
  *
  * The workers (threads - 1 of them at most, started on first use and kept) spin for a while after a batch,
  * so that batches that keep coming find them awake, then poll, then sleep on a condition variable (see
@@ -391,6 +393,9 @@ static PyTypeObject KernelType = {
 #define MAX_WORKERS 63
 #define STEADY_BATCHES 4.0
 #define RECENT_BATCHES 8
+#define STRAGGLER_ITEMS 4.0
+#define STRAGGLER_SECONDS 5e-4
+#define SOLO_BATCHES 4
 
 #if defined(__x86_64__) || defined(__i386__)
 #define CPU_RELAX() __builtin_ia32_pause()
@@ -420,6 +425,7 @@ static struct {
     int sleepers;
     int workers;
     int refused;            /* pthread_create failed once: no more workers are started */
+    int solo;               /* coming batches to run on the calling thread alone (under `busy`) */
     atomic_ullong state;    /* generation * 2 + (1 while the batch is open) */
     atomic_int active;      /* workers inside the current batch */
     _Atomic double spin_seconds, spin_max_seconds, poll_seconds, steady_seconds, linger_seconds;
@@ -446,9 +452,10 @@ static double now_seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Take items until none is left, one at a time, with the workspace row of `slot`. */
-static void run_items(Batch *batch, long long slot)
+/* Take items until none is left, one at a time, with the workspace row of `slot`; return how many. */
+static long long run_items(Batch *batch, long long slot)
 {
+    long long taken = 0;
     void *data[MAX_ARGS];
     char *first[MAX_ARGS];  /* item 0's data on this thread */
     const Lifting *lifting = batch->lifting;
@@ -457,7 +464,8 @@ static void run_items(Batch *batch, long long slot)
     for (;;) {
         long long item = atomic_fetch_add(&batch->next, 1);
         if (item >= batch->count)
-            return;
+            return taken;
+        ++taken;
         for (Py_ssize_t k = 0; k < batch->nargs; ++k)
             data[k] = first[k] + item * lifting->item_stride[k];
         int64_t status = batch->fn(data, batch->dims);
@@ -611,7 +619,8 @@ static int64_t run_batch(const Batch *work)
     pthread_mutex_unlock(&pool.lock);
     double start = now_seconds();
     note_batch_start(start);
-    run_items(batch, 0);
+    long long taken = run_items(batch, 0);
+    double done = now_seconds();
     atomic_store(&pool.state, open & ~1ull);
     /* A worker inside finishes its item; one that was descheduled there gets this CPU after a while. */
     for (unsigned spins = 1; atomic_load(&pool.active) != 0; ++spins) {
@@ -619,7 +628,16 @@ static int64_t run_batch(const Batch *work)
         if ((spins & 4095u) == 0)
             sched_yield();
     }
-    atomic_store(&pool.last_batch_seconds, now_seconds() - start);
+    double end = now_seconds();
+    /* A worker that held its last item for more than STRAGGLER_ITEMS of the caller's items and more than
+     * STRAGGLER_SECONDS was descheduled there (the machine's other work has its core; a worker that is merely
+     * slower, on a core that was idle, costs an item or two): the next SOLO_BATCHES batches run on the calling
+     * thread alone, which then costs what one thread costs instead of that wait, and the workers are tried
+     * again. */
+    double wait = end - done;
+    if (taken > 0 && wait > STRAGGLER_SECONDS && wait > STRAGGLER_ITEMS * (done - start) / (double)taken)
+        pool.solo = SOLO_BATCHES;
+    atomic_store(&pool.last_batch_seconds, end - start);
     return (int64_t)atomic_load(&batch->failed);
 }
 
@@ -632,6 +650,7 @@ static void pool_after_fork_in_child(void)
     pool.sleepers = 0;
     pool.workers = 0;
     pool.refused = 0;
+    pool.solo = 0;
     memset(pool.starts, 0, sizeof pool.starts);
     atomic_store(&pool.active, 0);
 }
@@ -678,7 +697,13 @@ static PyObject *parallel(PyObject *module, PyObject *const *args, Py_ssize_t na
     int64_t status = 0;
     Py_BEGIN_ALLOW_THREADS
     if (threads > 1 && pthread_mutex_trylock(&pool.busy) == 0) {
-        status = run_batch(&work);
+        if (pool.solo > 0) {  /* a worker was held up lately (see run_batch) */
+            --pool.solo;
+            run_items(&work, 0);
+            status = (int64_t)atomic_load(&work.failed);
+        } else {
+            status = run_batch(&work);
+        }
         pthread_mutex_unlock(&pool.busy);
     } else {  /* alone, or another batch holds the workers: on this thread, with workspace row 0 */
         run_items(&work, 0);

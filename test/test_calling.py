@@ -491,6 +491,32 @@ def test_parallel_reports_each_items_status(arm):
         assert (np.delete(codes, 4) == 0).all()
 
 
+@needs_extension
+def test_workers_between_recurring_batches_then_asleep(arm):
+    """Batches every 4 ms (a controller's ticks, a benchmark's blocks between other work) with the workers
+    polling between them: every batch is complete and byte-equal to the single calls, whichever thread took
+    each state. Once batches stop, the workers leave the core within the linger time: a second of the
+    process's CPU time, counted while its only Python thread sleeps, stays far below a spinning core's."""
+    import time
+
+    from rbd_deriv.core import constants
+
+    model, data, _ = arm
+    rng = np.random.default_rng(17)
+    kernel = rnea_derivatives.RNEA_DERIVATIVES.call
+    for _ in range(12):
+        arguments = _batch_arguments(model, 5, 2, rng)
+        assert calling.parallel(kernel, 5, 2, *arguments) == 0
+        Q, V, A, out = arguments[4], arguments[5], arguments[6], arguments[8]
+        for k in range(5):
+            np.testing.assert_array_equal(out[k], rd.rnea_derivatives(model, data, Q[k], V[k], A[k])[0])
+        time.sleep(0.004)
+    time.sleep(2 * constants.BATCH_WORKER_LINGER)
+    start = time.process_time()
+    time.sleep(0.5)
+    assert time.process_time() - start < 0.1
+
+
 def test_batches_after_fork_run_without_the_parents_workers():
     """A child forked after the parent started its workers has none of them: its batches run and give the
     parent's results (the extension forgets its workers in the child)."""

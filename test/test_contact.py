@@ -17,6 +17,7 @@ import pytest
 import rbd_deriv as rd
 from rbd_deriv.testing import FINITE_DIFFERENCE_RTOL, assert_close, finite_diff
 from rbd_deriv.testing.pinocchio_contact import PinocchioContacts
+from rbd_deriv.testing.robots import EXAMPLE_ROBOTS
 
 
 SOLO_FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
@@ -299,6 +300,26 @@ def test_contact_linearization_matches_finite_differences(label, load_robot):
     assert_close(B, fd_B, rtol=FINITE_DIFFERENCE_RTOL, what="B")
 
 
+@pytest.mark.parametrize("label", ["solo12-4", "talos-2soles"])
+def test_contact_linearization_is_the_euler_step_of_the_derivatives(label, load_robot):
+    """The bottom rows of A and B are dt times the derivatives of contact_dynamics_derivatives (plus I on the
+    v block), the top rows Jv dt times them plus Jq: the linearization reads the three blocks where the KKT
+    solve leaves them, and none may be taken for another."""
+    robot, contacts = _case(load_robot, label)
+    model, data = robot.model, robot.data
+    q, v, tau = _moderate_state(robot, "contact linearize")
+    dt, nv = 0.01, model.nv
+    A, B = [x.copy() for x in rd.linearize(model, data, q, v, tau, dt, contacts=contacts)]
+    step = dt * data.x_next[model.nq:]
+    dq, dv, dtau = [x.copy() for x in rd.contact_dynamics_derivatives(model, data, contacts, q, v, tau)[:3]]
+    Jq, Jv = rd.dintegrate_dq(model, q, step), rd.dintegrate_dv(model, q, step)
+    bottom_A = np.hstack([dt * dq, np.eye(nv) + dt * dv])
+    assert_close(A[nv:], bottom_A, rtol=1e-12, what="bottom rows of A")
+    assert_close(B[nv:], dt * dtau, rtol=1e-12, what="bottom rows of B")
+    assert_close(A[:nv], dt * Jv @ bottom_A + np.hstack([Jq, np.zeros((nv, nv))]), rtol=1e-12, what="top of A")
+    assert_close(B[:nv], dt * Jv @ (dt * dtau), rtol=1e-12, what="top rows of B")
+
+
 def test_contact_linearization_batch_is_the_single_call(load_robot):
     robot, contacts = _case(load_robot, "solo12-4")
     model, data = robot.model, robot.data
@@ -327,6 +348,30 @@ def test_contact_linearization_batch_is_the_single_call(load_robot):
     A, B, X, F = rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=contacts)
     A1, B1 = rd.linearize(model, data, Q[2], V[2], TAU[2], 0.01, contacts=contacts)
     assert np.array_equal(A[2], A1) and np.array_equal(B[2], B1)
+
+
+def test_contact_batch_layouts_follow_the_references(load_robot):
+    """A batch lays out each contact set once per model and reuses it in later batches: a reference moved
+    between two batches (a settable target of the position gain) is the one the next batch uses, as the single
+    call does; sets given as lists, tuples or the same object for many states are the same set."""
+    robot, plain = _case(load_robot, "solo12-4")
+    model, data = robot.model, robot.data
+    rng = robot.rng("contact batch references")
+    gained = [rd.Contact(model, c.frame, baumgarte=(20.0, 3.0), reference=[0.1, -0.2, 0.05]) for c in plain[:2]]
+    count = 6
+    Q = np.array([robot.random_q(rng) for _ in range(count)])
+    V, TAU = rng.uniform(-1, 1, (2, count, model.nv))
+    shared = [gained[0], plain[2]]
+    gait = [shared, shared, tuple(shared), list(gained), plain, shared]
+    for reference in ([0.1, -0.2, 0.05], [-0.3, 0.4, 0.0]):
+        gained[0].reference = reference
+        A, B, X, F = rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=gait)
+        for k in range(count):
+            A1, B1 = rd.linearize(model, data, Q[k], V[k], TAU[k], 0.01, contacts=gait[k])
+            assert np.array_equal(A[k], A1) and np.array_equal(B[k], B1) and np.array_equal(X[k], data.x_next)
+    other = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    with pytest.raises(rd.InputError, match="another model"):
+        rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=[[rd.Contact(other, "FL_FOOT")]] * count)
 
 
 @pytest.mark.parametrize("label", ["solo12-4", "talos-2soles-hand"])

@@ -15,7 +15,9 @@ With the C extension (:mod:`rbd_deriv.core.calling`), the states are shared amon
 extension's worker threads, ``numba.get_num_threads()`` threads in all, one state at a time, each thread
 with its own workspace. The caller takes part, so a batch is never held up by a worker that is slow to
 wake. Idle workers spin, then poll, then sleep (``constants.BATCH_WORKER_*``): batches that come back to back
-run on all threads, and a lone batch (a controller's tick) does not pay for waking a worker. The workers
+run on all threads, and a lone batch (a controller's tick) does not pay for waking a worker. A caller held up
+by a worker that other work descheduled in the middle of a state runs its next few batches alone (see
+``rbd_deriv/_kernelcall.c``). The workers
 live as long as the process: after a batch the process has threads, and ``os.fork()`` then warns on Python
 3.12 and later (a forked child runs its batches on its own). Without the extension, a batch runs on the
 calling thread.

@@ -21,7 +21,7 @@ from numba import njit
 
 from rbd_deriv.core import constants
 from rbd_deriv.core.calling import check_length, check_model, check_quaternions, check_shape, check_vector, register
-from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING
+from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.core.layout import MI_IDX_Q, MI_IDX_V, MI_NJ, MI_NQTOT, MI_NVTOT, MI_TYPE
 from rbd_deriv.core.model import Model
 from rbd_deriv.core.urdf import JOINT_FREEFLYER
@@ -43,22 +43,32 @@ def _exp3_coefficients(theta2):
     return s / t, (1.0 - c) / theta2, (t - s) / (theta2 * t)
 
 
+@njit(inline="always", **JIT_OPTIONS)
+def _skew3(x, y, z):
+    """[w]x as a row-major 9-tuple."""
+    return (0.0, -z, y, z, 0.0, -x, -y, x, 0.0)
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def _product3(a, b):
+    """The product of two 3x3 matrices given as row-major 9-tuples (a tuple: the kernels allocate nothing)."""
+    return (a[0] * b[0] + a[1] * b[3] + a[2] * b[6], a[0] * b[1] + a[1] * b[4] + a[2] * b[7],
+            a[0] * b[2] + a[1] * b[5] + a[2] * b[8],
+            a[3] * b[0] + a[4] * b[3] + a[5] * b[6], a[3] * b[1] + a[4] * b[4] + a[5] * b[7],
+            a[3] * b[2] + a[4] * b[5] + a[5] * b[8],
+            a[6] * b[0] + a[7] * b[3] + a[8] * b[6], a[6] * b[1] + a[7] * b[4] + a[8] * b[7],
+            a[6] * b[2] + a[7] * b[5] + a[8] * b[8])
+
+
 @njit(**JIT_OPTIONS)
-def _skew(w, out):
-    out[0, 0], out[0, 1], out[0, 2] = 0.0, -w[2], w[1]
-    out[1, 0], out[1, 1], out[1, 2] = w[2], 0.0, -w[0]
-    out[2, 0], out[2, 1], out[2, 2] = -w[1], w[0], 0.0
-
-
-@njit(**JIT_OPTIONS_ALLOCATING)
-def _so3_series(w, ca, cb, out):
-    """out = I + ca [w]x + cb [w]x^2 (3x3)."""
-    W = np.empty((3, 3))
-    _skew(w, W)
-    W2 = W @ W
+def _so3_series(wx, wy, wz, ca, cb, out, r0, c0):
+    """out[r0:r0 + 3, c0:c0 + 3] = I + ca [w]x + cb [w]x^2, with [w]x^2 = w w^T - |w|^2 I."""
+    w = (wx, wy, wz)
+    W = _skew3(wx, wy, wz)
+    diagonal = 1.0 - cb * (wx * wx + wy * wy + wz * wz)
     for r in range(3):
         for c in range(3):
-            out[r, c] = (1.0 if r == c else 0.0) + ca * W[r, c] + cb * W2[r, c]
+            out[r0 + r, c0 + c] = (diagonal if r == c else 0.0) + ca * W[3 * r + c] + cb * w[r] * w[c]
 
 
 @njit(**JIT_OPTIONS)
@@ -161,35 +171,33 @@ def _q_coefficients(theta2):
             (2.0 * t - 3.0 * s + t * c) / (2.0 * theta2 * theta2 * t))
 
 
-@njit(**JIT_OPTIONS_ALLOCATING)
-def _left_jacobian_se3(rho, phi, out):
-    """out (6x6) = Jl(xi) of exp6 for xi = [rho; phi] (Barfoot eq. 7.85-7.86)."""
-    theta2 = phi[0] ** 2 + phi[1] ** 2 + phi[2] ** 2
+@njit(**JIT_OPTIONS)
+def _left_jacobian_se3(rx, ry, rz, px, py, pz, out, r0):
+    """out[r0:r0 + 6, r0:r0 + 6] = Jl(xi) of exp6 for xi = [rho; phi] (Barfoot eq. 7.85-7.86):
+    [[J3, Q], [0, J3]] with J3 the left Jacobian of exp3 at phi and Q the coupling block."""
+    theta2 = px * px + py * py + pz * pz
     sa, cb, cc = _exp3_coefficients(theta2)
-    J3 = np.empty((3, 3))
-    _so3_series(phi, cb, cc, J3)
-    P = np.empty((3, 3))
-    Rh = np.empty((3, 3))
-    _skew(phi, P)
-    _skew(rho, Rh)
+    P = _skew3(px, py, pz)
+    Rh = _skew3(rx, ry, rz)
     k1, k2, k3 = _q_coefficients(theta2)
-    PR = P @ Rh
-    RP = Rh @ P
-    PRP = PR @ P
-    PPR = P @ PR
-    RPP = RP @ P
-    Q = 0.5 * Rh + k1 * (PR + RP + PRP) + k2 * (PPR + RPP - 3.0 * PRP) + k3 * (PRP @ P + P @ PRP)
-    for r in range(6):
-        for c in range(6):
-            out[r, c] = 0.0
+    PR = _product3(P, Rh)
+    RP = _product3(Rh, P)
+    PRP = _product3(PR, P)
+    PPR = _product3(P, PR)
+    RPP = _product3(RP, P)
+    PRPP = _product3(PRP, P)
+    PPRP = _product3(P, PRP)
+    _so3_series(px, py, pz, cb, cc, out, r0, r0)
     for r in range(3):
         for c in range(3):
-            out[r, c] = J3[r, c]
-            out[3 + r, 3 + c] = J3[r, c]
-            out[r, 3 + c] = Q[r, c]
+            k = 3 * r + c
+            out[r0 + 3 + r, r0 + 3 + c] = out[r0 + r, r0 + c]
+            out[r0 + 3 + r, r0 + c] = 0.0
+            out[r0 + r, r0 + 3 + c] = (0.5 * Rh[k] + k1 * (PR[k] + RP[k] + PRP[k])
+                                       + k2 * (PPR[k] + RPP[k] - 3.0 * PRP[k]) + k3 * (PRPP[k] + PPRP[k]))
 
 
-@njit(**JIT_OPTIONS_ALLOCATING)
+@njit(**JIT_OPTIONS)
 def dintegrate_into(mi, v, Jq, Jv):
     """Jq = d(q (+) v)/dq and Jv = d(q (+) v)/dv (nv, nv), tangent space; block diagonal per joint."""
     nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
@@ -203,29 +211,24 @@ def dintegrate_into(mi, v, Jq, Jv):
             Jq[iv, iv] = 1.0
             Jv[iv, iv] = 1.0
             continue
-        rho = -v[iv : iv + 3]
-        phi = -v[iv + 3 : iv + 6]
-        J = np.empty((6, 6))
-        _left_jacobian_se3(rho, phi, J)  # Jr(v) = Jl(-v)
+        rx, ry, rz = -v[iv], -v[iv + 1], -v[iv + 2]
+        px, py, pz = -v[iv + 3], -v[iv + 4], -v[iv + 5]
+        _left_jacobian_se3(rx, ry, rz, px, py, pz, Jv, iv)  # Jr(v) = Jl(-v)
         # exp6(v)^-1 = exp6(-v) = (R^T, -R^T p): Ad = [[R^T, -R^T [p]x], [0, R^T]]
-        theta2 = phi[0] ** 2 + phi[1] ** 2 + phi[2] ** 2
-        sa, cb, cc = _exp3_coefficients(theta2)
-        Rt = np.empty((3, 3))
-        _so3_series(phi, sa, cb, Rt)  # exp3(-w) = R^T
-        Vm = np.empty((3, 3))
-        _so3_series(phi, cb, cc, Vm)  # translation of exp6(-v) is V(-w)(-rho_v) = -R^T p
-        t = Vm @ rho  # t = -R^T p
-        T = np.empty((3, 3))
-        _skew(t, T)
-        TR = T @ Rt  # [-R^T p]x R^T = -R^T [p]x
-        for r in range(6):
-            for c in range(6):
-                Jv[iv + r, iv + c] = J[r, c]
-        for r in range(3):
-            for c in range(3):
-                Jq[iv + r, iv + c] = Rt[r, c]
-                Jq[iv + 3 + r, iv + 3 + c] = Rt[r, c]
-                Jq[iv + r, iv + 3 + c] = TR[r, c]
+        sa, cb, cc = _exp3_coefficients(px * px + py * py + pz * pz)
+        _so3_series(px, py, pz, sa, cb, Jq, iv, iv)  # exp3(-w) = R^T
+        # t = -R^T p, the translation of exp6(-v): V(-w) rho with V(-w) = I + cb [phi]x + cc [phi]x^2
+        ux, uy, uz = py * rz - pz * ry, pz * rx - px * rz, px * ry - py * rx
+        tx = rx + cb * ux + cc * (py * uz - pz * uy)
+        ty = ry + cb * uy + cc * (pz * ux - px * uz)
+        tz = rz + cb * uz + cc * (px * uy - py * ux)
+        for c in range(3):
+            ax, ay, az = Jq[iv, iv + c], Jq[iv + 1, iv + c], Jq[iv + 2, iv + c]
+            Jq[iv + 3, iv + 3 + c], Jq[iv + 4, iv + 3 + c], Jq[iv + 5, iv + 3 + c] = ax, ay, az
+            # [t]x R^T = -R^T [p]x, column by column: t x (column c of R^T)
+            Jq[iv, iv + 3 + c] = ty * az - tz * ay
+            Jq[iv + 1, iv + 3 + c] = tz * ax - tx * az
+            Jq[iv + 2, iv + 3 + c] = tx * ay - ty * ax
 
 
 # --- public API -----------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from typing import Optional, Sequence
 
 import numpy as np
@@ -151,25 +152,23 @@ STATUS_CONTACT_JOINT = define_status(22, _contact_error)
 
 @njit(**JIT_OPTIONS)
 def _offsets(nv, m):
-    """Offsets of the contact workspace's parts: L (nv, nv), J (m, nv), Y (nv, m), G (m, m),
-    rhs (max(m, nv),), bias (nv,), Dq (m, nv), Dv (m, nv), w (nv,), then for the derivatives X (nv, 3nv),
-    D (m, 3nv), F (m, 3nv), and for the linearization dddq_dtau (nv, nv) and df_dq, df_dv, df_dtau
-    (3, m, nv); then the scratch of the frame position gain, K (6, 6) and T (8, 3, 3); and the total size."""
+    """Offsets of the contact workspace's parts: L (nv, nv), J (m, nv), Z = L^-T J^T (nv, m), G (m, m),
+    rhs (max(m, nv),), bias (nv,), w (nv,), then for the derivatives X (nv, 3nv), D (m, 3nv), F (m, 3nv), and
+    dddq_dtau (nv, nv) and df_dq, df_dv, df_dtau (3, m, nv) (contact_dynamics_derivatives' results); then the
+    scratch of the frame position gain, K (6, 6) and T (8, 3, 3); and the total size."""
     o_L = 0
     o_J = o_L + nv * nv
-    o_Y = o_J + m * nv
-    o_G = o_Y + nv * m
+    o_Z = o_J + m * nv
+    o_G = o_Z + nv * m
     o_rhs = o_G + m * m
     o_bias = o_rhs + max(m, nv)
-    o_Dq = o_bias + nv
-    o_Dv = o_Dq + m * nv
-    o_w = o_Dv + m * nv
+    o_w = o_bias + nv
     o_X = o_w + nv
     o_D3 = o_X + 3 * nv * nv
     o_F3 = o_D3 + 3 * m * nv
     o_T = o_F3 + 3 * m * nv
     o_F = o_T + nv * nv
-    return o_L, o_J, o_Y, o_G, o_rhs, o_bias, o_Dq, o_Dv, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv + 108
+    return o_L, o_J, o_Z, o_G, o_rhs, o_bias, o_w, o_X, o_D3, o_F3, o_T, o_F, o_F + 3 * m * nv + 108
 
 
 @functools.lru_cache(maxsize=256)
@@ -397,15 +396,15 @@ def bias_forces(mi, ws, out):
 
 @njit(**JIT_OPTIONS)
 def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
-    """After a forward pass: M, its LTDL, the contact Jacobian J, Z = L^-T J^T (in the place of Y = M^-1 J^T =
-    L^-1 D^-1 Z, which the derivatives complete with :func:`complete_y`), the Cholesky of G = J M^-1 J^T =
-    Z^T D^-1 Z, and (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
+    """After a forward pass: M, its LTDL, the contact Jacobian J, Z = L^-T J^T (Y = M^-1 J^T = L^-1 D^-1 Z is
+    never formed: the solves and the derivatives use Z), the Cholesky of G = J M^-1 J^T = Z^T D^-1 Z, and
+    (with_motion) the contact accelerations at ddq = 0 with their Baumgarte terms in rhs.
     Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Y, o_G, o_rhs, _, _, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Z, o_G, o_rhs, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
-    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     rhs = cws[o_rhs:o_rhs + m]
     dinv = cws[o_w:o_w + nv]
@@ -440,7 +439,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
         row += kind
     for k in range(nv):
         for r in range(m):
-            Y[k, r] = J[r, k]
+            Z[k, r] = J[r, k]
     # Z = L^-T J^T and G = Z^T D^-1 Z contact by contact: contact c's columns of Z are zero outside the dofs
     # supporting its body, so G[r, s] (s in an earlier contact or c's own rows) sums over that chain only.
     row = 0
@@ -448,7 +447,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
         kind, b = ci[c, CI_KIND], ci[c, CI_JOINT]
         if kind == 0:
             continue
-        ltdl_forward_chain(mi, L, Y, b, row, kind)
+        ltdl_forward_chain(mi, L, Z, b, row, kind)
         for r in range(row, row + kind):
             for s in range(r + 1):
                 G[r, s] = 0.0
@@ -457,9 +456,9 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
             iv = mi[j, MI_IDX_V]
             for k in range(iv, iv + mi[j, MI_NV]):
                 for r in range(row, row + kind):
-                    a = Y[k, r] * dinv[k]
+                    a = Z[k, r] * dinv[k]
                     for s in range(r + 1):
-                        G[r, s] += a * Y[k, s]
+                        G[r, s] += a * Z[k, s]
             j = mi[j, MI_PARENT]
         for r in range(row, row + kind):
             for s in range(r):
@@ -475,7 +474,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
 def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     """ddq (nv,) and the contact forces (m,) of the KKT system. Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, _, o_Y, o_G, o_rhs, o_bias, _, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, _, o_Z, o_G, o_rhs, o_bias, o_w, _, _, _, _, _, _ = _offsets(nv, m)
     forward_pass(mi, mf, ws, q, v, zero_velocity(mi, ws), fext, FK_ACCELERATION)
     bias = cws[o_bias:o_bias + nv]
     bias_forces(mi, ws, bias)
@@ -483,7 +482,7 @@ def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     if code:
         return code
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
-    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     rhs = cws[o_rhs:o_rhs + m]
     dinv = cws[o_w:o_w + nv]
@@ -496,24 +495,16 @@ def contact_forward(mi, mf, ws, q, v, tau, fext, ci, cf, cws, m, ddq, forces):
     for r in range(m):
         acc = rhs[r]
         for k in range(nv):
-            acc += Y[k, r] * bias[k]
+            acc += Z[k, r] * bias[k]
         forces[r] = -acc
     cholesky_solve(G, m, forces[:m].reshape((m, 1)))
     for k in range(nv):
         acc = 0.0
         for r in range(m):
-            acc += Y[k, r] * forces[r]
+            acc += Z[k, r] * forces[r]
         ddq[k] += acc
     ltdl_backward(mi, L, ddq.reshape((nv, 1)))
     return 0
-
-
-@njit(**JIT_OPTIONS)
-def complete_y(mi, cws, m):
-    """Y = M^-1 J^T from the Z = L^-T J^T that the forward step left in its place (the derivatives need Y)."""
-    nv = mi[0, MI_NVTOT]
-    o_L, _, o_Y, _, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
-    ltdl_backward(mi, cws[o_L:o_L + nv * nv].reshape((nv, nv)), cws[o_Y:o_Y + nv * m].reshape((nv, m)))
 
 
 @njit(**JIT_OPTIONS)
@@ -574,53 +565,88 @@ def _world_force_correction(mi, ws, ci, cf, forces, J, Rq):
 
 
 @njit(**JIT_OPTIONS)
-def _kkt_derivative(mi, L, J, Y, G, m, D, X, dF):
-    """dF (m, c) = G^-1 (J M^-1 R - D) and X (nv, c) = Y dF - M^-1 R, for R given in X: the KKT inverse
-    applied to the c columns of [-R; -D]."""
-    nv, c = X.shape[0], X.shape[1]
-    ltdl_solve(mi, L, X)  # M^-1 R
-    for r in range(m):
-        dFr, Dr = dF[r], D[r]
-        for col in range(UINT(0), UINT(c)):
-            dFr[col] = -Dr[col]
-        for k in range(nv):
-            jrk = J[r, k]
-            if jrk != 0.0:
+def _chain_products(mi, ci, L, Z, X, dF, transposed):
+    """transposed: dF (m, c) += Z^T D^-1 X; otherwise X (nv, c) += Z dF. Contact c's columns of Z are zero outside
+    the dofs supporting its body, so each product walks that chain only, three force rows at a time (a contact
+    has 3 or 6), each row of X read or written once for the three."""
+    cols = X.shape[1]
+    row = 0
+    for c in range(ci.shape[0]):
+        kind, j = ci[c, CI_KIND], ci[c, CI_JOINT]
+        while kind != 0 and j > 0:
+            iv = mi[j, MI_IDX_V]
+            for k in range(iv, iv + mi[j, MI_NV]):
                 Xk = X[k]
-                for col in range(UINT(0), UINT(c)):
-                    dFr[col] += jrk * Xk[col]
-    cholesky_solve(G, m, dF)
-    for k in range(nv):
-        Xk = X[k]
-        for col in range(UINT(0), UINT(c)):
-            Xk[col] = -Xk[col]
-        for r in range(m):
-            ykr = Y[k, r]
-            dFr = dF[r]
-            for col in range(UINT(0), UINT(c)):
-                Xk[col] += ykr * dFr[col]
+                for r in range(row, row + kind, 3):
+                    F0, F1, F2 = dF[r], dF[r + 1], dF[r + 2]
+                    if transposed:
+                        dk = 1.0 / L[k, k]
+                        a0, a1, a2 = Z[k, r] * dk, Z[k, r + 1] * dk, Z[k, r + 2] * dk
+                        for col in range(UINT(0), UINT(cols)):
+                            u = Xk[col]
+                            F0[col] += a0 * u
+                            F1[col] += a1 * u
+                            F2[col] += a2 * u
+                    else:
+                        z0, z1, z2 = Z[k, r], Z[k, r + 1], Z[k, r + 2]
+                        for col in range(UINT(0), UINT(cols)):
+                            Xk[col] += z0 * F0[col] + z1 * F1[col] + z2 * F2[col]
+            j = mi[j, MI_PARENT]
+        row += kind
 
 
 @njit(**JIT_OPTIONS)
-def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, dddq_dq, dddq_dv, dddq_dtau,
-                        df_dq, df_dv, df_dtau):
-    """The derivatives of ddq and the forces after :func:`contact_forward` (same state, same cws)."""
+def _kkt_derivative(mi, ci, L, Z, G, m, D, X, dF):
+    """dF (m, c) = G^-1 (J M^-1 R - D) and X (nv, c) = M^-1 (J^T dF - R) = Y dF - M^-1 R, for R given in X: the KKT
+    inverse applied to the c columns of [-R; -D], through the Z = L^-T J^T of the forward step. With U = L^-T R:
+
+        J M^-1 R = Z^T D^-1 U,        M^-1 (J^T dF - R) = L^-1 D^-1 (Z dF - U)
+
+    (Y = M^-1 J^T, dense, is never formed; the products with Z walk the contacts' chains)."""
+    cols = X.shape[1]
+    ltdl_forward(mi, L, X)  # U
+    for r in range(m):
+        dFr, Dr = dF[r], D[r]
+        for col in range(UINT(0), UINT(cols)):
+            dFr[col] = -Dr[col]
+    _chain_products(mi, ci, L, Z, X, dF, True)
+    cholesky_solve(G, m, dF)
+    for k in range(X.shape[0]):
+        Xk = X[k]
+        for col in range(UINT(0), UINT(cols)):
+            Xk[col] = -Xk[col]
+    _chain_products(mi, ci, L, Z, X, dF, False)
+    ltdl_backward(mi, L, X)
+
+
+@njit(**JIT_OPTIONS)
+def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces):
+    """The derivatives of ddq and the forces after :func:`contact_forward` (same state, same cws), left in cws:
+    X (nv, 3nv) = [dddq/dq, dddq/dv, dddq/dtau] and F (m, 3nv) = [df/dq, df/dv, df/dtau] (see :func:`_offsets`)."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Y, o_G, _, _, o_Dq, o_Dv, _, o_X, o_D3, o_F3, _, _, o_end = _offsets(nv, m)
+    o_L, o_J, o_Z, o_G, _, _, _, o_X, o_D3, o_F3, _, _, o_end = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
-    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
-    Dq = cws[o_Dq:o_Dq + m * nv].reshape((m, nv))
-    Dv = cws[o_Dv:o_Dv + m * nv].reshape((m, nv))
-    Rq = region2(mi, ws, R_DTAU_DQ, nv, nv)
-    Rv = region2(mi, ws, R_DTAU_DV, nv, nv)
-    complete_y(mi, cws, m)
+    # One KKT solve for the 3 nv columns [R_q, R_v, -I] (dID/dtau = -I) against [D_q, D_v, 0]: one sweep over
+    # the factorizations with rows three times longer. R and D are written in place, in their column blocks.
+    X = cws[o_X:o_X + 3 * nv * nv].reshape((nv, 3 * nv))
+    D3 = cws[o_D3:o_D3 + 3 * m * nv].reshape((m, 3 * nv))
+    F3 = cws[o_F3:o_F3 + 3 * m * nv].reshape((m, 3 * nv))
+    Rq, Rv, Dq, Dv = X[:, :nv], X[:, nv:2 * nv], D3[:, :nv], D3[:, nv:2 * nv]
     forward_pass(mi, mf, ws, q, v, as_readonly(ddq), fext, FK_DERIVATIVES)
     _add_contact_forces(mi, ws, ci, cf, forces)
     rnea_derivatives_into(mi, mf, ws, as_readonly(ddq), region1(mi, ws, R_TAU, nv), Rq, Rv,
                           region2(mi, ws, R_M, nv, nv))
     _world_force_correction(mi, ws, ci, cf, forces, J, Rq)
+    for r in range(nv):
+        for c in range(2 * nv, 3 * nv):
+            X[r, c] = 0.0
+        X[r, 2 * nv + r] = -1.0
+    for r in range(m):
+        for c in range(2 * nv, 3 * nv):
+            D3[r, c] = 0.0
     row = 0
     for c in range(ci.shape[0]):
         kind, b = ci[c, CI_KIND], ci[c, CI_JOINT]
@@ -642,33 +668,7 @@ def contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, ddd
                         acc += K[r, s] * J[row + s, col]
                     Dq[row + r, col] += kp * acc
         row += kind
-    # One KKT solve for the 3 nv columns [R_q, R_v, -I] (dID/dtau = -I) against [D_q, D_v, 0]: one sweep over
-    # the factorizations with rows three times longer.
-    X = cws[o_X:o_X + 3 * nv * nv].reshape((nv, 3 * nv))
-    D3 = cws[o_D3:o_D3 + 3 * m * nv].reshape((m, 3 * nv))
-    F3 = cws[o_F3:o_F3 + 3 * m * nv].reshape((m, 3 * nv))
-    for r in range(nv):
-        for c in range(nv):
-            X[r, c] = Rq[r, c]
-            X[r, nv + c] = Rv[r, c]
-            X[r, 2 * nv + c] = 0.0
-        X[r, 2 * nv + r] = -1.0
-    for r in range(m):
-        for c in range(nv):
-            D3[r, c] = Dq[r, c]
-            D3[r, nv + c] = Dv[r, c]
-            D3[r, 2 * nv + c] = 0.0
-    _kkt_derivative(mi, L, J, Y, G, m, D3, X, F3)
-    for r in range(nv):
-        for c in range(nv):
-            dddq_dq[r, c] = X[r, c]
-            dddq_dv[r, c] = X[r, nv + c]
-            dddq_dtau[r, c] = X[r, 2 * nv + c]
-    for r in range(m):
-        for c in range(nv):
-            df_dq[r, c] = F3[r, c]
-            df_dv[r, c] = F3[r, nv + c]
-            df_dtau[r, c] = F3[r, 2 * nv + c]
+    _kkt_derivative(mi, ci, L, Z, G, m, D3, X, F3)
 
 
 @njit(**JIT_OPTIONS)
@@ -692,14 +692,25 @@ ARG_CWS = ARG_CI + 4
 
 
 @njit(**JIT_OPTIONS)
-def _copy_force_derivatives(nv, m, dF, dforces_dx, dforces_du):
-    """dforces_dx = [dF_dq, dF_dv] (rows, 2nv) and dforces_du = dF_dtau (rows, nv) from dF (3, m, nv), zero in the
-    rows past m (a batch's padding)."""
+def _split_columns(X, first, second, third):
+    """first, second, third (rows, n) = the three column blocks of X (rows, 3n)."""
+    n = first.shape[1]
+    for r in range(X.shape[0]):
+        for c in range(n):
+            first[r, c] = X[r, c]
+            second[r, c] = X[r, n + c]
+            third[r, c] = X[r, 2 * n + c]
+
+
+@njit(**JIT_OPTIONS)
+def _copy_force_derivatives(nv, m, F3, dforces_dx, dforces_du):
+    """dforces_dx = [dF_dq, dF_dv] (rows, 2nv) and dforces_du = dF_dtau (rows, nv) from F3 = [dF_dq, dF_dv, dF_dtau]
+    (m, 3nv), zero in the rows past m (a batch's padding)."""
     for r in range(m):
+        for c in range(2 * nv):
+            dforces_dx[r, c] = F3[r, c]
         for c in range(nv):
-            dforces_dx[r, c] = dF[0, r, c]
-            dforces_dx[r, nv + c] = dF[1, r, c]
-            dforces_du[r, c] = dF[2, r, c]
+            dforces_du[r, c] = F3[r, 2 * nv + c]
     for r in range(m, dforces_dx.shape[0]):
         dforces_dx[r, :] = 0.0
         dforces_du[r, :] = 0.0
@@ -709,10 +720,11 @@ def _copy_force_derivatives(nv, m, dF, dforces_dx, dforces_du):
 def _contact_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, mode, cws, A, B, x_next, forces, dforces_dx,
                     dforces_du):
     """MODE_DYNAMICS: ddq (data.ddq) and the forces; MODE_DERIVATIVES: also dddq/dq, dddq/dv (data.dddq_dq,
-    data.dddq_dv), dddq/dtau and dforces/d(q, v, tau) (in cws, see :func:`_offsets`); MODE_LINEARIZE: also the
-    Euler step's A, B and x_next (dt is read in these modes only); MODE_LINEARIZE_FORCES: also the forces'
-    derivatives copied out of cws into dforces_dx (>= m, 2nv) and dforces_du (>= m, nv), so that a batch can
-    give every thread one workspace cws (the other modes leave them untouched: (0, 2nv) and (0, nv) arrays do)."""
+    data.dddq_dv), dddq/dtau and dforces/d(q, v, tau) (in cws, see :func:`_offsets`); MODE_LINEARIZE: ddq, the
+    forces and the Euler step's A, B and x_next, from the derivatives where the KKT solve leaves them (dt is read
+    in these modes only); MODE_LINEARIZE_FORCES: also the forces' derivatives copied into dforces_dx (>= m, 2nv)
+    and dforces_du (>= m, nv), so that a batch can give every thread one workspace cws (the other modes leave
+    them untouched: (0, 2nv) and (0, nv) arrays do)."""
     nv, nq = mi[0, MI_NVTOT], mi[0, MI_NQTOT]
     code = check_state(mi, ws, q, v, tau, fext)
     m = 0
@@ -740,17 +752,21 @@ def _contact_kernel(mi, mf, ws, q, v, tau, fext, ci, cf, dt, mode, cws, A, B, x_
     _zero_padding(forces, m)
     if mode == MODE_DYNAMICS:
         return 0
-    _, _, _, _, _, _, _, _, _, _, _, _, o_T, o_F, _ = _offsets(nv, m)
-    dddq_dq = region2(mi, ws, R_DDDQ_DQ, nv, nv)
-    dddq_dv = region2(mi, ws, R_DDDQ_DV, nv, nv)
-    dddq_dtau = cws[o_T:o_T + nv * nv].reshape((nv, nv))
-    dF = cws[o_F:o_F + 3 * m * nv].reshape((3, m, nv))
-    contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces, dddq_dq, dddq_dv, dddq_dtau,
-                        dF[0], dF[1], dF[2])
-    if mode >= MODE_LINEARIZE:
-        euler_step_into(mi, ws, q, v, dt, ddq, dddq_dq, dddq_dv, dddq_dtau, A, B, x_next)
+    contact_derivatives(mi, mf, ws, q, v, fext, ci, cf, cws, m, ddq, forces)
+    _, _, _, _, _, _, _, o_X, _, o_F3, o_T, o_F, _ = _offsets(nv, m)
+    X = cws[o_X:o_X + 3 * nv * nv].reshape((nv, 3 * nv))
+    F3 = cws[o_F3:o_F3 + 3 * m * nv].reshape((m, 3 * nv))
+    if mode == MODE_DERIVATIVES:
+        _split_columns(X, region2(mi, ws, R_DDDQ_DQ, nv, nv), region2(mi, ws, R_DDDQ_DV, nv, nv),
+                       cws[o_T:o_T + nv * nv].reshape((nv, nv)))
+        dF = cws[o_F:o_F + 3 * m * nv].reshape((3, m, nv))
+        _split_columns(F3, dF[0], dF[1], dF[2])
+        return 0
+    # The Euler step reads the derivatives where the KKT solve left them (data.dddq_dq and data.dddq_dv are not
+    # written in these modes).
+    euler_step_into(mi, ws, q, v, dt, ddq, X[:, :nv], X[:, nv:2 * nv], X[:, 2 * nv:], A, B, x_next)
     if mode == MODE_LINEARIZE_FORCES:
-        _copy_force_derivatives(nv, m, dF, dforces_dx, dforces_du)
+        _copy_force_derivatives(nv, m, F3, dforces_dx, dforces_du)
     return 0
 
 
@@ -765,13 +781,13 @@ _contact = CONTACT.call
 def impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses):
     """v+ (nv,) and the impulses P (m,) of a touchdown with restitution e. Returns 0 or a status."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Y, o_G, _, _, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Z, o_G, _, _, _, _, _, _, _, _, _ = _offsets(nv, m)
     position_pass(mi, mf, ws, q)
     code = _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, False, ARG_IMPULSE_CI)
     if code:
         return code
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
-    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
     for r in range(m):
         acc = 0.0
@@ -783,7 +799,7 @@ def impulse_forward(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses):
     for k in range(nv):
         acc = 0.0
         for r in range(m):
-            acc += Y[k, r] * impulses[r]
+            acc += Z[k, r] * impulses[r]
         v_plus[k] = acc
     ltdl_backward(mi, cws[o_L:o_L + nv * nv].reshape((nv, nv)), v_plus.reshape((nv, 1)))
     for k in range(nv):
@@ -817,15 +833,18 @@ def _remove_gravity(mi, mf, ws):
 def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, dv_dq, dv_dv, dP_dq, dP_dv):
     """The derivatives of v+ and P after :func:`impulse_forward` (same state, same cws)."""
     nv = mi[0, MI_NVTOT]
-    o_L, o_J, o_Y, o_G, _, _, o_Dq, _, o_w, _, _, _, _, _, _ = _offsets(nv, m)
+    o_L, o_J, o_Z, o_G, _, _, o_w, o_X, o_D3, o_F3, _, _, _ = _offsets(nv, m)
     L = cws[o_L:o_L + nv * nv].reshape((nv, nv))
     J = cws[o_J:o_J + m * nv].reshape((m, nv))
-    Y = cws[o_Y:o_Y + nv * m].reshape((nv, m))
+    Z = cws[o_Z:o_Z + nv * m].reshape((nv, m))
     G = cws[o_G:o_G + m * m].reshape((m, m))
-    Gq = cws[o_Dq:o_Dq + m * nv].reshape((m, nv))
     w = cws[o_w:o_w + nv]
+    # One KKT solve for the 2 nv columns [R_q, 0] against [d(J w)/dq, (1 + e) J]: the v columns give
+    # dP/dv = -(1 + e) G^-1 J and Y dP/dv = dv+/dv - I.
+    X = cws[o_X:o_X + 2 * nv * nv].reshape((nv, 2 * nv))
+    D2 = cws[o_D3:o_D3 + 2 * m * nv].reshape((m, 2 * nv))
+    F2 = cws[o_F3:o_F3 + 2 * m * nv].reshape((m, 2 * nv))
     Rq = region2(mi, ws, R_DTAU_DQ, nv, nv)
-    complete_y(mi, cws, m)
     for k in range(nv):
         w[k] = v_plus[k] - v[k]
     forward_pass(mi, mf, ws, q, zero_velocity(mi, ws), as_readonly(w), zero_forces(mi, ws), FK_DERIVATIVES)
@@ -842,24 +861,25 @@ def impulse_derivatives(mi, mf, ws, q, v, e, ci, cf, cws, m, v_plus, impulses, d
         if kind == 0:
             continue
         px, py, pz = frame_origin(mi, ws, b, cf[c])
-        lwa_velocity_derivative(mi, ws, b, px, py, pz, kind, w, J, Gq, row)
+        lwa_velocity_derivative(mi, ws, b, px, py, pz, kind, w, J, D2[:, :nv], row)
         row += kind
-    for r in range(nv):
-        for c in range(nv):
-            dv_dq[r, c] = Rq[r, c]
-    _kkt_derivative(mi, L, J, Y, G, m, Gq, dv_dq, dP_dq)
-    # v: dP/dv = -(1 + e) G^-1 J, dv+/dv = I + Y dP/dv
     for r in range(m):
         for k in range(nv):
-            dP_dv[r, k] = -(1.0 + e) * J[r, k]
-    cholesky_solve(G, m, dP_dv)
-    for k in range(nv):
+            D2[r, nv + k] = (1.0 + e) * J[r, k]
+    for r in range(nv):
         for c in range(nv):
-            dv_dv[k, c] = 1.0 if k == c else 0.0
-        for r in range(m):
-            ykr = Y[k, r]
-            for c in range(nv):
-                dv_dv[k, c] += ykr * dP_dv[r, c]
+            X[r, c] = Rq[r, c]
+            X[r, nv + c] = 0.0
+    _kkt_derivative(mi, ci, L, Z, G, m, D2, X, F2)
+    for r in range(nv):
+        for c in range(nv):
+            dv_dq[r, c] = X[r, c]
+            dv_dv[r, c] = X[r, nv + c]
+        dv_dv[r, r] += 1.0
+    for r in range(m):
+        for c in range(nv):
+            dP_dq[r, c] = F2[r, c]
+            dP_dv[r, c] = F2[r, nv + c]
 
 
 # The impulse kernel: mi mf data q v e ci cf cws mode v_plus impulses dv_plus_dq dv_plus_dv dimpulses_dq
@@ -1039,7 +1059,7 @@ class ContactData:
             setattr(self, name, _readonly(array))
         # The contact kernel leaves dddq/dtau and the force derivatives in the workspace (see _offsets).
         offsets = _offsets(nv, m)
-        o_T, o_F = offsets[12], offsets[13]
+        o_T, o_F = offsets[10], offsets[11]
         self.dddq_dtau = _readonly(self.cws[o_T:o_T + nv * nv].reshape(nv, nv))
         self.dforces = _readonly(self.cws[o_F:o_F + 3 * m * nv].reshape(3, m, nv))
         self.dforces_dq, self.dforces_dv, self.dforces_dtau = self.dforces
@@ -1254,6 +1274,45 @@ def contact_forces(model: Model, data: Data, contacts) -> np.ndarray:
     return contact_data(model, data, contacts).forces
 
 
+def _set_key(contacts, state: Optional[int]) -> tuple:
+    """A contact set as a tuple (the key of its layout); InputError naming the state if it is no sequence."""
+    try:
+        return contacts if type(contacts) is tuple else tuple(contacts)
+    except TypeError:
+        where = "contacts" if state is None else f"contacts: the set of state {state}"
+        raise InputError(f"{where} is not a sequence of rbd_deriv.Contact", "contacts") from None
+
+
+_SET_LAYOUTS: "weakref.WeakKeyDictionary[Model, dict]" = weakref.WeakKeyDictionary()
+"""Per model, the batch layout of each contact set met (at most _CACHE_SIZE, the oldest dropped past that)."""
+
+
+def _set_layout(model: Model, key: tuple) -> tuple:
+    """(ci (n, CI_COLS), cf (n, CF_COLS), force rows) of a contact set for the batch kernel, checked and laid out
+    at its first batch on this model; the reference placements (settable) are copied again at each call when a
+    position gain reads them."""
+    layouts = _SET_LAYOUTS.get(model)
+    if layouts is None:
+        layouts = _SET_LAYOUTS.setdefault(model, {})
+    try:
+        layout = layouts.get(key)
+    except TypeError:  # an unhashable item: not a Contact
+        layout = None
+    if layout is None:
+        contacts = _check_contact_set(model, key)
+        n = len(contacts)
+        layout = (np.array([c._row_i for c in contacts], dtype=np.int64).reshape(n, CI_COLS),
+                  np.array([c._row_f for c in contacts]).reshape(n, CF_COLS), sum(c.rows for c in contacts),
+                  any(c.baumgarte[0] > 0.0 for c in contacts))
+        if len(layouts) >= _CACHE_SIZE:
+            del layouts[next(iter(layouts))]
+        layouts[key] = layout
+    ci, cf, rows, with_reference = layout
+    if with_reference:
+        cf = np.array([c._row_f for c in key]).reshape(len(key), CF_COLS)
+    return ci, cf, rows
+
+
 def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts, force_derivatives: bool = False):
     """linearize_contacts at K states, one contact set per state.
 
@@ -1275,39 +1334,36 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts, force_deriva
     except TypeError:
         raise InputError("Q: expected K configurations", "Q") from None
     # A horizon repeats few contact sets (the phases of a gait): each distinct set (the same contacts in the same
-    # order, whichever sequence holds them) is checked and laid out once, and the states' descriptions are
-    # gathered from those layouts.
+    # order, whichever sequence holds them) is checked and laid out once per model (_set_layout), and the states'
+    # descriptions are gathered from those layouts.
     if not len(contacts) or isinstance(contacts[0], Contact):
-        given = [contacts]
+        given = [_set_key(contacts, None)]
         index = np.zeros(count, dtype=np.intp)
     else:
         if len(contacts) != count:
             raise InputError(f"contacts: {len(contacts)} contact sets for {count} states", "contacts")
-        given, order, seen = [], [], {}
+        given, order, seen, by_object = [], [], {}, {}
         for k, s in enumerate(contacts):
-            try:
-                key = s if type(s) is tuple else tuple(s)
-            except TypeError:
-                raise InputError(f"contacts: the set of state {k} is not a sequence of rbd_deriv.Contact",
-                                 "contacts") from None
-            j = seen.get(key)
+            j = by_object.get(id(s))  # a gait often gives the same sequence object to many states
             if j is None:
-                j = seen[key] = len(given)
-                given.append(key)
+                key = _set_key(s, k)
+                j = seen.get(key)
+                if j is None:
+                    j = seen[key] = len(given)
+                    given.append(key)
+                by_object[id(s)] = j
             order.append(j)
         index = np.array(order, dtype=np.intp)
-    distinct = [_check_contact_set(model, s) for s in given]
-    width = max([1] + [len(s) for s in distinct])
-    layout_i = np.zeros((len(distinct), width, CI_COLS), dtype=np.int64)
-    layout_f = np.zeros((len(distinct), width, CF_COLS))
-    sizes = []
-    for k, s in enumerate(distinct):
-        for c, contact in enumerate(s):
-            layout_i[k, c] = contact._row_i
-            layout_f[k, c] = contact._row_f
-        sizes.append(sum(c.rows for c in s))
+    layouts = [_set_layout(model, key) for key in given]
+    width = max([1] + [len(ci) for ci, _, _ in layouts])
+    layout_i = np.zeros((len(layouts), width, CI_COLS), dtype=np.int64)
+    layout_f = np.zeros((len(layouts), width, CF_COLS))
+    for k, (ci, cf, _) in enumerate(layouts):
+        layout_i[k, :len(ci)] = ci
+        layout_f[k, :len(cf)] = cf
     CI, CF = layout_i[index], layout_f[index]
-    rows = max(sizes) if count else 0
+    rows = max(r for _, _, r in layouts) if count else 0
+    distinct = given
     nv = model.nv
     derivative_rows = rows if force_derivatives else 0
     outputs = run_batch(

@@ -22,7 +22,7 @@ from rbd_deriv.core.aba_derivatives import aba_derivatives_into
 from rbd_deriv.core.batch import run_batch
 from rbd_deriv.core.calling import STATUS_SINGULAR, check_length, check_shape, check_state, register, status
 from rbd_deriv.core.configuration import dintegrate_into, integrate_into
-from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.constants import JIT_OPTIONS, UINT
 from rbd_deriv.core.layout import (
     MI_IDX_V,
     MI_NJ,
@@ -47,22 +47,27 @@ from rbd_deriv.exceptions import InputError
 
 
 @njit(**JIT_OPTIONS)
-def _apply_integrate_jacobian(mi, J, X, scale, out):
-    """out = scale * J X for the block-diagonal integrate Jacobian J (identity outside free-flyer blocks)."""
-    nj = mi[0, MI_NJ]
+def _apply_integrate_jacobian(mi, J, X, scale):
+    """The top nv rows of X (2nv, cols) = scale * J times its bottom nv rows, for the block-diagonal integrate
+    Jacobian J (identity outside free-flyer blocks). Whole rows of X are taken (a slice of rows would be typed
+    as strided and its loops left unvectorized)."""
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
     cols = X.shape[1]
     for i in range(1, nj):
         iv = mi[i, MI_IDX_V]
         if mi[i, MI_TYPE] != JOINT_FREEFLYER:
-            for c in range(cols):
-                out[iv, c] = scale * X[iv, c]
+            top, bottom = X[iv], X[nv + iv]
+            for c in range(UINT(0), UINT(cols)):
+                top[c] = scale * bottom[c]
             continue
-        for r in range(6):
-            for c in range(cols):
-                s = 0.0
-                for k in range(6):
-                    s += J[iv + r, iv + k] * X[iv + k, c]
-                out[iv + r, c] = scale * s
+        b = nv + iv  # the free flyer's bottom rows
+        b0, b1, b2, b3, b4, b5 = X[b], X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5]
+        for r in range(iv, iv + 6):
+            top = X[r]
+            s0, s1, s2 = scale * J[r, iv], scale * J[r, iv + 1], scale * J[r, iv + 2]
+            s3, s4, s5 = scale * J[r, iv + 3], scale * J[r, iv + 4], scale * J[r, iv + 5]
+            for c in range(UINT(0), UINT(cols)):
+                top[c] = s0 * b0[c] + s1 * b1[c] + s2 * b2[c] + s3 * b3[c] + s4 * b4[c] + s5 * b5[c]
 
 
 @njit(**JIT_OPTIONS)
@@ -82,7 +87,7 @@ def linearize_into(mi, mf, ws, q, v, tau, fext, dt, A, B, x_next):
 @njit(**JIT_OPTIONS)
 def euler_step_into(mi, ws, q, v, dt, ddq, dddq_dq, dddq_dv, dddq_dtau, A, B, x_next):
     """x+ and the Jacobians A, B of the Euler step, given ddq and its derivatives (dddq_dtau is M^-1 without
-    contacts)."""
+    contacts; under contacts the three are column blocks of one matrix)."""
     nv, nq = mi[0, MI_NVTOT], mi[0, MI_NQTOT]
     v_next = region1(mi, ws, R_VNEXT, nv)
     step = region1(mi, ws, R_STEP, nv)
@@ -96,15 +101,16 @@ def euler_step_into(mi, ws, q, v, dt, ddq, dddq_dq, dddq_dv, dddq_dtau, A, B, x_
     dintegrate_into(mi, as_readonly(step), Jq, Jv)
     # Bottom rows: [dt dFD/dq, I + dt dFD/dv] and dt dFD/dtau.
     for r in range(nv):
+        dq, dv, dtau, Ar, Br = dddq_dq[r], dddq_dv[r], dddq_dtau[r], A[nv + r], B[nv + r]
+        for c in range(UINT(0), UINT(nv)):
+            Ar[c] = dt * dq[c]
+            Br[c] = dt * dtau[c]
         for c in range(nv):
-            A[nv + r, c] = dt * dddq_dq[r, c]
-            A[nv + r, nv + c] = dt * dddq_dv[r, c]
-        A[nv + r, nv + r] += 1.0
-        for c in range(nv):
-            B[nv + r, c] = dt * dddq_dtau[r, c]
+            Ar[nv + c] = dt * dv[c]
+        Ar[nv + r] += 1.0
     # Top rows: Jv dt times the bottom rows, plus Jq on the dq block.
-    _apply_integrate_jacobian(mi, Jv, A[nv:, :], dt, A[:nv, :])
-    _apply_integrate_jacobian(mi, Jv, B[nv:, :], dt, B[:nv, :])
+    _apply_integrate_jacobian(mi, Jv, A, dt)
+    _apply_integrate_jacobian(mi, Jv, B, dt)
     for r in range(nv):
         for c in range(nv):
             A[r, c] += Jq[r, c]
