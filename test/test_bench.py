@@ -394,3 +394,24 @@ def test_legged_benchmark_smoke_run(tmp_path, capsys):
     assert 0.0 < sum(row["parts_us"].values()) <= 1.05 * row["p99_us"]
     (push,) = report["pushes"]
     assert push["refused"] == 0 and push["final_m"] < 0.1 * push["peak_m"]
+
+
+def test_contact_benchmark_smoke_run_on_solo12():
+    """A short ``bench contact`` on solo12 in its own process (Pinocchio on one thread): every row is printed,
+    and every result, the batched contact linearization's A, B and x+ included, matches Pinocchio's (the batch
+    against constraintDynamics + its derivatives chained through the Euler step) to 1e-9."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "rbd_deriv.bench", "contact", "--quick", "--robots", "solo12"],
+                         env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")]
+                                             for line in run.stdout.splitlines() if line.count("|") == 6)}
+    checked = ["contact_dynamics", "contact_dynamics_derivatives", "impulse_dynamics",
+               "impulse_dynamics_derivatives", "linearize_batch K=32 (per state)"]
+    for name in checked + ["the same, against the derivatives alone"]:
+        ours, theirs, ratio = (float(rows[name][k]) for k in range(3))
+        assert ours > 0.0 and theirs > 0.0 and math.isclose(ratio, ours / theirs, rel_tol=0.01), (name, rows[name])
+    for name in checked:
+        assert float(rows[name][-1]) < 1e-9, (name, rows[name])

@@ -220,15 +220,21 @@ class PinocchioEulerLinearization:
         self.identity = np.eye(nv)
 
     def __call__(self, q: np.ndarray, v: np.ndarray, tau: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        model, data, dt, A, B = self.model, self.data, self.dt, self.A, self.B
+        dddq_dq, dddq_dv, minv = pin.computeABADerivatives(self.model, self.data, q, v, tau)
+        return self.chain(q, v, self.data.ddq, dddq_dq, dddq_dv, minv)
+
+    def chain(self, q: np.ndarray, v: np.ndarray, ddq: np.ndarray, dddq_dq: np.ndarray, dddq_dv: np.ndarray,
+              dddq_dtau: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """The Euler step's (A, B) from the acceleration ``ddq`` (nv,) at (q (Pinocchio's nq,), v) and its
+        derivatives (nv, nv) (from ABA, or from the contact dynamics); x+ in :attr:`x_next`."""
+        model, dt, A, B = self.model, self.dt, self.A, self.B
         nv = model.nv
-        dddq_dq, dddq_dv, minv = pin.computeABADerivatives(model, data, q, v, tau)
-        v_next = v + dt * data.ddq
+        v_next = v + dt * ddq
         step = dt * v_next
         np.multiply(dddq_dq, dt, out=A[nv:, :nv])
         np.multiply(dddq_dv, dt, out=A[nv:, nv:])
         A[nv:, nv:] += self.identity
-        np.multiply(minv, dt, out=B[nv:])
+        np.multiply(dddq_dtau, dt, out=B[nv:])
         A[:nv] = pin.dIntegrateTransport(model, q, step, dt * A[nv:], pin.ArgumentPosition.ARG1)
         A[:nv, :nv] += pin.dIntegrate(model, q, step, pin.ArgumentPosition.ARG0)
         B[:nv] = pin.dIntegrateTransport(model, q, step, dt * B[nv:], pin.ArgumentPosition.ARG1)
