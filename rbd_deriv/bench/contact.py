@@ -83,17 +83,19 @@ def bench_robot(name: str, repeat: int, block_seconds: float, case_seconds: floa
     QP = np.array([bridge.q_to_pin(x) for x in Q])
     references = [PinocchioContacts(bridge, s) for s in sets]
 
+    def pin_state_derivatives(x, y, z, r):
+        pin.constraintDynamics(pm, r.data, x, y, z, r.models, r.datas, prox)
+        pin.computeConstraintDynamicsDerivatives(pm, r.data, r.models, r.datas, prox)
+
     def pin_loop(QP, V, TAU):
         for x, y, z, r in zip(QP, V, TAU, references):
-            pin.constraintDynamics(pm, r.data, x, y, z, r.models, r.datas, prox)
-            pin.computeConstraintDynamicsDerivatives(pm, r.data, r.models, r.datas, prox)
+            pin_state_derivatives(x, y, z, r)
 
     euler = PinocchioEulerLinearization(pm, pd, TIME_STEP)
 
     def pin_linearize(x, y, z, r):
+        pin_state_derivatives(x, y, z, r)
         d = r.data
-        pin.constraintDynamics(pm, d, x, y, z, r.models, r.datas, prox)
-        pin.computeConstraintDynamicsDerivatives(pm, d, r.models, r.datas, prox)
         euler.chain(x, y, d.ddq, d.ddq_dq, d.ddq_dv, d.ddq_dtau)
 
     def pin_linearize_loop(QP, V, TAU):

@@ -115,7 +115,10 @@ class FeedbackPolicy:
         """(q_ref (nq,), v_ref (nv,), u_ff (nu,)) at ``now_ns``: u_ff held over each knot's step, the state
         interpolated linearly between knots (on the manifold for q), the first knot before the stamp and the
         last after the last knot."""
-        i, fraction = self._knot(now_ns)
+        return self._reference(model, *self._knot(now_ns))
+
+    def _reference(self, model: Any, i: int, fraction: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`reference` at ``fraction`` of the step from knot i (:meth:`_knot`)."""
         nq = self.x_ref.shape[1] - self.nv
         here = self.x_ref[i]
         if fraction == 0.0:
@@ -132,10 +135,11 @@ class FeedbackPolicy:
         Raises:
             InputError: q or v has a wrong shape or is not finite, or a quaternion is not unit.
         """
-        q_ref, v_ref, u_ff = self.reference(model, now_ns)
+        i, fraction = self._knot(now_ns)
+        q_ref, v_ref, u_ff = self._reference(model, i, fraction)
         dx = np.concatenate([rd.difference(model, q_ref, q), np.asarray(v, dtype=float) - v_ref])
         gains = self.gains
-        return np.clip(u_ff + gains[min(self._knot(now_ns)[0], gains.shape[0] - 1)] @ dx, lower, upper)
+        return np.clip(u_ff + gains[min(i, gains.shape[0] - 1)] @ dx, lower, upper)
 
 
 def policy_from_plan(states: np.ndarray, torques: np.ndarray, gain: np.ndarray, start_ns: int,
