@@ -62,7 +62,8 @@ def test_force_residual_reads_its_contact_rows():
     expected = np.array([F[0, 3:6], F[1, 0:3], np.zeros(3)]) - [[0, 0, 1], [0, 0, 1], [0, 0, 0]]
     assert_close(right.value(knots), expected)
     Rx, Ru = right.jacobians(knots)
-    assert_close(Rx[1], dF_dx[1, 0:3]) and assert_close(Ru[0], dF_du[0, 3:6])
+    assert_close(Rx[1], dF_dx[1, 0:3])
+    assert_close(Ru[0], dF_du[0, 3:6])
     assert_close(Rx[2], np.zeros((3, 6)), what="open contact")
     with pytest.raises(InputError, match="forces"):
         right.value(Knots(np.zeros((3, 6)), np.zeros((3, 2))))
@@ -86,7 +87,8 @@ def test_friction_cone_rows_and_exact_cone_check():
     assert_close(r[1, 5:], np.ones(5), what="open contact")
     Rx, Ru = cone.jacobians(knots)
     C = pyramid(mu)
-    assert_close(Rx[0, 5:], C @ dF[0, 3:6]) and assert_close(Ru[1, :5], C @ dF[1, 0:3, :3])
+    assert_close(Rx[0, 5:], C @ dF[0, 3:6])
+    assert_close(Ru[1, :5], C @ dF[1, 0:3, :3])
     assert_close(Rx[1, 5:], np.zeros((5, 6)))
     # Exact cone: contact b at knot 0 has |f_t| = 9 > mu f_n = 3.2.
     assert_close(cone_violation(F[0], offsets[0], mu), [0.0, 9.0 - 0.8 * 4.0])

@@ -444,7 +444,8 @@ def test_sinusoid_derivatives_match_complex_step():
         derivative = (samples[0] - 8 * samples[1] + 8 * samples[2] - samples[3]) / (12 * step)
         np.testing.assert_allclose(a[i], derivative, atol=1e-8)
     q0, v0, _ = reference.sample(np.array([0.0]))
-    assert_close(q0[0], center) and assert_close(v0[0], np.zeros(2))
+    assert_close(q0[0], center)
+    assert_close(v0[0], np.zeros(2))
 
 
 def test_trajectory_reference_interpolates_and_holds():
