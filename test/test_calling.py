@@ -335,17 +335,54 @@ def test_lazy_kernels_compile_at_their_first_call_and_compile_all_compiles_them(
             return sorted(name for name, r in calling.REGISTRY.items() if not r.compiled)
         lazy = waiting()
         model = rd.load_urdf(rd.bundled_urdf("rbd_arm7"))
-        rd.difference(model, rd.neutral(model), rd.neutral(model))
-        after_difference = waiting()
+        rd.nonlinear_effects(model, model.create_data(), rd.neutral(model), np.zeros(model.nv))
+        after_first_call = waiting()
         calling.compile_all()
-        print(json.dumps([lazy, after_difference, waiting()]))
+        print(json.dumps([lazy, after_first_call, waiting()]))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr
-    lazy, after_difference, after_all = json.loads(out.stdout.splitlines()[-1])
-    assert "configuration._difference_kernel" in lazy and "crba._crba_kernel" not in lazy
-    assert after_difference == [name for name in lazy if name != "configuration._difference_kernel"]
+    lazy, after_first_call, after_all = json.loads(out.stdout.splitlines()[-1])
+    assert "rnea._nle_kernel" in lazy and "crba._crba_kernel" not in lazy
+    assert after_first_call == [name for name in lazy if name != "rnea._nle_kernel"]
     assert after_all == []
+
+
+def test_what_the_nodes_call_at_start_is_compiled_by_the_build():
+    """The robot side's policy (difference, integrate), the legged MPC's construction, warm-up and first ticks
+    (kinematics, frames, centre of mass, impulses, the integrate Jacobians) and the fixed-base loop's warm-up
+    call no kernel that the build leaves to its first call: a node's first tick compiles nothing (a compile
+    there stalls the robot for seconds)."""
+    code = textwrap.dedent("""
+        import json, numpy as np, rbd_deriv as rd
+        from rbd_deriv.core import calling
+        from rbd_deriv.control import ControlLoop, MPCProblem
+        from rbd_deriv.control.policy import policy_from_plan
+        from rbd_deriv.nodes.mpc_node import legged_loop_from_parameters
+        from rbd_deriv.nodes.parameters import MPC_NODE
+        from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_srdf
+        def waiting():
+            return sorted(name for name, r in calling.REGISTRY.items() if not r.compiled)
+        before = waiting()
+        arm = rd.load_urdf(rd.bundled_urdf("rbd_arm7"))
+        ControlLoop(arm, MPCProblem.from_model(arm, horizon=5, dt=0.01)).warm_up()
+        q = rd.neutral(arm)
+        X = np.tile(np.r_[q, np.zeros(arm.nv)], (3, 1))
+        policy = policy_from_plan(X, np.zeros((2, arm.nv)), np.zeros((arm.nv, 2 * arm.nv)), 0, 0.01, 0.1)
+        policy.torque(arm, q, np.zeros(arm.nv), 5_000_000, -np.ones(arm.nv), np.ones(arm.nv))
+        solo = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+        p = {name: spec.default for name, spec in MPC_NODE.items()}
+        p.update(contact_frames=["FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT"], contact_kinds=["point"] * 4,
+                 srdf_path=str(example_robot_srdf("solo12")), posture="standing", gaits=["stand", "trot"],
+                 gait="trot", horizon=8)
+        legged_loop_from_parameters(solo, p).warm_up()
+        print(json.dumps([before, waiting()]))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    before, after = json.loads(out.stdout.splitlines()[-1])
+    assert before, "no lazy kernel left to watch"
+    assert after == before, f"compiled at a node's first use: {sorted(set(before) - set(after))}"
 
 
 _CACHE_PROBE = '''

@@ -274,7 +274,7 @@ def _difference_kernel(mi, continuous, q0, q1, nv, v):
     return code
 
 
-DIFFERENCE = register(_difference_kernel, "mi:i2 continuous:b1 q0:f1 q1:f1 nv:n v:N(nv)", lazy=True, release_gil=False)
+DIFFERENCE = register(_difference_kernel, "mi:i2 continuous:b1 q0:f1 q1:f1 nv:n v:N(nv)", release_gil=False)
 _difference = DIFFERENCE.call
 
 
@@ -291,7 +291,7 @@ def _dintegrate_kernel(mi, q, v, Jq, Jv):
     return code
 
 
-DINTEGRATE = register(_dintegrate_kernel, "mi:i2 q:f1 v:f1 Jq:F2 Jv:F2", lazy=True, release_gil=False)
+DINTEGRATE = register(_dintegrate_kernel, "mi:i2 q:f1 v:f1 Jq:F2 Jv:F2", release_gil=False)
 _dintegrate = DINTEGRATE.call
 
 

@@ -921,7 +921,7 @@ def _impulse_kernel(mi, mf, ws, q, v, e, ci, cf, cws, mode, v_plus, impulses, dv
 IMPULSE = register(
     _impulse_kernel,
     "mi:i2 mf:f2 data:W q:f1 v:f1 e:d ci:i2 cf:f2 cws:W mode:n v_plus:F1 impulses:F1 dv_plus_dq:F2 dv_plus_dv:F2"
-    " dimpulses_dq:F2 dimpulses_dv:F2", lazy=True)
+    " dimpulses_dq:F2 dimpulses_dv:F2")
 _impulse = IMPULSE.call
 
 

@@ -462,7 +462,7 @@ def _frame_kernel(mi, mf, ws, q, v, a, X, joint, level, pose, motion, derivs):
 
 
 FRAME = register(_frame_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 a:f1 X:f1 joint:n level:n pose:F2 motion:F2"
-                 " derivs:F3", lazy=True)
+                 " derivs:F3")
 
 
 @njit(**JIT_OPTIONS)
@@ -511,7 +511,7 @@ def _com_kernel(mi, mf, ws, q, v, com, vcom, Jcom):
     return 0
 
 
-COM = register(_com_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 com:F1 vcom:F1 Jcom:F2", lazy=True)
+COM = register(_com_kernel, "mi:i2 mf:f2 data:W q:f1 v:f1 com:F1 vcom:F1 Jcom:F2")
 
 REFERENCES = ("local_world_aligned", "local", "world")
 """Reference frames of the public functions: LOCAL_WORLD_ALIGNED (world axes at the frame's origin), LOCAL (the

@@ -259,8 +259,7 @@ def _forward_kinematics_kernel(mi, mf, ws, q, oMi):
     return 0
 
 
-FORWARD_KINEMATICS = register(_forward_kinematics_kernel, "mi:i2 mf:f2 data:W q:f1 oMi:F3", lazy=True,
-                              release_gil=False)
+FORWARD_KINEMATICS = register(_forward_kinematics_kernel, "mi:i2 mf:f2 data:W q:f1 oMi:F3", release_gil=False)
 _forward_kinematics = FORWARD_KINEMATICS.call
 
 
