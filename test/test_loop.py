@@ -338,44 +338,110 @@ def test_bad_settings_are_refused(fields, match):
         LoopSettings(**fields)
 
 
-def test_closed_loop_with_delay_tracks_a_moving_reference(model):
-    """The loop driving a simulated arm (damping and friction it does not model) at 200 Hz, each state 1 ms
-    old and each command applied one physics step late: it follows a moving reference closely."""
-    from rbd_deriv.control import SinusoidReference
+CENTER = np.array([0.0, 0.5, 0.0, -1.2, 0.0, 0.8, 0.0])
+
+
+def mujoco_arm(model):
+    """The bundled arm in MuJoCo at 1 kHz, with damping and friction the loop does not model, at CENTER."""
     from rbd_deriv.sim import make_plant
 
     limit = np.asarray(model.effort_limit)
     plant = make_plant("mujoco", str(bundled_urdf("rbd_arm7")), dt=1e-3, damping=0.001 * limit,
                        friction=0.002 * limit, model=model)
-    center = np.array([0.0, 0.5, 0.0, -1.2, 0.0, 0.8, 0.0])
-    plant.reset(center)
-    loop = make_loop(model, disturbance_time_constant=0.01, predict_delay=True)
-    reference = SinusoidReference(center, 0.3, np.linspace(0.2, 0.5, 7), ramp=0.5)
-    t0, start = 3 * 10**9, 0.2
-    times = np.arange(0.0, 2.5, 0.02)
-    positions, velocities, _ = reference.sample(times)
-    loop.take_reference(list(model.joint_names), t0 + int(start * 1e9), times, positions, velocities)
-    data, command, pending, errors = model.create_data(), None, None, []
-    for k in range(2000):
+    plant.reset(CENTER)
+    return plant
+
+
+def drive(model, loop, plant, t0, seconds, linearized=lambda t: True, error=None):
+    """The loop at 200 Hz driving ``plant`` for ``seconds``: each state 1 ms old, each command applied one
+    physics step late, a linearization with every tick for which ``linearized(t)`` holds (t [s] from t0).
+
+    Returns:
+        (times (n,) [s], positions (n, nv), velocities (n, nv)) of the plant at each physics step.
+    """
+    data, command, pending, log = model.create_data(), None, None, []
+    for k in range(int(round(seconds * 1e3))):
         now = t0 + k * MS
         stamp = now - MS
         q, v = plant.q, plant.v
         loop.take_joint_states(list(model.joint_names), q, v, [], stamp)
         if k % 5 == 0:
-            u = rd.rnea(model, data, q, v, np.zeros(model.nv)).copy()
-            A, B = rd.linearize(model, data, q, v, u, DT)
-            loop.take_linearization({"A": A.copy(), "B": B.copy(), "x": np.r_[q, v], "u": u,
-                                     "x_next": data.x_next.copy(), "dt": DT}, stamp, now)
+            if linearized(k * 1e-3):
+                u = rd.rnea(model, data, q, v, np.zeros(model.nv)).copy()
+                A, B = rd.linearize(model, data, q, v, u, DT)
+                loop.take_linearization({"A": A.copy(), "B": B.copy(), "x": np.r_[q, v], "u": u,
+                                         "x_next": data.x_next.copy(), "dt": DT}, stamp, now)
             result = loop.tick(now)
             check_command(model, result)
             pending = result.command
         if command is not None:
             plant.step(command, 1)
         command = pending
-        t = k * 1e-3 - start
-        if 0.0 <= t <= 1.7:
-            errors.append(plant.q - reference.sample(np.array([t]))[0][0])
-    errors = np.array(errors)
+        log.append((k * 1e-3, plant.q.copy(), plant.v.copy()))
+    times, positions, velocities = zip(*log)
+    return np.array(times), np.array(positions), np.array(velocities)
+
+
+def test_closed_loop_with_delay_tracks_a_moving_reference(model):
+    """The loop driving a simulated arm (damping and friction it does not model) at 200 Hz, each state 1 ms
+    old and each command applied one physics step late: it follows a moving reference closely."""
+    from rbd_deriv.control import SinusoidReference
+
+    plant = mujoco_arm(model)
+    loop = make_loop(model, disturbance_time_constant=0.01, predict_delay=True)
+    reference = SinusoidReference(CENTER, 0.3, np.linspace(0.2, 0.5, 7), ramp=0.5)
+    t0, start = 3 * 10**9, 0.2
+    times = np.arange(0.0, 2.5, 0.02)
+    positions, velocities, _ = reference.sample(times)
+    loop.take_reference(list(model.joint_names), t0 + int(start * 1e9), times, positions, velocities)
+    t, q, _ = drive(model, loop, plant, t0, 2.0)
+    window = (t - start >= 0.0) & (t - start <= 1.7)
+    errors = q[window] - reference.sample(t[window] - start)[0]
     assert loop.sources[CommandSource.PLAN] == 400
     # About 2 mrad RMS here; a loop that does not track (stale plans, a wrong sign) is off by tenths of a rad.
     assert np.sqrt(np.mean(errors ** 2)) < 0.005 and np.abs(errors).max() < 0.03, np.abs(errors).max(axis=0)
+    assert loop.reference_pulled == 0, "tracking closely, the reference is never shifted"
+
+
+def test_a_goal_far_away_is_reached_without_a_run_at_full_torque(model):
+    """A goal up to 1 rad from where the arm stands, on every joint at once: the arm gets there and stops,
+    never faster than its URDF velocity limits allow by much. Left to a linear model over a 0.2 s horizon with
+    the torque box, the plan runs at full torque toward a goal whose stop it cannot see, and the arm spins
+    off at hundreds of rad/s."""
+    plant = mujoco_arm(model)
+    loop = ControlLoop(model, MPCProblem.from_model(model, horizon=20, dt=DT), LoopSettings())
+    loop.warm_up()
+    goal = CENTER + np.array([1.0, -0.5, 1.0, 0.5, 1.0, -0.5, 1.0])
+    loop.set_goal(goal)
+    t, q, v = drive(model, loop, plant, 3 * 10**9, 3.0)
+    speed = np.abs(v).max(axis=0)
+    assert (speed < 1.8 * np.asarray(model.velocity_limit)).all(), speed
+    assert np.abs(q[-1] - goal).max() < 1e-3, q[-1] - goal
+    assert loop.sources[CommandSource.PLAN] == 600 and loop.reference_pulled > 0
+
+
+def test_tracking_resumes_after_the_linearizations_stop_for_a_second(model):
+    """The dynamics node stalls for 1 s mid-motion: the loop holds with gravity compensation while its
+    linearization is stale (the arm drifts), then takes the reference up again from wherever the arm is. It
+    used to warm-start from a plan the arm never followed, toward a reference far off, and threw the arm."""
+    from rbd_deriv.control import SinusoidReference
+
+    plant = mujoco_arm(model)
+    loop = ControlLoop(model, MPCProblem.from_model(model, horizon=20, dt=DT), LoopSettings())
+    loop.warm_up()
+    reference = SinusoidReference(CENTER, np.array([0.6, 0.35, 0.6, 0.4, 0.7, 0.5, 0.8]),
+                                  np.linspace(0.2, 0.5, 7), ramp=1.0)
+    t0 = 3 * 10**9
+    times = np.arange(0.0, 5.0, 0.02)
+    positions, velocities, _ = reference.sample(times)
+    loop.take_reference(list(model.joint_names), t0, times, positions, velocities)
+    t, q, v = drive(model, loop, plant, t0, 4.5, linearized=lambda t: not 1.5 <= t < 2.5)
+    # The last linearization before the stall stays fresh for linearization_timeout (10 ticks).
+    assert 185 <= loop.sources[CommandSource.STALE_LINEARIZATION] <= 200
+    drift = np.abs(q[2499] - reference.sample(np.array([2.499]))[0][0]).max()
+    assert drift > 0.3, f"the stall must leave the arm well off its reference ({drift:.3f} rad)"
+    assert (np.abs(v).max(axis=0) < 1.8 * np.asarray(model.velocity_limit)).all(), np.abs(v).max(axis=0)
+    late = t >= 3.5
+    errors = q[late] - reference.sample(t[late])[0]
+    assert np.abs(errors).max() < 0.03, np.abs(errors).max(axis=0)
+    assert loop.sources[CommandSource.SOLVER_FAILURE] == 0

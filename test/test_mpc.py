@@ -21,6 +21,7 @@ from rbd_deriv.control import (CommandSource, HeldLinearization, Mode, ModelPred
                                MPCProblem, SinusoidReference, SolveStatus, TrajectoryReference,
                                clamp_torque, hold_command, horizon_reference, is_stale,
                                select_command)
+from rbd_deriv.control.reference import bound_reference_error
 from rbd_deriv.control import riccati
 from rbd_deriv.control.observer import DisturbanceObserver
 from rbd_deriv.control.prediction import CommandHistory, predict_state
@@ -475,6 +476,36 @@ def test_horizon_reference_feedforward_is_inverse_dynamics(arm):
     q, v, a = reference.sample(np.array([0.5 + 0.02 * 3]))
     assert_close(X_ref[3], np.r_[q[0], v[0]])
     assert_close(U_ref[3], rd.rnea(model, data, q[0], v[0], a[0]))
+
+
+def test_bound_reference_error_shifts_the_whole_horizon_and_keeps_its_shape():
+    model = rd.load_urdf("""<robot name="two"><link name="base"/><link name="a"><inertial><mass value="1"/>
+        <inertia ixx="1" iyy="1" izz="1" ixy="0" ixz="0" iyz="0"/></inertial></link>
+        <link name="b"><inertial><mass value="1"/><inertia ixx="1" iyy="1" izz="1" ixy="0" ixz="0" iyz="0"/>
+        </inertial></link>
+        <joint name="hinge" type="revolute"><parent link="base"/><child link="a"/><axis xyz="0 0 1"/>
+        <limit lower="-3" upper="3" effort="10" velocity="5"/></joint>
+        <joint name="wheel" type="continuous"><parent link="a"/><child link="b"/><axis xyz="1 0 0"/>
+        <limit effort="10" velocity="5"/></joint></robot>""")
+    rng = np.random.default_rng(3)
+    X = np.hstack([np.cumsum(rng.normal(0, 0.05, (6, 2)), axis=0), rng.normal(size=(6, 2))])
+    q0 = np.array([-0.5, 0.0])
+    # The first knot 0.5 rad and (the short way round the wheel) 0.3 rad off; the wheel's reference is written
+    # one turn away, where its difference wraps.
+    X[:, 0] += q0[0] + 0.5 - X[0, 0]
+    X[:, 1] += 2 * np.pi + 0.3 - X[0, 1]
+    shifted = X.copy()
+    assert bound_reference_error(model, q0, shifted, 0.1)
+    error = np.array([rd.difference(model, q0, shifted[0, :2])])[0]
+    assert_close(error, [0.1, 0.1])
+    # Every knot moved by the same amount, velocities untouched: the reference keeps its shape.
+    moved = shifted[:, :2] - X[:, :2]
+    assert_close(moved - moved[0], np.zeros_like(moved))
+    assert_close(moved[0], [-0.4, -0.2])
+    assert_close(shifted[:, 2:], X[:, 2:])
+    within = shifted.copy()
+    assert not bound_reference_error(model, q0, within, 0.1) and (within == shifted).all()
+    assert not bound_reference_error(model, q0, X.copy(), 0.0)
 
 
 def test_safety_rules():

@@ -36,7 +36,7 @@ from rbd_deriv.control.observer import DisturbanceObserver
 from rbd_deriv.control.policy import FeedbackPolicy, constant_policy, policy_from_plan
 from rbd_deriv.control.prediction import CommandHistory, predict_state
 from rbd_deriv.control.problem import Mode, MPCProblem
-from rbd_deriv.control.reference import TrajectoryReference, horizon_reference
+from rbd_deriv.control.reference import TrajectoryReference, bound_reference_error, horizon_reference
 from rbd_deriv.control.safety import CommandSource, is_stale, select_command
 from rbd_deriv.exceptions import InputError, RbdDerivError
 from rbd_deriv.joint_state_map import JointStateMap, implausible
@@ -73,6 +73,9 @@ class LoopSettings:
             a state from the future would otherwise make every later one out of order.
         policy_validity: How long [s] after the time of its first knot the robot side may apply a tick's
             feedback policy, > 0: how long a stalled MPC is covered before the robot side falls back.
+        max_reference_error: The horizon's reference positions are pulled to within this [rad or m] of the
+            state solved from (:func:`~rbd_deriv.control.reference.bound_reference_error`), >= 0; 0 leaves
+            them where the reference puts them.
     """
 
     rate_hz: float = 200.0
@@ -84,6 +87,7 @@ class LoopSettings:
     disturbance_bound: float = 0.2
     max_stamp_lead: float = 0.1
     policy_validity: float = 0.1
+    max_reference_error: float = 0.1
 
     def __post_init__(self) -> None:
         def finite(value: Any) -> bool:
@@ -101,8 +105,9 @@ class LoopSettings:
         if not (finite(self.disturbance_bound) and 0.0 < self.disturbance_bound <= 1.0):
             raise InputError(f"disturbance_bound must be in (0, 1], got {self.disturbance_bound!r}",
                              "disturbance_bound")
-        if not (finite(self.max_stamp_lead) and self.max_stamp_lead >= 0.0):
-            raise InputError(f"max_stamp_lead must be >= 0, got {self.max_stamp_lead!r}", "max_stamp_lead")
+        for name in ("max_stamp_lead", "max_reference_error"):
+            if not (finite(getattr(self, name)) and getattr(self, name) >= 0.0):
+                raise InputError(f"{name} must be >= 0, got {getattr(self, name)!r}", name)
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,7 @@ class ControlLoop:
         self.last_plan: Optional[Plan] = None
         self.ticks = 0
         self._window_ticks = 0
+        self.reference_pulled = 0
 
     # ------------------------------------------------------------------------------------------ time
     def _seconds(self, ns: int) -> float:
@@ -367,7 +373,13 @@ class ControlLoop:
                 x0, solve_from = self._initial_state(q, v, state_time, now, disturbance)
                 horizon_reference(self.reference, solve_from, self.problem.horizon, self.problem.dt, self.model,
                                   self.lower, self.upper, self._X_ref, self._U_ref, self.data)
+                if bound_reference_error(self.model, x0[:self.problem.nv], self._X_ref, settings.max_reference_error):
+                    self.reference_pulled += 1
                 self.controller.set_reference(self._X_ref, self._U_ref)
+                if previous is not CommandSource.PLAN:
+                    # The robot did not follow the last plan (a safe command was sent): warm-starting from it
+                    # would start the solver from torques and states the robot never saw.
+                    self.controller.reset()
                 plan = self.controller.solve(x0, solve_from, self.linearization if self.held else None,
                                              disturbance)
         except RbdDerivError as error:
@@ -487,6 +499,7 @@ class ControlLoop:
             values.update({"status": plan.status.value, "iterations": str(plan.iterations),
                            "qp_iterations": str(plan.qp_iterations), "cost": f"{plan.cost:.6g}",
                            "active_torque_bounds": str(plan.clamped)})
+        values["reference_pulled"] = str(self.reference_pulled)
         for source in CommandSource:
             values[f"commands_{source.value}"] = str(self.sources[source])
         for reason, count in sorted(self.refusals.counts.items()):

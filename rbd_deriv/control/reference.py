@@ -148,3 +148,28 @@ def horizon_reference(reference: Reference, start: float, horizon: int, dt: floa
     for k in range(horizon):
         U_ref[k] = rd.rnea(model, data, positions[k], velocities[k], accelerations[k])
     np.clip(U_ref, torque_lower, torque_upper, out=U_ref)
+
+
+def bound_reference_error(model: Any, q0: np.ndarray, X_ref: np.ndarray, bound: float) -> bool:
+    """Shift the positions of X_ref (N+1, 2 nv) so that its first knot is within ``bound`` [rad or m] of q0
+    (nv,), joint by joint.
+
+    The MPC's model is linear over a short horizon with a box on the torques: from far off its reference (a
+    new goal, a robot left behind by a stalled input) it plans a run at full torque whose end its horizon
+    cannot see, and the robot overshoots at speeds where the model no longer holds. Shifted, the reference
+    keeps its shape and velocities but starts at an error the MPC closes within its horizon; the shift moves
+    with the robot, so the robot walks toward the real reference and tracks it unchanged once within
+    ``bound``. A bound of 0 or less leaves X_ref as it is.
+
+    Returns:
+        Whether the reference was shifted.
+    """
+    if bound <= 0.0:
+        return False
+    nv = X_ref.shape[1] // 2
+    error = rd.difference(model, q0, X_ref[0, :nv])  # continuous joints: the short way round
+    excess = error - np.clip(error, -bound, bound)
+    if np.abs(excess).max() <= 1e-12:  # a reference already shifted to the bound, up to rounding
+        return False
+    X_ref[:, :nv] -= excess
+    return True

@@ -92,7 +92,8 @@ class MpcNode(Node):
             rate_hz=p["rate_hz"], state_timeout=p["state_timeout"], linearization_timeout=p["linearization_timeout"],
             predict_delay=p["predict_delay"], command_delay=p["command_delay"],
             disturbance_time_constant=p["disturbance_time_constant"], disturbance_bound=p["disturbance_bound"],
-            max_stamp_lead=p["max_stamp_lead"], policy_validity=p["policy_validity"])
+            max_stamp_lead=p["max_stamp_lead"], policy_validity=p["policy_validity"],
+            max_reference_error=p["max_reference_error"])
         self.loop = ControlLoop(self.model, problem, settings)
         self.loop.warm_up()
         self.joint_names = list(self.model.joint_names)

@@ -250,6 +250,10 @@ MPC_NODE: Dict[str, Spec] = {
     "linearization_timeout": Spec(0.05, "a linearization older than this [s] triggers the safe command, in "
                                   "(0, 3600]", in_range(0.0, 3600.0, low_open=True), read_only=True),
     "max_stamp_lead": Spec(0.1, _STAMP_LEAD + " In [0, 3600].", AGE, read_only=True),
+    "max_reference_error": Spec(0.1, "fixed base: the horizon's reference is shifted so that it starts within this "
+                                "[rad or m] of the state on every joint (a far goal, a robot left behind by a "
+                                "stall: reached at a pace the MPC can stop from), in [0, 3600]; 0: never shifted",
+                                AGE, read_only=True),
     "goal_positions": Spec([0.0], "goal configuration [rad] in model order, one value per joint; settable at run "
                            "time (replaces the reference); the default [0.0] means none", finite_values),
     "plan_decimation": Spec(5, "publish the plan every this many ticks, in [1, 1000000]", in_range(1, 1e6),
