@@ -51,3 +51,15 @@ class InputError(RbdDerivError, ValueError):
     def __init__(self, message: str, argument: str | None = None) -> None:
         super().__init__(message)
         self.argument = argument
+
+
+class MessageError(InputError):
+    """A received message does not fit the model: wrong joints, sizes or values.
+
+    Attributes:
+        reason: A short key to count refusals by (``joints``, ``size``, ``values``...).
+    """
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message, argument="message")
+        self.reason = reason

@@ -22,7 +22,8 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from rbd_deriv.exceptions import InputError
+from rbd_deriv.exceptions import MessageError
+from rbd_deriv.stamps import NS_PER_S, ns_to_seconds, ns_to_stamp, seconds_to_stamp, set_stamp, stamp_to_ns
 
 __all__ = [
     "MATRIX_NAMES", "DynamicsMessages", "MessageError", "answer_fields", "contact_fields_arrays",
@@ -31,8 +32,6 @@ __all__ = [
     "matrix_fields", "matrix_view", "ns_to_seconds", "ns_to_stamp", "odometry_arrays", "seconds_to_stamp",
     "set_stamp", "stamp_to_ns",
 ]
-
-NS_PER_S = 1_000_000_000
 
 #: The ``name`` of each rbd_deriv/Matrix the package sends, by what it holds (the ComputeDerivatives
 #: response fields and the dynamics node's ``mass_matrix_inverse`` topic).
@@ -44,49 +43,6 @@ MATRIX_NAMES: Dict[str, str] = {
     "mass_matrix": "M",
     "mass_matrix_inverse": "M_inverse",
 }
-
-
-class MessageError(InputError):
-    """A received message does not fit the model: wrong joints, sizes or values.
-
-    Attributes:
-        reason: A short key to count refusals by (``joints``, ``size``, ``values``...).
-    """
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message, argument="message")
-        self.reason = reason
-
-
-# ------------------------------------------------------------------------------------------ stamps
-def stamp_to_ns(stamp: Any) -> int:
-    """Nanoseconds of a builtin_interfaces/Time (anything with ``sec`` and ``nanosec``)."""
-    return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
-
-
-def ns_to_stamp(ns):
-    """(sec, nanosec) of a time in [ns]; works element-wise on integer arrays.
-
-    Floor division keeps ``nanosec`` in [0, 1e9) for times before the epoch, as ROS does.
-    """
-    return ns // NS_PER_S, ns % NS_PER_S
-
-
-def set_stamp(stamp: Any, ns: int) -> Any:
-    """Write a time in [ns] into a builtin_interfaces/Time (or Duration) in place; return it."""
-    stamp.sec, stamp.nanosec = (int(part) for part in ns_to_stamp(int(ns)))
-    return stamp
-
-
-def ns_to_seconds(ns: int, origin_ns: int = 0) -> float:
-    """Seconds from ``origin_ns`` to ``ns``. Differences are taken in integers first: a float of the
-    seconds since 1970 keeps only about 0.2 us."""
-    return (int(ns) - int(origin_ns)) * 1e-9
-
-
-def seconds_to_stamp(seconds: float) -> Tuple[int, int]:
-    """(sec, nanosec) of a duration or time in [s], rounded to the nanosecond."""
-    return ns_to_stamp(int(round(seconds * NS_PER_S)))
 
 
 # ------------------------------------------------------------------------------------------ values

@@ -42,8 +42,8 @@ import numpy as np
 
 from rbd_deriv.control.constants import CONE_ABSOLUTE_TOLERANCE, CONE_RELATIVE_TOLERANCE
 from rbd_deriv.control import gauss_newton
-from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, _diagonal,
-                                         _knot_factors, fold_force_derivatives,
+from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, diagonal,
+                                         knot_factors, fold_force_derivatives,
                                          hessian_rows)
 from rbd_deriv.control.schedule import FORCE_ROWS
 from rbd_deriv.control.state_space import VectorSpace
@@ -163,7 +163,7 @@ class ForceStackResidual(Residual):
         if knots.F.shape != self.reference.shape:
             raise InputError(f"forces {knots.F.shape} for a reference {self.reference.shape}")
         gauss_newton.identity_quadratic(knots.F, self.reference, weights,
-                                        _knot_factors(knot_weights), out.Lf, out.Lff)
+                                        knot_factors(knot_weights), out.Lf, out.Lff)
         return True
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
@@ -173,7 +173,7 @@ class ForceStackResidual(Residual):
             super().gauss_newton(knots, r, gradient, hessian, out)
             return
         out.Lf += gradient
-        _diagonal(out.Lff)[:] += hessian
+        diagonal(out.Lff)[:] += hessian
 
 
 def pyramid(mu: float, normal: np.ndarray | None = None) -> np.ndarray:

@@ -34,10 +34,10 @@ import numpy as np
 from numba import njit
 
 from rbd_deriv.core.calling import check_quaternions
-from rbd_deriv.core.configuration import (_exp3_coefficients, _q_coefficients, difference_into,
+from rbd_deriv.core.configuration import (exp3_coefficients, q_coefficients, difference_into,
                                           integrate_into)
 from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING, SMALL_ANGLE, UINT
-from rbd_deriv.core.frames import _product3, _skew_into, frame_origin, lwa_jacobian_into
+from rbd_deriv.core.frames import product3, skew_into, frame_origin, lwa_jacobian_into
 from rbd_deriv.core.kinematics import joint_placement, motion_subspace
 from rbd_deriv.core.layout import MI_NJ, MI_NVTOT, MI_PARENT, R_OMI, R_S, region2, region3
 
@@ -97,19 +97,19 @@ def _right_jacobian_corner(xi, work, Q):
     W, WW, V, WV, VW, WVW, A, B = (work[0], work[1], work[2], work[3], work[4], work[5], work[6],
                                    work[7])
     theta2 = xi[3] * xi[3] + xi[4] * xi[4] + xi[5] * xi[5]
-    k1, k2, k3 = _q_coefficients(theta2)
-    _skew_into(xi[0], xi[1], xi[2], V)
-    _product3(W, V, WV)
-    _product3(V, W, VW)
-    _product3(WV, W, WVW)
-    _product3(W, WV, A)      # W W V
-    _product3(VW, W, B)      # V W W
+    k1, k2, k3 = q_coefficients(theta2)
+    skew_into(xi[0], xi[1], xi[2], V)
+    product3(W, V, WV)
+    product3(V, W, VW)
+    product3(WV, W, WVW)
+    product3(W, WV, A)      # W W V
+    product3(VW, W, B)      # V W W
     for r in range(3):
         for c in range(3):
             Q[r, c] = (-0.5 * V[r, c] + k1 * (WV[r, c] + VW[r, c] - WVW[r, c])
                        - k2 * (A[r, c] + B[r, c] - 3.0 * WVW[r, c]))
-    _product3(WVW, W, A)     # W V W W
-    _product3(W, WVW, B)     # W W V W
+    product3(WVW, W, A)     # W V W W
+    product3(W, WVW, B)     # W W V W
     for r in range(3):
         for c in range(3):
             Q[r, c] += k3 * (A[r, c] + B[r, c])
@@ -122,9 +122,9 @@ def _integrate_block(xi, work, Jq, Jv):
     exp6(xi) and Jr3 = I - b W + c W^2 (Barfoot, sec. 7.1.5). work (10, 3, 3) scratch."""
     W, WW, R, T = work[0], work[1], work[8], work[9]
     theta2 = xi[3] * xi[3] + xi[4] * xi[4] + xi[5] * xi[5]
-    a, b, c = _exp3_coefficients(theta2)
-    _skew_into(xi[3], xi[4], xi[5], W)
-    _product3(W, W, WW)
+    a, b, c = exp3_coefficients(theta2)
+    skew_into(xi[3], xi[4], xi[5], W)
+    product3(W, W, WW)
     _series(-b, c, W, WW, R)
     for r in range(3):
         for s in range(3):
@@ -139,7 +139,7 @@ def _integrate_block(xi, work, Jq, Jv):
     ty = T[1, 0] * xi[0] + T[1, 1] * xi[1] + T[1, 2] * xi[2]
     tz = T[2, 0] * xi[0] + T[2, 1] * xi[1] + T[2, 2] * xi[2]
     _series(a, b, W, WW, R)
-    _skew_into(tx, ty, tz, T)
+    skew_into(tx, ty, tz, T)
     for r in range(3):
         for s in range(3):
             Jq[r, s] = Jq[3 + r, 3 + s] = R[s, r]
@@ -160,13 +160,13 @@ def _difference_block(d, work, out):
     else:
         t = math.sqrt(theta2)
         e = 1.0 / theta2 - (1.0 + math.cos(t)) / (2.0 * t * math.sin(t))
-    _skew_into(d[3], d[4], d[5], W)
-    _product3(W, W, WW)
+    skew_into(d[3], d[4], d[5], W)
+    product3(W, W, WW)
     _series(0.5, e, W, WW, Ai)
     _right_jacobian_corner(d, work, Q)
     A = work[2]
-    _product3(Ai, Q, A)
-    _product3(A, Ai, Q)
+    product3(Ai, Q, A)
+    product3(A, Ai, Q)
     for r in range(3):
         for c in range(3):
             out[r, c] = out[3 + r, 3 + c] = Ai[r, c]

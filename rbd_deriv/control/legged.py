@@ -60,8 +60,8 @@ from rbd_deriv.control.solver import RiccatiSolver, SolveResult
 from rbd_deriv.control.state_space import FREE_FLYER_DOF, ConfigurationSpace
 from rbd_deriv.control.task_residuals import (CenterOfMassResidual, FramePositionResidual,
                                               RobotKinematics)
+from rbd_deriv.core.configuration import rotation_of
 from rbd_deriv.exceptions import InputError
-from rbd_deriv.sim.free_flyer import rotation_of
 
 
 #: The parts of a tick timed in :attr:`LeggedPlan.timings`: moving the schedule and the warm

@@ -53,7 +53,7 @@ from rbd_deriv.control.schedule import Gait
 from rbd_deriv.control.safety import clamp_torque, hold_command, is_stale
 from rbd_deriv.exceptions import InputError, RbdDerivError
 from rbd_deriv.joint_state_map import JointStateMap
-from rbd_deriv.messages import ns_to_seconds
+from rbd_deriv.stamps import ns_to_seconds
 from rbd_deriv.refusals import Refusals
 
 __all__ = ["GAITS", "LeggedLoop", "LeggedLoopSettings", "LeggedSource", "LeggedTick", "make_gait"]

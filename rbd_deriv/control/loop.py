@@ -38,10 +38,9 @@ from rbd_deriv.control.prediction import CommandHistory, predict_state
 from rbd_deriv.control.problem import Mode, MPCProblem
 from rbd_deriv.control.reference import TrajectoryReference, bound_reference_error, horizon_reference
 from rbd_deriv.control.safety import CommandSource, is_stale, select_command
-from rbd_deriv.exceptions import InputError, RbdDerivError
+from rbd_deriv.exceptions import InputError, MessageError, RbdDerivError
 from rbd_deriv.joint_state_map import JointStateMap, implausible
-from rbd_deriv.messages import MessageError, ns_to_seconds
-from rbd_deriv.pipeline import warm_up
+from rbd_deriv.stamps import ns_to_seconds
 from rbd_deriv.refusals import Refusals
 
 __all__ = ["ControlLoop", "LoopSettings", "TickResult"]
@@ -457,10 +456,10 @@ class ControlLoop:
 
     # ---------------------------------------------------------------------------------- start, report
     def warm_up(self) -> None:
-        """Solve once at the neutral configuration, at rest, so that every kernel is compiled (or loaded
-        from numba's cache) before the first input; then forget that solve."""
+        """Solve once at the neutral configuration, at rest, then forget that solve: a model that cannot
+        compute (a singular mass matrix) is refused here, and the first real tick finds the solver's buffers and
+        the kernels it calls (compiled by the build) ready."""
         model, problem = self.model, self.problem
-        warm_up(model, self.data, problem.dt, batched=not self.held)
         q, v = rd.neutral(model), np.zeros(model.nv)
         u = rd.gravity_torques(model, self.data, q).copy()
         A, B = rd.linearize(model, self.data, q, v, u, problem.dt)

@@ -39,8 +39,7 @@ from typing import Any, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.exceptions import RbdDerivError
-from rbd_deriv.messages import MessageError
+from rbd_deriv.exceptions import MessageError, RbdDerivError
 from rbd_deriv.refusals import Refusals
 
 __all__ = ["Actuation", "FeedbackPolicy", "PolicyExecutor", "constant_policy", "keep_taken", "policy_from_plan",

@@ -87,7 +87,7 @@ def fold_force_derivatives(knots: Knots, out: Derivatives) -> None:
 _NO_KNOT_WEIGHTS = np.zeros(0)
 
 
-def _knot_factors(knot_weights: np.ndarray | None) -> np.ndarray:
+def knot_factors(knot_weights: np.ndarray | None) -> np.ndarray:
     """Knot weights as the compiled quadratics take them: an empty array for none."""
     return _NO_KNOT_WEIGHTS if knot_weights is None else knot_weights
 
@@ -155,7 +155,7 @@ class Residual:
             out.Lux += np.matmul(Ru.transpose(0, 2, 1), weighted_x)
 
 
-def _diagonal(matrices: np.ndarray) -> np.ndarray:
+def diagonal(matrices: np.ndarray) -> np.ndarray:
     """Writable view (K, n) of the diagonals of matrices (K, n, n) (C-contiguous)."""
     K, n, _ = matrices.shape
     return matrices.reshape(K, n * n)[:, :: n + 1]
@@ -227,7 +227,7 @@ class StateResidual(Residual):
             raise InputError(f"states must have {self.space.nx} entries, got {X.shape}", "X")
         bad = gauss_newton.state_quadratic(model.mi, model.continuous,
                                            reference.reshape(-1, self.space.nx), X, self.space.nq,
-                                           self.space.block, weights, _knot_factors(knot_weights),
+                                           self.space.block, weights, knot_factors(knot_weights),
                                            self._r, out.Lx, out.Lxx)
         if bad >= 0:
             which, row = ("X", bad) if bad < K else ("reference", bad - K)
@@ -283,11 +283,11 @@ class ControlResidual(Residual):
         if knots.U.shape != (knots.count, self.nr) or reference.shape[0] not in (1, knots.count):
             raise InputError(f"controls {knots.U.shape} for a reference {self.reference.shape}")
         gauss_newton.identity_quadratic(knots.U, reference, weights,
-                                        _knot_factors(knot_weights), out.Lu, out.Luu)
+                                        knot_factors(knot_weights), out.Lu, out.Luu)
         return True
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
         """Diagonal terms in O(nu)."""
         out.Lu += gradient
-        _diagonal(out.Luu)[:] += hessian
+        diagonal(out.Luu)[:] += hessian

@@ -19,7 +19,7 @@ import numpy as np
 
 import rbd_deriv as rd
 from rbd_deriv.control import gauss_newton
-from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, _knot_factors,
+from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, knot_factors,
                                          hessian_rows)
 from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError
@@ -217,7 +217,7 @@ class _PositionResidual(Residual):
             raise InputError(f"reference of {reference.shape[0]} knots, the cost is evaluated on "
                              f"{K}", "reference")
         gauss_newton.position_quadratic(positions, jacobians, self.axes, mask, reference, weights,
-                                        _knot_factors(knot_weights), out.Lx, out.Lxx)
+                                        knot_factors(knot_weights), out.Lx, out.Lxx)
         return True
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,

@@ -32,7 +32,7 @@ _SMALL_Q = constants.SMALL_ANGLE_JACOBIAN
 
 
 @njit(**JIT_OPTIONS)
-def _exp3_coefficients(theta2):
+def exp3_coefficients(theta2):
     """sin(t)/t, (1 - cos t)/t^2, (t - sin t)/t^3 for t^2 = theta2."""
     if theta2 < _SMALL * _SMALL:
         return (1.0 - theta2 / 6.0 + theta2 * theta2 / 120.0,
@@ -83,7 +83,7 @@ def integrate_into(mi, q, v, out):
         ux, uy, uz = v[iv], v[iv + 1], v[iv + 2]
         wx, wy, wz = v[iv + 3], v[iv + 4], v[iv + 5]
         theta2 = wx * wx + wy * wy + wz * wz
-        sa, cb, cc = _exp3_coefficients(theta2)
+        sa, cb, cc = exp3_coefficients(theta2)
         # dp = V(w) u = u + cb w x u + cc w x (w x u): the translation of exp6(v) in the body frame.
         cx, cy, cz = wy * uz - wz * uy, wz * ux - wx * uz, wx * uy - wy * ux
         ccx, ccy, ccz = wy * cz - wz * cy, wz * cx - wx * cz, wx * cy - wy * cx
@@ -158,7 +158,7 @@ def difference_into(mi, continuous, q0, q1, out):
 
 
 @njit(**JIT_OPTIONS)
-def _q_coefficients(theta2):
+def q_coefficients(theta2):
     """(t - sin t)/t^3, (t^2 + 2 cos t - 2)/(2 t^4), (2t - 3 sin t + t cos t)/(2 t^5)."""
     if theta2 < _SMALL_Q * _SMALL_Q:
         t2, t4, t6 = theta2, theta2 * theta2, theta2 * theta2 * theta2
@@ -176,10 +176,10 @@ def _left_jacobian_se3(rx, ry, rz, px, py, pz, out, r0):
     """out[r0:r0 + 6, r0:r0 + 6] = Jl(xi) of exp6 for xi = [rho; phi] (Barfoot eq. 7.85-7.86):
     [[J3, Q], [0, J3]] with J3 the left Jacobian of exp3 at phi and Q the coupling block."""
     theta2 = px * px + py * py + pz * pz
-    sa, cb, cc = _exp3_coefficients(theta2)
+    sa, cb, cc = exp3_coefficients(theta2)
     P = _skew3(px, py, pz)
     Rh = _skew3(rx, ry, rz)
-    k1, k2, k3 = _q_coefficients(theta2)
+    k1, k2, k3 = q_coefficients(theta2)
     PR = _product3(P, Rh)
     RP = _product3(Rh, P)
     PRP = _product3(PR, P)
@@ -215,7 +215,7 @@ def dintegrate_into(mi, v, Jq, Jv):
         px, py, pz = -v[iv + 3], -v[iv + 4], -v[iv + 5]
         _left_jacobian_se3(rx, ry, rz, px, py, pz, Jv, iv)  # Jr(v) = Jl(-v)
         # exp6(v)^-1 = exp6(-v) = (R^T, -R^T p): Ad = [[R^T, -R^T [p]x], [0, R^T]]
-        sa, cb, cc = _exp3_coefficients(px * px + py * py + pz * pz)
+        sa, cb, cc = exp3_coefficients(px * px + py * py + pz * pz)
         _so3_series(px, py, pz, sa, cb, Jq, iv, iv)  # exp3(-w) = R^T
         # t = -R^T p, the translation of exp6(-v): V(-w) rho with V(-w) = I + cb [phi]x + cc [phi]x^2
         ux, uy, uz = py * rz - pz * ry, pz * rx - px * rz, px * ry - py * rx
@@ -317,6 +317,14 @@ def integrate(model: Model, q, v) -> np.ndarray:
     if type(result) is int:  # the kernel's status
         raise INTEGRATE.error(model, result)
     return result
+
+
+def rotation_of(quaternion_xyzw: np.ndarray) -> np.ndarray:
+    """Rotation matrix (3, 3) of a unit quaternion (x, y, z, w), the free flyer's q[3:7]: base to world."""
+    x, y, z, w = quaternion_xyzw
+    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                     [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                     [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
 
 
 def difference(model: Model, q0, q1) -> np.ndarray:

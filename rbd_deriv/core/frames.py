@@ -343,14 +343,14 @@ def placement_error(mi, ws, b, X, px, py, pz, ref):
 
 
 @njit(**JIT_OPTIONS)
-def _skew_into(x, y, z, out):
+def skew_into(x, y, z, out):
     out[0, 0], out[0, 1], out[0, 2] = 0.0, -z, y
     out[1, 0], out[1, 1], out[1, 2] = z, 0.0, -x
     out[2, 0], out[2, 1], out[2, 2] = -y, x, 0.0
 
 
 @njit(**JIT_OPTIONS)
-def _product3(A, B, out):
+def product3(A, B, out):
     for r in range(3):
         for c in range(3):
             out[r, c] = A[r, 0] * B[0, c] + A[r, 1] * B[1, c] + A[r, 2] * B[2, c]
@@ -362,9 +362,9 @@ def placement_error_jacobian(ax, ay, az, bx, by, bz, theta, k, K, T):
     the frame moves by the LWA motion (v_p, w) (a Jacobian column), (a, b) turning with the frame:
     K = [[A, -A Q A - [a]x], [0, A - [b]x]] in world axes. T: (8, 3, 3) scratch."""
     W, N, A, Q, P1, P2, P3, P4 = T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7]
-    _skew_into(bx, by, bz, W)
-    _skew_into(ax, ay, az, N)
-    _product3(W, W, P1)  # W^2
+    skew_into(bx, by, bz, W)
+    skew_into(ax, ay, az, N)
+    product3(W, W, P1)  # W^2
     for r in range(3):
         for c in range(3):
             A[r, c] = (1.0 if r == c else 0.0) + 0.5 * W[r, c] + k * P1[r, c]
@@ -375,24 +375,24 @@ def placement_error_jacobian(ax, ay, az, bx, by, bz, theta, k, K, T):
         c1 = (theta - sn) / (t2 * theta)
         c2 = (t2 + 2.0 * cs - 2.0) / (2.0 * t2 * t2)
         c3 = (2.0 * theta - 3.0 * sn + theta * cs) / (2.0 * t2 * t2 * theta)
-    _product3(W, N, P2)  # W N
-    _product3(P2, W, P3)  # W N W
-    _product3(N, W, P4)  # N W
+    product3(W, N, P2)  # W N
+    product3(P2, W, P3)  # W N W
+    product3(N, W, P4)  # N W
     for r in range(3):
         for c in range(3):
             Q[r, c] = -0.5 * N[r, c] + c1 * (P2[r, c] + P4[r, c] - P3[r, c])
-    _product3(P1, N, P2)  # W W N
-    _product3(N, P1, P4)  # N W W
+    product3(P1, N, P2)  # W W N
+    product3(N, P1, P4)  # N W W
     for r in range(3):
         for c in range(3):
             Q[r, c] += c2 * (3.0 * P3[r, c] - P2[r, c] - P4[r, c])
-    _product3(P3, W, P2)  # W N W W
-    _product3(W, P3, P4)  # W W N W
+    product3(P3, W, P2)  # W N W W
+    product3(W, P3, P4)  # W W N W
     for r in range(3):
         for c in range(3):
             Q[r, c] += c3 * (P2[r, c] + P4[r, c])
-    _product3(A, Q, P1)
-    _product3(P1, A, P2)  # A Q A
+    product3(A, Q, P1)
+    product3(P1, A, P2)  # A Q A
     for r in range(3):
         for c in range(3):
             K[r, c] = A[r, c]

@@ -23,13 +23,7 @@ from typing import Tuple
 
 import numpy as np
 
-
-def rotation_of(quaternion_xyzw: np.ndarray) -> np.ndarray:
-    """Rotation matrix (3, 3) of a unit quaternion (x, y, z, w)."""
-    x, y, z, w = quaternion_xyzw
-    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-                     [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-                     [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+from rbd_deriv.core.configuration import rotation_of  # the library's quaternion convention, re-exported
 
 
 def rotate(quaternion_xyzw: np.ndarray, vector: np.ndarray) -> np.ndarray:

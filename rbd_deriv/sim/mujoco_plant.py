@@ -25,7 +25,7 @@ from rbd_deriv.core.urdf import FREE_FLYER_JOINT
 from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError
 from rbd_deriv.sim.free_flyer import pose_from_mujoco, to_mujoco, twist_from_mujoco
 from rbd_deriv.sim.ground import SOLIMP, SOLREF, Ground, GroundContacts, add_ground
-from rbd_deriv.sim.plant import Plant, _joint_vector
+from rbd_deriv.sim.plant import Plant, joint_vector
 
 #: A push's force may reach this many times the robot's weight [N]; its torque the same number in N m (a
 #: 1 m lever); its duration [s] is in (0, MAX_PUSH_DURATION].
@@ -201,8 +201,8 @@ class MujocoPlant(Plant):
         self._base_nq, self._base_nv = (7, 6) if self.floating_base else (0, 0)
         if self.mj_model.nv != nu + self._base_nv:
             raise ModelError(f"MuJoCo has {self.mj_model.nv} degrees of freedom, the model {nu + self._base_nv}")
-        self.mj_model.dof_damping[self._dof] = _joint_vector("damping", damping, nu)
-        self.mj_model.dof_frictionloss[self._dof] = _joint_vector("friction", friction, nu)
+        self.mj_model.dof_damping[self._dof] = joint_vector("damping", damping, nu)
+        self.mj_model.dof_frictionloss[self._dof] = joint_vector("friction", friction, nu)
         self._locks = np.arange(len(locks), dtype=np.int64)  # the description has no equality of its own
         self._root_body = 1  # the world's first child: the base
         self.base_link = mujoco.mj_id2name(self.mj_model, mujoco.mjtObj.mjOBJ_BODY, self._root_body)

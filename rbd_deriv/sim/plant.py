@@ -21,7 +21,7 @@ from rbd_deriv.exceptions import InputError
 FRICTION_SMOOTHING_VELOCITY = 0.01
 
 
-def _joint_vector(name: str, value: Any, size: int) -> np.ndarray:
+def joint_vector(name: str, value: Any, size: int) -> np.ndarray:
     array = np.array(value, dtype=float)
     if array.ndim == 0:
         array = np.full(size, float(array))
@@ -129,8 +129,8 @@ class AbaPlant(Plant):
         self.joint_names = tuple(model.joint_names)
         self.dt = float(dt)
         self.effort_limit = np.asarray(model.effort_limit, dtype=float).copy()
-        self.damping = _joint_vector("damping", damping, model.nv)
-        self.friction = _joint_vector("friction", friction, model.nv)
+        self.damping = joint_vector("damping", damping, model.nv)
+        self.friction = joint_vector("friction", friction, model.nv)
         self._q = rd.neutral(model)
         self._v = np.zeros(model.nv)
         self.time = 0.0
