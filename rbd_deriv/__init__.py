@@ -39,7 +39,6 @@ from rbd_deriv.core.aba import aba, aba_batch  # noqa: E402
 from rbd_deriv.core.minverse import minverse  # noqa: E402
 from rbd_deriv.core.rnea_derivatives import rnea_derivatives, rnea_derivatives_batch  # noqa: E402
 from rbd_deriv.core.aba_derivatives import aba_derivatives, aba_derivatives_batch  # noqa: E402
-from rbd_deriv.core.linearization import linearize, linearize_batch  # noqa: E402
 from rbd_deriv.core.frames import (  # noqa: E402
     center_of_mass,
     com_jacobian,
@@ -58,6 +57,8 @@ from rbd_deriv.core.contact import (  # noqa: E402
     contact_forces,
     impulse_dynamics,
     impulse_dynamics_derivatives,
+    linearize,
+    linearize_batch,
 )
 
 __all__ = [

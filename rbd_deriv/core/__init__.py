@@ -13,6 +13,9 @@ Modules in the order they build on one another (each imports only modules above 
 * ``kinematics``, ``configuration``: the world-frame forward pass; the configuration manifold.
 * ``rnea``, ``crba``, ``aba``, ``minverse``, ``rnea_derivatives``, ``aba_derivatives``, ``linearization``: one
   algorithm family each: its kernels, their registration, its public functions (single and batched).
+* ``frames``: frame placements, Jacobians, velocities, accelerations and their derivatives; centre of mass.
+* ``contact``: rigid contacts and impulses, their derivatives, and the public ``linearize`` and
+  ``linearize_batch``: ``linearization``'s without contacts, the contact step with ``contacts=``.
 
 Adding an algorithm is adding a module: kernels, ``register(kernel, spec)``, a public function, and
 ``run_batch`` for its batch version. The public names are re-exported by :mod:`rbd_deriv`.

@@ -1374,4 +1374,37 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts, force_deriva
     return tuple(outputs) if force_derivatives else tuple(outputs[:4])
 
 
-linearization.CONTACT_STEP.update(single=linearize_contacts, batch=linearize_contacts_batch)
+def linearize(model: Model, data: Data, q, v, tau, dt, fext=None, contacts=None):
+    """Linearize one semi-implicit Euler step x+ = f(x, tau) of duration dt, free or under contacts.
+
+    Args:
+        q: (nq,) configuration.
+        v: (nv,) velocity [rad/s, m/s].
+        tau: (nv,) joint torques/forces [N m, N].
+        dt: Integration time step in [s].
+        fext: (njoints, 6) external forces in the joint frames [N, N m], or None.
+        contacts: A sequence of :class:`Contact`: the step runs the contact dynamics (:func:`contact_dynamics`)
+            instead of ABA (:func:`linearize_contacts`); the forces of the step are then
+            ``contact_forces(model, data, contacts)``. None: :func:`rbd_deriv.core.linearization.linearize`.
+
+    Returns:
+        (A, B): views data.A (2nv, 2nv) and data.B (2nv, nv), in the tangent space of x = (q, v).
+        data.x_next (nq + nv,) holds x+ = (q+, v+).
+    """
+    if contacts is None:
+        return linearization.linearize(model, data, q, v, tau, dt, fext)
+    return linearize_contacts(model, data, contacts, q, v, tau, dt, fext)
+
+
+def linearize_batch(model: Model, Q, V, TAU, dt, contacts=None, force_derivatives: bool = False):
+    """linearize at K states with time step dt [s] -> (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv)).
+
+    With ``contacts`` (K sequences of :class:`Contact`, one per state, or one for all): the contact step at each
+    state, and a fourth result, the forces (K, m_max) padded with zeros (m_max: the most force rows of a state).
+    With ``force_derivatives`` too, two more: the forces' derivatives dforces_dx (K, m_max, 2nv) (with respect
+    to q in the tangent space, then v) and dforces_du (K, m_max, nv) (:func:`linearize_contacts_batch`)."""
+    if contacts is not None:
+        return linearize_contacts_batch(model, Q, V, TAU, dt, contacts, force_derivatives)
+    if force_derivatives:
+        raise InputError("force_derivatives: there are forces only with contacts", "force_derivatives")
+    return linearization.linearize_batch(model, Q, V, TAU, dt)

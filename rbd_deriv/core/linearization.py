@@ -148,13 +148,9 @@ def check_time_step(dt) -> float:
     return dt
 
 
-CONTACT_STEP = {}
-"""Filled by :mod:`rbd_deriv.core.contact` (which builds on this module): "single" and "batch", the contact
-versions of linearize and linearize_batch that ``contacts=`` dispatches to."""
-
-
-def linearize(model: Model, data: Data, q, v, tau, dt, fext=None, contacts=None):
-    """Linearize one semi-implicit Euler step x+ = f(x, tau) of duration dt.
+def linearize(model: Model, data: Data, q, v, tau, dt, fext=None):
+    """Linearize one semi-implicit Euler step x+ = f(x, tau) of duration dt, without contacts
+    (:func:`rbd_deriv.linearize`, in :mod:`rbd_deriv.core.contact`, adds ``contacts=``).
 
     Args:
         q: (nq,) configuration.
@@ -162,16 +158,11 @@ def linearize(model: Model, data: Data, q, v, tau, dt, fext=None, contacts=None)
         tau: (nv,) joint torques/forces [N m, N].
         dt: Integration time step in [s].
         fext: (njoints, 6) external forces in the joint frames [N, N m], or None.
-        contacts: A sequence of :class:`rbd_deriv.Contact`: the step runs the contact dynamics
-            (:func:`rbd_deriv.contact_dynamics`) instead of ABA; the forces of the step are then
-            ``rd.contact_forces(model, data, contacts)``.
 
     Returns:
         (A, B): views data.A (2nv, 2nv) and data.B (2nv, nv), in the tangent space of x = (q, v).
         data.x_next (nq + nv,) holds x+ = (q+, v+).
     """
-    if contacts is not None:
-        return CONTACT_STEP["single"](model, data, contacts, q, v, tau, dt, fext)
     dt = check_time_step(dt)
     try:
         code = _linearize(model.mi, model.mf, data.ws, q, v, tau, data._zero_fext if fext is None else fext, dt,
@@ -183,15 +174,7 @@ def linearize(model: Model, data: Data, q, v, tau, dt, fext=None, contacts=None)
     return data.A, data.B
 
 
-def linearize_batch(model: Model, Q, V, TAU, dt, contacts=None, force_derivatives: bool = False):
-    """linearize at K states with time step dt [s] -> (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv)).
-
-    With ``contacts`` (K sequences of :class:`rbd_deriv.Contact`, one per state, or one for all): the contact
-    step at each state, and a fourth result, the forces (K, m_max) padded with zeros (m_max: the most force
-    rows of a state). With ``force_derivatives`` too, two more: the forces' derivatives dforces_dx
-    (K, m_max, 2nv) (with respect to q in the tangent space, then v) and dforces_du (K, m_max, nv)."""
-    if contacts is not None:
-        return CONTACT_STEP["batch"](model, Q, V, TAU, dt, contacts, force_derivatives)
-    if force_derivatives:
-        raise InputError("force_derivatives: there are forces only with contacts", "force_derivatives")
+def linearize_batch(model: Model, Q, V, TAU, dt):
+    """linearize at K states with time step dt [s] -> (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv)),
+    without contacts (:func:`rbd_deriv.linearize_batch` adds ``contacts=``)."""
     return tuple(run_batch(LINEARIZE, model, Q, V, TAU, None, check_time_step(dt)))
