@@ -22,6 +22,7 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from rbd_deriv.core.contact import FORCE_ROWS
 from rbd_deriv.exceptions import MessageError
 from rbd_deriv.stamps import NS_PER_S, ns_to_seconds, ns_to_stamp, seconds_to_stamp, set_stamp, stamp_to_ns
 
@@ -169,7 +170,7 @@ def contact_fields_arrays(message: Any) -> Dict[str, Any]:
     """
     frames, kinds = list(message.contact_frames), list(message.contact_kinds)
     forces = _field(message, "contact_forces")
-    rows = {"point": 3, "frame": 6}
+    rows = FORCE_ROWS
     if not message.nc == len(kinds) == len(frames) or any(k not in rows for k in kinds) or \
             forces.size != sum(rows[k] for k in kinds):
         raise MessageError(f"nc = {message.nc}, {len(frames)} contact frames, kinds {kinds[:8]} and {forces.size} "

@@ -33,6 +33,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence
 import numpy as np
 
 import rbd_deriv as rd
+from rbd_deriv.core.contact import FORCE_ROWS
 from rbd_deriv.exceptions import InputError, RbdDerivError
 from rbd_deriv.joint_state_map import PLAUSIBLE, JointStateMap, describe, implausible, velocity_names
 
@@ -49,7 +50,7 @@ DERIVATIVES = ("inverse_dynamics_derivatives", "forward_dynamics_derivatives", "
 
 #: The kinds of a contact (:class:`rbd_deriv.Contact`): ``point`` holds a frame's origin still (3 force rows),
 #: ``frame`` the whole frame (6 rows, [linear, angular]).
-CONTACT_KINDS = ("point", "frame")
+CONTACT_KINDS = tuple(FORCE_ROWS)
 
 
 class PipelineError(InputError):

@@ -21,10 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
+from rbd_deriv.core.contact import FORCE_ROWS
 from rbd_deriv.exceptions import InputError
-
-#: Force rows of a contact kind: a point contact carries a force, a frame contact a wrench.
-FORCE_ROWS = {"point": 3, "frame": 6}
 
 
 def _names(names: Sequence[str]) -> tuple[str, ...]:

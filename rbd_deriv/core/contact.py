@@ -927,7 +927,9 @@ _impulse = IMPULSE.call
 
 # --- Python API ------------------------------------------------------------------------------------------------
 
-_KINDS = {"point": KIND_POINT, "frame": KIND_FRAME}
+#: The contact kinds and their force rows, the one place the package keeps them: a point contact carries a force
+#: (3 rows), a frame contact a wrench (6 rows, [linear, angular]).
+FORCE_ROWS = {"point": KIND_POINT, "frame": KIND_FRAME}
 _REFERENCE_KIND = {"point": "world position", "frame": "world placement"}
 
 ROTATION_TOLERANCE = 1e-9
@@ -960,7 +962,7 @@ class Contact:
 
     def __init__(self, model: Model, frame: str, kind: str = "point", baumgarte=None, reference=None) -> None:
         check_model(model)
-        if kind not in _KINDS:
+        if kind not in FORCE_ROWS:
             raise InputError(f"kind: expected 'point' or 'frame', got {kind!r}", "kind")
         try:
             joint, placement = model.frames[frame]
@@ -978,7 +980,7 @@ class Contact:
             if not (math.isfinite(kp) and math.isfinite(kd) and kp >= 0.0 and kd >= 0.0):
                 raise InputError(f"baumgarte: gains must be finite and non-negative, got {baumgarte!r}", "baumgarte")
         self.model, self.frame, self.kind, self.joint = model, frame, kind, int(joint)
-        self.rows = _KINDS[kind]
+        self.rows = FORCE_ROWS[kind]
         self._baumgarte = (kp, kd)
         self._row_i = np.array([self.rows, joint], dtype=np.int64)
         self._row_f = np.zeros(CF_COLS)

@@ -38,10 +38,11 @@ from typing import Any, Optional, Sequence, Tuple
 import numpy as np
 
 import rbd_deriv as rd
+from rbd_deriv.core.contact import FORCE_ROWS
 from rbd_deriv.exceptions import InputError
 
 #: Contact kinds: a point foot (one sphere) or a flat sole (four spheres).
-KINDS = ("point", "frame")
+KINDS = tuple(FORCE_ROWS)
 
 #: Contact reference (time constant [s], damping ratio), for every geom of the ground and the robot.
 SOLREF = (0.005, 1.0)
