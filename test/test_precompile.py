@@ -19,8 +19,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import rbd_deriv as rd
 from rbd_deriv import jit_cache, precompile
 from rbd_deriv.bench.startup import cache_state, compiled_between
 
@@ -53,7 +55,7 @@ def test_nothing_compiles_at_import_after_the_build():
     assert "loaded from the cache" in completed.stdout
     assert "compiling" not in completed.stderr, "the build left kernels to compile"
     lazy = next(line for line in completed.stdout.splitlines() if line.startswith("compiled at their first use"))
-    assert "contact._impulse_kernel" in lazy and "linearization._linearize_kernel" not in lazy
+    assert "rnea._nle_kernel" in lazy and "contact._impulse_kernel" not in lazy
 
 
 MPC_TICKS = textwrap.dedent("""
@@ -90,23 +92,26 @@ def test_an_mpc_loads_its_solver_kernels_from_the_build():
 
 
 def test_a_lazy_kernel_compiles_at_its_first_call_and_says_so(tmp_path):
-    # A copy of this environment's cache without difference's machine code: its first call compiles it, once.
+    # A copy of this environment's cache without nonlinear_effects' machine code: its first call compiles it, once.
     cache = tmp_path / "cache"
     shutil.copytree(jit_cache.STATE.folder, cache / jit_cache.STATE.key, copy_function=os.link)
-    removed = [path for path in (cache / jit_cache.STATE.key / "core").glob("configuration._difference_kernel*")]
+    removed = [path for path in (cache / jit_cache.STATE.key / "core").glob("rnea._nle_kernel*")]
+    assert removed
     for path in removed:
         path.unlink()
-    call = ("import rbd_deriv as rd; model = rd.load_urdf(rd.bundled_urdf('rbd_arm7'));"
-            "print(rd.difference(model, rd.neutral(model), rd.neutral(model)).tolist())")
+    call = ("import numpy as np, rbd_deriv as rd; model = rd.load_urdf(rd.bundled_urdf('rbd_arm7'));"
+            "print(rd.nonlinear_effects(model, model.create_data(), rd.neutral(model), np.zeros(7)).tolist())")
     environment = dict(os.environ, RBD_DERIV_CACHE_DIR=str(cache))
     environment.pop(jit_cache.ROLE_VARIABLE, None)
     runs = [subprocess.run([sys.executable, "-c", call], env=environment, capture_output=True, text=True,
                            timeout=600) for _ in range(2)]
+    arm = rd.load_urdf(rd.bundled_urdf("rbd_arm7"))
+    gravity = rd.gravity_torques(arm, arm.create_data(), rd.neutral(arm)).tolist()  # nle at rest
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
-        assert json.loads(run.stdout.splitlines()[-1]) == [0.0] * 7
-    assert "compiling configuration._difference_kernel at its first use" in runs[0].stderr
-    assert "configuration._difference_kernel compiled in" in runs[0].stderr
+        np.testing.assert_allclose(json.loads(run.stdout.splitlines()[-1]), gravity, rtol=1e-12, atol=1e-12)
+    assert "compiling rnea._nle_kernel at its first use" in runs[0].stderr
+    assert "rnea._nle_kernel compiled in" in runs[0].stderr
     assert "compiling" not in runs[1].stderr, "the second process loads it"
 
 
@@ -147,10 +152,10 @@ def test_kernels_are_found_and_none_is_in_a_module_left_out_of_the_key(tmp_path)
              for name, lazy in report["lazy"].items() if not lazy}
     assert set(report["tasks"]) == built | {"hook:rbd_deriv.control.mpc", "hook:rbd_deriv.control.euler_riccati",
                                             "hook:rbd_deriv.control.gauss_newton"}
-    assert {"rnea._rnea_kernel", "linearization._linearize_kernel", "contact._contact_kernel"} <= {
+    assert {"rnea._rnea_kernel", "linearization._linearize_kernel", "contact._contact_kernel",
+            "contact._impulse_kernel", "configuration._difference_kernel"} <= {
         name for name, lazy in report["lazy"].items() if not lazy}
-    assert {"contact._impulse_kernel", "configuration._difference_kernel"} <= {
-        name for name, lazy in report["lazy"].items() if lazy}
+    assert {"rnea._nle_kernel"} <= {name for name, lazy in report["lazy"].items() if lazy}
     # What the schedule weighs a kernel by: its entry, the kernel and the helpers it calls.
     assert {"rbd_deriv.core.crba._crba_kernel_entry", "rbd_deriv.core.crba._crba_kernel",
             "rbd_deriv.core.calling.check_position_matrix"} <= set(report["crba_reaches"])
