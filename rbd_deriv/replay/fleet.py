@@ -264,7 +264,8 @@ class BagResult:
             ``sum_squares`` [(N m)^2], ``max_abs`` [N m], ``max_at_s`` [s], ``effort_sum_squares`` and the
             sparse ``|residual|`` histogram (``bins``, ``counts``, ``sum``, ``min``, ``max``).
         condition: cond(M): ``min``, ``max``, ``max_at_s`` and its sparse histogram.
-        summary_file: ``summary.json`` relative to the fleet's output folder ("" when failed).
+        summary_file: ``summary.json`` relative to the fleet's output folder, ``bags/NNN_name/summary.json``
+            with the tasks of :func:`make_tasks` ("" when failed).
         plot_file: The bag's PNG relative to the output folder ("" when not drawn).
         timing: What changes from run to run: ``wall_s`` (bag-eval's stages), the sparse histogram of the
             batched compute time per message [us], ``process_s``, ``peak_rss_mb`` of the process, ``pid``,
@@ -511,9 +512,11 @@ def _result(task: BagTask, summary: Dict[str, Any], evaluation: Any, histograms:
         }
     result.condition = {"min": float(evaluation.condition_min), "max": float(evaluation.condition_max),
                         "max_at_s": float(evaluation.condition_max_t), "histogram": _sparse(evaluation.condition)}
-    result.summary_file = f"{task.out_dir.name}/summary.json"
+    # Relative to the report's folder, the parent of the folder of every bag's folder.
+    folder = f"{task.out_dir.parent.name}/{task.out_dir.name}"
+    result.summary_file = f"{folder}/summary.json"
     if "png" in summary.get("outputs", {}):
-        result.plot_file = f"{task.out_dir.name}/report.png"
+        result.plot_file = f"{folder}/report.png"
     result.timing = {"wall_s": dict(summary["timing"]["wall_s"]), "compute_us": _sparse(evaluation.batched_us)}
     return result
 
