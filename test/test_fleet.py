@@ -18,13 +18,15 @@ import numpy as np
 import pytest
 
 from rbd_deriv.replay import bagio, cli, fleet, synthetic
-from rbd_deriv.replay.evaluate import Chunk
+from rbd_deriv.replay.evaluate import Chunk, EvaluationConfig
 from rbd_deriv.replay.stats import LogHistogram
 from rbd_deriv.replay.storage import BagSource
 from rbd_deriv.testing.fleet import write_test_fleet
 
 # Bound of a merged percentile against the sample of rank floor(q (n - 1)): half a logarithmic bin.
 PERCENTILE_FACTOR = 10 ** (0.5 / fleet.RESIDUAL_BINS_PER_DECADE)
+# bag-eval's settings without the one-call-at-a-time latency sample (timing only).
+QUICK = fleet.FleetOptions(evaluation=EvaluationConfig(latency_samples=0))
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def arm_results(test_fleet, tmp_path_factory):
     """Every bag of the fleet evaluated in this process (no engine)."""
     out = tmp_path_factory.mktemp("out")
     entries = fleet.discover([test_fleet.root])
-    tasks = fleet.make_tasks(entries, out, fleet.FleetOptions(latency_samples=10))
+    tasks = fleet.make_tasks(entries, out, fleet.FleetOptions(evaluation=EvaluationConfig(latency_samples=10)))
     return [fleet.evaluate_bag(task) for task in tasks]
 
 
@@ -92,7 +94,7 @@ def test_each_bag_gives_its_result_or_its_reason(test_fleet, arm_results):
 def test_urdf_of_another_robot_refuses_foreign_bags(test_fleet, tmp_path):
     from rbd_deriv.core.urdf import bundled_urdf
 
-    options = fleet.FleetOptions(urdf=bundled_urdf("rbd_arm7"), latency_samples=0)
+    options = fleet.FleetOptions(urdf=bundled_urdf("rbd_arm7"), evaluation=EvaluationConfig(latency_samples=0))
     entries = [e for e in fleet.discover([test_fleet.root]) if e.name in ("fleet/small/day0", "fleet/anonymous",
                                                                            "fleet/arm/day1")]
     results = {r.name: r for r in (fleet.evaluate_bag(t) for t in fleet.make_tasks(entries, tmp_path, options))}
@@ -104,7 +106,7 @@ def test_urdf_of_another_robot_refuses_foreign_bags(test_fleet, tmp_path):
 def _residuals(path: Path) -> tuple:
     """Per-message residuals and cond(M) of one bag, through bag-eval's pipeline with a collecting consumer."""
     chunks: List[Chunk] = []
-    args = fleet.FleetOptions(latency_samples=0).bag_eval_arguments(path, path.parent / f"{path.name}_check")
+    args = QUICK.bag_eval_arguments(path, path.parent / f"{path.name}_check")
     summary, evaluation = cli.run_evaluation(args, [chunks.append])
     residual = np.concatenate([chunk.residual for chunk in chunks])
     condition = np.concatenate([chunk.condition for chunk in chunks])
@@ -136,7 +138,7 @@ def test_merged_statistics_match_the_concatenated_data(test_fleet, arm_results, 
     names = parts[0][2]
     # 2. One bag of all the messages, evaluated by bag-eval.
     _concatenate(paths, tmp_path / "all")
-    summary = cli.run(fleet.FleetOptions(latency_samples=0).bag_eval_arguments(tmp_path / "all", tmp_path / "all_eval"))
+    summary = cli.run(QUICK.bag_eval_arguments(tmp_path / "all", tmp_path / "all_eval"))
 
     assert group["messages"]["evaluated"] == residual.shape[0] == summary["messages"]["evaluated"]
     assert group["messages"]["lost_to_damage"] == sum(r.messages["lost_to_damage"] for r in members) > 0
@@ -221,7 +223,7 @@ def test_a_worker_killed_mid_bag_loses_only_that_bag(tmp_path):
     for name, seconds in (("once", 8.0), ("always", 8.0), ("calm", 1.0)):
         synthetic.write_noisy_recording(tmp_path / "bags" / name, store, arm, seconds, 1000.0, 0.02, seed=len(name))
     size = {name: sum(f.stat().st_size for f in (tmp_path / "bags" / name).glob("*.mcap")) for name in ("once", "always")}
-    tasks = fleet.make_tasks(fleet.discover([tmp_path / "bags"]), tmp_path / "out", fleet.FleetOptions(latency_samples=0))
+    tasks = fleet.make_tasks(fleet.discover([tmp_path / "bags"]), tmp_path / "out", QUICK)
     killed: Dict[str, List[int]] = {"once": [], "always": []}
     watchers: List[threading.Thread] = []
 
@@ -259,3 +261,17 @@ def _same_residual(a: fleet.BagResult, b: fleet.BagResult) -> bool:
         if not np.array_equal(x["histogram"]["counts"], y["histogram"]["counts"]):
             return False
     return set(a.residual) == set(b.residual)
+
+
+def test_a_worker_computes_on_one_thread():
+    # In a fresh process, as a worker starts: numba's pool and every BLAS loaded by the library hold one thread.
+    import subprocess
+    import sys
+
+    code = ("from rbd_deriv.replay.fleet import single_thread; single_thread(); import rbd_deriv, numba, threadpoolctl; "
+            "print(numba.get_num_threads(), [i['num_threads'] for i in threadpoolctl.threadpool_info()])")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    numba_threads, blas = run.stdout.split(" ", 1)
+    assert numba_threads == "1" and blas.strip() != "[]" and set(eval(blas)) == {1}, run.stdout

@@ -14,6 +14,7 @@ from typing import List
 import pytest
 
 from rbd_deriv.replay import fleet, fleet_report
+from rbd_deriv.replay.evaluate import EvaluationConfig
 from rbd_deriv.testing.fleet import write_test_fleet
 
 
@@ -41,7 +42,7 @@ def results(tmp_path_factory):
     test_fleet = write_test_fleet(folder)
     out = folder / "report"
     tasks = fleet.make_tasks(fleet.discover([test_fleet.listing]), out / "bags",
-                             fleet.FleetOptions(latency_samples=20, bag_plots=True))
+                             fleet.FleetOptions(evaluation=EvaluationConfig(latency_samples=20), bag_plots=True))
     return out, [fleet.evaluate_bag(task) for task in tasks]
 
 

@@ -53,6 +53,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError
+from rbd_deriv.replay.evaluate import EvaluationConfig
 from rbd_deriv.replay.stats import LogHistogram
 
 __all__ = [
@@ -201,7 +202,7 @@ class FleetOptions:
     Attributes:
         urdf: URDF file for every bag; None takes each bag's description.
         description_topic, topic, odom: As ``bag-eval``'s ``--description-topic``, ``--topic``, ``--odom``.
-        acceleration, half_window, gap_factor, stamps, chunk, latency_samples: As ``bag-eval``'s options.
+        evaluation: The evaluation's settings (``bag-eval``'s ``--acceleration``, ``--half-window``...).
         bag_plots: Also draw ``bag-eval``'s PNG for every bag.
         output_bags: Also write every bag's output bag (about 230 MB a minute for the 7-dof arm at 1 kHz).
     """
@@ -210,21 +211,18 @@ class FleetOptions:
     description_topic: str = "/robot_description"
     topic: str = "/joint_states"
     odom: Optional[str] = None
-    acceleration: str = "central"
-    half_window: int = 1
-    gap_factor: float = 5.0
-    stamps: str = "auto"
-    chunk: int = 1024
-    latency_samples: int = 1000
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     bag_plots: bool = False
     output_bags: bool = False
 
     def bag_eval_arguments(self, bag: Path, out_dir: Path) -> argparse.Namespace:
         """The arguments ``bag-eval`` would parse for ``bag`` writing into ``out_dir``."""
+        config = self.evaluation
         return argparse.Namespace(
             bag=bag, urdf=self.urdf, description_topic=self.description_topic, topic=self.topic, odom=self.odom,
-            dt=None, acceleration=self.acceleration, half_window=self.half_window, gap_factor=self.gap_factor,
-            stamps=self.stamps, chunk=self.chunk, latency_samples=self.latency_samples, out_dir=out_dir,
+            dt=config.dt, acceleration=config.acceleration, half_window=config.half_window,
+            gap_factor=config.gap_factor, stamps=config.stamps, chunk=config.chunk,
+            latency_samples=config.latency_samples, out_dir=out_dir,
             out_storage="mcap", prefix="/rbd_deriv", no_bag=not self.output_bags, residual_topic=False,
             no_png=not self.bag_plots, quiet=True,
         )

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from rbd_deriv.exceptions import InputError, RbdDerivError
 from rbd_deriv.replay.fleet import (BagResult, FleetOptions, LocalEngine, RayEngine, discover, make_tasks, merge,
                                     merge_timing)
+from rbd_deriv.replay.evaluate import EvaluationConfig
 
 __all__ = ["build_parser", "run", "main"]
 
@@ -89,19 +90,12 @@ def _options(args: argparse.Namespace) -> FleetOptions:
         raise InputError(f"--outlier-k must be > 0, got {args.outlier_k}", "outlier_k")
     if args.address and args.engine != "ray":
         raise InputError("--address is for --engine ray", "address")
-    options = FleetOptions(urdf=args.urdf.resolve() if args.urdf else None, description_topic=args.description_topic,
-                           topic=args.topic, odom=args.odom, acceleration=args.acceleration,
-                           half_window=args.half_window, stamps=args.stamps, latency_samples=args.latency_samples,
-                           bag_plots=args.bag_plots, output_bags=args.output_bags)
-    _validate(options)
-    return options
-
-
-def _validate(options: FleetOptions) -> None:
-    from rbd_deriv.replay.evaluate import EvaluationConfig
-
-    EvaluationConfig(acceleration=options.acceleration, half_window=options.half_window, stamps=options.stamps,
-                     latency_samples=options.latency_samples).validate()
+    evaluation = EvaluationConfig(acceleration=args.acceleration, half_window=args.half_window, stamps=args.stamps,
+                                  latency_samples=args.latency_samples)
+    evaluation.validate()
+    return FleetOptions(urdf=args.urdf.resolve() if args.urdf else None, description_topic=args.description_topic,
+                        topic=args.topic, odom=args.odom, evaluation=evaluation, bag_plots=args.bag_plots,
+                        output_bags=args.output_bags)
 
 
 def run(args: argparse.Namespace, engine: Optional[Any] = None) -> Dict[str, Any]:
@@ -152,8 +146,8 @@ def run(args: argparse.Namespace, engine: Optional[Any] = None) -> Dict[str, Any
     fleet = {"inputs": [str(path) for path in args.paths],
              "options": {"urdf": str(options.urdf) if options.urdf else None,
                          "description_topic": options.description_topic, "topic": options.topic, "odom": options.odom,
-                         "acceleration": options.acceleration, "half_window": options.half_window,
-                         "stamps": options.stamps},
+                         "acceleration": options.evaluation.acceleration,
+                         "half_window": options.evaluation.half_window, "stamps": options.evaluation.stamps},
              "interrupted": interrupted, **fleet}
     timing = {"run": {**engine.describe(), "wall_s": wall, "load_before": load, "load_after": os.getloadavg()[0]},
               **merge_timing(results, args.group_by)}
