@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import pytest
@@ -275,3 +275,74 @@ def test_a_worker_computes_on_one_thread():
     assert run.returncode == 0, run.stderr
     numba_threads, blas = run.stdout.split(" ", 1)
     assert numba_threads == "1" and blas.strip() != "[]" and set(eval(blas)) == {1}, run.stdout
+
+
+def _open_bag_position(pid: int, marker: str) -> Optional[float]:
+    """How far [0..1] process ``pid`` has read the bag file whose path holds ``marker``; None when not open."""
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if marker in target and target.endswith(".mcap"):
+            position = int(Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text().split()[1])
+            return position / Path(target).stat().st_size
+    return None
+
+
+def _ray_task_processes() -> List[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_bytes().startswith(b"ray::_ray_task"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/fdinfo").exists(), reason="watches the workers through /proc (Linux)")
+def test_a_ray_worker_killed_mid_bag_loses_only_that_bag(tmp_path):
+    # As the local engine's test, on a local Ray instance of one CPU: a watcher kills the Ray worker running a
+    # bag once it has read half of the bag's file (once for "once", every time for "always").
+    pytest.importorskip("ray")
+    store = bagio.package_typestore()
+    from rbd_deriv.core.urdf import bundled_urdf
+
+    arm = bundled_urdf("rbd_arm7").read_text()
+    for name, seconds in (("always", 8.0), ("calm", 1.0), ("once", 8.0)):
+        synthetic.write_noisy_recording(tmp_path / "bags" / name, store, arm, seconds, 1000.0, 0.02, seed=len(name))
+    tasks = fleet.make_tasks(fleet.discover([tmp_path / "bags"]), tmp_path / "out", QUICK)
+    killed: Dict[str, List[int]] = {"always": [], "once": []}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for pid in _ray_task_processes():
+                for name in ("always", "once"):
+                    if pid in killed[name] or (name == "once" and killed["once"]):
+                        continue
+                    try:
+                        position = _open_bag_position(pid, f"/bags/{name}/")
+                    except (OSError, IndexError, ValueError):
+                        continue
+                    if position is not None and position > 0.5:
+                        os.kill(pid, signal.SIGKILL)
+                        killed[name].append(pid)
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    results: List[fleet.BagResult] = []
+    try:
+        fleet.RayEngine(workers=1).run(tasks, results.append)
+    finally:
+        stop.set()
+        watcher.join()
+    by_name = {Path(r.name).name: r for r in results}
+    assert len(results) == 3 and {name: len(pids) for name, pids in killed.items()} == {"always": 2, "once": 1}
+    assert not by_name["always"].ok and by_name["always"].reason == "worker_died"
+    assert by_name["once"].ok and by_name["once"].messages["evaluated"] == 8000
+    assert by_name["calm"].ok
+    assert _same_residual(fleet.evaluate_bag(next(t for t in tasks if t.entry.name.endswith("once"))), by_name["once"])
