@@ -53,8 +53,10 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError
+from rbd_deriv.replay import bagio
 from rbd_deriv.replay.evaluate import EvaluationConfig
 from rbd_deriv.replay.stats import LogHistogram
+from rbd_deriv.replay.storage import BagError, BagSource
 
 __all__ = [
     "BAG_SUFFIXES",
@@ -75,6 +77,8 @@ __all__ = [
     "RayEngine",
     "merge",
     "histogram_from",
+    "sparse_histogram",
+    "merge_timing",
     "outliers",
 ]
 
@@ -320,7 +324,8 @@ class ResidualHistograms:
                 histogram.min = min(histogram.min, float(values.min()))
 
 
-def _sparse(histogram: LogHistogram) -> Dict[str, Any]:
+def sparse_histogram(histogram: LogHistogram) -> Dict[str, Any]:
+    """A histogram as its non-empty bins (``bins``, ``counts``) with its range, total, sum, minimum and maximum."""
     bins = np.flatnonzero(histogram.counts)
     return {"log10_low": float(histogram.low), "bins_per_decade": histogram.bins_per_decade, "size": histogram.bins,
             "bins": bins.astype(np.int32), "counts": histogram.counts[bins], "total": int(histogram.total),
@@ -336,6 +341,7 @@ def histogram_from(parts: Iterable[Dict[str, Any]]) -> Optional[LogHistogram]:
     merged: Optional[LogHistogram] = None
     for part in parts:
         if merged is None:
+            # Bins as the part's: the constructor's range is replaced by the part's own first bin and count.
             merged = LogHistogram(1.0, 10.0, part["bins_per_decade"])
             merged.low = part["log10_low"]
             merged.counts = np.zeros(part["size"], dtype=np.int64)
@@ -370,8 +376,6 @@ def single_thread() -> None:
 
 def _classify(err: Exception, options: FleetOptions) -> str:
     """The reason code of an error raised while evaluating a bag."""
-    from rbd_deriv.replay.storage import BagError
-
     text = str(err)
     if isinstance(err, BagError):
         if err.topic == options.description_topic:
@@ -401,9 +405,6 @@ def _description_robot(text: str) -> str:
 
 def _check_bag(task: BagTask) -> Optional[Tuple[str, str]]:
     """Reasons known before evaluating: missing, empty, unreadable, no joint_states, another robot."""
-    from rbd_deriv.replay import bagio
-    from rbd_deriv.replay.storage import BagError, BagSource
-
     entry, options = task.entry, task.options
     if entry.problem == "missing" or not entry.path.exists():
         return "missing", f"{entry.path} does not exist"
@@ -424,9 +425,7 @@ def _check_bag(task: BagTask) -> Optional[Tuple[str, str]]:
     if topics[options.topic].count == 0:
         return "no_joint_states", f"topic {options.topic!r} has no message"
     if options.urdf is not None and options.description_topic in topics:
-        urdf_robot = _WORKER_STATE.setdefault(("urdf_robot", str(options.urdf)),
-                                              _description_robot(Path(options.urdf).read_text())
-                                              if Path(options.urdf).is_file() else "")
+        urdf_robot = _urdf_robot(Path(options.urdf))
         try:
             bag_robot = _description_robot(bagio.read_robot_description(source, _typestore(), options.description_topic))
         except BagError:
@@ -438,10 +437,16 @@ def _check_bag(task: BagTask) -> Optional[Tuple[str, str]]:
 
 def _typestore() -> Any:
     if "typestore" not in _WORKER_STATE:
-        from rbd_deriv.replay import bagio
-
         _WORKER_STATE["typestore"] = bagio.package_typestore()
     return _WORKER_STATE["typestore"]
+
+
+def _urdf_robot(path: Path) -> str:
+    """The robot name of a URDF file, read once per process ("" when unreadable: bag-eval then says why)."""
+    key = f"robot of {path}"
+    if key not in _WORKER_STATE:
+        _WORKER_STATE[key] = _description_robot(path.read_text()) if path.is_file() else ""
+    return _WORKER_STATE[key]
 
 
 def evaluate_bag(task: BagTask) -> BagResult:
@@ -506,16 +511,16 @@ def _result(task: BagTask, summary: Dict[str, Any], evaluation: Any, histograms:
             "max_abs": float(residual.max_abs[column]),
             "max_at_s": float(residual.max_at[column]),
             "effort_sum_squares": float(effort.sum_squares[column]),
-            "histogram": _sparse(histograms.columns[column]),
+            "histogram": sparse_histogram(histograms.columns[column]),
         }
     result.condition = {"min": float(evaluation.condition_min), "max": float(evaluation.condition_max),
-                        "max_at_s": float(evaluation.condition_max_t), "histogram": _sparse(evaluation.condition)}
+                        "max_at_s": float(evaluation.condition_max_t), "histogram": sparse_histogram(evaluation.condition)}
     # Relative to the report's folder, the parent of the folder of every bag's folder.
     folder = f"{task.out_dir.parent.name}/{task.out_dir.name}"
     result.summary_file = f"{folder}/summary.json"
     if "png" in summary.get("outputs", {}):
         result.plot_file = f"{folder}/report.png"
-    result.timing = {"wall_s": dict(summary["timing"]["wall_s"]), "compute_us": _sparse(evaluation.batched_us)}
+    result.timing = {"wall_s": dict(summary["timing"]["wall_s"]), "compute_us": sparse_histogram(evaluation.batched_us)}
     return result
 
 
@@ -529,8 +534,6 @@ def make_tasks(entries: Sequence[BagEntry], bags_dir: Path, options: FleetOption
 
 
 # ------------------------------------------------------------------------------------------ engines
-
-Progress = Callable[[BagResult, int, int], None]
 
 
 def _worker_main(connection: Any) -> None:
