@@ -154,11 +154,12 @@ def _g(value: Any, digits: int = 4) -> str:
     return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
 
-def _table(header: Sequence[str], lines: Sequence[Sequence[str]], numeric_from: int = 1) -> str:
+def _table(header: Sequence[str], lines: Sequence[Sequence[str]], numeric: range = range(1, 11)) -> str:
+    """An HTML table; the cells already escaped; columns in ``numeric`` right-aligned."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = []
     for line in lines:
-        cells = "".join(f"<td class='n'>{c}</td>" if i >= numeric_from else f"<td>{c}</td>" for i, c in enumerate(line))
+        cells = "".join(f"<td class='n'>{c}</td>" if i in numeric else f"<td>{c}</td>" for i, c in enumerate(line))
         body.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
@@ -206,7 +207,7 @@ def _page(fleet: Dict[str, Any], images: Dict[str, str], timing_html: str, statu
                           _g(percentiles["p90"]), _g(percentiles["p99"]), _g(joint["residual_max_abs"]),
                           _g(joint["outlier_threshold_rms"]), f"<span class='bad'>{outliers}</span>"])
         parts.append(_table(["joint", "bags", "samples", "RMS", "mean", "std", "p50 |r|", "p90 |r|", "p99 |r|",
-                             "max |r|", "outlier above", "outlier bags"], lines))
+                             "max |r|", "outlier above", "outlier bags"], lines, numeric=range(1, 11)))
         parts.append(f"<img src='{html.escape(images[key], quote=True)}' alt='{html.escape(key)} over time'>")
         parts.append("</section>")
     parts.append("<section><h2>Bags</h2>")
@@ -220,12 +221,12 @@ def _page(fleet: Dict[str, Any], images: Dict[str, str], timing_html: str, statu
                       _g(messages.get("lost_to_damage")), html.escape(" ".join(row.get("outlier_joints", []))),
                       links if row["ok"] else html.escape(row["detail"])])
     parts.append(_table(["bag", "robot", "state", "start (UTC)", "duration [s]", "evaluated", "refused", "lost",
-                         "outlier joints", "details"], lines, numeric_from=4))
+                         "outlier joints", "details"], lines, numeric=range(4, 8)))
     if fleet["failures"]:
         parts.append("<h3>Not evaluated</h3>")
         parts.append(_table(["reason", "bags", "meaning"], [[html.escape(reason), str(count),
                                                            html.escape(FAILURE_REASONS.get(reason, ""))]
-                                                          for reason, count in fleet["failures"].items()], numeric_from=9))
+                                                          for reason, count in fleet["failures"].items()], numeric=range(1, 2)))
     parts.append("</section>")
     parts.append(TIMING_BEGIN)
     parts.append(timing_html)
