@@ -181,3 +181,12 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_ray_address_without_a_cluster_is_a_clear_error(test_fleet, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    status = fleet_cli.main([str(test_fleet.root / "arm" / "day0"), "--out-dir", str(tmp_path / "out"), "--quiet",
+                             "--engine", "ray", "--address", "auto"])
+    err = capsys.readouterr().err
+    assert status == 2 and "cannot start or reach the Ray cluster at auto" in err and "Traceback" not in err

@@ -701,10 +701,14 @@ class RayEngine:
         if started:
             options: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR",
                                        "configure_logging": True}
-            if self.address:
-                ray.init(address=self.address, **options)
-            else:
-                ray.init(num_cpus=self.workers, **options)
+            try:
+                if self.address:
+                    ray.init(address=self.address, **options)
+                else:
+                    ray.init(num_cpus=self.workers, **options)
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
+                raise InputError(f"cannot start or reach {where}: {err}", "address") from err
         remote = ray.remote(num_cpus=1, memory=int(self.memory_mb * 2**20), max_retries=1,
                             retry_exceptions=False)(_ray_task)
         pending = {remote.remote(task): task for task in tasks}
