@@ -10,6 +10,7 @@ SUBCOMMANDS = {
     "demo": "rbd_deriv.demo",
     "bench": "rbd_deriv.bench.__main__",
     "bag-eval": "rbd_deriv.replay.cli",
+    "fleet-eval": "rbd_deriv.replay.fleet_cli",
     "bag-play": "rbd_deriv.replay.live",
 }
 

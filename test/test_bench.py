@@ -415,3 +415,25 @@ def test_contact_benchmark_smoke_run_on_solo12():
         assert ours > 0.0 and theirs > 0.0 and math.isclose(ratio, ours / theirs, rel_tol=0.01), (name, rows[name])
     for name in checked:
         assert float(rows[name][-1]) < 1e-9, (name, rows[name])
+
+
+def test_fleet_benchmark_smoke_run(tmp_path, capsys):
+    """``bench fleet`` on two short bags (Ray left out: its engine is tested in test_fleet_cli): the loop and both
+    local runs are printed with their ratio to the loop, the target line follows, and the bags are cached."""
+    from rbd_deriv.bench import fleet as fleet_bench
+
+    assert fleet_bench.main(["--bags", "2", "--seconds", "0.4", "--rate", "250", "--cache", str(tmp_path),
+                             "--no-ray"]) == 0
+    out = capsys.readouterr().out
+    rows = {}
+    for line in out.splitlines():
+        for label in ("bag-eval loop", "local, 1 worker", "local, 2 workers"):
+            if line.startswith(label):
+                rows[label] = [float(cell) for cell in line[len(label):].split()]
+    assert set(rows) == {"bag-eval loop", "local, 1 worker", "local, 2 workers"}
+    loop_s = rows["bag-eval loop"][0]
+    for label, (wall, per_bag, ratio, load) in rows.items():
+        assert wall > 0 and per_bag == pytest.approx(wall / 2, abs=0.006) and ratio == pytest.approx(wall / loop_s, rel=0.01)
+    assert "target: local, 2 workers <= 0.55 of the loop" in out and "ray: skipped (--no-ray)" in out
+    folder, bags, writing = fleet_bench.cached_fleet(tmp_path, 2, 0.4, 250.0)
+    assert writing == 0.0 and all((bag / "metadata.yaml").is_file() for bag in bags)

@@ -17,6 +17,7 @@ SUBCOMMANDS: Dict[str, str] = {
     "mpc": "rbd_deriv.bench.mpc",
     "bag-eval": "rbd_deriv.bench.bag_eval",
     "bag-play": "rbd_deriv.bench.bag_play",
+    "fleet": "rbd_deriv.bench.fleet",
     "startup": "rbd_deriv.bench.startup",
     "soak": "rbd_deriv.nodes.soak",
     "loaded-loop": "rbd_deriv.bench.loaded_loop",

@@ -26,11 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
-import numpy as np
-
-import rbd_deriv as rd
 from rbd_deriv.replay import bagio, synthetic
 from rbd_deriv import bundled_urdf
 
@@ -38,34 +35,13 @@ __all__ = ["main", "make_recording"]
 
 TARGET_WALL_S = 10.0  # for 60 s at 1 kHz
 TARGET_RSS_MB = 500.0
-_PIECE_S = 10.0
 
 
-def make_recording(path: Path, seconds: float, rate_hz: float, storage: str, noise: float, seed: int = 0) -> int:
+def make_recording(path: Path, seconds: float, rate_hz: float, storage: str, noise: float, seed: int = 0,
+                   start_ns: int = 1_700_000_000_000_000_000) -> int:
     """Write a recording of the bundled arm at ``path``; returns the number of joint_states messages."""
-    urdf = bundled_urdf("rbd_arm7")
-    model = rd.load_urdf(str(urdf))
-    store = bagio.package_typestore()
-    motion = synthetic.SinusoidMotion(model.nv, seed=seed)
-    rng = np.random.default_rng(seed)
-    start_ns = 1_700_000_000_000_000_000
-    count = int(round(seconds * rate_hz))
-    per_piece = max(1, int(round(_PIECE_S * rate_hz)))
-
-    def records() -> Iterator[Tuple[int, memoryview]]:
-        for first in range(0, count, per_piece):
-            stamps = start_ns + np.round(np.arange(first, min(count, first + per_piece)) * (1e9 / rate_hz)).astype(np.int64)
-            sample = motion.sample(stamps, start_ns)
-            effort = rd.rnea_batch(model, sample.position, sample.velocity, sample.acceleration)
-            effort += rng.normal(0.0, noise, effort.shape)
-            rows = synthetic.joint_state_rows(store, model.joint_names, stamps, sample.position, sample.velocity, effort)
-            # Receive times trail the stamps by a fixed transport delay, as on a real recorder.
-            for t, row in zip(stamps.tolist(), rows):
-                yield t + 200_000, row.data
-
-    synthetic.write_recording(path, store, storage, records(), robot_description=urdf.read_text(),
-                              first_time_ns=start_ns)
-    return count
+    return synthetic.write_noisy_recording(path, bagio.package_typestore(), bundled_urdf("rbd_arm7").read_text(),
+                                           seconds, rate_hz, noise, seed=seed, start_ns=start_ns, storage=storage)
 
 
 def _peak_rss_mb(command: Sequence[str]) -> Tuple[int, float, float, str, str]:

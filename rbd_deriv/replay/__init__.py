@@ -1,6 +1,9 @@
 """Rosbag replay evaluation: run the dynamics pipeline over recorded robot data, at any length.
 
 - :mod:`~rbd_deriv.replay.cli`: ``bag-eval``, the offline evaluation of a rosbag2 (mcap or sqlite3).
+- :mod:`~rbd_deriv.replay.fleet_cli`: ``fleet-eval``, many bags evaluated as ``bag-eval`` does on a local
+  process pool or on Ray (:mod:`~rbd_deriv.replay.fleet`) and merged into one report
+  (:mod:`~rbd_deriv.replay.fleet_report`).
 - :mod:`~rbd_deriv.replay.live`: ``bag-play``, publishing a bag's topics into running nodes, with ``/clock``
   (needs rclpy, imported only there).
 - :mod:`~rbd_deriv.replay.storage` reads the messages of a bag in batches, damaged files included;

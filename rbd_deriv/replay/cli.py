@@ -14,17 +14,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import importlib.util
 
 import rbd_deriv as rd
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.pipeline import warm_up
-from rbd_deriv.replay.evaluate import EvaluationConfig, actuated_joint_names, evaluate, survey
+from rbd_deriv.replay.evaluate import Chunk, Evaluation, EvaluationConfig, actuated_joint_names, evaluate, survey
 from rbd_deriv.replay.progress import ProgressBar, StageClock
 
-__all__ = ["main", "build_parser", "run"]
+__all__ = ["main", "build_parser", "run", "run_evaluation"]
 
 PROGRAM = "bag-eval"
 
@@ -78,6 +78,21 @@ def _say(quiet: bool, text: str) -> None:
 
 def run(args: argparse.Namespace) -> Dict[str, object]:
     """Carry out one evaluation; returns the JSON summary. Raises RbdDerivError on unusable input."""
+    return run_evaluation(args)[0]
+
+
+def run_evaluation(
+    args: argparse.Namespace, consumers: Sequence[Callable[[Chunk], None]] = ()
+) -> Tuple[Dict[str, object], Evaluation]:
+    """:func:`run`, also handing each computed chunk to ``consumers``; returns the summary and the evaluation.
+
+    Args:
+        args: The options of :func:`build_parser`.
+        consumers: Called with every :class:`~rbd_deriv.replay.evaluate.Chunk`, after the output bag.
+
+    Raises:
+        RbdDerivError: Unusable input (the message says why).
+    """
     _require("rosbags", "reading bags")
     if not args.no_png:
         _require("matplotlib", "the PNG report (or use --no-png)")
@@ -120,16 +135,17 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         first_pass = survey(source, typestore, args.topic, actuated_joint_names(model), config, bar.update)
 
     writer = None
-    consumers = []
+    chunk_consumers: List[Callable[[Chunk], None]] = []
     storage = args.out_storage
     if not args.no_bag:
         out_dir.mkdir(parents=True, exist_ok=True)
         writer = outbag.OutputBag(out_bag, model, typestore, first_pass.dt, first_pass.frame_id, description,
                                   storage=storage, prefix=args.prefix, residual=args.residual_topic)
-        consumers.append(writer)
+        chunk_consumers.append(writer)
+    chunk_consumers.extend(consumers)
     try:
         with ProgressBar("evaluate", first_pass.messages, enabled=not quiet) as bar:
-            evaluation = evaluate(model, source, typestore, args.topic, config, first_pass, args.odom, consumers,
+            evaluation = evaluate(model, source, typestore, args.topic, config, first_pass, args.odom, chunk_consumers,
                                   bar.update, clock)
         if writer is not None:
             _say(quiet, f"write      finishing {out_bag}")
@@ -157,7 +173,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         summary["timing"]["wall_s"] = clock.breakdown()
         report.write_json(summary, out_dir / "summary.json")
     summary["timing"]["wall_s"] = clock.breakdown()
-    return summary
+    return summary, evaluation
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
