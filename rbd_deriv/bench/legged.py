@@ -22,7 +22,7 @@ plan's feedback policy between ticks every 20 ms, N = 10), standing, with a late
 (solo12: 5 N, talos: 200 N, 0.1 s from t = 0.3 s) over 2 s: the largest and final base
 deviation, refused plans and the plant's largest excursion out of the friction cone.
 
-BLAS is set to one thread for the process (:func:`rbd_deriv.control.blas.single_threaded_blas`).
+BLAS is set to one thread for the process (:func:`rbd_deriv.threads.single_threaded_blas`).
 Nothing is asserted: the numbers are printed (and written as JSON with ``--json``).
 """
 
@@ -40,11 +40,11 @@ import numpy as np
 
 import rbd_deriv as rd
 from rbd_deriv.bench.timing import format_table, machine_info, write_json
-from rbd_deriv.control.blas import single_threaded_blas
 from rbd_deriv.control.legged import TIMING_PARTS, LeggedMPC, LeggedWeights
 from rbd_deriv.control.schedule import Gait
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, LEGGED_ROBOTS, example_robot_srdf
+from rbd_deriv.threads import single_threaded_blas
 
 #: Weight of Crocoddyl's friction-cone cost (a quadratic barrier, zero inside the pyramid).
 CROCODDYL_CONE_WEIGHT = 1.0

@@ -33,9 +33,9 @@ import rbd_deriv as rd
 from rbd_deriv.bench.timing import format_table, machine_info, write_json
 from rbd_deriv.control import (HeldLinearization, Mode, ModelPredictiveController, MPCProblem,
                                SinusoidReference, horizon_reference)
-from rbd_deriv.control.blas import single_threaded_blas
 from rbd_deriv.sim import AbaPlant
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, bundled_urdf, with_minimum_mass
+from rbd_deriv.threads import single_threaded_blas
 
 #: Rate the controller runs at in the benchmark loop [Hz], the node's default.
 TICK_RATE = 200.0

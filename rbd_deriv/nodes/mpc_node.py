@@ -48,7 +48,6 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 import rbd_deriv as rd
 from rbd_deriv import bundled_urdf
 from rbd_deriv.control import CommandSource, ControlLoop, FeedbackPolicy, LoopSettings, MPCProblem, Plan
-from rbd_deriv.control.blas import single_threaded_blas
 from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
 from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, LeggedSource, make_gait
 from rbd_deriv.control.srdf import reference_posture
@@ -60,6 +59,7 @@ from rbd_deriv.msg import Linearization
 from rbd_deriv.nodes.parameters import MPC_NODE, declare_parameters, per_joint, updated_values
 from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, guard, run_node
 from rbd_deriv.refusals import shorten
+from rbd_deriv.threads import single_threaded_blas
 from rbd_deriv.sim.ground import Ground, rest_on_floor
 
 # The tick reads what arrived since the previous tick (PolledSubscription): no executor callback per
@@ -360,8 +360,10 @@ def legged_loop_from_parameters(model: Any, p: dict) -> LeggedLoop:
 def main(args: list[str] | None = None) -> int:
     """Console entry point ``mpc_node``: spin until interrupted (SIGINT or SIGTERM). BLAS runs on one
     thread in this process: the Riccati passes' products are too small to gain from threads that wait for
-    each other on cores the rest of the robot's stack shares (:mod:`rbd_deriv.control.blas`)."""
-    single_threaded_blas()
+    each other on cores the rest of the robot's stack shares (:mod:`rbd_deriv.threads`)."""
+    if not single_threaded_blas():
+        print("mpc_node: no BLAS library found to hold to one thread: products run on as many threads as BLAS "
+              "chooses", file=sys.stderr)
     return run_node(MpcNode, args)
 
 
