@@ -17,15 +17,19 @@ The tick policy is :class:`rbd_deriv.control.ControlLoop`; this node wires param
 conversion and timing. Whatever goes wrong, the command is finite and inside the URDF effort limits; a
 plan or policy that is not finite is not sent. Every callback runs inside one guard (an unexpected error is counted
 as ``internal_error``, the tick keeps its timer). Inputs stamped ahead of the clock by more than
-``max_stamp_lead`` are refused; joint_states lost before the node are counted (``lost_joint_states``).
-Every age is measured on the node's clock, so ``use_sim_time`` works.
+``max_stamp_lead`` are refused. Every message is counted once under its input: used, refused (by reason),
+superseded by a newer one before the tick, or lost before the node. Every age is measured on the node's clock,
+so ``use_sim_time`` works; the timers run on the steady clock, and a node clock that stands still (simulated
+time without ``/clock``) gives the safe command (``stale_clock``).
 
 Floating-base mode (``floating_base: true``, a legged robot on ``contact_frames``): the state is joint_states
 (the actuated joints) plus the base's nav_msgs/Odometry (``odom_topic``: pose in the world, twist in the base
 frame), the tick policy is :class:`rbd_deriv.control.legged_loop.LeggedLoop` (the legged MPC along a gait of
 ``gaits``, ``gait`` switchable at run time; the safe command of a standing robot), and the outputs are the
 torque command, the feedback policy and ``/diagnostics`` (rate, solve time percentiles, commands by source,
-safe commands, cone refusals, refused inputs). No linearization, compensation or reference input there.
+safe commands, cone refusals, refused inputs). Odometry naming other frames than ``odom_frame`` and
+``base_frame``, or whose pose jumps farther than its twist explains, is refused; a base velocity and a sway the
+robot cannot follow together are refused. No linearization, compensation or reference input there.
 """
 
 from __future__ import annotations
