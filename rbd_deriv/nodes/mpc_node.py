@@ -215,7 +215,10 @@ class MpcNode(Node):
     def _set_motion(self, p: dict, names: set) -> Optional[str]:
         """Hand the legged loop the gait, base velocity and sway of ``p`` that ``names`` changed; the problem,
         or None."""
+        if "gait" in names and p["gait"] not in self.loop.mpcs:
+            return f"gait {p['gait']!r} is not one of {sorted(self.loop.mpcs)}"
         try:
+            # The motion is checked as a whole before anything changes; the gait is then known to be built.
             if names & {"base_velocity", "sway_amplitude", "sway_period"}:
                 self.loop.set_motion(p["base_velocity"], p["sway_amplitude"], p["sway_period"])
             if "gait" in names:
