@@ -432,3 +432,16 @@ def test_a_clock_that_stands_still_gives_the_safe_command(solo):
     held = loop.tick(START + 20 * MS, monotonic_ns=71 * MS)
     assert held.source is LeggedSource.STALE_CLOCK and held.plan is None
     assert loop.diagnostics(1.0)[2]["commands_stale_clock"] == "2"
+
+
+def test_a_broken_pose_is_refused_as_bad_base_not_judged_as_a_jump(solo):
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, {"stand": mpcs["stand"]}, "stand")
+    q, v = posture.copy(), np.zeros(model.nv)
+    feed(loop, model, q, v, START)
+    later = START + MS
+    for position, orientation in ((q[:3], np.zeros(4)), ([np.nan] * 3, q[3:7]), (q[:3], [0.0, 0.0, 1.0]),
+                                  (q[:3], [np.inf, 0.0, 0.0, 1.0])):
+        with pytest.raises(JointStateError) as refused:
+            loop.take_odometry(position, orientation, v[:3], v[3:6], later, later, ("", ""))
+        assert refused.value.reason == "bad_base"

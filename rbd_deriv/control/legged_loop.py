@@ -332,41 +332,54 @@ class LeggedLoop:
         Raises:
             JointStateError: ``bad_base`` (shapes, NaN, a quaternion that is not unit), ``out_of_order``,
                 ``future``.
-            MessageError: ``frame`` (another frame than the settings'), ``jump`` (:meth:`check_odometry`).
+            MessageError: ``frame`` (another frame than the settings'), ``jump`` (a pose its twist does not explain,
+                :meth:`_check_jump`).
         """
-        self.check_odometry(position, orientation, linear, angular, stamp_ns, now_ns, frames)
+        self._check_frames(frames)
+        self._check_jump(position, orientation, stamp_ns)
         self.state.update_base(position, orientation, linear, angular, stamp_ns, now_ns)
         self._base_ns = int(stamp_ns)
 
     def check_odometry(self, position: Any, orientation: Any, linear: Any, angular: Any, stamp_ns: int,
                        now_ns: Optional[int] = None, frames: Optional[Tuple[str, str]] = None) -> None:
         """Raise what :meth:`take_odometry` would for this base state but for the order of its stamp; nothing
-        is stored.
+        is stored."""
+        self._check_frames(frames)
+        self.state.check_base(position, orientation, linear, angular, stamp_ns, now_ns)
+        self._check_jump(position, orientation, stamp_ns)
+
+    def _check_frames(self, frames: Optional[Tuple[str, str]]) -> None:
+        """Refuse (``frame``) odometry naming another world or base frame than the settings'."""
+        if frames is None:
+            return
+        for kind, expected, got in (("frame_id", self.settings.odom_frame, frames[0]),
+                                    ("child_frame_id", self.settings.base_frame, frames[1])):
+            if expected and got != expected:
+                raise MessageError(f"odometry {kind} {describe([got])!r}, expected {expected!r}", "frame")
+
+    def _check_jump(self, position: Any, orientation: Any, stamp_ns: int) -> None:
+        """Refuse (``jump``) a base pose that the last accepted one does not explain.
 
         A pose is judged against the last accepted one when that one is at most :data:`JUMP_WINDOW` apart
         (older, the robot's state was stale anyway and there is nothing recent to compare with): its distance
         must stay within :math:`|v| \\, |\\Delta t|` + ``jump_margin`` and its rotation within
         :math:`|\\omega| \\, |\\Delta t|` + ``jump_angle_margin``, v and omega the accepted one's twist. A second
-        source of odometry (another publisher, a stale replay) then cannot take the base over.
+        source of odometry (another publisher, a stale replay) then cannot take the base over. A pose that is not
+        a finite position and quaternion is left to :meth:`JointStateMap.update_base` to refuse.
         """
-        settings = self.settings
-        if frames is not None:
-            for kind, expected, got in (("frame_id", settings.odom_frame, frames[0]),
-                                        ("child_frame_id", settings.base_frame, frames[1])):
-                if expected and got != expected:
-                    raise MessageError(f"odometry {kind} {describe([got])!r}, expected {expected!r}", "frame")
-        self.state.check_base(position, orientation, linear, angular, stamp_ns, now_ns)
         if self._base_ns is None or abs(stamp_ns - self._base_ns) > JUMP_WINDOW * 1e9:
+            return
+        position, quaternion = np.asarray(position, dtype=float), np.asarray(orientation, dtype=float)
+        norm = float(np.linalg.norm(quaternion)) if quaternion.shape == (4,) else 0.0
+        if position.shape != (3,) or not (np.isfinite(position).all() and math.isfinite(norm) and norm > 0.0):
             return
         elapsed = abs(stamp_ns - self._base_ns) * 1e-9
         iq, iv = self._base_q, self._base_v
         q, v = self.state.q, self.state.v
-        distance = float(np.linalg.norm(np.asarray(position, dtype=float) - q[iq : iq + 3]))
-        reach = float(np.linalg.norm(v[iv : iv + 3])) * elapsed + settings.jump_margin
-        quaternion = np.asarray(orientation, dtype=float)
-        cosine = abs(float(quaternion @ q[iq + 3 : iq + 7])) / float(np.linalg.norm(quaternion))
-        angle = 2.0 * math.acos(min(1.0, cosine))
-        turn = float(np.linalg.norm(v[iv + 3 : iv + 6])) * elapsed + settings.jump_angle_margin
+        distance = float(np.linalg.norm(position - q[iq : iq + 3]))
+        reach = float(np.linalg.norm(v[iv : iv + 3])) * elapsed + self.settings.jump_margin
+        angle = 2.0 * math.acos(min(1.0, abs(float(quaternion @ q[iq + 3 : iq + 7])) / norm))
+        turn = float(np.linalg.norm(v[iv + 3 : iv + 6])) * elapsed + self.settings.jump_angle_margin
         if distance > reach or angle > turn:
             raise MessageError(f"base pose {distance:.3g} m and {angle:.3g} rad from the last accepted one "
                                f"{elapsed * 1e3:.3g} ms apart, whose twist explains {reach:.3g} m and "

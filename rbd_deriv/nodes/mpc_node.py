@@ -44,6 +44,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import deserialize_message
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -112,6 +113,7 @@ class MpcNode(Node):
                                  if p["policy_topic"] else None)
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.joint_states_input = PolledSubscription(self, JointState, p["joint_states_topic"], INPUT_QOS)
+        self.odometry_input: Optional[PolledSubscription] = None
         # (kind, subscription, handler, judge of a superseded message or None: counted unread)
         self.newest_inputs = [("compensation", PolledSubscription(self, JointState, p["compensation_topic"],
                                                                   INPUT_QOS), self._on_compensation, None),
@@ -138,8 +140,8 @@ class MpcNode(Node):
                                  if p["policy_topic"] else None)
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.joint_states_input = PolledSubscription(self, JointState, p["joint_states_topic"], INPUT_QOS)
-        self.newest_inputs = [("odom", PolledSubscription(self, Odometry, p["odom_topic"], INPUT_QOS),
-                               self._on_odometry, self._judge_odometry)]
+        self.odometry_input = PolledSubscription(self, Odometry, p["odom_topic"], INPUT_QOS)
+        self.newest_inputs = []
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._start_timers(self._tick_legged)
         mpc = self.loop.mpc
@@ -241,10 +243,6 @@ class MpcNode(Node):
                           stamp_to_ns(message.header.stamp), self._now_ns(),
                           (message.header.frame_id, message.child_frame_id))
 
-    def _judge_odometry(self, message: Odometry) -> None:
-        self._judge("odom", self.loop.check_odometry, *odometry_arrays(message), stamp_to_ns(message.header.stamp),
-                    self._now_ns(), (message.header.frame_id, message.child_frame_id))
-
     def _on_compensation(self, message: JointState) -> bool:
         return self._take("compensation", self.loop.take_compensation, message.name, message.effort,
                           stamp_to_ns(message.header.stamp), self._now_ns())
@@ -275,9 +273,10 @@ class MpcNode(Node):
 
     def _read_inputs(self) -> None:
         """Hand what arrived since the previous tick to the handlers: the newest accepted message of each
-        joint (:func:`apply_newest`), of the odometry, compensation, linearization and reference
-        (:func:`apply_newest_message`). Every message is counted once: used, refused under its reason, or
-        superseded (joint_states and odometry superseded are judged first: a bad one counts as refused)."""
+        joint (:func:`apply_newest`), of the compensation, linearization and reference
+        (:func:`apply_newest_message`), every odometry message in order (:meth:`_read_odometry`). Every message is
+        counted once: used, refused under its reason, or superseded (joint_states superseded are judged first: a
+        bad one counts as refused)."""
         counts = self.loop.refusals
         apply_newest(self.joint_states_input.take(serialized=True), JointState, self._joint_set,
                      self._guard(self._on_joint_states), self._guard(self._judge_joint_states))
@@ -287,6 +286,19 @@ class MpcNode(Node):
                                               None if judge is None else self._guard(judge))
             if judge is None:
                 counts.superseded[kind] += superseded
+        if self.odometry_input is not None:
+            self._read_odometry(self.odometry_input.take(serialized=True))
+
+    def _read_odometry(self, serialized: list) -> None:
+        """Every odometry message, oldest first: each pose is judged against the one accepted just before it (a
+        millisecond earlier from a 1 kHz source, whatever the time since the previous tick), so that a second
+        source or a jump is refused even after a stalled tick; all but the newest accepted are superseded."""
+        take = self._guard(self._on_odometry)
+        accepted = sum(1 for data in serialized if take(deserialize_message(data, Odometry)))
+        if accepted > 1:
+            counts = self.loop.refusals
+            counts.used["odom"] -= accepted - 1
+            counts.superseded["odom"] += accepted - 1
 
     # --------------------------------------------------------------------------------- tick
     def _tick(self) -> None:
@@ -347,6 +359,9 @@ class MpcNode(Node):
         for _, subscription, _, _ in self.newest_inputs:
             subscription.destroy()
         self.newest_inputs = []
+        if self.odometry_input is not None:
+            self.odometry_input.destroy()
+            self.odometry_input = None
         super().destroy_node()
 
     # -------------------------------------------------------------------------- diagnostics
@@ -356,6 +371,8 @@ class MpcNode(Node):
         values["lost_joint_states"] = str(self.joint_states_input.lost)
         for kind, subscription, _, _ in self.newest_inputs:
             values[f"lost_{kind}"] = str(subscription.lost)
+        if self.odometry_input is not None:
+            values["lost_odom"] = str(self.odometry_input.lost)
         self._window_start = now
         status = DiagnosticStatus(name=f"{self.get_name()}: MPC", hardware_id=self.model.name,
                                   level=DiagnosticStatus.OK if healthy else DiagnosticStatus.WARN, message=summary,
