@@ -249,3 +249,95 @@ def test_solo12_stands_through_a_push_trots_and_refuses_bad_inputs():
     assert 0.225 < heights.min() and heights.max() < 0.245 and tilts.max() < 0.015, (heights, tilts)
     assert 0.5 < trot[-1, 0] - trot[0, 0] < 0.7
     assert np.mean(ratio > mu) < 0.03 and loaded.sum() > 300
+
+
+def test_every_state_message_of_the_legged_node_is_counted():
+    """The legged MPC node alone, fed by this test at 1 kHz for 1.5 s: joint_states (one in three NaN) and odometry
+    (one in four NaN, one in five from a second source 0.3 m off). Every bad message is refused under its reason,
+    and for each input sent = used + refused + superseded + lost."""
+    model = rd.load_urdf(SOLO, floating_base=True)
+    names = list(model.actuated_joint_names)
+    domain = 1 + (os.getpid() * 7 + len(NAME) * 13 + 1) % 200
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    process = start("mpc_node", {"urdf_path": SOLO, "srdf_path": str(example_robot_srdf("solo12")),
+                                 "diagnostics_period": 0.2}, env)
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    node = rclpy.create_node(f"test_counts_{NAME}", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    seen = {"mpc": {}}
+
+    def on_diagnostics(message):
+        for status in message.status:
+            if status.name.endswith(": MPC"):
+                seen["mpc"] = {kv.key: kv.value for kv in status.values}
+
+    node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
+    joint_states = node.create_publisher(JointState, "joint_states", 1000)
+    odometry = node.create_publisher(Odometry, "odom", 1000)
+    sent = {"joint_states": 0, "odom": 0, "non_finite": 0, "bad_base": 0, "jump": 0}
+
+    def publish(k: int, bad: bool) -> None:
+        now_ns = node.get_clock().now().nanoseconds
+        nan_state = bad and k % 3 == 0
+        state = JointState(name=names, position=[float("nan") if nan_state else 0.0] * 12, velocity=[0.0] * 12)
+        set_stamp(state.header.stamp, now_ns)
+        joint_states.publish(state)
+        kind = "bad_base" if bad and k % 4 == 0 else "jump" if bad and k % 5 == 0 else None
+        base = Odometry()
+        base.header.frame_id, base.child_frame_id = "odom", "base_link"
+        set_stamp(base.header.stamp, now_ns)
+        base.pose.pose.position.x = float("nan") if kind == "bad_base" else 0.3 if kind == "jump" else 0.0
+        base.pose.pose.position.z = 0.3
+        base.pose.pose.orientation.w = 1.0
+        odometry.publish(base)
+        sent["joint_states"] += 1
+        sent["odom"] += 1
+        sent["non_finite"] += nan_state
+        if kind:
+            sent[kind] += 1
+
+    def count(key):
+        return int(seen["mpc"].get(key, "0"))
+
+    def balance(kind):
+        refused = sum(int(v) for k, v in seen["mpc"].items() if k.startswith(f"refused_{kind}/"))
+        return count(f"used_{kind}") + refused + count(f"superseded_{kind}") + count(f"lost_{kind}")
+
+    def spin(seconds, until=None, every=None):
+        deadline, k = time.monotonic() + seconds, 0
+        while time.monotonic() < deadline:
+            if every is not None:
+                every(k)
+                k += 1
+            executor.spin_once(timeout_sec=0.001)
+            assert process.poll() is None, process.stderr.read().decode()[-2000:]
+            if until is not None and until():
+                return True
+        return until is None
+
+    try:
+        assert spin(STARTUP_TIMEOUT, lambda: count("used_odom") > 0, lambda k: publish(k, False)), seen["mpc"]
+        spin(0.6)
+        start_sent, start_counted = dict(sent), {kind: balance(kind) for kind in ("joint_states", "odom")}
+        spin(1.5, every=lambda k: publish(k, True))
+        settled = spin(10.0, lambda: all(balance(kind) - start_counted[kind] == sent[kind] - start_sent[kind]
+                                          for kind in start_counted))
+        counted = {kind: balance(kind) - start_counted[kind] for kind in start_counted}
+        mpc = dict(seen["mpc"])
+    finally:
+        stop_processes([process], timeout=10.0)
+        process.stderr.close()
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+
+    new = {kind: sent[kind] - start_sent[kind] for kind in sent}
+    counts = {k: v for k, v in mpc.items() if k.startswith(("used_", "refused_", "superseded_", "lost_"))}
+    print(f"sent {new}, counted {counted}, {counts}")
+    assert settled, str((new, counted, mpc))
+    lost = int(mpc.get("lost_joint_states", "0")) + int(mpc.get("lost_odom", "0"))
+    for reason, key in (("non_finite", "refused_joint_states/non_finite"), ("bad_base", "refused_odom/bad_base"),
+                        ("jump", "refused_odom/jump")):
+        assert new[reason] - lost <= int(mpc.get(key, "0")) <= new[reason], str((reason, new, mpc))
+    assert int(mpc.get("used_odom", "0")) > 20 and int(mpc.get("superseded_odom", "0")) > 500, str(mpc)
