@@ -223,7 +223,7 @@ def test_solo12_stands_through_a_push_trots_and_refuses_bad_inputs():
           f"forward {trot[-1, 0] - trot[0, 0]:.3f} m, cone ratio max {ratio.max():.3f}, above mu "
           f"{np.mean(ratio > mu):.4f}, "
           f"p99 {np.percentile(ratio, 99):.3f} over {loaded.sum()} loaded feet; sent {sent}, counted {counted}, "
-          f"lost {lost}; commands {({k: v for k, v in seen['mpc'].items() if k.startswith('commands_')})}; sim time: {sim_time_commands} commands, {sim_time_stale} stale_clock, {sim_time_source}; "
+          f"lost {lost}; {({k: v for k, v in seen['mpc'].items() if k.startswith('commands_')})}; sim time: {sim_time_commands} commands, {sim_time_stale} stale_clock, {sim_time_source}; "
           f"standing before {standing_sim['fell']}, after simulated time {sim_time_sim}, end {seen['sim']}")
     assert trot_sim["fell"] == "false" and hostile_sim["fell"] == "false"
     assert abs(pushed[1] - before[1]) > 2e-3, (before, pushed)

@@ -324,8 +324,8 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
                           read_only=True),
     "base_velocity": Spec([0.0, 0.0], "walk: the base's reference moves at (vx, vy) [m/s] in the world frame, the "
                           "swing feet landing along it (a moving gait such as trot); settable at run time, from the "
-                          "next plan's first knot; [0.0, 0.0] stops where the base has come; with the sway within what the robot "
-                          "can follow (motion_margin)", finite_values),
+                          "next plan's first knot; [0.0, 0.0] stops where the base has come; with the sway within what "
+                          "the robot can follow (motion_margin)", finite_values),
     "sway_amplitude": Spec(0.0, "sway: the base's reference moves sideways (world y) by this [m] times sin(2 pi t / "
                            "sway_period), in [0, 0.5]; settable at run time; 0: no sway", in_range(0.0, 0.5)),
     "sway_period": Spec(2.0, "period of the sway [s], in [0.1, 60]; settable at run time", in_range(0.1, 60.0)),
