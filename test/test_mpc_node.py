@@ -598,8 +598,9 @@ def test_every_message_is_counted_and_a_clock_that_stands_still_gives_the_safe_c
     listener.spin(0.5, publish)
     listener.commands.clear()
     listener.spin(1.0, publish)
-    assert len(listener.commands) > 50, f"{len(listener.commands)} commands in 1 s on simulated time"
-    assert listener.source() == "stale_clock" and count("commands_stale_clock") > 50, listener.diagnostics
+    # 100 a second measured (the node's rate; a loaded machine slows it, a stopped timer gives none).
+    assert len(listener.commands) > 20, f"{len(listener.commands)} commands in 1 s on simulated time"
+    assert listener.source() == "stale_clock" and count("commands_stale_clock") > 20, listener.diagnostics
     limit = np.asarray(model.effort_limit)
     for command in listener.commands:
         np.testing.assert_allclose(command, np.clip(gravity, -limit, limit), rtol=1e-9, atol=1e-9)

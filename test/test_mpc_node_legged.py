@@ -241,9 +241,9 @@ def test_solo12_stands_through_a_push_trots_and_refuses_bad_inputs():
     assert "refused_internal_error" not in mpc
     for reason in sent:
         assert sent[reason] - lost <= counted[reason] <= sent[reason], (sent, counted, lost)
-    # 50 commands a second, every one the safe command; standing, solo12 stayed up on it (base 0.230 m high
-    # after 1.3 s, 0.235 m planned).
-    assert sim_time_commands > 30 and sim_time_stale > 30 and sim_time_source == "stale_clock"
+    # 50 commands a second measured (the node's rate; a loaded machine slows it, a stopped timer gives none),
+    # every one the safe command; standing, solo12 stayed up on it (base 0.230 m high after 1.3 s, 0.235 m planned).
+    assert sim_time_commands > 15 and sim_time_stale > 15 and sim_time_source == "stale_clock"
     assert standing_sim["fell"] == sim_time_sim["fell"] == "false" and float(sim_time_sim["base_height_m"]) > 0.2
     # Trotting at 0.2 m/s: measured 0.232-0.238 m high, tilted at most 0.003-0.005 rad, 0.600 m in 3 s; the feet's
     # forces outside the cone the MPC plans with (mu 0.7, the floor's is 1.0) in 0.8-1.4 % of the samples
