@@ -342,4 +342,5 @@ def test_every_state_message_of_the_legged_node_is_counted():
     for reason, key in (("non_finite", "refused_joint_states/non_finite"), ("bad_base", "refused_odom/bad_base"),
                         ("jump", "refused_odom/jump")):
         assert new[reason] - lost <= int(mpc.get(key, "0")) <= new[reason], str((reason, new, mpc))
-    assert int(mpc.get("used_odom", "0")) > 20 and int(mpc.get("superseded_odom", "0")) > 500, str(mpc)
+    # About 20 odometry messages a tick at 50 Hz: most superseded (684 of 1058 sent measured), one used a tick.
+    assert int(mpc.get("used_odom", "0")) > 20 and int(mpc.get("superseded_odom", "0")) > 0.3 * new["odom"], str(mpc)
