@@ -62,6 +62,9 @@ _NAME_SHOWN = 64
 _LAYOUT_CACHE_SIZE = 64
 _LAYOUT_CACHE_CHARACTERS = 1 << 16
 
+#: The stamps a message is judged against when its order does not matter (none).
+_NO_STAMPS = np.empty(0, dtype=np.int64)
+
 
 def implausible(values: np.ndarray, kind: str) -> np.ndarray:
     """Mask of the entries of ``values`` that are NaN, inf or larger in magnitude than ``PLAUSIBLE[kind]``."""
@@ -224,6 +227,26 @@ class JointStateMap:
         Raises:
             JointStateError: the message is refused; the stored state is unchanged.
         """
+        slots, p, w, e = self._checked(names, position, velocity, effort, stamp_ns, now_ns, True)
+        self.q[self._q_index[slots]] = p
+        self.v[self._v_index[slots]] = w
+        if e is not None:
+            self.effort[self._v_index[slots]] = e
+            self._has_effort[slots] = True
+        self._joint_stamp[slots] = stamp_ns
+        self.stamp_ns = max(self.stamp_ns, stamp_ns)
+        self._complete = self._complete or self._all_received()
+
+    def check(self, names: Sequence[str], position, velocity, effort, stamp_ns: int,
+              now_ns: Optional[int] = None) -> None:
+        """Raise what :meth:`update` would for this message but for the order of its stamp (a message judged
+        after a newer one of its joints was taken); nothing is stored."""
+        self._checked(names, position, velocity, effort, stamp_ns, now_ns, False)
+
+    def _checked(self, names, position, velocity, effort, stamp_ns: int, now_ns: Optional[int],
+                 in_order: bool) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Optional[np.ndarray]]:
+        """The model slots, positions, velocities and efforts (or None) of a message :meth:`update` accepts;
+        ``in_order``: refuse a stamp older than the last accepted one of its joints."""
         n = len(names)
         position = np.asarray(position, dtype=float)
         velocity = np.asarray(velocity, dtype=float)
@@ -244,15 +267,9 @@ class JointStateMap:
             if e is not None:
                 bad |= implausible(e, "effort")
             self._refuse_values(names, rows, bad, p, w, e)
-        self._check_stamp(stamp_ns, now_ns, self._joint_stamp[slots], lambda: [names[i] for i in rows])
-        self.q[self._q_index[slots]] = p
-        self.v[self._v_index[slots]] = w
-        if e is not None:
-            self.effort[self._v_index[slots]] = e
-            self._has_effort[slots] = True
-        self._joint_stamp[slots] = stamp_ns
-        self.stamp_ns = max(self.stamp_ns, stamp_ns)
-        self._complete = self._complete or self._all_received()
+        self._check_stamp(stamp_ns, now_ns, self._joint_stamp[slots] if in_order else _NO_STAMPS,
+                          lambda: [names[i] for i in rows])
+        return slots, p, w, e
 
     @staticmethod
     def _refuse_values(names, rows, bad, p, w, e) -> None:
@@ -311,6 +328,25 @@ class JointStateMap:
             JointStateError: reason ``bad_base``, ``out_of_order`` or ``stale``; nothing is stored.
             InputError: the model has no floating base.
         """
+        position, orientation, linear, angular = self._checked_base(position, orientation, linear, angular,
+                                                                    stamp_ns, now_ns, True)
+        iq, iv = self._base_q, self._base_v
+        self.q[iq : iq + 3] = position
+        self.q[iq + 3 : iq + 7] = orientation
+        self.v[iv : iv + 3] = linear
+        self.v[iv + 3 : iv + 6] = angular
+        self._base_stamp = stamp_ns
+        self.stamp_ns = max(self.stamp_ns, stamp_ns)
+        self._complete = self._complete or self._all_received()
+
+    def check_base(self, position, orientation, linear, angular, stamp_ns: int, now_ns: Optional[int] = None) -> None:
+        """Raise what :meth:`update_base` would for this base state but for the order of its stamp; nothing is
+        stored."""
+        self._checked_base(position, orientation, linear, angular, stamp_ns, now_ns, False)
+
+    def _checked_base(self, position, orientation, linear, angular, stamp_ns: int, now_ns: Optional[int],
+                      in_order: bool) -> Tuple[np.ndarray, ...]:
+        """Position, unit quaternion, linear and angular velocity of a base state :meth:`update_base` accepts."""
         if not self.floating_base:
             raise InputError("the model has a fixed base: there is no base state to set", "odometry")
         values = [np.asarray(x, dtype=float) for x in (position, orientation, linear, angular)]
@@ -329,16 +365,9 @@ class JointStateMap:
         if abs(norm - 1.0) > constants.QUATERNION_TOLERANCE:
             raise JointStateError(f"base orientation quaternion has norm {norm:.9g}, not 1", "bad_base",
                                   [rd.FREE_FLYER_JOINT])
-        previous = np.array([self._base_stamp], dtype=np.int64)
+        previous = np.array([self._base_stamp], dtype=np.int64) if in_order else _NO_STAMPS
         self._check_stamp(stamp_ns, now_ns, previous, lambda: [rd.FREE_FLYER_JOINT])
-        iq, iv = self._base_q, self._base_v
-        self.q[iq : iq + 3] = position
-        self.q[iq + 3 : iq + 7] = orientation / norm
-        self.v[iv : iv + 3] = linear
-        self.v[iv + 3 : iv + 6] = angular
-        self._base_stamp = stamp_ns
-        self.stamp_ns = max(self.stamp_ns, stamp_ns)
-        self._complete = self._complete or self._all_received()
+        return position, orientation / norm, linear, angular
 
     # ------------------------------------------------------------------------------------- status
     def missing(self) -> List[str]:

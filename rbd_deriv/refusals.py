@@ -2,7 +2,9 @@
 
 A node fed at 1 kHz must not log every bad message: :class:`Refusals` counts each refusal under its
 reason (the counts go to ``/diagnostics``) and hands back a log line at most once per period per reason,
-saying how many were refused meanwhile, with the input quoted to a bounded length.
+saying how many were refused meanwhile, with the input quoted to a bounded length. Beside the refusals it
+counts, per input, the messages used and those superseded (dropped unused because a newer one of the same input
+came first), so that every message a node takes is accounted for: taken = used + refused + superseded.
 """
 
 from __future__ import annotations
@@ -33,12 +35,16 @@ class Refusals:
         log_period: Shortest time [s] between two log lines of one reason; 0 logs every refusal.
 
     Attributes:
-        counts: Refusals so far by reason (a ``collections.Counter``).
+        counts: Refusals so far by reason (a ``collections.Counter``): ``<input>/<reason>`` for a refused message.
+        used: Messages used so far, by input.
+        superseded: Messages dropped unused so far because a newer one of the same input came first, by input.
     """
 
     def __init__(self, log_period: float = 5.0) -> None:
         self.log_period = float(log_period)
         self.counts: collections.Counter = collections.Counter()
+        self.used: collections.Counter = collections.Counter()
+        self.superseded: collections.Counter = collections.Counter()
         self._logged: Dict[str, Tuple[float, int]] = {}
 
     @property
@@ -63,3 +69,14 @@ class Refusals:
         ``error`` has a ``reason``, else under ``kind``; ``error`` (an exception or a text) is the text."""
         reason = getattr(error, "reason", None)
         return self.count(f"{kind}/{reason}" if reason else kind, str(error), time.monotonic())
+
+    def refused(self, kind: str) -> int:
+        """Refusals of input ``kind`` (every reason)."""
+        return sum(count for key, count in self.counts.items() if key == kind or key.startswith(kind + "/"))
+
+    def report(self) -> Dict[str, str]:
+        """The counts for /diagnostics: ``refused_<reason>``, ``used_<input>``, ``superseded_<input>``."""
+        values = {f"refused_{reason}": str(count) for reason, count in sorted(self.counts.items())}
+        values.update((f"used_{kind}", str(count)) for kind, count in sorted(self.used.items()))
+        values.update((f"superseded_{kind}", str(count)) for kind, count in sorted(self.superseded.items()))
+        return values

@@ -25,6 +25,7 @@ from rbd_deriv.control.schedule import Gait
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.joint_state_map import JointStateError
+from rbd_deriv.messages import MessageError
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, LEGGED_ROBOTS, example_robot_srdf
 
 MS = 1_000_000  # ns
@@ -375,3 +376,72 @@ def test_a_failed_solve_restarts_the_plan_from_scratch(solo):
     again = loop.tick(START + 40 * MS)
     assert again.source is LeggedSource.PLAN and np.isfinite(again.policy.x_ref).all()
     assert again.policy.stamp_ns >= failed.policy.stamp_ns >= START, "stamps never go backwards"
+
+
+def test_odometry_from_another_frame_or_jumping_is_refused(solo):
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, {"stand": mpcs["stand"]}, "stand",
+                      LeggedLoopSettings(odom_frame="odom", base_frame="base_link"))
+    q, v = posture.copy(), np.zeros(model.nv)
+    v[0] = 1.0  # 1 m/s forward: 20 ms later the base may be 2 cm + the margin (5 cm) away
+    feed(loop, model, q, v, START)
+    frames = ("odom", "base_link")
+    later = START + 20 * MS
+    for wrong in (("map", "base_link"), ("odom", "imu_link"), ("", "")):
+        with pytest.raises(MessageError) as refused:
+            loop.take_odometry(q[:3], q[3:7], v[:3], v[3:6], later, later, wrong)
+        assert refused.value.reason == "frame"
+    turned = np.array([0.0, 0.0, np.sin(0.25 / 2), np.cos(0.25 / 2)])  # 0.25 rad about z, 0.2 explained
+    for position, orientation in ((q[:3] + [0.071, 0.0, 0.0], q[3:7]), (q[:3], turned)):
+        with pytest.raises(MessageError) as refused:
+            loop.check_odometry(position, orientation, v[:3], v[3:6], later, later, frames)
+        assert refused.value.reason == "jump"
+    loop.take_odometry(q[:3] + [0.069, 0.0, 0.0], q[3:7], v[:3], v[3:6], later, later, frames)
+    # A pose more than JUMP_WINDOW after the last accepted one is not judged against it.
+    much_later = later + 1001 * MS
+    loop.take_odometry(q[:3] + [5.0, 0.0, 0.0], turned, v[:3], v[3:6], much_later, much_later, frames)
+
+
+def test_motions_the_robot_cannot_follow_are_refused_together(solo):
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, {"stand": mpcs["stand"]}, "stand")
+    # solo12 in its standing posture: the base 0.216 m above its feet, the nearest foot 0.169 m sideways.
+    assert loop.max_speed == pytest.approx(0.5 * np.sqrt(9.81 * 0.216), rel=0.01)
+    assert loop.max_sway_acceleration == pytest.approx(0.5 * 9.81 * 0.169 / 0.216, rel=0.01)
+    loop.set_motion((0.2, 0.0), 0.03, 4.0)  # the demos' walk and sway
+    for velocity, amplitude, period in (((2.0, 0.0), 0.0, 2.0), ((0.0, 0.0), 0.5, 0.1), ((0.5, 0.0), 0.05, 1.0)):
+        with pytest.raises(InputError, match="follows at most"):
+            loop.set_motion(velocity, amplitude, period)
+    with pytest.raises(InputError, match="follows at most"):
+        loop.set_sway(0.5, 0.1)
+    assert loop._motion == ((0.2, 0.0), 0.03, 4.0), "a refused motion changes nothing"
+
+
+def test_a_clock_that_stands_still_gives_the_safe_command(solo):
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, {"stand": mpcs["stand"]}, "stand", LeggedLoopSettings(state_timeout=0.05))
+    q, v = posture.copy(), np.zeros(model.nv)
+    feed(loop, model, q, v, START)
+    assert loop.tick(START, monotonic_ns=0).source is LeggedSource.PLAN
+    # The clock reads 0 (simulated time before /clock), or the same time for longer than state_timeout.
+    feed(loop, model, q, v, START + 10 * MS)
+    stalled = loop.tick(0, monotonic_ns=10 * MS)
+    assert stalled.source is LeggedSource.STALE_CLOCK and within(stalled.command, loop)
+    loop.tick(START + 20 * MS, monotonic_ns=20 * MS)
+    assert loop.tick(START + 20 * MS, monotonic_ns=60 * MS).source is not LeggedSource.STALE_CLOCK
+    held = loop.tick(START + 20 * MS, monotonic_ns=71 * MS)
+    assert held.source is LeggedSource.STALE_CLOCK and held.plan is None
+    assert loop.diagnostics(1.0)[2]["commands_stale_clock"] == "2"
+
+
+def test_a_broken_pose_is_refused_as_bad_base_not_judged_as_a_jump(solo):
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, {"stand": mpcs["stand"]}, "stand")
+    q, v = posture.copy(), np.zeros(model.nv)
+    feed(loop, model, q, v, START)
+    later = START + MS
+    for position, orientation in ((q[:3], np.zeros(4)), ([np.nan] * 3, q[3:7]), (q[:3], [0.0, 0.0, 1.0]),
+                                  (q[:3], [np.inf, 0.0, 0.0, 1.0])):
+        with pytest.raises(JointStateError) as refused:
+            loop.take_odometry(position, orientation, v[:3], v[3:6], later, later, ("", ""))
+        assert refused.value.reason == "bad_base"

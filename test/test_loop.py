@@ -445,3 +445,22 @@ def test_tracking_resumes_after_the_linearizations_stop_for_a_second(model):
     errors = q[late] - reference.sample(t[late])[0]
     assert np.abs(errors).max() < 0.03, np.abs(errors).max(axis=0)
     assert loop.sources[CommandSource.SOLVER_FAILURE] == 0
+
+
+def test_a_clock_that_stands_still_holds_with_gravity_and_plans_again_once_it_moves(model):
+    loop = make_loop(model, state_timeout=0.05)
+    t0 = 5 * 10**9
+    feed(loop, model, Q, np.zeros(model.nv), t0)
+    assert loop.tick(t0 + 10 * MS, monotonic_ns=0).source is CommandSource.PLAN
+    # Simulated time switched on without /clock: the clock reads 0.
+    result = loop.tick(0, monotonic_ns=10 * MS)
+    assert result.source is CommandSource.STALE_CLOCK and result.plan is None
+    assert_close(result.command, gravity(model, Q), what="gravity hold")
+    # Held as a policy without gain, stamped at the newest state's time (the robot's clock as last heard).
+    assert not result.policy.gain.any() and result.policy.stamp_ns == t0
+    # A clock stuck at one value for longer than state_timeout of the monotonic clock: the same.
+    assert loop.tick(t0 + 20 * MS, monotonic_ns=20 * MS).source is not CommandSource.STALE_CLOCK
+    assert loop.tick(t0 + 20 * MS, monotonic_ns=71 * MS).source is CommandSource.STALE_CLOCK
+    feed(loop, model, Q, np.zeros(model.nv), t0 + 30 * MS)
+    assert loop.tick(t0 + 31 * MS, monotonic_ns=72 * MS).source is CommandSource.PLAN
+    assert loop.diagnostics(1.0)[2]["commands_stale_clock"] == "2"

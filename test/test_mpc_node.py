@@ -469,3 +469,141 @@ def test_closed_loop_tracking_on_the_simulator(ros, arm):
     policy_steps = int(listener.simulator.get("steps_policy", "0"))
     assert policy_steps > 5000 and int(listener.simulator.get("steps_command", "0")) < 0.01 * policy_steps, \
         listener.simulator
+
+
+def test_one_future_state_then_good_ones_at_250_hz_are_planned_on(ros, arm):
+    """The arm in relinearize mode with the node's own defaults (200 Hz): one joint_states message stamped an
+    hour ahead amid good ones at 250 Hz is refused, and the good ones that follow are planned on at once."""
+    from sensor_msgs.msg import JointState
+
+    node, start, processes = ros
+    model, _ = arm
+    q = np.array([0.3, 0.6, -0.2, -1.0, 0.4, 0.7, 0.1])
+    start("rbd_deriv.nodes.mpc_node", {"urdf_path": URDF, "mode": "relinearize", "diagnostics_period": 0.2,
+                                       "goal_positions": q.tolist()})
+    listener = Listener(node)
+    states = node.create_publisher(JointState, "joint_states", 10)
+    names = list(model.joint_names)
+
+    def publish(offset_ns: int = 0) -> None:
+        message = JointState(name=names, position=q.tolist(), velocity=[0.0] * model.nv)
+        set_stamp(message.header.stamp, node.get_clock().now().nanoseconds + offset_ns)
+        states.publish(message)
+
+    def at_250_hz(seconds: float, until=None) -> bool:
+        deadline, next_send = time.monotonic() + seconds, time.monotonic()
+        while time.monotonic() < deadline:
+            if time.monotonic() >= next_send:
+                publish()
+                next_send += 0.004
+            rclpy.spin_once(node, timeout_sec=0.001)
+            if until is not None and until():
+                return True
+        return until is None
+
+    def count(key: str) -> int:
+        return int(listener.diagnostics.get(key, "0"))
+
+    assert at_250_hz(STARTUP_TIMEOUT, lambda: listener.source() == "plan"), \
+        processes[0].stderr.read1().decode() if processes[0].poll() is not None else "no plan"
+    at_250_hz(0.5)
+    publish(3600 * 10**9)
+    assert at_250_hz(5.0, lambda: count("refused_joint_states/future") == 1), listener.diagnostics
+    stale, planned = count("commands_stale_state"), count("commands_plan")
+    at_250_hz(1.0)
+    # Every tick on a plan (200 a second on an idle machine, 36 measured on a loaded one), none on the safe
+    # command for a stale state.
+    assert count("commands_plan") - planned > 20, listener.diagnostics
+    assert count("commands_stale_state") == stale and listener.source() == "plan", listener.diagnostics
+    assert count("refused_joint_states/out_of_order") == 0 and processes[0].poll() is None
+
+
+def set_parameters(node, values: dict, node_name: str = "/mpc_node") -> list:
+    """Set parameters of a running node through its service; the results (successful, reason) per value."""
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.parameter import Parameter
+
+    client = node.create_client(SetParameters, f"{node_name}/set_parameters")
+    assert client.wait_for_service(timeout_sec=10.0)
+    future = client.call_async(SetParameters.Request(
+        parameters=[Parameter(name, value=value).to_parameter_msg() for name, value in values.items()]))
+    rclpy.spin_until_future_complete(node, future, timeout_sec=10.0)
+    node.destroy_client(client)
+    return [(result.successful, result.reason) for result in future.result().results]
+
+
+def test_every_message_is_counted_and_a_clock_that_stands_still_gives_the_safe_command(ros, arm):
+    """joint_states at 1 kHz, one in three NaN, and compensation torques at 1 kHz, one in five implausible, into
+    the arm's MPC ticking at 100 Hz: every NaN message counted as refused (superseded or not), and for each
+    input sent = used + refused + superseded + lost. Then ``use_sim_time`` set at run time with no /clock: the
+    node keeps commanding, the gravity hold under the reason ``stale_clock``, and plans again once it is unset."""
+    from sensor_msgs.msg import JointState
+
+    node, start, processes = ros
+    model, data = arm
+    q = np.array([0.3, 0.6, -0.2, -1.0, 0.4, 0.7, 0.1])
+    start("rbd_deriv.nodes.mpc_node", {"urdf_path": URDF, "mode": "relinearize", "rate_hz": 100.0,
+                                       "diagnostics_period": 0.2, "goal_positions": q.tolist()})
+    listener = Listener(node)
+    states = node.create_publisher(JointState, "joint_states", 1000)
+    torques = node.create_publisher(JointState, "bias_torques", 1000)
+    names = list(model.joint_names)
+    gravity = rd.gravity_torques(model, data, q).copy()
+    sent = {"joint_states": 0, "compensation": 0, "nan": 0}
+
+    def publish(bad_states: bool = False, bad_torques: bool = False) -> None:
+        now_ns = node.get_clock().now().nanoseconds
+        state = JointState(name=names, position=[float("nan")] * model.nv if bad_states else q.tolist(),
+                           velocity=[0.0] * model.nv)
+        set_stamp(state.header.stamp, now_ns)
+        states.publish(state)
+        torque = JointState(name=names, effort=(gravity * (1e9 if bad_torques else 1.0)).tolist())
+        set_stamp(torque.header.stamp, now_ns)
+        torques.publish(torque)
+        sent["joint_states"] += 1
+        sent["compensation"] += 1
+        sent["nan"] += bad_states
+
+    def count(key: str) -> int:
+        return int(listener.diagnostics.get(key, "0"))
+
+    def balance(kind: str) -> int:
+        refused = sum(int(v) for k, v in listener.diagnostics.items() if k.startswith(f"refused_{kind}/"))
+        return count(f"used_{kind}") + refused + count(f"superseded_{kind}") + count(f"lost_{kind}")
+
+    assert listener.spin(STARTUP_TIMEOUT, publish, lambda: listener.source() == "plan"), \
+        processes[0].stderr.read1().decode() if processes[0].poll() is not None else "no plan"
+    # What the node counted of the messages sent before it had subscribed is not known: the balance is taken
+    # from here, once the totals have stopped moving.
+    listener.spin(0.6)
+    start_sent, start_counted = dict(sent), {kind: balance(kind) for kind in ("joint_states", "compensation")}
+    for k in range(1500):
+        publish(bad_states=k % 3 == 0, bad_torques=k % 5 == 0)
+        deadline = time.monotonic() + 0.001
+        while time.monotonic() < deadline:
+            rclpy.spin_once(node, timeout_sec=0.0005)
+    # Every message taken and reported: sent = used + refused + superseded + lost, input by input.
+    assert listener.spin(10.0, None, lambda: all(
+        balance(kind) - start_counted[kind] == sent[kind] - start_sent[kind] for kind in start_counted)), \
+        str((sent, start_sent, start_counted, {kind: balance(kind) for kind in start_counted}, listener.diagnostics))
+    refused_nan = count("refused_joint_states/non_finite")
+    assert 500 - count("lost_joint_states") <= refused_nan <= 500, listener.diagnostics
+    assert count("superseded_joint_states") > 500 and count("superseded_compensation") > 500, listener.diagnostics
+    assert count("used_joint_states") > 100 and count("refused_compensation/implausible") > 0, listener.diagnostics
+
+    # Simulated time set at run time, no /clock: the clock reads 0 and stands still. The node keeps commanding
+    # at its rate: the gravity hold at the measured posture, counted as stale_clock.
+    assert listener.spin(10.0, publish, lambda: listener.source() == "plan")
+    assert set_parameters(node, {"use_sim_time": True}) == [(True, "")]
+    listener.spin(0.5, publish)
+    listener.commands.clear()
+    listener.spin(1.0, publish)
+    # 100 a second measured (the node's rate; a loaded machine slows it, a stopped timer gives none).
+    assert len(listener.commands) > 20, f"{len(listener.commands)} commands in 1 s on simulated time"
+    assert listener.source() == "stale_clock" and count("commands_stale_clock") > 20, listener.diagnostics
+    limit = np.asarray(model.effort_limit)
+    for command in listener.commands:
+        np.testing.assert_allclose(command, np.clip(gravity, -limit, limit), rtol=1e-9, atol=1e-9)
+    assert set_parameters(node, {"use_sim_time": False}) == [(True, "")]
+    assert listener.spin(10.0, publish, lambda: listener.source() == "plan"), listener.diagnostics
+    assert processes[0].poll() is None and count("refused_internal_error") == 0

@@ -32,3 +32,15 @@ def test_an_error_is_counted_under_its_kind_and_reason():
         "refused [policy/size, 1 so far]: 3 knots, 4 expected"
     assert refusals.count_error("policy", "no reason given") == "refused [policy, 1 so far]: no reason given"
     assert refusals.counts == {"policy/size": 1, "policy": 1}
+
+
+def test_messages_used_refused_and_superseded_are_reported_by_input():
+    refusals = Refusals(log_period=0.0)
+    refusals.count_error("odom", type("Refused", (Exception,), {"reason": "jump"})("0.3 m"))
+    refusals.count_error("odom", "no reason given")
+    refusals.count_error("odometry", "another input whose name starts alike")
+    refusals.used["odom"] += 3
+    refusals.superseded["odom"] += 7
+    assert refusals.refused("odom") == 2 and refusals.refused("joint_states") == 0
+    assert refusals.report() == {"refused_odom": "1", "refused_odom/jump": "1", "refused_odometry": "1",
+                                 "used_odom": "3", "superseded_odom": "7"}

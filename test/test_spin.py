@@ -13,7 +13,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from rclpy.serialization import serialize_message  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 
-from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, guard  # noqa: E402
+from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, apply_newest_message, guard  # noqa: E402
 
 
 def joint_state(names, positions) -> JointState:
@@ -47,6 +47,28 @@ def test_apply_newest_keeps_the_newest_value_of_every_joint():
     # The two newest messages name every joint: nothing older is deserialized or applied.
     assert recorder.handed == [["c", "d"], ["a", "b"]] and superseded == 4
     assert recorder.state == {"a": 6, "b": 6, "c": 5, "d": 5}
+
+
+def test_what_apply_newest_skips_is_handed_over_to_be_judged():
+    burst = [joint_state("ab", [666, 1]), joint_state("ab", [2, 2]), joint_state("ab", [3, 3]),
+             joint_state("ab", [666, 4])]
+    skipped = []
+    recorder = Recorder()
+    superseded = apply_newest([serialize_message(m) for m in burst], JointState, frozenset("ab"), recorder,
+                              lambda message: skipped.append(list(message.position)))
+    # The newest is refused, the one before it taken; the two older ones are skipped, oldest first.
+    assert recorder.state == {"a": 3, "b": 3} and superseded == 2 and skipped == [[666, 1], [2, 2]]
+
+
+def test_apply_newest_message_takes_the_newest_accepted_one():
+    burst = [joint_state("a", [1]), joint_state("a", [2]), joint_state("a", [666]), joint_state("a", [666])]
+    skipped = []
+    recorder = Recorder()
+    superseded = apply_newest_message([serialize_message(m) for m in burst], JointState, recorder,
+                                      lambda message: skipped.append(message.position[0]))
+    assert recorder.handed == [["a"]] * 3 and recorder.state == {"a": 2}
+    assert superseded == 1 and skipped == [1]
+    assert apply_newest_message([], JointState, recorder) == 0
 
 
 def test_apply_newest_hands_over_unknown_joints_and_partial_bursts():

@@ -50,13 +50,13 @@ from rbd_deriv.control.policy import (MAX_TAKEN, FeedbackPolicy, constant_policy
                                       policy_in_use)
 from rbd_deriv.control.prediction import predict_on_contacts
 from rbd_deriv.control.schedule import Gait
-from rbd_deriv.control.safety import clamp_torque, hold_command, is_stale
-from rbd_deriv.exceptions import InputError, RbdDerivError
-from rbd_deriv.joint_state_map import JointStateMap
+from rbd_deriv.control.safety import ClockWatch, clamp_torque, hold_command, is_stale
+from rbd_deriv.exceptions import InputError, MessageError, RbdDerivError
+from rbd_deriv.joint_state_map import JointStateMap, describe
 from rbd_deriv.stamps import ns_to_seconds
 from rbd_deriv.refusals import Refusals
 
-__all__ = ["GAITS", "LeggedLoop", "LeggedLoopSettings", "LeggedSource", "LeggedTick", "make_gait"]
+__all__ = ["GAITS", "LeggedLoop", "LeggedLoopSettings", "LeggedSource", "LeggedTick", "base_link", "make_gait"]
 
 #: Samples kept for the percentiles of the diagnostics.
 STATISTICS_WINDOW = 2000
@@ -67,6 +67,14 @@ LATENCY_WINDOW = 20
 #: Largest base speed [m/s] and sway amplitude [m] a loop accepts (a command beyond is a mistake).
 MAX_BASE_SPEED = 2.0
 MAX_SWAY_AMPLITUDE = 0.5
+
+#: Gravity [m/s^2], for the speeds and accelerations a robot on its legs can follow.
+GRAVITY = 9.81
+
+#: Longest time [s] between a base pose and the last accepted one over which the jump between them is judged:
+#: a tick that stalls for a few tenths of a second still judges its first odometry (a second source cannot take
+#: the base over then); after a longer gap the base's state was stale anyway, and its next pose is taken as is.
+JUMP_WINDOW = 1.0
 
 #: Gait names a configuration may ask for: the patterns of :class:`~rbd_deriv.control.schedule.Gait`, and
 #: ``pattern``, one period spelt knot by knot.
@@ -109,12 +117,26 @@ def make_gait(name: str, feet: Sequence[str], kinds: Sequence[str], swing: int =
     return Gait(tuple(feet), table, kinds)
 
 
+def base_link(model: Any) -> str:
+    """The URDF's root link of a floating-base model: the base, the frame a simulator's or an estimator's
+    odometry names as its child frame."""
+    names = list(model.frame_names)
+    return names[names.index(rd.FREE_FLYER_JOINT) + 1]
+
+
+def _finite_or_none(effort: Any) -> Any:
+    """``effort``, or none when not all finite: a message whose efforts are NaN (ros2_control's joints without
+    an effort interface) still gives positions and velocities."""
+    return effort if np.isfinite(np.asarray(effort, float)).all() else ()
+
+
 class LeggedSource(str, Enum):
     """Why a legged tick sent its command."""
 
     PLAN = "plan"
     NO_STATE = "no_state"
     STALE_STATE = "stale_state"
+    STALE_CLOCK = "stale_clock"
     SOLVE_FAILURE = "solve_failure"
     CONE_REFUSAL = "cone_refusal"
 
@@ -144,6 +166,13 @@ class LeggedLoopSettings:
         gain_knots: The policy carries the Riccati gains of its first this many knots (1: knot 0's gain for
             every knot), >= 1. A robot side left on one policy for several knots (a tick that stalls) then
             applies at each knot the feedback of that knot's contacts, not that of knot 0's.
+        odom_frame, base_frame: The frames odometry must name (``header.frame_id``, ``child_frame_id``); an
+            empty name accepts any.
+        jump_margin, jump_angle_margin: A base pose farther [m] or turned more [rad] from the last accepted
+            one than its twist explains over the time between them, by more than these, is refused (``jump``),
+            > 0.
+        motion_margin: The fraction, in (0, 1], of the robot's bounds (:meth:`LeggedLoop.motion_bounds`) that
+            a base velocity and a sway may use together.
     """
 
     state_timeout: float = 0.05
@@ -154,9 +183,16 @@ class LeggedLoopSettings:
     adaptive_latency: bool = True
     predict: bool = True
     gain_knots: int = 1
+    odom_frame: str = ""
+    base_frame: str = ""
+    jump_margin: float = 0.05
+    jump_angle_margin: float = 0.2
+    motion_margin: float = 0.5
 
     def __post_init__(self) -> None:
-        for name in ("state_timeout", "policy_validity"):
+        if not (isinstance(self.motion_margin, (int, float)) and 0.0 < self.motion_margin <= 1.0):
+            raise InputError(f"motion_margin must be in (0, 1], got {self.motion_margin!r}", "motion_margin")
+        for name in ("state_timeout", "policy_validity", "jump_margin", "jump_angle_margin"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0.0):
                 raise InputError(f"{name} must be > 0, got {value!r}", name)
@@ -223,6 +259,8 @@ class LeggedLoop:
         self.upper = np.asarray(first.ocp.control_upper, dtype=float).copy()
         self.lower = np.asarray(first.ocp.control_lower, dtype=float).copy()
         self.state = JointStateMap(model, max_lead=settings.max_stamp_lead)
+        self.clock = ClockWatch(settings.state_timeout)
+        self._base_q, self._base_v = model.idx_q[rd.FREE_FLYER_JOINT], model.idx_v[rd.FREE_FLYER_JOINT]
         self._joints_ns: Optional[int] = None
         self._base_ns: Optional[int] = None
         # Times inside the loop are seconds from the first stamp it sees (float seconds since 1970 would
@@ -245,6 +283,7 @@ class LeggedLoop:
         #: set_base_velocity and set_sway take effect at the next plan's first knot.
         self.path = BasePath(origin=tuple(first.x_ref[:2]))
         self._motion = (self.path.velocity, self.path.amplitude, self.path.period)
+        self.max_speed, self.max_sway_acceleration = self.motion_bounds(first)
         self.set_gait(gait)
         self.good_policy: Optional[FeedbackPolicy] = None
         self.last_command: Optional[np.ndarray] = None
@@ -272,21 +311,79 @@ class LeggedLoop:
             JointStateError: refused whole (NaN, inf or implausible values, no joint of the model, a stamp
                 out of order or ahead of the clock by more than ``max_stamp_lead``).
         """
-        self.state.update(names, position, velocity, effort if np.isfinite(np.asarray(effort, float)).all()
-                          else (), stamp_ns, now_ns)
+        self.state.update(names, position, velocity, _finite_or_none(effort), stamp_ns, now_ns)
         self._joints_ns = int(stamp_ns) if self._joints_ns is None else max(self._joints_ns, int(stamp_ns))
 
+    def check_joint_states(self, names: Sequence[str], position: Any, velocity: Any, effort: Any,
+                           stamp_ns: int, now_ns: Optional[int] = None) -> None:
+        """Raise what :meth:`take_joint_states` would for a message superseded by a newer one (its values and
+        its lead on the clock, not its order); nothing is stored."""
+        self.state.check(names, position, velocity, _finite_or_none(effort), stamp_ns, now_ns)
+
     def take_odometry(self, position: Any, orientation: Any, linear: Any, angular: Any, stamp_ns: int,
-                      now_ns: Optional[int] = None) -> None:
+                      now_ns: Optional[int] = None, frames: Optional[Tuple[str, str]] = None) -> None:
         """The base's pose in the world (position (3,) [m], quaternion (x, y, z, w)) and twist in the base
         frame (linear, angular (3,) [m/s], [rad/s]): nav_msgs/Odometry with the base as child frame.
+
+        Args:
+            frames: The message's (``header.frame_id``, ``child_frame_id``), checked against the settings'
+                ``odom_frame`` and ``base_frame``; None skips that check.
 
         Raises:
             JointStateError: ``bad_base`` (shapes, NaN, a quaternion that is not unit), ``out_of_order``,
                 ``future``.
+            MessageError: ``frame`` (another frame than the settings'), ``jump`` (a pose its twist does not explain,
+                :meth:`_check_jump`).
         """
+        self._check_frames(frames)
+        self._check_jump(position, orientation, stamp_ns)
         self.state.update_base(position, orientation, linear, angular, stamp_ns, now_ns)
         self._base_ns = int(stamp_ns)
+
+    def check_odometry(self, position: Any, orientation: Any, linear: Any, angular: Any, stamp_ns: int,
+                       now_ns: Optional[int] = None, frames: Optional[Tuple[str, str]] = None) -> None:
+        """Raise what :meth:`take_odometry` would for this base state but for the order of its stamp; nothing
+        is stored."""
+        self._check_frames(frames)
+        self.state.check_base(position, orientation, linear, angular, stamp_ns, now_ns)
+        self._check_jump(position, orientation, stamp_ns)
+
+    def _check_frames(self, frames: Optional[Tuple[str, str]]) -> None:
+        """Refuse (``frame``) odometry naming another world or base frame than the settings'."""
+        if frames is None:
+            return
+        for kind, expected, got in (("frame_id", self.settings.odom_frame, frames[0]),
+                                    ("child_frame_id", self.settings.base_frame, frames[1])):
+            if expected and got != expected:
+                raise MessageError(f"odometry {kind} {describe([got])!r}, expected {expected!r}", "frame")
+
+    def _check_jump(self, position: Any, orientation: Any, stamp_ns: int) -> None:
+        """Refuse (``jump``) a base pose that the last accepted one does not explain.
+
+        A pose is judged against the last accepted one when that one is at most :data:`JUMP_WINDOW` apart
+        (older, the robot's state was stale anyway and there is nothing recent to compare with): its distance
+        must stay within :math:`|v| \\, |\\Delta t|` + ``jump_margin`` and its rotation within
+        :math:`|\\omega| \\, |\\Delta t|` + ``jump_angle_margin``, v and omega the accepted one's twist. A second
+        source of odometry (another publisher, a stale replay) then cannot take the base over. A pose that is not
+        a finite position and quaternion is left to :meth:`JointStateMap.update_base` to refuse.
+        """
+        if self._base_ns is None or abs(stamp_ns - self._base_ns) > JUMP_WINDOW * 1e9:
+            return
+        position, quaternion = np.asarray(position, dtype=float), np.asarray(orientation, dtype=float)
+        norm = float(np.linalg.norm(quaternion)) if quaternion.shape == (4,) else 0.0
+        if position.shape != (3,) or not (np.isfinite(position).all() and math.isfinite(norm) and norm > 0.0):
+            return
+        elapsed = abs(stamp_ns - self._base_ns) * 1e-9
+        iq, iv = self._base_q, self._base_v
+        q, v = self.state.q, self.state.v
+        distance = float(np.linalg.norm(position - q[iq : iq + 3]))
+        reach = float(np.linalg.norm(v[iv : iv + 3])) * elapsed + self.settings.jump_margin
+        angle = 2.0 * math.acos(min(1.0, abs(float(quaternion @ q[iq + 3 : iq + 7])) / norm))
+        turn = float(np.linalg.norm(v[iv + 3 : iv + 6])) * elapsed + self.settings.jump_angle_margin
+        if distance > reach or angle > turn:
+            raise MessageError(f"base pose {distance:.3g} m and {angle:.3g} rad from the last accepted one "
+                               f"{elapsed * 1e3:.3g} ms apart, whose twist explains {reach:.3g} m and "
+                               f"{turn:.3g} rad", "jump")
 
     def set_gait(self, gait: str) -> None:
         """Follow ``gait`` (a key of the loop's MPCs) from the next tick on, from its first knot.
@@ -301,32 +398,73 @@ class LeggedLoop:
             self._gait_start = None
             self._last_knot = None  # its plan is not this robot's recent past: start it from scratch
 
+    def motion_bounds(self, mpc: LeggedMPC) -> Tuple[float, float]:
+        """The base speed [m/s] and sway acceleration [m/s^2] the robot can follow, times ``motion_margin``.
+
+        With h the height of the base above its feet and w the smallest sideways distance from the base to a
+        foot in the MPC's reference posture: a speed of :math:`\\sqrt{g h}` (a Froude number of 1, where a
+        walker's feet leave the ground), and a sideways acceleration of :math:`g w / h` (the most the feet's
+        forces can give the base before their centre of pressure leaves the support)."""
+        q = mpc.x_ref[: self.model.nq]
+        rd.forward_kinematics(self.model, self._data, q)
+        feet = np.array([rd.frame_placement(self.model, self._data, foot)[:3, 3] for foot in self.feet])
+        height = float(q[self._base_q + 2] - feet[:, 2].mean())
+        width = float(np.abs(feet[:, 1] - q[self._base_q + 1]).min())
+        margin = self.settings.motion_margin
+        if not (height > 0.0 and width > 0.0):
+            raise InputError(f"the reference posture's base is {height:.3g} m above its feet and {width:.3g} m "
+                             "beside the nearest: no motion bound can be drawn from it", "posture")
+        return margin * math.sqrt(GRAVITY * height), margin * GRAVITY * width / height
+
     def set_base_velocity(self, velocity: Sequence[float]) -> None:
         """Walk: the base's reference moves at ``velocity`` (vx, vy) [m/s] in the world frame from the next
         plan's first knot (the swing feet land along it; (0, 0) stops where the base has come).
 
         Raises:
-            InputError: not two finite numbers, or faster than :data:`MAX_BASE_SPEED`; nothing changes.
+            InputError: not two finite numbers, or with the sway faster than the robot follows
+                (:meth:`set_motion`); nothing changes.
         """
-        value = np.asarray(velocity, dtype=float)
-        if value.shape != (2,) or not np.isfinite(value).all() or np.linalg.norm(value) > MAX_BASE_SPEED:
-            raise InputError(f"base velocity must be (vx, vy), finite, at most {MAX_BASE_SPEED} m/s, got "
-                             f"{velocity!r}", "base_velocity")
-        self._motion = (tuple(value), *self._motion[1:])
+        self.set_motion(velocity, *self._motion[1:])
 
     def set_sway(self, amplitude: float, period: float) -> None:
         """Sway the base's reference sideways (world y) by ``amplitude`` [m] sin(2 pi t / ``period`` [s]) from
         the next plan's first knot (0: no sway).
 
         Raises:
-            InputError: an amplitude outside [0, :data:`MAX_SWAY_AMPLITUDE`] or a period that is not > 0.
+            InputError: an amplitude outside [0, :data:`MAX_SWAY_AMPLITUDE`], a period that is not > 0, or with
+                the base velocity a motion the robot cannot follow (:meth:`set_motion`); nothing changes.
         """
+        self.set_motion(self._motion[0], amplitude, period)
+
+    def set_motion(self, velocity: Sequence[float], amplitude: float, period: float) -> None:
+        """The base velocity and the sway together (see :meth:`set_base_velocity`, :meth:`set_sway`), from the
+        next plan's first knot, if the robot can follow them: the walk's speed plus the sway's peak speed
+        :math:`2 \\pi A / T` within :attr:`max_speed`, the sway's peak acceleration :math:`4 \\pi^2 A / T^2`
+        within :attr:`max_sway_acceleration` (:meth:`motion_bounds`).
+
+        Raises:
+            InputError: a value out of its range (``base_velocity``, ``sway_amplitude``, ``sway_period``) or a
+                motion the robot cannot follow (``motion``); nothing changes.
+        """
+        value = np.asarray(velocity, dtype=float)
+        if value.shape != (2,) or not np.isfinite(value).all() or np.linalg.norm(value) > MAX_BASE_SPEED:
+            raise InputError(f"base velocity must be (vx, vy), finite, at most {MAX_BASE_SPEED} m/s, got "
+                             f"{velocity!r}", "base_velocity")
         if not (math.isfinite(amplitude) and 0.0 <= amplitude <= MAX_SWAY_AMPLITUDE):
             raise InputError(f"sway amplitude must be in [0, {MAX_SWAY_AMPLITUDE}] m, got {amplitude!r}",
                              "sway_amplitude")
         if not (math.isfinite(period) and period > 0.0):
             raise InputError(f"sway period must be > 0 s, got {period!r}", "sway_period")
-        self._motion = (self._motion[0], float(amplitude), float(period))
+        omega = 2.0 * math.pi / period
+        speed = float(np.linalg.norm(value)) + amplitude * omega
+        acceleration = amplitude * omega ** 2
+        if speed > self.max_speed or acceleration > self.max_sway_acceleration:
+            raise InputError(
+                f"base velocity {value.tolist()} m/s with a sway of {amplitude:g} m over {period:g} s peaks at "
+                f"{speed:.3g} m/s and {acceleration:.3g} m/s^2 sideways; this robot follows at most "
+                f"{self.max_speed:.3g} m/s and {self.max_sway_acceleration:.3g} m/s^2 (motion_margin "
+                f"{self.settings.motion_margin:g} of its bounds)", "motion")
+        self._motion = (tuple(value), float(amplitude), float(period))
 
     def refuse(self, kind: str, error: Any) -> Optional[str]:
         """Count a refused input (or a failed tick) of ``kind``; the line to log, or None within the log
@@ -389,8 +527,13 @@ class LeggedLoop:
         return predict_on_contacts(model, self._data, q, v, end - start, torque,
                                    lambda elapsed: self.contacts_at(start + elapsed), self.actuated)
 
-    def tick(self, now_ns: int) -> Optional[LeggedTick]:
+    def tick(self, now_ns: int, monotonic_ns: Optional[int] = None) -> Optional[LeggedTick]:
         """Decide the command at ``now_ns`` [ns] (the caller's clock).
+
+        Args:
+            monotonic_ns: A monotonic clock [ns] (``time.monotonic_ns()`` when None), against which the
+                caller's clock must advance: one that stands still (simulated time without ``/clock``) gives
+                the safe command ``stale_clock``.
 
         Returns:
             None before the base and every joint have been received (no command is better than a guess),
@@ -402,12 +545,17 @@ class LeggedLoop:
             self.last_source = LeggedSource.NO_STATE
             return None
         q, v = self.state.q.copy(), self.state.v.copy()
+        clock = self.clock.advancing(now_ns, time.monotonic_ns() if monotonic_ns is None else monotonic_ns)
+        if not clock:
+            # No age can be measured on a clock that stands still: the safe command, valid from the newest
+            # state's time (the robot's clock as last heard).
+            now_ns = max(self._joints_ns, self._base_ns)
         now = self._seconds(now_ns)
         timeout = self.settings.state_timeout
         state_ns = min(self._joints_ns, self._base_ns)
-        fresh = not (is_stale(self._seconds(self._joints_ns), now, timeout)
-                     or is_stale(self._seconds(self._base_ns), now, timeout))
-        plan, trouble, source = None, None, LeggedSource.STALE_STATE
+        fresh = clock and not (is_stale(self._seconds(self._joints_ns), now, timeout)
+                               or is_stale(self._seconds(self._base_ns), now, timeout))
+        plan, trouble, source = None, None, LeggedSource.STALE_STATE if clock else LeggedSource.STALE_CLOCK
         if fresh:
             state_time = self._seconds(state_ns)
             mpc = self.mpc
@@ -571,6 +719,5 @@ class LeggedLoop:
         values["safe_commands"] = str(safe)
         for source in LeggedSource:
             values[f"commands_{source.value}"] = str(self.sources[source])
-        for reason, count in sorted(self.refusals.counts.items()):
-            values[f"refused_{reason}"] = str(count)
+        values.update(self.refusals.report())
         return healthy, message, values

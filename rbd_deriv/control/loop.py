@@ -37,7 +37,7 @@ from rbd_deriv.control.policy import FeedbackPolicy, constant_policy, policy_fro
 from rbd_deriv.control.prediction import CommandHistory, predict_state
 from rbd_deriv.control.problem import Mode, MPCProblem
 from rbd_deriv.control.reference import TrajectoryReference, bound_reference_error, horizon_reference
-from rbd_deriv.control.safety import CommandSource, is_stale, select_command
+from rbd_deriv.control.safety import ClockWatch, CommandSource, hold_command, is_stale, select_command
 from rbd_deriv.exceptions import InputError, MessageError, RbdDerivError
 from rbd_deriv.joint_state_map import JointStateMap, implausible
 from rbd_deriv.stamps import ns_to_seconds
@@ -145,6 +145,13 @@ def time_percentiles(name: str, seconds: Sequence[float]) -> Dict[str, str]:
             f"{name}_max_us": f"{times.max():.1f}"}
 
 
+def _usable_effort(effort: Any) -> Any:
+    """``effort``, or none when not all of it is plausible: efforts only feed the observer, and a message whose
+    efforts are not all finite (ros2_control fills NaN for joints without an effort interface) still gives
+    positions and velocities."""
+    return () if implausible(np.asarray(effort, dtype=float), "effort").any() else effort
+
+
 class ControlLoop:
     """The tick policy of an MPC: freshness, observer, prediction, solve, safe command, counters.
 
@@ -180,6 +187,7 @@ class ControlLoop:
         self.history = CommandHistory(
             int(np.ceil((settings.state_timeout + settings.command_delay) * settings.rate_hz)) + 4)
         self.state = JointStateMap(model, max_lead=settings.max_stamp_lead)
+        self.clock = ClockWatch(settings.state_timeout)
         self._max_lead_ns = int(round(settings.max_stamp_lead * 1e9))
         self._compensation_bound = COMPENSATION_BOUND * np.asarray(model.effort_limit, dtype=float)[
             [model.idx_v[n] for n in self.actuated_joint_names]]
@@ -230,11 +238,13 @@ class ControlLoop:
             JointStateError: Refused whole (see :class:`JointStateMap`): NaN, inf or implausible
                 magnitudes, a stamp out of order or ahead of the clock by more than ``max_stamp_lead``.
         """
-        # Efforts only feed the observer: a message whose efforts are not all finite (ros2_control fills
-        # NaN for joints without an effort interface) or not plausible still gives positions and velocities.
-        if implausible(np.asarray(effort, dtype=float), "effort").any():
-            effort = ()
-        self.state.update(names, position, velocity, effort, stamp_ns, now_ns)
+        self.state.update(names, position, velocity, _usable_effort(effort), stamp_ns, now_ns)
+
+    def check_joint_states(self, names: Sequence[str], position: Any, velocity: Any, effort: Any,
+                           stamp_ns: int, now_ns: Optional[int] = None) -> None:
+        """Raise what :meth:`take_joint_states` would for a message superseded by a newer one (its values and
+        its lead on the clock, not its order); nothing is stored."""
+        self.state.check(names, position, velocity, _usable_effort(effort), stamp_ns, now_ns)
 
     def take_compensation(self, names: Sequence[str], effort: Any, stamp_ns: int, now_ns: Optional[int] = None) -> None:
         """The dynamics node's compensation torques RNEA(q, v, 0) of the actuated joints, by name.
@@ -341,8 +351,13 @@ class ControlLoop:
         return self.refusals.count_error(kind, error)
 
     # ------------------------------------------------------------------------------------------ tick
-    def tick(self, now_ns: int) -> Optional[TickResult]:
+    def tick(self, now_ns: int, monotonic_ns: Optional[int] = None) -> Optional[TickResult]:
         """Decide the command at ``now_ns`` [ns] (the caller's clock).
+
+        Args:
+            monotonic_ns: A monotonic clock [ns] (``time.monotonic_ns()`` when None), against which the
+                caller's clock must advance: one that stands still (simulated time without ``/clock``) gives
+                the safe command ``stale_clock``.
 
         Returns:
             None before every joint has been received (nothing is known about the robot: no command is
@@ -358,6 +373,8 @@ class ControlLoop:
             return None
         settings = self.settings
         q, v = self.state.q.copy(), self.state.v.copy()
+        if not self.clock.advancing(now_ns, time.monotonic_ns() if monotonic_ns is None else monotonic_ns):
+            return self._hold_without_clock(q, v, previous)
         now = self._seconds(now_ns)
         state_time = self._seconds(self.state.stamp_ns)
         state_fresh = not is_stale(state_time, now, settings.state_timeout)
@@ -404,6 +421,22 @@ class ControlLoop:
         start_ns = self._epoch_ns + int(round(solve_from * 1e9))
         policy = self._policy(good if source is CommandSource.PLAN else None, command, q, v, start_ns, now_ns)
         return TickResult(command, source, previous, good, start_ns, trouble, policy)
+
+    def _hold_without_clock(self, q: np.ndarray, v: np.ndarray, previous: CommandSource) -> TickResult:
+        """The tick of a clock that stands still: no age can be measured, so nothing is solved, learnt or
+        recorded; the hold with gravity compensation at the measured posture, as a policy stamped at the newest
+        state's time (the robot's clock as last heard)."""
+        if self.observer is not None:
+            self.observer.reset()
+        stamp_ns = self.state.stamp_ns
+        command = hold_command(self._compensation_or_gravity(q, self._seconds(stamp_ns)), self.lower, self.upper)
+        self.last_command = command
+        self.sources[CommandSource.STALE_CLOCK] += 1
+        self.last_source = CommandSource.STALE_CLOCK
+        self.ticks += 1
+        self._window_ticks += 1
+        policy = constant_policy(command, q, v, stamp_ns, self.settings.policy_validity, self.problem.dt)
+        return TickResult(command, CommandSource.STALE_CLOCK, previous, None, stamp_ns, None, policy)
 
     def _policy(self, plan: Optional[Plan], command: np.ndarray, q: np.ndarray, v: np.ndarray, start_ns: int,
                 now_ns: int) -> FeedbackPolicy:
@@ -501,6 +534,5 @@ class ControlLoop:
         values["reference_pulled"] = str(self.reference_pulled)
         for source in CommandSource:
             values[f"commands_{source.value}"] = str(self.sources[source])
-        for reason, count in sorted(self.refusals.counts.items()):
-            values[f"refused_{reason}"] = str(count)
+        values.update(self.refusals.report())
         return healthy, message, values

@@ -21,6 +21,31 @@ class CommandSource(str, Enum):
     STALE_LINEARIZATION = "stale_linearization"
     SOLVER_FAILURE = "solver_failure"
     NOT_FINITE = "not_finite"
+    STALE_CLOCK = "stale_clock"
+
+
+class ClockWatch:
+    """Whether the clock a controller measures ages with still advances, judged on a monotonic clock.
+
+    A ROS clock on simulated time reads 0 until its first ``/clock`` message and stands still when the
+    messages stop: every age measured on it is then meaningless, and a state looks fresh (or from the future)
+    whatever its real age. Such a clock is a stale state: the caller holds its safe command.
+
+    Args:
+        timeout: Longest time [s] of the monotonic clock over which the watched clock may not change, > 0.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout_ns = int(round(timeout * 1e9))
+        self._last_ns: int | None = None
+        self._changed_ns = 0
+
+    def advancing(self, now_ns: int, monotonic_ns: int) -> bool:
+        """Whether the watched clock, reading ``now_ns`` [ns] at ``monotonic_ns`` [ns], changed within the
+        timeout (a clock that reads 0 or less has not started)."""
+        if now_ns != self._last_ns:
+            self._last_ns, self._changed_ns = now_ns, monotonic_ns
+        return now_ns > 0 and monotonic_ns - self._changed_ns <= self.timeout_ns
 
 
 def is_stale(stamp: float | None, now: float, timeout: float) -> bool:

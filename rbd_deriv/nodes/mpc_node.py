@@ -17,15 +17,19 @@ The tick policy is :class:`rbd_deriv.control.ControlLoop`; this node wires param
 conversion and timing. Whatever goes wrong, the command is finite and inside the URDF effort limits; a
 plan or policy that is not finite is not sent. Every callback runs inside one guard (an unexpected error is counted
 as ``internal_error``, the tick keeps its timer). Inputs stamped ahead of the clock by more than
-``max_stamp_lead`` are refused; joint_states lost before the node are counted (``lost_joint_states``).
-Every age is measured on the node's clock, so ``use_sim_time`` works.
+``max_stamp_lead`` are refused. Every message is counted once under its input: used, refused (by reason),
+superseded by a newer one before the tick, or lost before the node. Every age is measured on the node's clock,
+so ``use_sim_time`` works; the timers run on the steady clock, and a node clock that stands still (simulated
+time without ``/clock``) gives the safe command (``stale_clock``).
 
 Floating-base mode (``floating_base: true``, a legged robot on ``contact_frames``): the state is joint_states
 (the actuated joints) plus the base's nav_msgs/Odometry (``odom_topic``: pose in the world, twist in the base
 frame), the tick policy is :class:`rbd_deriv.control.legged_loop.LeggedLoop` (the legged MPC along a gait of
 ``gaits``, ``gait`` switchable at run time; the safe command of a standing robot), and the outputs are the
 torque command, the feedback policy and ``/diagnostics`` (rate, solve time percentiles, commands by source,
-safe commands, cone refusals, refused inputs). No linearization, compensation or reference input there.
+safe commands, cone refusals, refused inputs). Odometry naming other frames than ``odom_frame`` and
+``base_frame``, or whose pose jumps farther than its twist explains, is refused; a base velocity and a sway the
+robot cannot follow together are refused. No linearization, compensation or reference input there.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
@@ -49,7 +54,7 @@ import rbd_deriv as rd
 from rbd_deriv import bundled_urdf
 from rbd_deriv.control import CommandSource, ControlLoop, FeedbackPolicy, LoopSettings, MPCProblem, Plan
 from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
-from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, LeggedSource, make_gait
+from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, LeggedSource, base_link, make_gait
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.exceptions import InputError, RbdDerivError
 from rbd_deriv.messages import (feedback_policy_fields, fill_message, linearization_arrays, odometry_arrays, set_stamp,
@@ -57,17 +62,18 @@ from rbd_deriv.messages import (feedback_policy_fields, fill_message, linearizat
 from rbd_deriv.msg import FeedbackPolicy as FeedbackPolicyMessage
 from rbd_deriv.msg import Linearization
 from rbd_deriv.nodes.parameters import MPC_NODE, declare_parameters, per_joint, updated_values
-from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, guard, run_node
+from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, apply_newest_message, guard, run_node
 from rbd_deriv.refusals import shorten
 from rbd_deriv.threads import single_threaded_blas
 from rbd_deriv.sim.ground import Ground, rest_on_floor
 
 # The tick reads what arrived since the previous tick (PolledSubscription): no executor callback per
 # 1 kHz joint_states message. The depth covers 100 ms of a 1 kHz topic split across several
-# publishers; only the newest compensation and linearization matter.
+# publishers; of the compensation, linearization and reference only the newest matters, the others are
+# counted as superseded.
 INPUT_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-NEWEST_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
-REFERENCE_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+REFERENCE_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 class MpcNode(Node):
@@ -108,16 +114,17 @@ class MpcNode(Node):
                                  if p["policy_topic"] else None)
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.joint_states_input = PolledSubscription(self, JointState, p["joint_states_topic"], INPUT_QOS)
-        self.newest_inputs = [(PolledSubscription(self, JointState, p["compensation_topic"], NEWEST_QOS),
-                               self._on_compensation)]
+        self.odometry_input: Optional[PolledSubscription] = None
+        # (kind, subscription, handler, judge of a superseded message or None: counted unread)
+        self.newest_inputs = [("compensation", PolledSubscription(self, JointState, p["compensation_topic"],
+                                                                  INPUT_QOS), self._on_compensation, None),
+                              ("reference", PolledSubscription(self, JointTrajectory, p["reference_topic"],
+                                                               REFERENCE_QOS), self._on_reference, None)]
         if self.loop.held:
-            self.newest_inputs.append((PolledSubscription(self, Linearization, p["linearization_topic"],
-                                                          NEWEST_QOS), self._on_linearization))
-        self.create_subscription(JointTrajectory, p["reference_topic"], self._guard(self._on_reference),
-                                 REFERENCE_QOS)
+            self.newest_inputs.append(("linearization", PolledSubscription(
+                self, Linearization, p["linearization_topic"], INPUT_QOS), self._on_linearization, None))
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        self.create_timer(1.0 / p["rate_hz"], self._guard(self._tick))
-        self.create_timer(p["diagnostics_period"], self._guard(self._publish_diagnostics))
+        self._start_timers(self._tick)
         self.get_logger().info(
             f"MPC on {self.model.name!r}: {problem.nv} joints, N={problem.horizon}, "
             f"dt={problem.dt} s, mode {problem.mode.value}, {p['rate_hz']:g} Hz")
@@ -134,15 +141,23 @@ class MpcNode(Node):
                                  if p["policy_topic"] else None)
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.joint_states_input = PolledSubscription(self, JointState, p["joint_states_topic"], INPUT_QOS)
-        self.newest_inputs = [(PolledSubscription(self, Odometry, p["odom_topic"], INPUT_QOS), self._on_odometry)]
+        self.odometry_input = PolledSubscription(self, Odometry, p["odom_topic"], INPUT_QOS)
+        self.newest_inputs = []
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        self.create_timer(1.0 / p["rate_hz"], self._guard(self._tick_legged))
-        self.create_timer(p["diagnostics_period"], self._guard(self._publish_diagnostics))
+        self._start_timers(self._tick_legged)
         mpc = self.loop.mpc
         self.get_logger().info(
             f"legged MPC on {self.model.name!r}: nv={self.model.nv}, feet {list(self.loop.feet)} "
             f"({', '.join(self.loop.kinds)}), gaits {sorted(self.loop.mpcs)}, now {self.loop.gait!r}, "
             f"N={mpc.horizon}, dt={mpc.dt} s, mu={mpc.mu}, {p['rate_hz']:g} Hz")
+
+    def _start_timers(self, tick: Callable) -> None:
+        """The tick and diagnostics timers, on the steady clock: rclpy's timers run on the node's clock, which
+        on simulated time (``use_sim_time``, settable at run time) stands still without ``/clock``; the tick
+        must still run and send its safe command (the loop judges that clock: ``stale_clock``)."""
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(1.0 / self._p["rate_hz"], self._guard(tick), clock=steady)
+        self.create_timer(self._p["diagnostics_period"], self._guard(self._publish_diagnostics), clock=steady)
 
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
@@ -166,7 +181,18 @@ class MpcNode(Node):
         except RbdDerivError as error:
             self._log(self.loop.refuse(kind, error))
             return False
+        self.loop.refusals.used[kind] += 1
         return True
+
+    def _judge(self, kind: str, check: Callable, *args: Any) -> None:
+        """A message superseded by a newer one of its input before it could be used: counted as refused (under
+        its reason, as ``_take`` would) if ``check`` refuses it, else as superseded."""
+        try:
+            check(*args)
+        except RbdDerivError as error:
+            self._log(self.loop.refuse(kind, error))
+            return
+        self.loop.refusals.superseded[kind] += 1
 
     # ----------------------------------------------------------------------------- parameters
     def _on_set_parameters(self, parameters: list) -> SetParametersResult:
@@ -192,11 +218,12 @@ class MpcNode(Node):
     def _set_motion(self, p: dict, names: set) -> Optional[str]:
         """Hand the legged loop the gait, base velocity and sway of ``p`` that ``names`` changed; the problem,
         or None."""
+        if "gait" in names and p["gait"] not in self.loop.mpcs:
+            return f"gait {p['gait']!r} is not one of {sorted(self.loop.mpcs)}"
         try:
-            if "base_velocity" in names:
-                self.loop.set_base_velocity(p["base_velocity"])
-            if names & {"sway_amplitude", "sway_period"}:
-                self.loop.set_sway(p["sway_amplitude"], p["sway_period"])
+            # The motion is checked as a whole before anything changes; the gait is then known to be built.
+            if names & {"base_velocity", "sway_amplitude", "sway_period"}:
+                self.loop.set_motion(p["base_velocity"], p["sway_amplitude"], p["sway_period"])
             if "gait" in names:
                 self.loop.set_gait(p["gait"])
         except RbdDerivError as error:
@@ -206,23 +233,28 @@ class MpcNode(Node):
     # ------------------------------------------------------------------------------- inputs
     def _on_joint_states(self, message: JointState) -> bool:
         return self._take("joint_states", self.loop.take_joint_states, message.name, message.position,
-                   message.velocity, message.effort, stamp_to_ns(message.header.stamp), self._now_ns())
+                          message.velocity, message.effort, stamp_to_ns(message.header.stamp), self._now_ns())
 
-    def _on_odometry(self, message: Odometry) -> None:
-        self._take("odom", self.loop.take_odometry, *odometry_arrays(message), stamp_to_ns(message.header.stamp),
-                   self._now_ns())
+    def _judge_joint_states(self, message: JointState) -> None:
+        self._judge("joint_states", self.loop.check_joint_states, message.name, message.position, message.velocity,
+                    message.effort, stamp_to_ns(message.header.stamp), self._now_ns())
 
-    def _on_compensation(self, message: JointState) -> None:
-        self._take("compensation", self.loop.take_compensation, message.name, message.effort,
-                   stamp_to_ns(message.header.stamp), self._now_ns())
+    def _on_odometry(self, message: Odometry) -> bool:
+        return self._take("odom", self.loop.take_odometry, *odometry_arrays(message),
+                          stamp_to_ns(message.header.stamp), self._now_ns(),
+                          (message.header.frame_id, message.child_frame_id))
 
-    def _on_linearization(self, message: Linearization) -> None:
+    def _on_compensation(self, message: JointState) -> bool:
+        return self._take("compensation", self.loop.take_compensation, message.name, message.effort,
+                          stamp_to_ns(message.header.stamp), self._now_ns())
+
+    def _on_linearization(self, message: Linearization) -> bool:
         def take() -> None:
             arrays = linearization_arrays(message, self.model.nq, self.model.nv, self.joint_names)
             self.loop.take_linearization(arrays, stamp_to_ns(message.header.stamp), self._now_ns())
-        self._take("linearization", take)
+        return self._take("linearization", take)
 
-    def _on_reference(self, message: JointTrajectory) -> None:
+    def _on_reference(self, message: JointTrajectory) -> bool:
         points = message.points
         names = list(message.joint_names)
         # A stamp of 0 means "from now".
@@ -235,18 +267,39 @@ class MpcNode(Node):
                 [point.velocities for point in points] if with_velocity else None)
         except RbdDerivError as error:
             self._log(self.loop.refuse("reference", error))
-            return
+            return False
+        self.loop.refusals.used["reference"] += 1
         self.get_logger().info(f"new reference: {len(points)} points over {duration:.2f} s")
+        return True
 
     def _read_inputs(self) -> None:
         """Hand what arrived since the previous tick to the handlers: the newest accepted message of each
-        joint (:func:`apply_newest`), the newest compensation and linearization (only those are deserialized)."""
+        joint (:func:`apply_newest`), of the compensation, linearization and reference
+        (:func:`apply_newest_message`), every odometry message in order (:meth:`_read_odometry`). Every message is
+        counted once: used, refused under its reason, or superseded (joint_states superseded are judged first: a
+        bad one counts as refused)."""
+        counts = self.loop.refusals
         apply_newest(self.joint_states_input.take(serialized=True), JointState, self._joint_set,
-                     self._guard(self._on_joint_states))
-        for subscription, handler in self.newest_inputs:
+                     self._guard(self._on_joint_states), self._guard(self._judge_joint_states))
+        for kind, subscription, handler, judge in self.newest_inputs:
             serialized = subscription.take(serialized=True)
-            if serialized:
-                handler(deserialize_message(serialized[-1], subscription.message_type))
+            superseded = apply_newest_message(serialized, subscription.message_type, self._guard(handler),
+                                              None if judge is None else self._guard(judge))
+            if judge is None:
+                counts.superseded[kind] += superseded
+        if self.odometry_input is not None:
+            self._read_odometry(self.odometry_input.take(serialized=True))
+
+    def _read_odometry(self, serialized: list) -> None:
+        """Every odometry message, oldest first: each pose is judged against the one accepted just before it (a
+        millisecond earlier from a 1 kHz source, whatever the time since the previous tick), so that a second
+        source or a jump is refused even after a stalled tick; all but the newest accepted are superseded."""
+        take = self._guard(self._on_odometry)
+        accepted = sum(1 for data in serialized if take(deserialize_message(data, Odometry)))
+        if accepted > 1:
+            counts = self.loop.refusals
+            counts.used["odom"] -= accepted - 1
+            counts.superseded["odom"] += accepted - 1
 
     # --------------------------------------------------------------------------------- tick
     def _tick(self) -> None:
@@ -304,9 +357,12 @@ class MpcNode(Node):
     def destroy_node(self) -> None:
         """Remove the polled subscriptions and their helper nodes, then the node."""
         self.joint_states_input.destroy()
-        for subscription, _ in self.newest_inputs:
+        for _, subscription, _, _ in self.newest_inputs:
             subscription.destroy()
         self.newest_inputs = []
+        if self.odometry_input is not None:
+            self.odometry_input.destroy()
+            self.odometry_input = None
         super().destroy_node()
 
     # -------------------------------------------------------------------------- diagnostics
@@ -314,6 +370,10 @@ class MpcNode(Node):
         now = time.monotonic()
         healthy, summary, values = self.loop.diagnostics(now - self._window_start)
         values["lost_joint_states"] = str(self.joint_states_input.lost)
+        for kind, subscription, _, _ in self.newest_inputs:
+            values[f"lost_{kind}"] = str(subscription.lost)
+        if self.odometry_input is not None:
+            values["lost_odom"] = str(self.odometry_input.lost)
         self._window_start = now
         status = DiagnosticStatus(name=f"{self.get_name()}: MPC", hardware_id=self.model.name,
                                   level=DiagnosticStatus.OK if healthy else DiagnosticStatus.WARN, message=summary,
@@ -350,10 +410,12 @@ def legged_loop_from_parameters(model: Any, p: dict) -> LeggedLoop:
                                weights=weights, swing_height=p["swing_height"])
     settings = LeggedLoopSettings(state_timeout=p["state_timeout"], policy_validity=p["policy_validity"],
                                   max_stamp_lead=p["max_stamp_lead"], latency=p["command_delay"],
-                                  predict=p["predict_delay"], gain_knots=p["policy_gain_knots"])
+                                  predict=p["predict_delay"], gain_knots=p["policy_gain_knots"],
+                                  odom_frame=p["odom_frame"], base_frame=p["base_frame"] or base_link(model),
+                                  jump_margin=p["odom_jump_margin"], jump_angle_margin=p["odom_jump_angle_margin"],
+                                  motion_margin=p["motion_margin"])
     loop = LeggedLoop(model, mpcs, p["gait"], settings)
-    loop.set_base_velocity(p["base_velocity"])
-    loop.set_sway(p["sway_amplitude"], p["sway_period"])
+    loop.set_motion(p["base_velocity"], p["sway_amplitude"], p["sway_period"])
     return loop
 
 

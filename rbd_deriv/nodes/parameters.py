@@ -312,9 +312,24 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
                          read_only=True),
     "odom_topic": Spec("odom", "nav_msgs/Odometry input of the base: pose in the world, twist in the base frame",
                        read_only=True),
+    "odom_frame": Spec("odom", "the odometry's header.frame_id; odometry naming another frame is refused (`frame`); "
+                       "empty: any", read_only=True),
+    "base_frame": Spec("", "the odometry's child_frame_id; odometry naming another frame is refused (`frame`); "
+                       "empty: the URDF's root link (what the simulator node sends)", read_only=True),
+    "odom_jump_margin": Spec(0.05, "a base position farther from the last accepted one than its velocity explains "
+                             "over the time between them, by more than this [m], is refused (`jump`), in (0, 100]",
+                             in_range(0.0, 100.0, low_open=True), read_only=True),
+    "odom_jump_angle_margin": Spec(0.2, "the same for the base's orientation [rad] and its angular velocity, in "
+                                   "(0, 3.2]", in_range(0.0, 3.2, low_open=True), read_only=True),
+    "motion_margin": Spec(0.5, "fraction of what the robot can follow that base_velocity and the sway may ask "
+                          "together, in (0, 1]: a peak speed (walk plus sway) up to sqrt(g h) and a sway "
+                          "acceleration up to g w / h, h the base's height above its feet and w the nearest foot's "
+                          "sideways distance in the reference posture; a set beyond is refused", fraction,
+                          read_only=True),
     "base_velocity": Spec([0.0, 0.0], "walk: the base's reference moves at (vx, vy) [m/s] in the world frame, the "
                           "swing feet landing along it (a moving gait such as trot); settable at run time, from the "
-                          "next plan's first knot; [0.0, 0.0] stops where the base has come", finite_values),
+                          "next plan's first knot; [0.0, 0.0] stops where the base has come; with the sway within what "
+                          "the robot can follow (motion_margin)", finite_values),
     "sway_amplitude": Spec(0.0, "sway: the base's reference moves sideways (world y) by this [m] times sin(2 pi t / "
                            "sway_period), in [0, 0.5]; settable at run time; 0: no sway", in_range(0.0, 0.5)),
     "sway_period": Spec(2.0, "period of the sway [s], in [0.1, 60]; settable at run time", in_range(0.1, 60.0)),

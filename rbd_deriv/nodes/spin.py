@@ -196,7 +196,8 @@ class ListenerThread:
             self._thread.join()
 
 
-def apply_newest(serialized: list, message_type: type, names: frozenset, apply: Callable[[object], bool]) -> int:
+def apply_newest(serialized: list, message_type: type, names: frozenset, apply: Callable[[object], bool],
+                 on_superseded: Optional[Callable[[object], None]] = None) -> int:
     """Apply, oldest first, what matters among ``serialized`` (oldest first): the newest message of every
     joint of ``names`` that ``apply`` accepts.
 
@@ -210,13 +211,15 @@ def apply_newest(serialized: list, message_type: type, names: frozenset, apply: 
 
     Args:
         apply: Takes one message, returns whether it was accepted (falsy when refused).
+        on_superseded: Called with each message not handed to ``apply`` (oldest first), to judge what it
+            would have been (refused or superseded); None: those are not deserialized.
 
     Returns:
         The number of messages neither accepted nor refused: superseded.
     """
-    remaining, missing, handled, first = list(serialized), set(names), 0, True
+    remaining, missing, handled, first = list(serialized), set(names), set(), True
     while remaining and missing:
-        kept = []  # (index in remaining, message), newest first
+        kept = []  # (index in serialized, message), newest first
         wanted = set(missing)
         for index in range(len(remaining) - 1, -1, -1):
             message = deserialize_message(remaining[index], message_type)
@@ -226,13 +229,44 @@ def apply_newest(serialized: list, message_type: type, names: frozenset, apply: 
             wanted -= named
             if not wanted:
                 break
-        for _, message in reversed(kept):
-            handled += 1
+        for index, message in reversed(kept):
+            handled.add(index)
             if apply(message):
                 missing.difference_update(message.name)
         remaining = remaining[: kept[-1][0]] if kept else []
         first = False
-    return len(serialized) - handled
+    return _pass_superseded(serialized, message_type, handled, on_superseded)
+
+
+def apply_newest_message(serialized: list, message_type: type, apply: Callable[[object], bool],
+                         on_superseded: Optional[Callable[[object], None]] = None) -> int:
+    """Apply the newest message of ``serialized`` (oldest first) that ``apply`` accepts: newest first, each is
+    handed to ``apply`` until one is accepted (a refused message never hides a good older one).
+
+    Args:
+        apply: Takes one message, returns whether it was accepted (falsy when refused).
+        on_superseded: Called with each message older than the accepted one (oldest first); None: those are
+            not deserialized.
+
+    Returns:
+        The number of messages not handed to ``apply``: superseded.
+    """
+    handled = set()
+    for index in range(len(serialized) - 1, -1, -1):
+        handled.add(index)
+        if apply(deserialize_message(serialized[index], message_type)):
+            break
+    return _pass_superseded(serialized, message_type, handled, on_superseded)
+
+
+def _pass_superseded(serialized: list, message_type: type, handled: set,
+                     on_superseded: Optional[Callable[[object], None]]) -> int:
+    """Hand ``on_superseded`` each message of ``serialized`` whose index is not in ``handled``; their number."""
+    if on_superseded is not None:
+        for index, data in enumerate(serialized):
+            if index not in handled:
+                on_superseded(deserialize_message(data, message_type))
+    return len(serialized) - len(handled)
 
 
 class StateInputs:
