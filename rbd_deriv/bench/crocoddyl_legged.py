@@ -16,17 +16,45 @@ differences: the cone is kept by a quadratic barrier (Crocoddyl has no log barri
 touchdown is not an impulse knot (Crocoddyl would add a knot there). The receding horizon moves
 by ``ShootingProblem.circularAppend`` with the next knot's model, the solver is ``SolverBoxFDDP``
 with one iteration per tick, warm-started by the previous plan shifted one knot, single-threaded
-(``problem.nthreads = 1``), and each tick starts from the state its previous plan predicts, as in
-the benchmark's own loop.
+(``problem.nthreads = 1``, and ``OMP_NUM_THREADS=1`` for the OpenMP threads that setting does not
+govern: without it talos's tick took 25 times longer on the shared cores), and each tick starts from
+the state its previous plan predicts, as in the benchmark's own loop.
+
+Crocoddyl's Euler model multiplies a running cost by the knot's dt and leaves the terminal cost as
+it is; the running weights are divided by dt here, so that both problems have the same cost
+(this package's solver sums the knots' costs unscaled).
+
+Besides the timings, the reply holds what a test compares with this package's solve: the problem's
+sizes, the cost of the cold start (x0 at every knot, the static torques) and the first tick's
+first torques and cost after its iteration.
+
+Crocoddyl 3.2.1's wheels were built against Pinocchio 4.0: Pinocchio 4.1 added acceleration and jerk
+limits to its ``Model``, so a model built by 4.1 is read with the wrong layout by Crocoddyl's
+compiled code, which then fails in ``ShootingProblem`` (``MemoryError`` or a crash) when it creates
+the knots' data. The pair is refused here with a message; ``./run crocoddyl-env`` makes an
+environment with Crocoddyl 3.2.1 and Pinocchio 4.0.0.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
 import numpy as np
+
+#: Crocoddyl wheel version -> the Pinocchio version prefix its compiled code was built against.
+BUILT_AGAINST = {"3.2.1": "4.0."}
+
+
+def check_pinocchio(crocoddyl_version: str, pinocchio_version: str) -> None:
+    """Refuse a Pinocchio whose ``Model`` layout differs from the one Crocoddyl was built against."""
+    wanted = BUILT_AGAINST.get(crocoddyl_version)
+    if wanted is not None and not pinocchio_version.startswith(wanted):
+        raise SystemExit(f"crocoddyl {crocoddyl_version} was built against Pinocchio {wanted}x, this is "
+                         f"Pinocchio {pinocchio_version}: its models would be misread (make the "
+                         f"environment with ./run crocoddyl-env)")
 
 
 def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
@@ -40,12 +68,14 @@ def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
     x_ref = np.array(spec["x_ref"])
     state_weights = np.array(spec["state_weights"])
     factor = weights["terminal"] if terminal else 1.0
+    # Crocoddyl's Euler model scales a running cost by dt (see the module docstring).
+    scale = 1.0 if terminal else 1.0 / spec["dt"]
     costs.addCost("posture", croc.CostModelResidual(
         state, croc.ActivationModelWeightedQuad(factor * state_weights),
-        croc.ResidualModelState(state, x_ref, nu)), 1.0)
+        croc.ResidualModelState(state, x_ref, nu)), scale)
     if not terminal:
         costs.addCost("torque", croc.CostModelResidual(
-            state, croc.ResidualModelControl(state, np.array(spec["u_static"]))), weights["torque"])
+            state, croc.ResidualModelControl(state, np.array(spec["u_static"]))), weights["torque"] * scale)
     share = spec["weight"] / max(int(row.sum()), 1)
     lift = np.array(spec["lift"])[knot % pattern.shape[0]]
     for c, foot in enumerate(spec["feet"]):
@@ -65,23 +95,27 @@ def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
                 rows = 6
             force = pin.Force(np.array([0.0, 0.0, share, 0.0, 0.0, 0.0]))
             costs.addCost(f"force {foot}", croc.CostModelResidual(
-                state, croc.ResidualModelContactForce(state, frame, force, rows, nu)), weights["force"])
+                state, croc.ResidualModelContactForce(state, frame, force, rows, nu)), weights["force"] * scale)
             cone = croc.FrictionCone(np.eye(3), spec["mu"], 4, True, 0.0)
             bounds = croc.ActivationBounds(cone.lb, cone.ub)
             costs.addCost(f"cone {foot}", croc.CostModelResidual(
                 state, croc.ActivationModelQuadraticBarrier(bounds),
-                croc.ResidualModelContactFrictionCone(state, frame, cone, nu)), spec["cone_weight"])
+                croc.ResidualModelContactFrictionCone(state, frame, cone, nu)), spec["cone_weight"] * scale)
         else:
             target = np.array(spec["stance"][c]) + np.array([0.0, 0.0, spec["swing_height"] * lift[c]])
             costs.addCost(f"swing {foot}", croc.CostModelResidual(
-                state, croc.ResidualModelFrameTranslation(state, frame, target, nu)), weights["swing"])
+                state, croc.ResidualModelFrameTranslation(state, frame, target, nu)), weights["swing"] * scale)
     dynamics = croc.DifferentialActionModelContactFwdDynamics(state, actuation, contacts, costs, 0.0, True)
     return croc.IntegratedActionModelEuler(dynamics, 0.0 if terminal else spec["dt"])
 
 
 def run(spec: dict) -> dict:
+    # Read by the OpenMP runtime when Crocoddyl loads it (see the module docstring).
+    os.environ["OMP_NUM_THREADS"] = "1"
     import crocoddyl as croc
     import pinocchio as pin
+
+    check_pinocchio(croc.__version__, pin.__version__)
 
     model = pin.buildModelFromUrdf(spec["urdf"], pin.JointModelFreeFlyer())
     state = croc.StateMultibody(model)
@@ -96,6 +130,8 @@ def run(spec: dict) -> dict:
     solver = croc.SolverBoxFDDP(problem)
     xs = [x.copy() for _ in range(N + 1)]
     us = [np.array(spec["u_static"]) for _ in range(N)]
+    first = {"nx": state.nx, "ndx": state.ndx, "nu": actuation.nu, "horizon": problem.T,
+             "initial_cost": float(problem.calc(xs, us))}
     measured, costs = [], []
     for tick in range(spec["warmup"] + spec["ticks"]):
         start = time.perf_counter()
@@ -109,8 +145,10 @@ def run(spec: dict) -> dict:
         if tick >= spec["warmup"]:
             measured.append(elapsed * 1e6)
             costs.append(solver.cost)
+        if tick == 0:
+            first.update(first_torque=np.array(solver.us[0]).tolist(), first_cost=float(solver.cost))
         x = np.array(solver.xs[1])
-    return {"median_us": float(np.median(measured)), "p99_us": float(np.percentile(measured, 99)),
+    return {**first, "median_us": float(np.median(measured)), "p99_us": float(np.percentile(measured, 99)),
             "mean_cost": float(np.mean(costs)), "crocoddyl": croc.__version__,
             "pinocchio": pin.__version__}
 

@@ -12,9 +12,9 @@ support) and talos standing on its two soles (6D contacts, N = 20). Targets on t
 machine (issue "whole-body MPC with contacts"): solo12 >= 500 Hz, talos >= 100 Hz. Reported:
 median and p99 tick, the rate the median allows, and the median time of each part of the tick,
 which says where the time goes. ``--crocoddyl-python PATH`` also times Crocoddyl on the same
-problems, in another environment (installing Crocoddyl beside Pinocchio 4.1 downgrades
-example-robot-data), right after our ticks: :mod:`rbd_deriv.bench.crocoddyl_legged` says how the
-problem is written there and where it differs.
+problems, in another environment (``./run crocoddyl-env`` makes it and prints its Python: Crocoddyl
+3.2.1 needs Pinocchio 4.0), right after our ticks: :mod:`rbd_deriv.bench.crocoddyl_legged` says how
+the problem is written there and where it differs.
 
 ``--push``: a closed loop without ROS on the rigid-contact plant of
 :mod:`rbd_deriv.testing.rigid_contact` (every foot held by ``rd.contact_dynamics``, 1 kHz, the
@@ -168,7 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ticks", type=int, default=200, help="timed ticks per case (default 200)")
     parser.add_argument("--robots", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--crocoddyl-python", metavar="PATH",
-                        help="a Python with crocoddyl: also time Crocoddyl on the same problems")
+                        help="a Python with crocoddyl (./run crocoddyl-env prints one): also time "
+                             "Crocoddyl on the same problems")
     parser.add_argument("--push", action="store_true",
                         help="also run the standing closed loop with a push on the rigid-contact plant")
     parser.add_argument("--json", help="also write the results to this JSON file")

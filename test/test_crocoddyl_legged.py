@@ -1,0 +1,82 @@
+"""Tests of the legged benchmark's Crocoddyl side (rbd_deriv/bench/crocoddyl_legged.py): the Pinocchio it accepts,
+and, where an environment with Crocoddyl is found, its problem checked against this package's own solve.
+
+That environment is the one ``./run crocoddyl-env`` makes (``.venv-crocoddyl``, what CI makes before the suite),
+another given by ``RBD_DERIV_CROCODDYL_PYTHON``, or this interpreter if it imports crocoddyl. Without any the
+comparison is skipped and says why.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rbd_deriv.bench import crocoddyl_legged
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _crocoddyl_python() -> str | None:
+    """The first interpreter that imports crocoddyl, in the order of the module docstring."""
+    candidates = [os.environ.get("RBD_DERIV_CROCODDYL_PYTHON"),
+                  str(Path(os.environ.get("RBD_DERIV_CROCODDYL_VENV", ROOT / ".venv-crocoddyl"), "bin", "python")),
+                  sys.executable]
+    for python in candidates:
+        if python and Path(python).exists():
+            found = subprocess.run([python, "-c", "import crocoddyl"], capture_output=True, timeout=120)
+            if found.returncode == 0:
+                return python
+    return None
+
+
+def test_crocoddyl_3_2_1_refuses_the_pinocchio_it_was_not_built_against():
+    crocoddyl_legged.check_pinocchio("3.2.1", "4.0.0")
+    with pytest.raises(SystemExit, match="built against Pinocchio 4.0.x, this is Pinocchio 4.1.0"):
+        crocoddyl_legged.check_pinocchio("3.2.1", "4.1.0")
+    crocoddyl_legged.check_pinocchio("9.9.9", "4.1.0")  # a version it knows nothing of is let through
+
+
+def test_crocoddyl_solves_the_legged_problem_this_package_solves():
+    """solo12 trotting, N = 10 from the gait's start (two feet swing, no touchdown inside the horizon, so
+    the two problems differ only by the friction cone's term: a log barrier here, a quadratic barrier zero
+    inside the pyramid there), three ticks in Crocoddyl's environment.
+
+    Checked: the sizes; finite timings; the cost of the common cold start (x0 at every knot, the static
+    torques) within 1 % (measured 0.2 %: the cone terms; Crocoddyl's Euler model scales the running cost by
+    dt, which the script undoes: without that its cost is 50 times smaller); Crocoddyl's iteration lowers
+    it; and both first steps move the first torques the same way: the angle between the two changes from
+    the static torques under 10 degrees and their difference under a quarter of ours (measured 6 degrees and
+    0.11).
+    """
+    python = _crocoddyl_python()
+    if python is None:
+        pytest.skip("no Python with crocoddyl: ./run crocoddyl-env makes one (.venv-crocoddyl)")
+    from rbd_deriv.bench import legged
+
+    horizon = 10
+    model, mpc, x0 = legged.build("solo12", horizon, 0.02)
+    spec = legged.crocoddyl_spec("solo12", mpc, x0, ticks=3, warmup=0)
+    theirs = legged.run_crocoddyl(python, spec)
+    assert "error" not in theirs, f"{python}: {theirs.get('error')}"
+    plan = mpc.solve(x0, phase=0, evaluate_cost=True)
+    assert plan.result.ok
+
+    assert (theirs["nx"], theirs["ndx"], theirs["nu"], theirs["horizon"]) == (
+        model.nq + model.nv, 2 * model.nv, model.nv - 6, horizon)
+    assert all(math.isfinite(theirs[key]) and theirs[key] > 0 for key in ("median_us", "p99_us"))
+
+    assert theirs["initial_cost"] == pytest.approx(plan.result.cost, rel=0.01)
+    assert theirs["first_cost"] < 0.5 * theirs["initial_cost"]
+
+    ours = plan.torque - mpc.u_static
+    change = np.asarray(theirs["first_torque"]) - mpc.u_static
+    assert np.linalg.norm(ours) > 0.01  # the swing moves the torques: the comparison below means something
+    cosine = ours @ change / (np.linalg.norm(ours) * np.linalg.norm(change))
+    assert cosine > math.cos(math.radians(10.0))
+    assert np.linalg.norm(change - ours) < 0.25 * np.linalg.norm(ours)
