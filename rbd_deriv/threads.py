@@ -22,12 +22,15 @@ def single_threaded_blas() -> List[str]:
     own setter); load NumPy's and SciPy's first, so that those are among them.
 
     Returns:
-        The libraries held, as ``"<implementation> <file>"``; empty when none was found (the caller says so:
-        products then run on as many threads as the library chooses).
+        The libraries held, as ``"<implementation> <file>"``; empty when none was found or threadpoolctl is not
+        installed (the caller says so: products then run on as many threads as the library chooses).
     """
     import numpy  # noqa: F401 - loads NumPy's BLAS
     import scipy.linalg  # noqa: F401 - loads SciPy's, the one numba's np.dot and the Riccati kernels call
-    from threadpoolctl import threadpool_info, threadpool_limits
+    try:
+        from threadpoolctl import threadpool_info, threadpool_limits
+    except ImportError:  # a ROS install through rosdep, which has no key for it: pip install threadpoolctl
+        return []
 
     _LIMITS.append(threadpool_limits(limits=1, user_api="blas"))
     return [f"{info['internal_api']} {info['filepath'].rsplit('/', 1)[-1]}" for info in threadpool_info()

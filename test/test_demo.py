@@ -108,7 +108,8 @@ def test_main_job_tracks_through_the_three_nodes(tmp_path):
     assert max(document["max_error_rad"]) < 0.25, document["max_error_rad"]
     assert 0.0 < document["max_torque_ratio"] <= 1.0
     sources = document["commands_by_source"]
-    assert sources["plan"] >= 0.9 * sum(sources.values()), sources
+    # Ticks before the first state (no_state) depend on how fast the nodes start, not on the loop.
+    assert sources["plan"] >= 0.9 * (sum(sources.values()) - sources.get("no_state", 0)), sources
     assert document["steps_policy"] > 0.8 * (document["steps_policy"] + document["steps_command"]
                                              + document["steps_brake"]), document
     assert (tmp_path / "demo.png").stat().st_size > 10_000

@@ -190,3 +190,27 @@ def test_ray_address_without_a_cluster_is_a_clear_error(test_fleet, tmp_path, ca
                              "--engine", "ray", "--address", "auto"])
     err = capsys.readouterr().err
     assert status == 2 and "cannot start or reach the Ray cluster at auto" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists(), "a run that cannot start writes nothing"
+
+
+def test_an_engine_that_fails_leaves_the_folder_as_it_found_it(test_fleet, tmp_path):
+    """An engine error mid-run (a cluster lost) gives no report and leaves no per-bag folder behind, so the same
+    --out-dir takes the next run; a folder holding only such leftovers is taken too."""
+    from rbd_deriv.exceptions import InputError
+
+    class Lost:
+        def run(self, tasks, on_result):
+            raise InputError("the cluster went away", "engine")
+
+        def describe(self):
+            return {"engine": "lost", "workers": 1}
+
+    out = tmp_path / "out"
+    args = fleet_cli.build_parser().parse_args([str(test_fleet.root / "arm" / "day0"), "--out-dir", str(out),
+                                                "--quiet"])
+    with pytest.raises(InputError, match="went away"):
+        fleet_cli.run(args, engine=Lost())
+    assert not out.exists()
+    (out / "bags" / "0001").mkdir(parents=True)  # what a killed run leaves
+    assert fleet_cli.main([str(test_fleet.root / "arm" / "day0"), "--out-dir", str(out), "--quiet"]) == 0
+    assert (out / "fleet.json").is_file()

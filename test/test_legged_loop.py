@@ -402,6 +402,34 @@ def test_odometry_from_another_frame_or_jumping_is_refused(solo):
     loop.take_odometry(q[:3] + [5.0, 0.0, 0.0], turned, v[:3], v[3:6], much_later, much_later, frames)
 
 
+def test_a_second_source_cannot_explain_its_jumps_by_the_twist_it_claims(solo):
+    """A source whose first pose is within the margin but claims 1000 m/s would make every later pose of its
+    own (and refuse the real one's): a twist beyond what a base moves at is refused first (``twist``), and
+    a far pose is judged as a jump through take_odometry, the call the node makes. A broken or older message
+    is refused for what it is, not as a jump."""
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, {"stand": mpcs["stand"]}, "stand", LeggedLoopSettings(max_base_speed=10.0))
+    q, v = posture.copy(), np.zeros(model.nv)
+    feed(loop, model, q, v, START)
+    frames = ("", "")
+    later = START + MS
+    for linear, angular in (([1000.0, 0.0, 0.0], [0.0] * 3), ([0.0] * 3, [0.0, 0.0, 50.0])):
+        with pytest.raises(MessageError) as refused:
+            loop.take_odometry(q[:3] + [0.04, 0.0, 0.0], q[3:7], linear, angular, later, later, frames)
+        assert refused.value.reason == "twist"
+    with pytest.raises(MessageError) as refused:
+        loop.take_odometry(q[:3] + [0.94, 0.0, 0.0], q[3:7], [9.0, 0.0, 0.0], v[3:6], later + MS, later + MS,
+                           frames)
+    assert refused.value.reason == "jump"
+    np.testing.assert_array_equal(loop.state.q[:3], q[:3])
+    with pytest.raises(JointStateError) as refused:
+        loop.take_odometry(q[:3] + [0.9, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5], v[:3], v[3:6], later, later, frames)
+    assert refused.value.reason == "bad_base"
+    with pytest.raises(JointStateError) as refused:
+        loop.take_odometry(q[:3] + [0.9, 0.0, 0.0], q[3:7], v[:3], v[3:6], START - MS, later, frames)
+    assert refused.value.reason == "out_of_order"
+
+
 def test_motions_the_robot_cannot_follow_are_refused_together(solo):
     model, feet, posture, mpcs = solo
     loop = LeggedLoop(model, {"stand": mpcs["stand"]}, "stand")

@@ -464,3 +464,17 @@ def test_a_clock_that_stands_still_holds_with_gravity_and_plans_again_once_it_mo
     feed(loop, model, Q, np.zeros(model.nv), t0 + 30 * MS)
     assert loop.tick(t0 + 31 * MS, monotonic_ns=72 * MS).source is CommandSource.PLAN
     assert loop.diagnostics(1.0)[2]["commands_stale_clock"] == "2"
+
+
+def test_policy_stamps_never_go_backwards_when_the_clock_stops(model):
+    """With delay prediction a plan's policy is stamped when its command acts, after the state's time; the hold
+    of a clock that stands still must not be stamped before it (the robot side refuses an older policy)."""
+    loop = make_loop(model, predict_delay=True, command_delay=0.004)
+    t0 = 5 * 10**9
+    for k in range(3):
+        feed(loop, model, Q, np.zeros(model.nv), t0 + 5 * k * MS)
+        planned = loop.tick(t0 + (5 * k + 2) * MS, monotonic_ns=k * MS)
+    assert planned.source is CommandSource.PLAN and planned.policy.stamp_ns > loop.state.stamp_ns
+    held = loop.tick(0, monotonic_ns=10 * MS)
+    assert held.source is CommandSource.STALE_CLOCK
+    assert held.policy.stamp_ns >= planned.policy.stamp_ns

@@ -25,7 +25,8 @@ Floating base and contacts (a problem assembled from small parts, as in Crocoddy
 - :mod:`~rbd_deriv.control.ocp`, :mod:`~rbd_deriv.control.solver`,
   :mod:`~rbd_deriv.control.euler_riccati`: the problem, its multiple-shooting Riccati solver and kernels.
 - :mod:`~rbd_deriv.control.legged`: the whole-body MPC of a legged robot on a gait.
-- :mod:`~rbd_deriv.control.blas`: keep BLAS on one thread in a controller process.
+- :mod:`~rbd_deriv.control.blas`: the level-3 BLAS routines the kernels call (the process's BLAS threads:
+  :func:`rbd_deriv.threads.single_threaded_blas`).
 """
 
 from rbd_deriv.control.mpc import HeldLinearization, ModelPredictiveController, Plan, SolveStatus

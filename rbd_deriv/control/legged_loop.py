@@ -171,6 +171,9 @@ class LeggedLoopSettings:
         jump_margin, jump_angle_margin: A base pose farther [m] or turned more [rad] from the last accepted
             one than its twist explains over the time between them, by more than these, is refused (``jump``),
             > 0.
+        max_base_speed, max_base_rate: Odometry whose twist claims a faster base [m/s], or a faster turn
+            [rad/s], is refused (``twist``), > 0: no legged robot moves so, and a twist a source may choose
+            freely would let it explain any jump.
         motion_margin: The fraction, in (0, 1], of the robot's bounds (:meth:`LeggedLoop.motion_bounds`) that
             a base velocity and a sway may use together.
     """
@@ -187,12 +190,15 @@ class LeggedLoopSettings:
     base_frame: str = ""
     jump_margin: float = 0.05
     jump_angle_margin: float = 0.2
+    max_base_speed: float = 10.0
+    max_base_rate: float = 20.0
     motion_margin: float = 0.5
 
     def __post_init__(self) -> None:
         if not (isinstance(self.motion_margin, (int, float)) and 0.0 < self.motion_margin <= 1.0):
             raise InputError(f"motion_margin must be in (0, 1], got {self.motion_margin!r}", "motion_margin")
-        for name in ("state_timeout", "policy_validity", "jump_margin", "jump_angle_margin"):
+        for name in ("state_timeout", "policy_validity", "jump_margin", "jump_angle_margin", "max_base_speed",
+                     "max_base_rate"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0.0):
                 raise InputError(f"{name} must be > 0, got {value!r}", name)
@@ -332,21 +338,27 @@ class LeggedLoop:
         Raises:
             JointStateError: ``bad_base`` (shapes, NaN, a quaternion that is not unit), ``out_of_order``,
                 ``future``.
-            MessageError: ``frame`` (another frame than the settings'), ``jump`` (a pose its twist does not explain,
+            MessageError: ``frame`` (another frame than the settings'), ``twist`` (faster than
+                ``max_base_speed`` or ``max_base_rate``), ``jump`` (a pose its twist does not explain,
                 :meth:`_check_jump`).
         """
-        self._check_frames(frames)
-        self._check_jump(position, orientation, stamp_ns)
+        self.check_odometry(position, orientation, linear, angular, stamp_ns, now_ns, frames)
         self.state.update_base(position, orientation, linear, angular, stamp_ns, now_ns)
         self._base_ns = int(stamp_ns)
 
     def check_odometry(self, position: Any, orientation: Any, linear: Any, angular: Any, stamp_ns: int,
                        now_ns: Optional[int] = None, frames: Optional[Tuple[str, str]] = None) -> None:
         """Raise what :meth:`take_odometry` would for this base state but for the order of its stamp; nothing
-        is stored."""
+        is stored. The message itself first (frames, values, twist), then its pose against the last accepted."""
         self._check_frames(frames)
         self.state.check_base(position, orientation, linear, angular, stamp_ns, now_ns)
-        self._check_jump(position, orientation, stamp_ns)
+        speed, rate = float(np.linalg.norm(linear)), float(np.linalg.norm(angular))
+        if speed > self.settings.max_base_speed or rate > self.settings.max_base_rate:
+            raise MessageError(f"odometry twist of {speed:.3g} m/s and {rate:.3g} rad/s, beyond the "
+                               f"{self.settings.max_base_speed:g} m/s and {self.settings.max_base_rate:g} rad/s "
+                               "a base moves at", "twist")
+        if self._base_ns is None or stamp_ns > self._base_ns:  # an older one is out of order, not a jump
+            self._check_jump(position, orientation, stamp_ns)
 
     def _check_frames(self, frames: Optional[Tuple[str, str]]) -> None:
         """Refuse (``frame``) odometry naming another world or base frame than the settings'."""

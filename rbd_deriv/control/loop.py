@@ -199,6 +199,7 @@ class ControlLoop:
         self._linearization_stamp_ns = 0
         self.compensation: Optional[np.ndarray] = None
         self._compensation_stamp_ns = 0
+        self._policy_stamp_ns = 0  # the newest policy's: the robot side refuses one stamped before it
         self._compensation_layouts: Dict[Tuple[str, ...], np.ndarray] = {}
         self.last_command: Optional[np.ndarray] = None
 
@@ -420,15 +421,16 @@ class ControlLoop:
         good = plan if plan is not None and plan.ok else None
         start_ns = self._epoch_ns + int(round(solve_from * 1e9))
         policy = self._policy(good if source is CommandSource.PLAN else None, command, q, v, start_ns, now_ns)
+        self._policy_stamp_ns = max(self._policy_stamp_ns, policy.stamp_ns)
         return TickResult(command, source, previous, good, start_ns, trouble, policy)
 
     def _hold_without_clock(self, q: np.ndarray, v: np.ndarray, previous: CommandSource) -> TickResult:
         """The tick of a clock that stands still: no age can be measured, so nothing is solved, learnt or
         recorded; the hold with gravity compensation at the measured posture, as a policy stamped at the newest
-        state's time (the robot's clock as last heard)."""
+        state's time (the robot's clock as last heard), or the last policy's when that is later."""
         if self.observer is not None:
             self.observer.reset()
-        stamp_ns = self.state.stamp_ns
+        stamp_ns = max(self.state.stamp_ns, self._policy_stamp_ns)
         command = hold_command(self._compensation_or_gravity(q, self._seconds(stamp_ns)), self.lower, self.upper)
         self.last_command = command
         self.sources[CommandSource.STALE_CLOCK] += 1
@@ -436,6 +438,7 @@ class ControlLoop:
         self.ticks += 1
         self._window_ticks += 1
         policy = constant_policy(command, q, v, stamp_ns, self.settings.policy_validity, self.problem.dt)
+        self._policy_stamp_ns = stamp_ns
         return TickResult(command, CommandSource.STALE_CLOCK, previous, None, stamp_ns, None, policy)
 
     def _policy(self, plan: Optional[Plan], command: np.ndarray, q: np.ndarray, v: np.ndarray, start_ns: int,

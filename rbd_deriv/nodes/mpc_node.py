@@ -413,6 +413,7 @@ def legged_loop_from_parameters(model: Any, p: dict) -> LeggedLoop:
                                   predict=p["predict_delay"], gain_knots=p["policy_gain_knots"],
                                   odom_frame=p["odom_frame"], base_frame=p["base_frame"] or base_link(model),
                                   jump_margin=p["odom_jump_margin"], jump_angle_margin=p["odom_jump_angle_margin"],
+                                  max_base_speed=p["odom_max_speed"], max_base_rate=p["odom_max_rate"],
                                   motion_margin=p["motion_margin"])
     loop = LeggedLoop(model, mpcs, p["gait"], settings)
     loop.set_motion(p["base_velocity"], p["sway_amplitude"], p["sway_period"])

@@ -321,6 +321,11 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
                              in_range(0.0, 100.0, low_open=True), read_only=True),
     "odom_jump_angle_margin": Spec(0.2, "the same for the base's orientation [rad] and its angular velocity, in "
                                    "(0, 3.2]", in_range(0.0, 3.2, low_open=True), read_only=True),
+    "odom_max_speed": Spec(10.0, "odometry whose twist claims a faster base [m/s] is refused (`twist`): the twist "
+                           "bounds what a jump may be explained by, in (0, 1000]", in_range(0.0, 1000.0, low_open=True),
+                           read_only=True),
+    "odom_max_rate": Spec(20.0, "the same for the base's angular velocity [rad/s], in (0, 1000]",
+                          in_range(0.0, 1000.0, low_open=True), read_only=True),
     "motion_margin": Spec(0.5, "fraction of what the robot can follow that base_velocity and the sway may ask "
                           "together, in (0, 1]: a peak speed (walk plus sway) up to sqrt(g h) and a sway "
                           "acceleration up to g w / h, h the base's height above its feet and w the nearest foot's "

@@ -68,10 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _prepare(out_dir: Path) -> Path:
-    """The folder for the per-bag outputs, emptied when an earlier fleet report left one."""
+    """The folder for the per-bag outputs, emptied when an earlier fleet report (or a run that ended before
+    its report) left one."""
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--out-dir {out_dir} is a file", "out_dir")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "fleet.json").is_file():
+    if out_dir.is_dir() and {p.name for p in out_dir.iterdir()} - {"bags"} and not (out_dir / "fleet.json").is_file():
         raise InputError(f"--out-dir {out_dir} holds files but no fleet report; choose an empty or new folder",
                          "out_dir")
     bags_dir = out_dir / "bags"
@@ -113,11 +114,12 @@ def run(args: argparse.Namespace, engine: Optional[Any] = None) -> Dict[str, Any
     if not entries:
         raise InputError(f"no bag found under {', '.join(str(p) for p in args.paths)}", "paths")
     out_dir: Path = args.out_dir
-    bags_dir = _prepare(out_dir)
-    tasks = make_tasks(entries, bags_dir, options)
     if engine is None:
         engine = (RayEngine(args.address, args.workers, args.task_memory_mb) if args.engine == "ray"
                   else LocalEngine(args.workers))
+    created = not out_dir.exists()
+    bags_dir = _prepare(out_dir)
+    tasks = make_tasks(entries, bags_dir, options)
     results: List[BagResult] = []
     total = len(tasks)
 
@@ -136,6 +138,11 @@ def run(args: argparse.Namespace, engine: Optional[Any] = None) -> Dict[str, Any
         engine.run(tasks, on_result)
     except KeyboardInterrupt:
         interrupted = True
+    except BaseException:  # no report follows: leave the folder as this run found it
+        shutil.rmtree(bags_dir, ignore_errors=True)
+        if created and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()
+        raise
     wall = time.perf_counter() - tic
     finished = {result.number for result in results}
     if interrupted:
