@@ -51,3 +51,14 @@ class InputError(RbdDerivError, ValueError):
     def __init__(self, message: str, argument: str | None = None) -> None:
         super().__init__(message)
         self.argument = argument
+
+
+class BudgetError(InputError):
+    """An input that is good on its own, refused because those accepted shortly before it used up what the
+    receiver allows over a while (the pushes a simulated robot takes within a second).
+
+    Attributes:
+        reason: ``"budget"``, the reason it is counted under.
+    """
+
+    reason = "budget"
