@@ -219,7 +219,7 @@ def plot(summary: dict, joint_names: list[str], effort_limit: np.ndarray, path: 
         right.set_ylabel("[N m]")
     axes[0][0].legend(loc="upper right", fontsize=8)
     axes[0][0].set_title("joint positions: reference vs actual")
-    axes[0][1].set_title("torque commands vs URDF limits (dotted)")
+    axes[0][1].set_title("torque commands vs effort limits (dotted)")
     axes[-1][0].set_xlabel("time [s]")
     axes[-1][1].set_xlabel("time [s]")
     figure.suptitle(title)
@@ -523,7 +523,7 @@ def plot_legged(summary: dict, feet: Sequence[str], effort_limit: np.ndarray, ev
     for sign in (-1.0, 1.0):
         torques.axhline(sign, color="r", ls=":", lw=1.0)
     torques.set_ylabel("torque / limit")
-    torques.set_title("torque commands against the URDF limits (one line per joint)")
+    torques.set_title("torque commands against the effort limits (one line per joint)")
     for c, foot in enumerate(feet):
         if len(summary["touching"]):
             down = summary["touching"][:, c]
@@ -584,6 +584,10 @@ def legged_main(arguments: Any) -> int:
     files = legged_parameters(arguments.robot) if parameter_file else {"sim_node": {}, "mpc_node": {}}
     mpc_file = files["mpc_node"]
     model = rd.load_urdf(urdf, floating_base=True)
+    from rbd_deriv.nodes.parameters import actuator_limits
+
+    # The torques are measured against the limits the nodes were given (the robot's file), not the URDF's.
+    model.set_actuator_limits(actuator_limits(files["sim_node"].get("effort_limits", [0.0])))
     effort_limit = np.asarray(model.effort_limit, dtype=float)[[model.idx_v[n] for n in model.actuated_joint_names]]
     gaits = list(mpc_file.get("gaits", ["stand"]))
     moving = arguments.gait or next((g for g in gaits if g != "stand"), "stand")
@@ -727,12 +731,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     urdf = str(bundled_urdf("rbd_arm7"))
     model = rd.load_urdf(urdf)
+    parameters = demo_parameters()
+    from rbd_deriv.nodes.parameters import actuator_limits
+
+    model.set_actuator_limits(actuator_limits(parameters["sim_node"].get("effort_limits", [0.0])))
     joint_names = list(model.joint_names)
     effort_limit = np.asarray(model.effort_limit, dtype=float)
     reference = SinusoidReference(DEMO_CENTER, DEMO_AMPLITUDE, DEMO_FREQUENCY, ramp=DEMO_RAMP)
     logs = Path(arguments.logs or tempfile.mkdtemp(prefix="rbd_deriv_demo_"))
     logs.mkdir(parents=True, exist_ok=True)
-    parameters = demo_parameters()
     mpc = parameters["mpc_node"]
     mode = arguments.mode or mpc["mode"]
     rate = arguments.rate or float(mpc["rate_hz"])

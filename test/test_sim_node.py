@@ -63,6 +63,7 @@ class Simulator:
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self.odometry = None
+        self.speeds: list = []  # [m/s] the base's, from every odometry message
         self.joint_states = None
         self.diagnostics: dict = {}
         self.contact_forces = None
@@ -75,6 +76,8 @@ class Simulator:
 
     def _on_odometry(self, message) -> None:
         self.odometry = message
+        linear = message.twist.twist.linear
+        self.speeds.append(float(np.linalg.norm([linear.x, linear.y, linear.z])))
 
     def _on_contact_forces(self, message) -> None:
         self.contact_forces = message
@@ -193,3 +196,37 @@ def test_legged_simulator_publishes_odometry_takes_pushes_and_applies_a_policy(s
         assert sim.count("refused_internal_error") == 0
     finally:
         sim.close()
+
+
+def test_a_flood_of_pushes_is_held_to_the_push_budget(solo):
+    """A thousand pushes of 2 N for 0.1 s within a second, each acceptable alone: only those that fit the budget
+    (mass x push_budget of momentum per second) are applied, the others are refused and counted; the robot, braked
+    on its legs, is not thrown."""
+    model, data = solo
+    standing = standing_joints(model)
+    budget = 0.4  # [m/s]
+    sim = Simulator({"urdf_path": SOLO, "floating_base": True, "contact_frames": "[" + ", ".join(FEET) + "]",
+                     "initial_positions": standing.tolist(), "damping": [0.0], "friction": [0.0],
+                     "diagnostics_period": 0.1, "push_budget": budget})
+    try:
+        sim.spin_until(lambda: sim.odometry is not None and sim.diagnostics and sim.pushes.get_subscription_count(),
+                       STARTUP_TIMEOUT, "odom, diagnostics and the push subscription")
+        sim.spin(0.5)
+        mass = rd.crba(model, data, sim.state()[0])[0, 0]
+        sim.speeds.clear()
+        started = time.monotonic()
+        for k in range(1000):
+            sim.push([0.0, 2.0, 0.0], [0.0, 0.0, 0.0], 0.1)
+            if k % 20 == 19:
+                sim.executor.spin_once(timeout_sec=0.0)
+        sent_for = time.monotonic() - started
+        sim.spin(2.0)
+        applied, refused = sim.count("pushes_applied"), sim.count("refused_push/budget")
+        fell, speed = sim.diagnostics["fell"], max(sim.speeds)
+    finally:
+        sim.close()
+    assert sent_for < 1.0, sent_for
+    # Within a second the pushes may add mass x budget of momentum: 0.2 N s each.
+    print(f"pushes applied {applied}, refused {refused}, top speed {speed:.3f} m/s")
+    assert 1 <= applied <= mass * budget / 0.2 + 1e-9 and refused >= 10, (applied, refused)
+    assert fell == "false" and speed < budget + 0.1, (fell, speed)
