@@ -482,6 +482,17 @@ def summarize_legged(recorder: LeggedRecorder, start: float, duration: float, ef
     with np.errstate(invalid="ignore", divide="ignore"):
         cone_use = np.where(forces[..., 2] > 1e-6, np.hypot(forces[..., 0], forces[..., 1]) / forces[..., 2],
                             0.0) if len(forces) else np.zeros((0, 0))
+    # Against the MPC's mu, which is under the floor's: the simulator's own count holds MuJoCo to MuJoCo's cone,
+    # which it keeps by construction. The same tolerance as the simulator's (rbd_deriv.sim.ground.CONE_TOLERANCE).
+    from rbd_deriv.sim.ground import CONE_TOLERANCE
+
+    mpc_cone_violations, cone_use_max = 0, 0.0
+    if len(forces):
+        down = touching & ((contact_times >= 0.0) & (contact_times <= duration))[:, None]
+        slack = mu * forces[..., 2] + CONE_TOLERANCE * np.maximum(1.0, np.linalg.norm(forces, axis=-1))
+        mpc_cone_violations = int((down & (np.hypot(forces[..., 0], forces[..., 1]) > slack)).sum())
+        loaded = down & (forces[..., 2] > 1e-6)
+        cone_use_max = float(cone_use[loaded].max()) if loaded.any() else 0.0
     return {
         "base_times": base_times, "base": base, "deviation": deviation, "reference": reference - base[0, :3]
         if len(base) else reference,
@@ -493,6 +504,7 @@ def summarize_legged(recorder: LeggedRecorder, start: float, duration: float, ef
         "torque_ratio": (np.abs(torques).max(axis=0) / effort_limit) if len(torques) else np.zeros(1),
         "command_rate": during.sum() / duration,
         "contact_times": contact_times, "forces": forces, "touching": touching, "cone_use": cone_use, "mu": mu,
+        "mpc_cone_violations": mpc_cone_violations, "cone_use_max": cone_use_max,
     }
 
 
@@ -559,6 +571,7 @@ def legged_document(summary: dict, diagnostics: dict, simulator: dict, pushes: i
         "walk_speed_mps": summary["walk_speed"], "sway_amplitude_m": summary["sway_amplitude"],
         "max_torque_ratio": float(summary["torque_ratio"].max()),
         "friction_cone_violations": int(simulator.get("friction_cone_violations", "-1")),
+        "friction_cone_violations_mpc_mu": summary["mpc_cone_violations"], "max_cone_use": summary["cone_use_max"],
         "pushes_applied": int(simulator.get("pushes_applied", "0")),
         "pushes_survived": 0 if fell else int(simulator.get("pushes_applied", "0")),
         "pushes_sent": pushes,
@@ -675,7 +688,9 @@ def legged_main(arguments: Any) -> int:
     if document["sway_amplitude_m"] is not None:
         print(f"sway amplitude:         {document['sway_amplitude_m']:.4f} m (asked {late_motion['sway_amplitude']})")
     print(f"max |torque| / limit:   {document['max_torque_ratio']:.3f}")
-    print(f"friction cone violations (simulator foot-steps): {document['friction_cone_violations']}")
+    print(f"friction cone violations (simulator foot-steps): {document['friction_cone_violations']} against the "
+          f"floor's mu, {document['friction_cone_violations_mpc_mu']} samples against the MPC's mu {mu:g} "
+          f"(max |f_t| / f_n {document['max_cone_use']:.3f})")
     print(f"pushes survived:        {document['pushes_survived']} of {pushes} sent "
           f"({document['pushes_applied']} applied)")
     print(f"commands by source:     {document['commands_by_source']}")

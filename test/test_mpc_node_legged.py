@@ -4,7 +4,7 @@ Two real processes over DDS, as in ``./run demo --robot solo12`` (the same param
 config/solo12.yaml): the simulator (MuJoCo, solo12 on four point feet) publishes joint_states and odometry
 and applies the MPC node's feedback policy at 1 kHz; the MPC node runs the legged MPC standing. This test
 pushes the base sideways and sends bad inputs (the refusals themselves are tested in test_legged_loop.py). Oracles: the simulator's own fall detector and odometry (the
-push moves the base, which comes back), the URDF's effort limits, the MPC's counters.
+push moves the base, which comes back), the actuators' effort limits and the MPC's mu of config/solo12.yaml, the MPC's counters.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from std_msgs.msg import Float64MultiArray  # noqa: E402
 
 import rbd_deriv as rd  # noqa: E402
 from rbd_deriv.demo import config_folder  # noqa: E402
-from rbd_deriv.msg import Push  # noqa: E402
+from rbd_deriv.msg import ContactForces, Push  # noqa: E402
 from rbd_deriv.nodes.processes import ros_parameters, stop_processes  # noqa: E402
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_srdf  # noqa: E402
 
@@ -53,7 +53,7 @@ def start(node: str, overrides: dict, env: dict) -> subprocess.Popen:
 def test_solo12_stands_through_a_push_and_bad_inputs():
     model = rd.load_urdf(SOLO, floating_base=True)
     names = list(model.actuated_joint_names)
-    limit = np.asarray(model.effort_limit)[[model.idx_v[n] for n in names]]
+    limit = effort_limits()
     domain = 1 + (os.getpid() * 7 + len(NAME) * 13) % 200
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     processes = [start("sim_node", {"urdf_path": SOLO, "diagnostics_period": 0.2}, env),
@@ -64,7 +64,7 @@ def test_solo12_stands_through_a_push_and_bad_inputs():
     node = rclpy.create_node(f"test_client_{NAME}", context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
-    seen = {"odom": [], "commands": [], "mpc": {}, "sim": {}}
+    seen = {"odom": [], "commands": [], "mpc": {}, "sim": {}, "contacts": []}
 
     def on_diagnostics(message):
         for status in message.status:
@@ -76,6 +76,8 @@ def test_solo12_stands_through_a_push_and_bad_inputs():
     node.create_subscription(Float64MultiArray, "/effort_controller/commands",
                              lambda m: seen["commands"].append(np.array(m.data)), 100)
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
+    node.create_subscription(ContactForces, "contact_forces", lambda m: seen["contacts"].append(
+        (np.reshape(m.forces, (-1, 3)), np.array(m.touching))), 100)
     pushes = node.create_publisher(Push, "push", 10)
     joint_states = node.create_publisher(JointState, "joint_states", 10)
     parameters = node.create_client(SetParameters, "/mpc_node/set_parameters")
@@ -130,7 +132,12 @@ def test_solo12_stands_through_a_push_and_bad_inputs():
     mpc = seen["mpc"]
     assert int(mpc.get("refused_joint_states/non_finite", "0")) <= 1
     assert int(mpc["commands_plan"]) > 0.8 * sum(int(v) for k, v in mpc.items() if k.startswith("commands_")), mpc
-    assert int(seen["sim"]["friction_cone_violations"]) == 0
+    # Every foot's force inside the cone the MPC plans with (mu under the floor's), push included.
+    mu = float(yaml_section("mpc_node")["mu"])
+    assert len(seen["contacts"]) > 100
+    for forces, touching in seen["contacts"]:
+        down = forces[touching]
+        assert (np.hypot(down[:, 0], down[:, 1]) <= mu * down[:, 2] + 1e-6).all(), forces
     assert "refused_internal_error" not in mpc
 
 
@@ -199,12 +206,16 @@ def tilt(base: np.ndarray) -> np.ndarray:
     return np.arccos(np.clip(1.0 - 2.0 * (x * x + y * y), -1.0, 1.0))
 
 
-def effort_limits() -> np.ndarray:
-    """solo12's actuator limits [N m] as config/solo12.yaml gives them to both nodes."""
+def yaml_section(node: str) -> dict:
+    """The parameters config/solo12.yaml gives ``node``."""
     import yaml
 
-    files = yaml.safe_load((config_folder() / "solo12.yaml").read_text())
-    values = {node: files[node]["ros__parameters"].get("effort_limits", [0.0]) for node in ("sim_node", "mpc_node")}
+    return yaml.safe_load((config_folder() / "solo12.yaml").read_text())[node]["ros__parameters"]
+
+
+def effort_limits() -> np.ndarray:
+    """solo12's actuator limits [N m] as config/solo12.yaml gives them to both nodes."""
+    values = {node: yaml_section(node).get("effort_limits", [0.0]) for node in ("sim_node", "mpc_node")}
     assert values["sim_node"] == values["mpc_node"], values
     model = rd.load_urdf(SOLO, floating_base=True)
     model.set_actuator_limits([] if values["sim_node"] == [0.0] else values["sim_node"])
