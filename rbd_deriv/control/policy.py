@@ -219,7 +219,8 @@ class PolicyExecutor:
         max_stamp_lead: A policy stamped ahead of the clock by more than this [s] is refused (``future``).
         log_period: Shortest time [s] between two log lines of one refusal reason.
         expiry_hold: How long [s] after a policy expires its last knot is held, >= 0.
-        expiry_damping: Joint damping [N m s/rad] after the hold, >= 0; 0: the brakes.
+        expiry_damping: Joint damping [N m s/rad] after the hold, >= 0, one value or one per actuated joint; 0
+            (every joint): the brakes.
 
     Attributes:
         policy: The policy in use at the last time the executor was given (None before the first).
@@ -230,9 +231,11 @@ class PolicyExecutor:
 
     def __init__(self, model: Any, command_timeout: float = 0.5, max_stamp_lead: float = 0.1,
                  log_period: float = 1.0, expiry_hold: float = 0.0, expiry_damping: float = 0.0) -> None:
-        for name, value in (("expiry_hold", expiry_hold), ("expiry_damping", expiry_damping)):
-            if not (math.isfinite(value) and value >= 0.0):
-                raise InputError(f"{name} must be finite and >= 0, got {value!r}", name)
+        if not (math.isfinite(expiry_hold) and expiry_hold >= 0.0):
+            raise InputError(f"expiry_hold must be finite and >= 0, got {expiry_hold!r}", "expiry_hold")
+        damping = np.array(expiry_damping, dtype=float)
+        if damping.ndim > 1 or not (np.isfinite(damping).all() and (damping >= 0.0).all()):
+            raise InputError(f"expiry_damping must be finite and >= 0, got {expiry_damping!r}", "expiry_damping")
         self.model = model
         self.actuated_joint_names = tuple(model.actuated_joint_names)
         self.state_joint_names = tuple(model.joint_names)
@@ -242,7 +245,9 @@ class PolicyExecutor:
         self.lower, self.upper = -effort, effort
         self._timeout_ns = int(round(command_timeout * 1e9))
         self._hold_ns = int(round(expiry_hold * 1e9))
-        self.expiry_damping = float(expiry_damping)
+        if damping.ndim == 1 and damping.shape != (self.nu,):
+            raise InputError(f"expiry_damping needs one value or {self.nu}, got {damping.size}", "expiry_damping")
+        self.expiry_damping = np.broadcast_to(damping, (self.nu,)).copy()
         self._max_lead_ns = int(round(max_stamp_lead * 1e9))
         self._layouts: dict = {}
         self.taken: collections.deque = collections.deque(maxlen=MAX_TAKEN)
@@ -377,7 +382,7 @@ class PolicyExecutor:
         if self.command is not None and (self._timeout_ns == 0 or now_ns - self._command_ns <= self._timeout_ns):
             self.steps[Actuation.COMMAND] += 1
             return np.clip(self.command, self.lower, self.upper), Actuation.COMMAND
-        if expired_ns is not None and self.expiry_damping > 0.0:
+        if expired_ns is not None and self.expiry_damping.any():
             velocity = np.asarray(v, dtype=float)[self._v_rows]
             torque = -self.expiry_damping * np.where(np.isfinite(velocity), velocity, 0.0)
             self.steps[Actuation.DAMPING] += 1

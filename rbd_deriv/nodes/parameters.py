@@ -363,7 +363,8 @@ SIM_NODE: Dict[str, Spec] = {
                         "(reference state and feedforward) is applied under its gain for this long [s], in [0, 3600]",
                         AGE, read_only=True),
     "expiry_damping": Spec(0.0, "after expiry_hold, with no fresh torque command, joint damping u = -d v with this "
-                           "d [N m s/rad], >= 0 (a robot on its feet settles); 0: the brakes", non_negative,
+                           "d [N m s/rad], >= 0 (a robot on its feet settles), at most what one physics step keeps "
+                           "stable on each joint (its inertia over the step); 0: the brakes", non_negative,
                            read_only=True),
     "effort_limits": Spec([0.0], EFFORT_LIMITS, effort_values, read_only=True),
     "push_budget": Spec(2.0, "floating base: the pushes accepted within any second may change the base's momentum "

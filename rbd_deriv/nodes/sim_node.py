@@ -104,8 +104,10 @@ class SimNode(Node):
         self._applied: np.ndarray | None = None
         # The executor's state is shared by the subscriptions (executor thread) and the physics thread.
         self._lock = threading.Lock()
+        # Damping a light joint (a finger) harder than one physics step allows would blow the simulation up.
+        damping = np.minimum(p["expiry_damping"], self.plant.damping_bound)
         self.robot_side = PolicyExecutor(self.model, p["command_timeout"], p["max_stamp_lead"],
-                                         expiry_hold=p["expiry_hold"], expiry_damping=p["expiry_damping"])
+                                         expiry_hold=p["expiry_hold"], expiry_damping=damping)
         self.actuation = Actuation.BRAKE
         self.lost_time = 0.0  # [s] of the wall clock the physics could not catch up with
         self._published_ns = 0  # stamp of the last state published (the next must be later)

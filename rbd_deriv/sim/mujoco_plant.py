@@ -283,6 +283,14 @@ class MujocoPlant(Plant):
         v = self.v
         return v[0:3], v[3:6]
 
+    @property
+    def damping_bound(self) -> np.ndarray:
+        """(nu,) [N m s/rad] the largest joint damping d that a torque -d v, applied for a whole step, keeps
+        stable: M_jj / dt, half the bound 2 M_jj / dt of an explicit step, with M_jj the joint's diagonal inertia
+        (MuJoCo's ``dof_M0``, at the reference configuration). A controller's damping past it makes a light joint
+        (a gripper's finger) oscillate and blow the simulation up; a real drive damps in its current loop."""
+        return self.mj_model.dof_M0[self._dof] / self.dt
+
     # ------------------------------------------------------------------------------------------------ brakes
     def _release(self) -> None:
         if self._braked and self.floating_base:
