@@ -8,6 +8,7 @@ kinematics (the odometry and the joint states together put the feet on the floor
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -245,8 +246,9 @@ def test_a_flood_of_pushes_is_held_to_the_push_budget(solo):
         fell, speed = sim.diagnostics["fell"], max(sim.speeds)
     finally:
         sim.close()
-    assert sent_for < 1.0, sent_for
-    # Within a second the pushes may add mass x budget of momentum: 0.2 N s each.
-    print(f"pushes applied {applied}, refused {refused}, top speed {speed:.3f} m/s")
-    assert 1 <= applied <= mass * budget / 0.2 + 1e-9 and refused >= 10, (applied, refused)
-    assert fell == "false" and speed < budget + 0.1, (fell, speed)
+    # Within any second the pushes may add mass x budget of momentum, 0.2 N s each; sent over sent_for seconds (a
+    # few tenths, more on a loaded machine) they span that many windows at most. (Measured: 5 applied, 60 refused of
+    # the 65 the subscription's queue kept, the base at 0.005 m/s; before the budget, 82 applied and 5.3 m/s.)
+    windows = math.floor(sent_for) + 1
+    assert 1 <= applied <= windows * mass * budget / 0.2 + 1e-9 and refused >= 10, (applied, refused, sent_for)
+    assert fell == "false" and speed < windows * budget + 0.1, (fell, speed)
