@@ -219,7 +219,7 @@ def plot(summary: dict, joint_names: list[str], effort_limit: np.ndarray, path: 
         right.set_ylabel("[N m]")
     axes[0][0].legend(loc="upper right", fontsize=8)
     axes[0][0].set_title("joint positions: reference vs actual")
-    axes[0][1].set_title("torque commands vs URDF limits (dotted)")
+    axes[0][1].set_title("torque commands vs effort limits (dotted)")
     axes[-1][0].set_xlabel("time [s]")
     axes[-1][1].set_xlabel("time [s]")
     figure.suptitle(title)
@@ -482,6 +482,17 @@ def summarize_legged(recorder: LeggedRecorder, start: float, duration: float, ef
     with np.errstate(invalid="ignore", divide="ignore"):
         cone_use = np.where(forces[..., 2] > 1e-6, np.hypot(forces[..., 0], forces[..., 1]) / forces[..., 2],
                             0.0) if len(forces) else np.zeros((0, 0))
+    # Against the MPC's mu, which is under the floor's: the simulator's own count holds MuJoCo to MuJoCo's cone,
+    # which it keeps by construction. The same tolerance as the simulator's (rbd_deriv.sim.ground.CONE_TOLERANCE).
+    from rbd_deriv.sim.ground import CONE_TOLERANCE
+
+    mpc_cone_violations, cone_use_max = 0, 0.0
+    if len(forces):
+        down = touching & ((contact_times >= 0.0) & (contact_times <= duration))[:, None]
+        slack = mu * forces[..., 2] + CONE_TOLERANCE * np.maximum(1.0, np.linalg.norm(forces, axis=-1))
+        mpc_cone_violations = int((down & (np.hypot(forces[..., 0], forces[..., 1]) > slack)).sum())
+        loaded = down & (forces[..., 2] > 1e-6)
+        cone_use_max = float(cone_use[loaded].max()) if loaded.any() else 0.0
     return {
         "base_times": base_times, "base": base, "deviation": deviation, "reference": reference - base[0, :3]
         if len(base) else reference,
@@ -493,6 +504,7 @@ def summarize_legged(recorder: LeggedRecorder, start: float, duration: float, ef
         "torque_ratio": (np.abs(torques).max(axis=0) / effort_limit) if len(torques) else np.zeros(1),
         "command_rate": during.sum() / duration,
         "contact_times": contact_times, "forces": forces, "touching": touching, "cone_use": cone_use, "mu": mu,
+        "mpc_cone_violations": mpc_cone_violations, "cone_use_max": cone_use_max,
     }
 
 
@@ -523,7 +535,7 @@ def plot_legged(summary: dict, feet: Sequence[str], effort_limit: np.ndarray, ev
     for sign in (-1.0, 1.0):
         torques.axhline(sign, color="r", ls=":", lw=1.0)
     torques.set_ylabel("torque / limit")
-    torques.set_title("torque commands against the URDF limits (one line per joint)")
+    torques.set_title("torque commands against the effort limits (one line per joint)")
     for c, foot in enumerate(feet):
         if len(summary["touching"]):
             down = summary["touching"][:, c]
@@ -559,6 +571,7 @@ def legged_document(summary: dict, diagnostics: dict, simulator: dict, pushes: i
         "walk_speed_mps": summary["walk_speed"], "sway_amplitude_m": summary["sway_amplitude"],
         "max_torque_ratio": float(summary["torque_ratio"].max()),
         "friction_cone_violations": int(simulator.get("friction_cone_violations", "-1")),
+        "friction_cone_violations_mpc_mu": summary["mpc_cone_violations"], "max_cone_use": summary["cone_use_max"],
         "pushes_applied": int(simulator.get("pushes_applied", "0")),
         "pushes_survived": 0 if fell else int(simulator.get("pushes_applied", "0")),
         "pushes_sent": pushes,
@@ -584,6 +597,10 @@ def legged_main(arguments: Any) -> int:
     files = legged_parameters(arguments.robot) if parameter_file else {"sim_node": {}, "mpc_node": {}}
     mpc_file = files["mpc_node"]
     model = rd.load_urdf(urdf, floating_base=True)
+    from rbd_deriv.nodes.parameters import actuator_limits
+
+    # The torques are measured against the limits the nodes were given (the robot's file), not the URDF's.
+    model.set_actuator_limits(actuator_limits(files["sim_node"].get("effort_limits", [0.0])))
     effort_limit = np.asarray(model.effort_limit, dtype=float)[[model.idx_v[n] for n in model.actuated_joint_names]]
     gaits = list(mpc_file.get("gaits", ["stand"]))
     moving = arguments.gait or next((g for g in gaits if g != "stand"), "stand")
@@ -671,7 +688,9 @@ def legged_main(arguments: Any) -> int:
     if document["sway_amplitude_m"] is not None:
         print(f"sway amplitude:         {document['sway_amplitude_m']:.4f} m (asked {late_motion['sway_amplitude']})")
     print(f"max |torque| / limit:   {document['max_torque_ratio']:.3f}")
-    print(f"friction cone violations (simulator foot-steps): {document['friction_cone_violations']}")
+    print(f"friction cone violations (simulator foot-steps): {document['friction_cone_violations']} against the "
+          f"floor's mu, {document['friction_cone_violations_mpc_mu']} samples against the MPC's mu {mu:g} "
+          f"(max |f_t| / f_n {document['max_cone_use']:.3f})")
     print(f"pushes survived:        {document['pushes_survived']} of {pushes} sent "
           f"({document['pushes_applied']} applied)")
     print(f"commands by source:     {document['commands_by_source']}")
@@ -727,12 +746,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     urdf = str(bundled_urdf("rbd_arm7"))
     model = rd.load_urdf(urdf)
+    parameters = demo_parameters()
+    from rbd_deriv.nodes.parameters import actuator_limits
+
+    model.set_actuator_limits(actuator_limits(parameters["sim_node"].get("effort_limits", [0.0])))
     joint_names = list(model.joint_names)
     effort_limit = np.asarray(model.effort_limit, dtype=float)
     reference = SinusoidReference(DEMO_CENTER, DEMO_AMPLITUDE, DEMO_FREQUENCY, ramp=DEMO_RAMP)
     logs = Path(arguments.logs or tempfile.mkdtemp(prefix="rbd_deriv_demo_"))
     logs.mkdir(parents=True, exist_ok=True)
-    parameters = demo_parameters()
     mpc = parameters["mpc_node"]
     mode = arguments.mode or mpc["mode"]
     rate = arguments.rate or float(mpc["rate_hz"])

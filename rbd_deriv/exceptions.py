@@ -63,3 +63,14 @@ class MessageError(InputError):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message, argument="message")
         self.reason = reason
+
+
+class BudgetError(InputError):
+    """An input that is good on its own, refused because those accepted shortly before it used up what the
+    receiver allows over a while (the pushes a simulated robot takes within a second).
+
+    Attributes:
+        reason: ``"budget"``, the reason it is counted under.
+    """
+
+    reason = "budget"

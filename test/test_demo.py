@@ -179,6 +179,16 @@ def test_legged_setup_of_any_robot(tmp_path):
                                atol=1e-6)
 
 
+#: Bounds of the short legged runs, from measured ones with a margin for a loaded CI machine: the MPC rate as a
+#: fraction of the file's rate_hz, the base's RMS distance from its reference [m], contact-force samples (10 ms
+#: apart, per foot) outside the MPC's cone. Measured on 2 shared cores (load 4-5): solo12 (8 s) RMS 8.7 mm, 50 of
+#: 50 Hz, 16 samples outside mu; talos (4 s) RMS 8.2 mm, 25 of 25 Hz, none outside mu. solo12's trot puts 64
+#: samples of a 20 s run outside mu = 0.7 (up to the floor's 1.0: feet that slip), as many with the URDF's
+#: 1000 N m as with its 2.7 N m.
+LEGGED_BOUNDS = {"solo12": {"rate": 0.6, "base_rms": 0.015, "cone_samples": 50},
+                 "talos": {"rate": 0.6, "base_rms": 0.02, "cone_samples": 0}}
+
+
 @pytest.mark.parametrize("robot, arguments", [
     ("solo12", ["--duration", "8"]),    # stands, trots from 2 s, pushed at 3.2 s, walks at 0.2 m/s from 4.8 s
     ("talos", ["--duration", "4"]),     # stands, pushed (150 N) at 1.6 s
@@ -201,12 +211,17 @@ def test_legged_demo_json_on_a_short_run(tmp_path, robot, arguments):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     document = json.loads(path.read_text())
     for key in ("mpc_rate_hz", "solve_p50_ms", "solve_p99_ms", "fell", "base_position_rms_m", "max_torque_ratio",
-                "friction_cone_violations", "pushes_survived"):
+                "friction_cone_violations_mpc_mu", "pushes_survived"):
         assert document[key] is not None, key
+    bounds = LEGGED_BOUNDS[robot]
+    asked = demo.legged_parameters(robot)["mpc_node"]["rate_hz"]
     assert document["fell"] is False and document["pushes_survived"] == 1 == document["pushes_sent"]
-    assert 0.0 < document["max_torque_ratio"] <= 1.0 and document["friction_cone_violations"] == 0
-    assert document["mpc_rate_hz"] > 5.0 and document["solve_p99_ms"] >= document["solve_p50_ms"] > 0.0
-    assert 0.0 < document["base_position_rms_m"] < 0.05
+    # Torques against the actuators' limits the robot file gives both nodes (2.7 N m on solo12, not the URDF's 1000).
+    assert 0.0 < document["max_torque_ratio"] <= 1.0
+    # Forces against the MPC's own cone (its mu, under the floor's): MuJoCo's cone holds by construction.
+    assert document["friction_cone_violations_mpc_mu"] <= bounds["cone_samples"], document
+    assert document["mpc_rate_hz"] > bounds["rate"] * asked and document["solve_p99_ms"] >= document["solve_p50_ms"] > 0
+    assert 0.0 < document["base_position_rms_m"] < bounds["base_rms"], document
     if robot == "solo12":
-        assert document["gait"] == "trot" and abs(document["walk_speed_mps"] - 0.2) < 0.05, document
+        assert document["gait"] == "trot" and abs(document["walk_speed_mps"] - 0.2) < 0.02, document
     assert (tmp_path / "legged.png").stat().st_size > 10_000

@@ -262,14 +262,17 @@ def test_stale_state_holds_the_last_policy_then_the_static_torques(solo):
     expected = good.policy.torque(model, q_moved, v, now, loop.lower, loop.upper)
     np.testing.assert_array_equal(held.command, expected)
     # Past the policy's validity: the statics of the measured posture on the four feet.
-    now = START + 150 * MS
+    now = good.policy.expires_ns + 50 * MS  # (the first plan is stamped after its solve: START + its time)
     fallback = loop.tick(now)
     assert fallback.source is LeggedSource.STALE_STATE
+    # Sent as a policy that holds the measured posture at rest under the last good plan's final gain (the robot
+    # side keeps feedback), stamped like the last one sent (the robot side refuses older stamps), valid for
+    # policy_validity from now.
+    np.testing.assert_array_equal(fallback.policy.gain, good.policy.gains[-1])
+    np.testing.assert_array_equal(fallback.policy.x_ref[0], np.r_[loop.state.q, np.zeros(model.nv)])
+    assert fallback.policy.stamp_ns == good.policy.stamp_ns
     u, _ = static_torques(model, q_moved, feet, ["point"] * 4, mpcs["stand"].dynamics.actuated)
     np.testing.assert_allclose(fallback.command, np.clip(u, loop.lower, loop.upper), rtol=1e-12, atol=1e-12)
-    # Sent as a policy without gain, stamped like the last one sent (the robot side refuses older stamps),
-    # valid for policy_validity from now.
-    assert not fallback.policy.gain.any() and fallback.policy.stamp_ns == good.policy.stamp_ns
     assert fallback.policy.expires_ns == now + 100 * MS
     values = loop.diagnostics(1.0)[2]
     assert values["commands_stale_state"] == "2" and values["safe_commands"] == "2"
@@ -277,8 +280,9 @@ def test_stale_state_holds_the_last_policy_then_the_static_torques(solo):
 
 
 def test_safe_command_never_over_a_limit_nor_nan(solo):
-    """Joints far too weak to hold the robot: the statics ask more than the limits, the command is clamped;
-    a failed solve (NaN in the plan's input) still gives a finite command inside the limits."""
+    """Joints far too weak to hold the robot: the statics ask more than the limits, so a failed solve does not
+    push at the limits (which throws a robot that cannot be held there): the command is the admissible torque
+    closest to zero, finite, strictly inside the limits."""
     model, feet, posture, _ = solo
     weak = np.full(12, 0.05)
     mpc = LeggedMPC(model, feet, Gait.standing(feet), posture, horizon=10, dt=0.02, effort=weak)
@@ -301,9 +305,11 @@ def test_safe_command_never_over_a_limit_nor_nan(solo):
             commands.append(tick.command)
     finally:
         mpc.solve = original
-    np.testing.assert_array_equal(commands[-1], np.clip(u, -weak, weak))
+    np.testing.assert_array_equal(commands[-1], np.zeros(12))
     for command in commands:
         assert within(command, loop) and (np.abs(command) <= weak).all()
+    for command in commands[1:]:
+        assert (np.abs(command) < 0.5 * weak).all(), "a failed solve is not a reason to push at the limits"
     assert loop.refusals.counts["internal_error"] == 4
 
 

@@ -385,3 +385,26 @@ def test_bundled_urdf_is_found_with_or_without_suffix_and_refused_clearly():
     with pytest.raises(rd.URDFError, match="not_a_robot.urdf"):
         rd.bundled_urdf("not_a_robot")
 
+
+
+def test_actuator_limits_replace_the_urdfs_placeholders():
+    """solo12's URDF says 1000 N m per joint: the actuators' limits replace it, one value or one per joint, each
+    finite, > 0 and at most the URDF's; the free flyer keeps no limit, the URDF's stay readable."""
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    urdf = np.array(model.effort_limit)
+    assert (urdf[6:] == 1000.0).all() and np.isinf(urdf[:6]).all()
+    model.set_actuator_limits([2.7])
+    assert (model.effort_limit[6:] == 2.7).all() and np.isinf(model.effort_limit[:6]).all()
+    per_joint = np.linspace(1.0, 3.0, 12)
+    model.set_actuator_limits(per_joint)
+    np.testing.assert_array_equal(model.effort_limit[6:], per_joint)
+    with pytest.raises(ValueError):
+        model.effort_limit[6] = 5.0  # read-only
+    for bad, match in (([0.0], "FL_HAA"), ([1001.0], "at most the URDF's 1000"), ([np.nan], "finite"),
+                       ([1.0, 2.0], "one value or one per actuated joint"), (["x"], "numbers")):
+        with pytest.raises(ModelError, match=match):
+            model.set_actuator_limits(bad)
+    np.testing.assert_array_equal(model.effort_limit[6:], per_joint)  # a refusal changes nothing
+    model.set_actuator_limits([])
+    np.testing.assert_array_equal(model.effort_limit, urdf)
+    np.testing.assert_array_equal(model.urdf_effort_limit, urdf)

@@ -269,3 +269,20 @@ def test_talos_stands_on_its_soles():
     assert plant.touching.all() and not plant.fell
     assert plant.contact_forces[:, 2].sum() == pytest.approx(total_mass(model, data) * GRAVITY, rel=0.02)
     assert plant.contact_forces[0, 2] == pytest.approx(plant.contact_forces[1, 2], rel=0.05)
+
+
+def test_damping_bound_is_what_one_step_keeps_stable(solo):
+    """In the air, with gravity off, the joints damped by torques -d v at the step's start: at d = damping_bound the
+    joint speeds decay; at four times it (past the explicit step's 2 M / dt) they grow."""
+    model, data, standing = solo
+    speeds = {}
+    for factor in (1.0, 4.0):
+        plant = make_plant("mujoco", SOLO, model=model, ground=Ground(FEET))
+        plant.mj_model.opt.gravity[:] = 0.0
+        plant.reset(at_height(model, data, standing, 1.0), np.r_[np.zeros(6), np.full(12, 1.0)])
+        damping = factor * plant.damping_bound
+        assert (damping > 0).all()
+        for _ in range(50):
+            plant.step(-damping * plant.v[6:])
+        speeds[factor] = np.abs(plant.v[6:]).max()
+    assert speeds[1.0] < 0.5 and speeds[4.0] > 10.0, speeds

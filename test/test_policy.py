@@ -17,6 +17,7 @@ import rbd_deriv as rd
 from rbd_deriv.control import (Actuation, FeedbackPolicy, HeldLinearization, ModelPredictiveController, MPCProblem,
                                PolicyExecutor, constant_policy, policy_from_plan)
 from rbd_deriv.control.policy import policy_in_use
+from rbd_deriv.exceptions import InputError
 from rbd_deriv.messages import MessageError
 from rbd_deriv.testing import assert_close
 from rbd_deriv.testing.robots import bundled_urdf
@@ -232,6 +233,42 @@ def test_the_executor_applies_the_policy_then_the_command_then_brakes(arm):
     forever = PolicyExecutor(arm, command_timeout=0.0)
     forever.take_command(np.full(7, 2.0), T0)
     assert forever.torque(Q, np.zeros(7), T0 + 3600 * 10**9)[1] is Actuation.COMMAND
+
+
+def test_an_expired_policy_holds_its_last_knot_then_damps(arm):
+    """The controller stops sending: for expiry_hold the last knot (its reference and feedforward) under the gain,
+    then damping; a torque command arriving meanwhile takes over after the hold; without damping, the brakes."""
+    executor = PolicyExecutor(arm, command_timeout=0.05, expiry_hold=0.1, expiry_damping=2.0)
+    last = np.r_[Q + 0.2, np.zeros(7)]
+    x_ref = np.vstack([np.r_[Q, np.zeros(7)], last])
+    policy = FeedbackPolicy(T0, 0.02, 0.03, x_ref, np.vstack([np.full(7, 1.0), np.full(7, -1.0)]),
+                            np.hstack([-50.0 * np.eye(7), -1.0 * np.eye(7)]))
+    executor.take_policy(fields_of(policy, arm), T0, T0)
+    q, v = Q + 0.1, np.full(7, 0.3)
+    assert executor.torque(q, v, T0 + 30 * MS)[1] is Actuation.POLICY
+    # Expired 30 ms after its stamp: held at its last knot, u = u_ff[-1] - 50 (q - q_ref[-1]) - v, until 100 ms later.
+    for now in (T0 + 30 * MS + 1, T0 + 130 * MS):
+        torque, source = executor.torque(q, v, now)
+        assert source is Actuation.HOLD
+        assert_close(torque, -1.0 - 50.0 * (q - (Q + 0.2)) - 1.0 * v)
+    # Then damping, -2 v, inside the limits.
+    torque, source = executor.torque(q, v, T0 + 130 * MS + 1)
+    assert source is Actuation.DAMPING
+    assert_close(torque, -2.0 * v)
+    torque, _ = executor.torque(q, np.full(7, 1e6), T0 + 140 * MS)
+    assert_close(torque, -np.asarray(arm.effort_limit))
+    # A command that arrives takes over while fresh, then damping again.
+    executor.take_command(np.full(7, 0.5), T0 + 200 * MS)
+    assert executor.torque(q, v, T0 + 240 * MS)[1] is Actuation.COMMAND
+    assert executor.torque(q, v, T0 + 260 * MS)[1] is Actuation.DAMPING
+    assert executor.steps == {Actuation.POLICY: 1, Actuation.HOLD: 2, Actuation.DAMPING: 3, Actuation.COMMAND: 1}
+    # Without damping the brakes follow the hold.
+    braking = PolicyExecutor(arm, expiry_hold=0.1)
+    braking.take_policy(fields_of(policy, arm), T0, T0)
+    assert braking.torque(q, v, T0 + 130 * MS)[1] is Actuation.HOLD
+    assert braking.torque(q, v, T0 + 131 * MS) == (None, Actuation.BRAKE)
+    with pytest.raises(InputError):
+        PolicyExecutor(arm, expiry_hold=-1.0)
 
 
 def test_policy_rows_are_matched_by_joint_name(arm):

@@ -25,7 +25,8 @@ the free flyer's v), and at every :meth:`~LeggedLoop.tick` at the clock's time:
 4. otherwise (a stale input, a refused state, a failed solve, a cone refusal) the safe command of a
    standing robot: the last good policy while it is valid (evaluated at the measured state), else
    the torques that hold the measured posture on the feet the gait has on the ground
-   (:func:`~rbd_deriv.control.legged.static_torques`), both clamped to the effort limits, never NaN.
+   (:func:`~rbd_deriv.control.legged.static_torques`; none where they need more than the effort limits) under
+   the last good plan's final gain, both inside the effort limits, never NaN.
 
 Refused inputs raise :class:`~rbd_deriv.exceptions.InputError` subclasses (nothing stored); the caller
 counts them with :meth:`~LeggedLoop.refuse`, beside what the tick counts itself (``solve_input``,
@@ -690,11 +691,18 @@ class LeggedLoop:
         # and the next plan's first knot may be earlier than now), valid from now on for the usual time.
         stamp_ns = now_ns if self._sent_ns is None else min(self._sent_ns, now_ns)
         valid_for = (now_ns - stamp_ns) * 1e-9 + self.settings.policy_validity
-        return torque, constant_policy(torque, q, v, stamp_ns, valid_for, self.mpc.dt)
+        if policy is None:
+            return torque, constant_policy(torque, q, v, stamp_ns, valid_for, self.mpc.dt)
+        # After a plan: the measured posture held at rest under the gain of the last good plan's last knot, so that
+        # the robot side keeps feedback (a torque without it, applied for the policy's validity, lets the robot
+        # drift or throws it).
+        return torque, constant_policy(torque, q, np.zeros_like(v), stamp_ns, valid_for, self.mpc.dt,
+                                       gain=policy.gains[-1])
 
     def static_command(self, q: np.ndarray) -> np.ndarray:
-        """Torques (nu,) [N m] that hold configuration q at rest on the feet of the gait's current knot,
-        clamped to the effort limits (the admissible torque closest to 0 where they cannot be computed)."""
+        """Torques (nu,) [N m] that hold configuration q at rest on the feet of the gait's current knot; the
+        admissible torque closest to 0 where they cannot be computed or need more than the effort limits (a posture
+        the robot cannot hold on those feet, such as a fallen robot's: pushing at the limits from it throws it)."""
         mpc = self.mpc
         knot = mpc.gait.pattern[mpc.phase % mpc.gait.period]
         feet = [f for f, down in zip(self.feet, knot) if down]
@@ -703,7 +711,8 @@ class LeggedLoop:
             torque, _ = static_torques(self.model, q, feet, kinds, self.actuated)
         except (RbdDerivError, np.linalg.LinAlgError, ValueError):
             torque = None
-        if torque is not None and not np.isfinite(torque).all():
+        if torque is not None and not (np.isfinite(torque).all() and (torque >= self.lower).all()
+                                       and (torque <= self.upper).all()):
             torque = None
         return hold_command(torque, self.lower, self.upper)
 

@@ -39,7 +39,7 @@ from typing import Any, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.exceptions import MessageError, RbdDerivError
+from rbd_deriv.exceptions import InputError, MessageError, RbdDerivError
 from rbd_deriv.refusals import Refusals
 
 __all__ = ["Actuation", "FeedbackPolicy", "PolicyExecutor", "constant_policy", "keep_taken", "policy_from_plan",
@@ -160,12 +160,13 @@ def policy_from_plan(states: np.ndarray, torques: np.ndarray, gain: np.ndarray, 
 
 
 def constant_policy(torque: np.ndarray, q: np.ndarray, v: np.ndarray, stamp_ns: int, valid_for: float,
-                    knot_dt: float) -> FeedbackPolicy:
-    """A policy that is the plain ``torque`` (nu,) [N m]: one knot at the state (q, v), K = 0."""
+                    knot_dt: float, gain: Optional[np.ndarray] = None) -> FeedbackPolicy:
+    """A policy that is the plain ``torque`` (nu,) [N m] at the state (q, v), one knot: K = 0, or ``gain``
+    (nu, 2 nv) about that state."""
     torque, v = np.asarray(torque, dtype=float), np.asarray(v, dtype=float)
     x = np.concatenate([np.asarray(q, dtype=float), v])
-    return FeedbackPolicy(stamp_ns, knot_dt, valid_for, x[None, :], torque[None, :],
-                          np.zeros((torque.size, 2 * v.size)))
+    gain = np.zeros((torque.size, 2 * v.size)) if gain is None else np.asarray(gain, dtype=float)
+    return FeedbackPolicy(stamp_ns, knot_dt, valid_for, x[None, :], torque[None, :], gain)
 
 
 def policy_in_use(taken: Sequence[FeedbackPolicy], now_ns: int) -> Optional[FeedbackPolicy]:
@@ -192,13 +193,23 @@ class Actuation(str, Enum):
     """Where the robot side's torque comes from at a step."""
 
     POLICY = "policy"
+    HOLD = "hold"
     COMMAND = "command"
+    DAMPING = "damping"
     BRAKE = "brake"
 
 
 class PolicyExecutor:
-    """The robot side: applies the newest valid policy at every step, else the last torque command while it
-    is fresh, else brakes.
+    """The robot side: applies the newest valid policy at every step; when it has expired, its safe mode; else
+    the last torque command while it is fresh, else brakes.
+
+    The safe mode of an expired policy (its controller stalled or died) does not throw the robot: for
+    ``expiry_hold`` after the expiry, the policy's last knot (reference state and feedforward) under that knot's
+    gain, which is where the plan meant the robot to be (:attr:`Actuation.HOLD`); then the last torque command
+    while it is fresh, else joint damping u = -``expiry_damping`` v (:attr:`Actuation.DAMPING`), which lets a
+    robot on its feet settle instead of locking it in whatever posture it has reached; without damping (0), the
+    brakes. Every torque is clamped to the effort limits. (A ``command_timeout`` shorter than the policy's
+    validity plus ``expiry_hold`` keeps the command sent beside the policy from outliving the hold.)
 
     Args:
         model: The robot's model (the order of its actuated joints is the order of the torques returned).
@@ -206,6 +217,9 @@ class PolicyExecutor:
             effort forward-command controller's behaviour).
         max_stamp_lead: A policy stamped ahead of the clock by more than this [s] is refused (``future``).
         log_period: Shortest time [s] between two log lines of one refusal reason.
+        expiry_hold: How long [s] after a policy expires its last knot is held, >= 0.
+        expiry_damping: Joint damping [N m s/rad] after the hold, >= 0, one value or one per actuated joint; 0
+            (every joint): the brakes.
 
     Attributes:
         policy: The policy in use at the last time the executor was given (None before the first).
@@ -215,14 +229,24 @@ class PolicyExecutor:
     """
 
     def __init__(self, model: Any, command_timeout: float = 0.5, max_stamp_lead: float = 0.1,
-                 log_period: float = 1.0) -> None:
+                 log_period: float = 1.0, expiry_hold: float = 0.0, expiry_damping: float = 0.0) -> None:
+        if not (math.isfinite(expiry_hold) and expiry_hold >= 0.0):
+            raise InputError(f"expiry_hold must be finite and >= 0, got {expiry_hold!r}", "expiry_hold")
+        damping = np.array(expiry_damping, dtype=float)
+        if damping.ndim > 1 or not (np.isfinite(damping).all() and (damping >= 0.0).all()):
+            raise InputError(f"expiry_damping must be finite and >= 0, got {expiry_damping!r}", "expiry_damping")
         self.model = model
         self.actuated_joint_names = tuple(model.actuated_joint_names)
         self.state_joint_names = tuple(model.joint_names)
         self.nu = len(self.actuated_joint_names)
-        effort = np.asarray(model.effort_limit, dtype=float)[[model.idx_v[n] for n in self.actuated_joint_names]]
+        self._v_rows = np.array([model.idx_v[n] for n in self.actuated_joint_names], dtype=np.int64)
+        effort = np.asarray(model.effort_limit, dtype=float)[self._v_rows]
         self.lower, self.upper = -effort, effort
         self._timeout_ns = int(round(command_timeout * 1e9))
+        self._hold_ns = int(round(expiry_hold * 1e9))
+        if damping.ndim == 1 and damping.shape != (self.nu,):
+            raise InputError(f"expiry_damping needs one value or {self.nu}, got {damping.size}", "expiry_damping")
+        self.expiry_damping = np.broadcast_to(damping, (self.nu,)).copy()
         self._max_lead_ns = int(round(max_stamp_lead * 1e9))
         self._layouts: dict = {}
         self.taken: collections.deque = collections.deque(maxlen=MAX_TAKEN)
@@ -337,20 +361,30 @@ class PolicyExecutor:
         """The torque (nu,) [N m] to apply at the state (q, v) at ``now_ns`` [ns], inside the effort limits,
         and where it comes from; None with :attr:`Actuation.BRAKE` when there is nothing valid to apply."""
         policy = self._in_use(now_ns)
-        if policy is not None and policy.is_valid(now_ns):
-            try:
-                torque = policy.torque(self.model, q, v, now_ns, self.lower, self.upper)
-            except RbdDerivError as error:
-                torque = None
-                self.refuse("policy", MessageError(f"cannot be evaluated at the state: {error}", "unusable"))
-            if torque is not None and np.isfinite(torque).all():
-                self.steps[Actuation.POLICY] += 1
-                return torque, Actuation.POLICY
-            if torque is not None:
-                self.refuse("policy", MessageError("gives a torque that is not finite", "non_finite_torque"))
-            self.taken.remove(policy)
+        expired_ns = None
+        if policy is not None:
+            expired_ns = now_ns - policy.expires_ns
+            # Valid, or expired within the hold: past its last knot a policy gives that knot under its gain.
+            source = Actuation.POLICY if expired_ns <= 0 else Actuation.HOLD
+            if expired_ns <= self._hold_ns:
+                try:
+                    torque = policy.torque(self.model, q, v, now_ns, self.lower, self.upper)
+                except RbdDerivError as error:
+                    torque = None
+                    self.refuse("policy", MessageError(f"cannot be evaluated at the state: {error}", "unusable"))
+                if torque is not None and np.isfinite(torque).all():
+                    self.steps[source] += 1
+                    return torque, source
+                if torque is not None:
+                    self.refuse("policy", MessageError("gives a torque that is not finite", "non_finite_torque"))
+                self.taken.remove(policy)
         if self.command is not None and (self._timeout_ns == 0 or now_ns - self._command_ns <= self._timeout_ns):
             self.steps[Actuation.COMMAND] += 1
             return np.clip(self.command, self.lower, self.upper), Actuation.COMMAND
+        if expired_ns is not None and self.expiry_damping.any():
+            velocity = np.asarray(v, dtype=float)[self._v_rows]
+            torque = -self.expiry_damping * np.where(np.isfinite(velocity), velocity, 0.0)
+            self.steps[Actuation.DAMPING] += 1
+            return np.clip(torque, self.lower, self.upper), Actuation.DAMPING
         self.steps[Actuation.BRAKE] += 1
         return None, Actuation.BRAKE

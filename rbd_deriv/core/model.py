@@ -68,7 +68,9 @@ class Model:
             [kg m^2] as Ixx Ixy Ixz Iyy Iyz Izz.
         continuous: (njoints,) True for continuous joints (no position limit, difference wraps to (-pi, pi]).
         lower_position_limit, upper_position_limit: (nq,) [rad or m], +-inf where the URDF gives none.
-        velocity_limit, effort_limit: (nv,) [rad/s, m/s] and [N m, N], inf where the URDF gives none.
+        velocity_limit, effort_limit: (nv,) [rad/s, m/s] and [N m, N], inf where the URDF gives none; the
+            effort limits are the URDF's unless :meth:`set_actuator_limits` replaced them.
+        urdf_effort_limit: (nv,) [N m, N] the URDF's effort limits.
         frame_names: Links and joints kept as frames (see :func:`rbd_deriv.frame_placement`).
         has_floating_base: True when a free flyer ``root_joint`` was added.
         armature: (nv,) rotor inertia reflected on each dof (settable, see the property).
@@ -201,6 +203,45 @@ class Model:
         armature.setflags(write=False)
         self._armature = armature
 
+    def set_actuator_limits(self, limits) -> None:
+        """Replace the URDF's effort limits of the actuated joints with the actuators' real ones.
+
+        A URDF often carries a placeholder (example-robot-data's solo12 says 1000 N m where its drives give
+        about 2.7 N m); every consumer of :attr:`effort_limit` (the MPC's torque box, its safe command, the
+        simulator's saturation) then uses the real ones. :attr:`urdf_effort_limit` keeps the URDF's.
+
+        Args:
+            limits: [N m or N] empty: the URDF's; one value: every actuated joint; or one per actuated joint
+                in model order (:attr:`actuated_joint_names`). Each finite, > 0, and at most the URDF's limit
+                where the URDF gives a finite one.
+
+        Raises:
+            ModelError: another count of values, a value that is not finite or not > 0, or above the URDF's.
+        """
+        try:
+            values = np.array(limits, dtype=float).reshape(-1)
+        except (TypeError, ValueError) as err:
+            raise ModelError(f"effort limits must be numbers, got {limits!r} ({err})") from None
+        names = self._actuated_joint_names
+        rows = np.array([self.idx_v[name] for name in names], dtype=np.int64)
+        urdf = self.urdf_effort_limit[rows]
+        if values.size == 0:
+            values = urdf
+        elif values.size == 1:
+            values = np.full(len(names), values[0])
+        elif values.size != len(names):
+            raise ModelError(f"effort limits take one value or one per actuated joint ({len(names)}), got "
+                             f"{values.size}")
+        bad = np.flatnonzero(~(np.isfinite(values) & (values > 0.0)) | (values > urdf))
+        if bad.size:
+            name = names[int(bad[0])]
+            raise ModelError(f"effort limit of joint {name!r} must be finite, > 0 and at most the URDF's "
+                             f"{urdf[bad[0]]:g}, got {values[bad[0]]!r}", name)
+        effort = self.urdf_effort_limit.copy()
+        effort[rows] = values
+        effort.setflags(write=False)
+        self.effort_limit = effort
+
     def _joint_of_dof(self, dof: int) -> str:
         for name in self.joint_names:
             if self.idx_v[name] <= dof < self.idx_v[name] + self.nv_joint[name]:
@@ -219,6 +260,7 @@ class Model:
                 velocity[iv], effort[iv] = joint.velocity, joint.effort
         self.lower_position_limit, self.upper_position_limit = lower, upper
         self.velocity_limit, self.effort_limit = velocity, effort
+        self.urdf_effort_limit = effort
         for array in (lower, upper, velocity, effort):
             array.setflags(write=False)
 

@@ -335,7 +335,7 @@ def bundled_urdf(name: str) -> Path:
         URDFError: No such file; the message lists where it was looked for.
     """
     file_name = name if name.endswith(".urdf") else name + ".urdf"
-    folders = [Path(__file__).resolve().parents[1] / "urdf"]
+    folders = [Path(__file__).resolve().parents[2] / "urdf"]
     try:
         from ament_index_python.packages import get_package_share_directory
 

@@ -61,7 +61,7 @@ from rbd_deriv.messages import (feedback_policy_fields, fill_message, linearizat
                                 stamp_to_ns)
 from rbd_deriv.msg import FeedbackPolicy as FeedbackPolicyMessage
 from rbd_deriv.msg import Linearization
-from rbd_deriv.nodes.parameters import MPC_NODE, declare_parameters, per_joint, updated_values
+from rbd_deriv.nodes.parameters import MPC_NODE, actuator_limits, declare_parameters, per_joint, updated_values
 from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, apply_newest_message, guard, run_node
 from rbd_deriv.refusals import shorten
 from rbd_deriv.threads import single_threaded_blas
@@ -84,6 +84,7 @@ class MpcNode(Node):
         p = self._p = declare_parameters(self, MPC_NODE)
         self.model = rd.load_urdf(p["robot_description"] or p["urdf_path"] or str(bundled_urdf("rbd_arm7")),
                                   floating_base=p["floating_base"])
+        self.model.set_actuator_limits(actuator_limits(p["effort_limits"]))
         self._window_start = time.monotonic()
         self.legged = bool(p["floating_base"])
         if self.legged:

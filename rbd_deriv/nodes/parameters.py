@@ -93,6 +93,21 @@ def finite_values(name: str, value: Any) -> Optional[str]:
     return f"{name} must be a non-empty list of finite numbers, got {values!r}"
 
 
+def effort_values(name: str, value: Any) -> Optional[str]:
+    """[0.0] (the URDF's limits), or a non-empty list of finite numbers > 0 (checked against the robot later)."""
+    values = list(value)
+    if values == [0.0] or (values and all(_number(x) and x > 0 for x in values)):
+        return None
+    return f"{name} must be [0.0] or a non-empty list of finite numbers > 0, got {values!r}"
+
+
+def actuator_limits(values: Any) -> list:
+    """The ``effort_limits`` parameter as :meth:`rbd_deriv.core.model.Model.set_actuator_limits` takes it:
+    [0.0] means the URDF's (an empty list, which ROS cannot type as numbers)."""
+    values = [float(x) for x in values]
+    return [] if values == [0.0] else values
+
+
 def contact_kinds(name: str, value: Any) -> Optional[str]:
     """A list of contact kinds (:data:`rbd_deriv.pipeline.CONTACT_KINDS`), possibly empty."""
     bad = [kind for kind in value if kind not in CONTACT_KINDS]
@@ -178,6 +193,11 @@ PERIOD = in_range(0.01, 3600.0)
 AGE = in_range(0.0, 3600.0)
 STEP = in_range(0.0, PLAUSIBLE["step"], low_open=True)
 
+EFFORT_LIMITS = ("the actuators' torque limits [N m] of the actuated joints, one value for every joint or one per "
+                 "joint in model order, each > 0 and at most the URDF's; the default [0.0] means the URDF's. The "
+                 "MPC's torque box, its safe command and the simulator's saturation use them: give both nodes the "
+                 "same (a URDF's limits are often placeholders)")
+
 _STAMP_LEAD = ("Refuse input stamped ahead of the node's clock by more than this [s]: two machines' clocks "
                "disagree a little, but a stamp far ahead would make every later message look out of order.")
 
@@ -233,6 +253,7 @@ MPC_NODE: Dict[str, Spec] = {
                           "per joint", finite_values, read_only=True),
     "terminal_scale": Spec(10.0, "W factor at knot N", non_negative, read_only=True),
     "limit_weight": Spec(10000.0, "weight of the soft position and velocity limits", non_negative, read_only=True),
+    "effort_limits": Spec([0.0], EFFORT_LIMITS, effort_values, read_only=True),
     "torque_margin": Spec(1.0, "fraction of the URDF effort limit the MPC may use, in (0, 1]", fraction,
                           read_only=True),
     "disturbance_time_constant": Spec(0.01, "filter time constant [s] of the estimate of the torques the model "
@@ -362,6 +383,18 @@ SIM_NODE: Dict[str, Spec] = {
     "command_timeout": Spec(0.5, "a torque command older than this [s] is no longer applied (when no valid policy "
                             "is either, the brakes hold the joints), in [0, 3600]; 0: held for ever", AGE,
                             read_only=True),
+    "expiry_hold": Spec(0.0, "when the newest policy expires (its controller stalled or died), its last knot "
+                        "(reference state and feedforward) is applied under its gain for this long [s], in [0, 3600]",
+                        AGE, read_only=True),
+    "expiry_damping": Spec(0.0, "after expiry_hold, with no fresh torque command, joint damping u = -d v with this "
+                           "d [N m s/rad], >= 0 (a robot on its feet settles), at most what one physics step keeps "
+                           "stable on each joint (its inertia over the step); 0: the brakes", non_negative,
+                           read_only=True),
+    "effort_limits": Spec([0.0], EFFORT_LIMITS, effort_values, read_only=True),
+    "push_budget": Spec(2.0, "floating base: the pushes accepted within any second may change the base's momentum "
+                        "by at most the robot's mass times this [m/s] (and its angular momentum by as many N m s); "
+                        "pushes beyond are refused (push/budget), in (0, 1000]", in_range(0.0, 1000.0, low_open=True),
+                        read_only=True),
     "max_stamp_lead": Spec(0.1, "Refuse policies stamped ahead of the node's clock by more than this [s], in "
                            "[0, 3600].", AGE, read_only=True),
     "diagnostics_period": Spec(1.0, "period of /diagnostics [s], in [0.01, 3600]", PERIOD, read_only=True),

@@ -7,11 +7,14 @@ picked up at the next physics step. Two inputs, as on a robot:
 - the MPC's feedback policy (rbd_deriv/msg/FeedbackPolicy on ``policy_topic``): while the newest one
   is valid, every physics step applies u = clamp(u_ff(t) + K (x (-) x_ref(t))) from the simulated
   robot's own state, the robot side of a whole-body MPC (:class:`rbd_deriv.control.PolicyExecutor`);
+  once it has expired (the MPC stalled or died), its last knot under its gain for ``expiry_hold``;
 - torque commands (std_msgs/Float64MultiArray, like ros2_control's effort forward-command controller,
   ``/<controller>/commands``): the last one is applied while no policy is valid, for at most
   ``command_timeout`` after it arrived.
 
-With neither (before the first input, or both stale) the brakes hold the joints where they are.
+With neither (before the first input, or both stale) joint damping (``expiry_damping``) once a policy has
+expired, else the brakes hold the joints where they are. Torques saturate at ``effort_limits`` (the
+actuators' limits; the URDF's by default).
 
 A floating-base robot (``floating_base``; a legged robot) stands on a floor with a foot sphere or a sole at each
 of ``contact_frames`` (:class:`rbd_deriv.sim.Ground`). Besides the actuated joints' states it publishes the
@@ -19,9 +22,11 @@ base's ground-truth odometry at the joint_states rate (nav_msgs/Odometry on ``od
 link in ``odom_frame_id``, the twist in the base link's own frame, as nav_msgs specifies for
 ``child_frame_id``) and the floor's force on each foot (rbd_deriv/msg/ContactForces on ``contact_forces_topic``,
 every ``contact_forces_period``); it takes pushes (rbd_deriv/msg/Push on ``push_topic``: a wrench on the base for
-a while). Its brakes lock the joints and the robot keeps standing (or falling) on them. ``/diagnostics`` adds
-``fell`` (the base below half its initial height, or a trunk or limb on the floor), ``pushes_applied`` and
-``friction_cone_violations`` (foot-steps whose contact force left the friction cone).
+a while; the pushes accepted within a second may change the base's momentum by at most its mass times
+``push_budget``, those beyond are refused as ``push/budget``). Its brakes lock the joints and the robot keeps
+standing (or falling) on them. ``/diagnostics`` adds ``fell`` (the base below half its initial height, or a trunk
+or limb on the floor), ``pushes_applied`` and ``friction_cone_violations`` (foot-steps whose contact force left the
+friction cone).
 
 A bad input (wrong sizes, unknown joints, NaN or inf, a policy from the future or already expired) is
 refused, counted by reason in ``/diagnostics`` and logged at most once a second per reason; the last
@@ -53,7 +58,7 @@ from rbd_deriv.control import Actuation, PolicyExecutor
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.messages import feedback_policy_arrays, set_stamp, stamp_to_ns
 from rbd_deriv.msg import ContactForces, FeedbackPolicy, Push
-from rbd_deriv.nodes.parameters import SIM_NODE, declare_parameters, per_joint
+from rbd_deriv.nodes.parameters import SIM_NODE, actuator_limits, declare_parameters, per_joint
 from rbd_deriv.nodes.spin import guard, run_node
 from rbd_deriv.refusals import shorten
 from rbd_deriv.sim import Ground, make_plant
@@ -84,12 +89,14 @@ class SimNode(Node):
         urdf_path = p["urdf_path"] or str(bundled_urdf("rbd_arm7"))
         rate = p["physics_rate_hz"]
         self.model = rd.load_urdf(str(Path(urdf_path)), floating_base=p["floating_base"])
+        self.model.set_actuator_limits(actuator_limits(p["effort_limits"]))
         ground = None
         if p["floating_base"] and p["contact_frames"]:
             ground = Ground(p["contact_frames"], p["contact_kinds"], p["foot_radius"], p["sole_size"],
                             p["ground_friction"])
         self.plant = make_plant(p["backend"], urdf_path, dt=1.0 / rate, damping=per_joint(p["damping"]),
-                                friction=per_joint(p["friction"]), model=self.model, ground=ground)
+                                friction=per_joint(p["friction"]), model=self.model, ground=ground,
+                                push_budget=p["push_budget"])
         self.plant.reset(initial_configuration(self.model, p["initial_positions"], p["initial_base_pose"], ground))
         self.nv = self.model.nv
         self._q_rows = np.array([self.model.idx_q[name] for name in self.plant.joint_names], dtype=np.int64)
@@ -97,7 +104,10 @@ class SimNode(Node):
         self._applied: np.ndarray | None = None
         # The executor's state is shared by the subscriptions (executor thread) and the physics thread.
         self._lock = threading.Lock()
-        self.robot_side = PolicyExecutor(self.model, p["command_timeout"], p["max_stamp_lead"])
+        # Damping a light joint (a finger) harder than one physics step allows would blow the simulation up.
+        damping = np.minimum(p["expiry_damping"], self.plant.damping_bound)
+        self.robot_side = PolicyExecutor(self.model, p["command_timeout"], p["max_stamp_lead"],
+                                         expiry_hold=p["expiry_hold"], expiry_damping=damping)
         self.actuation = Actuation.BRAKE
         self.lost_time = 0.0  # [s] of the wall clock the physics could not catch up with
         self._published_ns = 0  # stamp of the last state published (the next must be later)

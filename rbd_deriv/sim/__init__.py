@@ -25,7 +25,8 @@ BACKENDS = ("mujoco",)
 
 
 def make_plant(backend: str, urdf: str | Path, dt: float = 1e-3, damping: Any = 0.0,
-               friction: Any = 0.0, model: Any = None, ground: Optional[Ground] = None) -> Plant:
+               friction: Any = 0.0, model: Any = None, ground: Optional[Ground] = None,
+               push_budget: Optional[float] = None) -> Plant:
     """Build a plant from a URDF (text or path): floating-base when ``model`` has a free flyer.
 
     Args:
@@ -36,6 +37,8 @@ def make_plant(backend: str, urdf: str | Path, dt: float = 1e-3, damping: Any = 
         friction: Joint dry friction, scalar or (nu,) [N m].
         model: The model already loaded from ``urdf`` (fixed base if None), to avoid loading it twice.
         ground: The floor and the feet of a floating-base robot (:class:`~rbd_deriv.sim.ground.Ground`).
+        push_budget: [m/s] bound on the pushes within a second (:class:`~rbd_deriv.sim.mujoco_plant.MujocoPlant`);
+            None: the plant's default.
 
     Raises:
         InputError: Unknown backend.
@@ -50,8 +53,9 @@ def make_plant(backend: str, urdf: str | Path, dt: float = 1e-3, damping: Any = 
 
     actuated = model.actuated_joint_names
     effort = np.asarray(model.effort_limit, dtype=float)[[model.idx_v[name] for name in actuated]]
+    budget = {} if push_budget is None else {"push_budget": push_budget}
     return MujocoPlant(urdf, actuated, effort, dt=dt, damping=damping, friction=friction,
-                       floating_base=model.has_floating_base, ground=ground)
+                       floating_base=model.has_floating_base, ground=ground, **budget)
 
 
 __all__ = ["AbaPlant", "Ground", "Plant", "BACKENDS", "make_plant"]

@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence, Tuple
 import numpy as np
 
 from rbd_deriv.core.urdf import FREE_FLYER_JOINT
-from rbd_deriv.exceptions import InputError, ModelError, RbdDerivError, URDFError
+from rbd_deriv.exceptions import BudgetError, InputError, ModelError, RbdDerivError, URDFError
 from rbd_deriv.sim.free_flyer import pose_from_mujoco, to_mujoco, twist_from_mujoco
 from rbd_deriv.sim.ground import SOLIMP, SOLREF, Ground, GroundContacts, add_ground
 from rbd_deriv.sim.plant import Plant, joint_vector
@@ -31,6 +31,11 @@ from rbd_deriv.sim.plant import Plant, joint_vector
 #: 1 m lever); its duration [s] is in (0, MAX_PUSH_DURATION].
 MAX_PUSH_WEIGHTS = 10.0
 MAX_PUSH_DURATION = 10.0
+#: Default push budget [m/s]: the pushes accepted within any second may change the base's momentum by at most the
+#: robot's mass times this (its angular momentum by as many N m s), whatever their number.
+PUSH_BUDGET = 2.0
+#: The window [s] of the push budget.
+PUSH_BUDGET_WINDOW = 1.0
 #: The base counts as fallen below this fraction of its height at the last reset.
 FALL_HEIGHT_FRACTION = 0.5
 
@@ -123,6 +128,8 @@ class MujocoPlant(Plant):
         floating_base: The root body moves freely (a free joint ``root_joint``): q (7 + nu,) and v (6 + nu,)
             follow the library's free flyer (:mod:`rbd_deriv.sim.free_flyer`).
         ground: A floor, feet and fall detectors (floating base only); None: no contact at all.
+        push_budget: [m/s] the pushes accepted within any second may change the base's momentum by at most the
+            robot's mass times this, and its angular momentum by as many N m s (:meth:`push`), > 0.
 
     Attributes (floating base with a ground):
         contact_forces: (nc, 3) [N] the floor's force on each foot in the world frame after the last step.
@@ -141,7 +148,7 @@ class MujocoPlant(Plant):
 
     def __init__(self, urdf: str | Path, joint_names: Sequence[str], effort_limit: Any,
                  dt: float = 1e-3, damping: Any = 0.0, friction: Any = 0.0, floating_base: bool = False,
-                 ground: Optional[Ground] = None) -> None:
+                 ground: Optional[Ground] = None, push_budget: float = PUSH_BUDGET) -> None:
         try:
             import mujoco  # only the simulator needs it
         except ImportError as error:
@@ -151,6 +158,8 @@ class MujocoPlant(Plant):
         self._mujoco = mujoco
         if not (np.isfinite(dt) and dt > 0.0):
             raise InputError(f"dt must be a positive number of seconds, got {dt!r}")
+        if not (math.isfinite(push_budget) and push_budget > 0.0):
+            raise InputError(f"push_budget must be a positive speed [m/s], got {push_budget!r}", "push_budget")
         if ground is not None and not floating_base:
             raise InputError("a ground needs a floating base: a fixed-base robot has no contacts")
         self.floating_base = bool(floating_base)
@@ -212,7 +221,9 @@ class MujocoPlant(Plant):
         self.contact_forces = np.zeros((nc, 3))
         self.touching = np.zeros(nc, dtype=bool)
         self.pushes_applied = 0
+        self.push_budget = float(push_budget)
         self._pushes: list = []  # [force (3,), torque (3,), steps left]
+        self._push_impulses: list = []  # (plant time [s], |F| T [N s], |tau| T [N m s]) of the pushes accepted
         self._braked = False
         self.time = 0.0
         self.saturated_steps = 0
@@ -271,6 +282,14 @@ class MujocoPlant(Plant):
         nav_msgs/Odometry, which is expressed in its child frame (the base link)."""
         v = self.v
         return v[0:3], v[3:6]
+
+    @property
+    def damping_bound(self) -> np.ndarray:
+        """(nu,) [N m s/rad] the largest joint damping d that a torque -d v, applied for a whole step, keeps
+        stable: M_jj / dt, half the bound 2 M_jj / dt of an explicit step, with M_jj the joint's diagonal inertia
+        (MuJoCo's ``dof_M0``, at the reference configuration). A controller's damping past it makes a light joint
+        (a gripper's finger) oscillate and blow the simulation up; a real drive damps in its current loop."""
+        return self.mj_model.dof_M0[self._dof] / self.dt
 
     # ------------------------------------------------------------------------------------------------ brakes
     def _release(self) -> None:
@@ -341,6 +360,9 @@ class MujocoPlant(Plant):
             InputError: A fixed base, a non-finite entry, wrong shapes, a force over MAX_PUSH_WEIGHTS times the
                 robot's weight or a torque over that many N m, a duration outside (0, MAX_PUSH_DURATION]. Nothing
                 is applied.
+            BudgetError: With the pushes accepted within the last PUSH_BUDGET_WINDOW of plant time, its impulse
+                |F| T (or |tau| T) would pass the robot's mass times ``push_budget`` [N s] (or as many N m s): many
+                small pushes must not do what no single push may. Nothing is applied.
         """
         if not self.floating_base:
             raise InputError("a push needs a floating base")
@@ -357,6 +379,15 @@ class MujocoPlant(Plant):
         if not 0.0 < duration <= MAX_PUSH_DURATION:
             raise InputError(f"a push lasts (0, {MAX_PUSH_DURATION:g}] s, got {duration:g} s")
         steps = max(1, int(round(duration / self.dt)))
+        self._push_impulses = [p for p in self._push_impulses if p[0] > self.time - PUSH_BUDGET_WINDOW]
+        impulse = (float(np.linalg.norm(force)) * steps * self.dt, float(np.linalg.norm(torque)) * steps * self.dt)
+        budget = self.mass * self.push_budget
+        used = (sum(p[1] for p in self._push_impulses), sum(p[2] for p in self._push_impulses))
+        if used[0] + impulse[0] > budget or used[1] + impulse[1] > budget:
+            raise BudgetError(f"a push of {impulse[0]:.4g} N s and {impulse[1]:.4g} N m s after {used[0]:.4g} N s and "
+                              f"{used[1]:.4g} N m s within {PUSH_BUDGET_WINDOW:g} s passes the budget of {budget:.4g} "
+                              f"(mass {self.mass:.4g} kg times {self.push_budget:g} m/s)")
+        self._push_impulses.append((self.time, *impulse))
         self._pushes.append([force.copy(), torque.copy(), steps])
         self.pushes_applied += 1
         return steps
