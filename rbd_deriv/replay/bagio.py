@@ -37,6 +37,7 @@ __all__ = [
     "OdometryDecoder",
     "read_joint_states",
     "read_odometry",
+    "read_odometry_frames",
 ]
 
 PACKAGE = "rbd_deriv"
@@ -416,6 +417,23 @@ class OdometryDecoder:
             angular=stack("wx", "wy", "wz"),
             child_frame_id=self.child_frame_id,
         )
+
+
+def read_odometry_frames(source: BagSource, typestore: Any, topic: str) -> Tuple[str, str]:
+    """(``header.frame_id``, ``child_frame_id``) of the first readable ``nav_msgs/Odometry`` on ``topic``: the
+    frames of the base pose it carries (either may be empty, as the recorder wrote it).
+
+    Raises:
+        BagError: No readable message on the topic.
+    """
+    for batch in source.read([topic]):
+        for i in range(len(batch)):
+            try:
+                message = typestore.deserialize_cdr(batch.message(i), ODOMETRY_TYPE)
+            except Exception:  # noqa: BLE001 - garbage bytes raise anything; the next message may be good
+                continue
+            return message.header.frame_id, message.child_frame_id
+    raise BagError(f"topic {topic!r} has no readable odometry message", source.path, topic)
 
 
 def read_odometry(source: BagSource, typestore: Any, topic: str) -> OdometrySeries:
