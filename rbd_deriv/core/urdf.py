@@ -324,9 +324,11 @@ def _movable_joint(joint, parent: int, placement: np.ndarray, inertia: np.ndarra
 def bundled_urdf(name: str) -> Path:
     """Path of a robot description shipped in the package's ``urdf/`` folder.
 
-    Looked for next to the package (a source checkout or an editable install), in the package's
-    share folder of a colcon/ament install (through ament_index_python, when it is there), then
-    where a pip install puts it (``<prefix>/share/rbd_deriv/urdf``).
+    Looked for next to the package folder (a source checkout or an editable install), in the share folder of
+    the prefix the package is installed in (``<prefix>/lib/python3.X/site-packages/rbd_deriv`` beside
+    ``<prefix>/share/rbd_deriv/urdf``: a colcon install space, sourced or not, or a pip install), in the
+    package's share folder that ament_index_python finds (a sourced workspace), then in
+    ``<sys.prefix>/share/rbd_deriv/urdf``.
 
     Args:
         name: File name with or without ``.urdf``, e.g. ``"rbd_arm7"``.
@@ -335,7 +337,11 @@ def bundled_urdf(name: str) -> Path:
         URDFError: No such file; the message lists where it was looked for.
     """
     file_name = name if name.endswith(".urdf") else name + ".urdf"
-    folders = [Path(__file__).resolve().parents[1] / "urdf"]
+    package = Path(__file__).resolve().parents[1]
+    folders = [package.parent / "urdf"]
+    if package.parent.name in ("site-packages", "dist-packages"):
+        # Above site-packages: python3.X, lib, then the prefix (one more for Debian's local/lib/python3/dist-packages).
+        folders += [prefix / "share" / "rbd_deriv" / "urdf" for prefix in package.parents[2:5]]
     try:
         from ament_index_python.packages import get_package_share_directory
 
