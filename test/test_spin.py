@@ -226,9 +226,8 @@ def _answering_dynamics_node(log_name: str):
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_a_node_stopped_by_two_signals_exits_with_zero_and_no_traceback(name):
     """Ctrl-C under ``ros2 launch`` sends each node two SIGINTs (the terminal's and launch's); launch itself
-    stops a node with SIGINT, then SIGTERM. The first ends the node, the second comes while it cleans up: exit code 0, no traceback."""
-    import signal
-
+    stops a node with SIGINT, then SIGTERM. The first ends the node, the second comes while it cleans up: exit
+    code 0, no traceback. (A second signal while the interpreter exits: test_demo.py's reference process.)"""
     number = getattr(signal, name)
     process, stderr = _answering_dynamics_node(f"{name}-")
     try:

@@ -22,26 +22,36 @@ from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 
 
-class _Stopped(BaseException):
-    """Raised by the signal handler while the node is still being made (loading a model, compiling kernels can
-    take minutes): ends the start-up where it is. A BaseException, so that no ``except Exception`` swallows it."""
+class StopRequested(BaseException):
+    """Raised in the main thread by :class:`StopSignals` at the first SIGINT or SIGTERM while it is ``raising``.
+    A BaseException, as KeyboardInterrupt, so that no ``except Exception`` swallows it."""
 
 
-class _StopSignals:
-    """SIGINT and SIGTERM handled once for the whole process: the first asks the node to stop, any later one
-    (Ctrl-C in a terminal under ``ros2 launch`` sends two SIGINTs: the terminal's, then launch's) is ignored while
-    the node cleans up. rclpy's own handlers are left out (``SignalHandlerOptions.NO``): they shut the context
-    down under the node's threads and hand the signal on to Python, which raises KeyboardInterrupt wherever the
-    main thread happens to be, a second time for the second signal, in the middle of the clean-up."""
+class StopSignals:
+    """SIGINT and SIGTERM handled once for the whole process: the first asks the process to stop, any later one
+    (Ctrl-C in a terminal under ``ros2 launch`` sends two SIGINTs: the terminal's, then launch's) is ignored
+    while it cleans up and exits (SIGKILL still ends a clean-up that hangs). rclpy's own handlers are to be left out (``rclpy.init(signal_handler_options=
+    SignalHandlerOptions.NO)``): they shut the context down under the process's threads and hand the signal on
+    to Python, which raises KeyboardInterrupt wherever the main thread happens to be, a second time for the
+    second signal, in the middle of the clean-up.
+
+    Args:
+        raising: Whether the first signal raises :class:`StopRequested` in the main thread (to end work that
+            does not look at :attr:`requested`: a node's start-up, a loop of ``spin_once``); set it to False
+            once the process polls :attr:`requested` itself, and before cleaning up.
+
+    Attributes:
+        requested: Set at the first signal.
+    """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
+    def __init__(self, raising: bool = True) -> None:
         self.requested = threading.Event()
-        self.starting = True
+        self.raising = raising
 
     def install(self) -> bool:
-        """Install the handlers; False if they cannot be (not the main thread), and rclpy's apply instead."""
+        """Install the handlers; False if they cannot be (not the main thread): rclpy's should apply instead."""
         if threading.current_thread() is not threading.main_thread():
             return False
         for number in self.SIGNALS:
@@ -49,11 +59,15 @@ class _StopSignals:
         return True
 
     def __call__(self, number: int, frame) -> None:
+        # Ignored from now on by the operating system, not by a Python handler: the interpreter's finalization
+        # puts Python handlers back to the default (die from the signal) but leaves ignored signals ignored.
+        for each in self.SIGNALS:
+            signal.signal(each, signal.SIG_IGN)
         first = not self.requested.is_set()
         self.requested.set()
-        if first and self.starting:
-            self.starting = False
-            raise _Stopped
+        if first and self.raising:
+            self.raising = False
+            raise StopRequested
 
 
 #: Longest time [s] the spinning node takes to notice a stop signal (Python runs signal handlers between two
@@ -76,21 +90,21 @@ def run_node(make_node: Callable[[], Node], args: Optional[Sequence[str]] = None
         args: Command-line arguments (``--ros-args ...``); None for ``sys.argv``.
         cleanup: Called with the node before it is destroyed (stop a thread...).
     """
-    signals = _StopSignals()
+    signals = StopSignals()
     node = executor = None
     try:
         own = signals.install()
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO if own else None)
         node = make_node()
-        signals.starting = False
+        signals.raising = False
         executor = SingleThreadedExecutor(context=node.context)
         executor.add_node(node)
         while not signals.requested.is_set() and executor.context.ok():
             executor.spin_once(timeout_sec=SIGNAL_POLL_PERIOD)
-    except (_Stopped, KeyboardInterrupt, ExternalShutdownException):
+    except (StopRequested, KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        signals.starting = False
+        signals.raising = False
         if executor is not None:
             executor.shutdown()
         if node is not None:
