@@ -1,6 +1,7 @@
 """launch_testing checks of launch/demo.launch.py: the simulator, the dynamics node and the MPC node close the
 loop on the bundled arm (joint_states from the simulator, torque commands from the MPC, inside the arm's limits),
-the launch ends by itself when the reference motion is over, and every process exits with 0.
+the reference ends by itself when its motion is over, the launch with it, and every process exits with 0 (the
+nodes on the SIGINT launch sends them).
 
 Needs launch_testing and launch_ros (a ROS 2 installation, not PyPI) and MuJoCo (the ``[sim]`` extra); skipped
 where they are missing. Run with ``launch_test test/launch/test_demo_launch.py`` in a sourced workspace.
@@ -30,7 +31,7 @@ LAUNCH_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "launch")
 ARM_URDF = os.path.join(os.path.dirname(__file__), "..", "..", "urdf", "rbd_arm7.urdf")
 ARM_JOINTS = [f"joint{k}" for k in range(1, 8)]
 #: Length of the reference motion [s]: the launch ends that long after the reference starts.
-DURATION = 30.0
+DURATION = 10.0
 
 
 @pytest.mark.launch_test
@@ -52,7 +53,7 @@ class TestDemoLaunch(unittest.TestCase):
         cls.node.destroy_node()
         rclpy.shutdown()
 
-    def test_the_mpc_drives_the_simulated_arm(self):
+    def test_the_mpc_drives_the_simulated_arm_until_the_reference_ends(self, proc_info):
         states, commands = [], []
         self.node.create_subscription(JointState, "joint_states", states.append, 10)
         self.node.create_subscription(Float64MultiArray, "/effort_controller/commands", commands.append, 10)
@@ -67,6 +68,9 @@ class TestDemoLaunch(unittest.TestCase):
             self.assertEqual(len(command.data), 7)
             for torque, limit in zip(command.data, limits):
                 self.assertLessEqual(abs(torque), limit + 1e-9)
+        # The reference ends DURATION seconds after it starts, and the launch with it (demo.launch.py's
+        # Shutdown on its exit), which launch_testing would otherwise do once this test returns.
+        proc_info.assertWaitForShutdown(process="reference", timeout=DURATION + 120.0)
 
 
 @launch_testing.post_shutdown_test()

@@ -59,11 +59,13 @@ class TestLeggedLaunch(unittest.TestCase):
         rclpy.shutdown()
 
     def test_solo12_stands(self):
-        odometry, commands, falls = [], [], []
+        odometry, commands, reports, falls = [], [], [], []
 
         def diagnostics(message):
             for status in message.status:
                 values = {pair.key: pair.value for pair in status.values}
+                if "fell" in values:
+                    reports.append(values["fell"])
                 if values.get("fell") == "true":
                     falls.append(status.message)
 
@@ -80,6 +82,7 @@ class TestLeggedLaunch(unittest.TestCase):
         while time.monotonic() < end:
             rclpy.spin_once(self.node, timeout_sec=0.1)
         self.assertGreater(len(commands), 10 * WATCHED, "the MPC commanded at under 10 Hz")
+        self.assertTrue(reports, "no diagnostics from the simulator saying whether the robot fell")
         self.assertEqual(falls, [], "the simulator reported a fall")
         lowest = min(message.pose.pose.position.z for message in odometry)
         self.assertGreater(lowest, 0.5 * start_height)
