@@ -58,7 +58,7 @@ class TestDemoLaunch(unittest.TestCase):
         self.node.create_subscription(JointState, "joint_states", states.append, 10)
         self.node.create_subscription(Float64MultiArray, "/effort_controller/commands", commands.append, 10)
         deadline = time.monotonic() + 300.0  # the nodes' start (a first start without compiled kernels is slower)
-        while len(commands) < 50 and time.monotonic() < deadline:
+        while (len(commands) < 50 or not states) and time.monotonic() < deadline:
             rclpy.spin_once(self.node, timeout_sec=0.1)
         self.assertGreaterEqual(len(commands), 50, "fewer than 50 torque commands from the MPC")
         self.assertTrue(states, "no joint_states from the simulator")

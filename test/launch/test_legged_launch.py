@@ -73,7 +73,7 @@ class TestLeggedLaunch(unittest.TestCase):
         self.node.create_subscription(Float64MultiArray, "/effort_controller/commands", commands.append, 10)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", diagnostics, 10)
         deadline = time.monotonic() + 300.0  # the nodes' start (a first start without compiled kernels is slower)
-        while not commands and time.monotonic() < deadline:
+        while not (commands and odometry) and time.monotonic() < deadline:
             rclpy.spin_once(self.node, timeout_sec=0.1)
         self.assertTrue(commands, "no torque command from the MPC")
         self.assertTrue(odometry, "no odometry from the simulator")
