@@ -12,7 +12,7 @@ Checked: the install step compiled the kernels and verified that nothing is left
 (executables, share files, setup.bash, no C sources in site-packages), and the dynamics node started from the
 install space publishes a linearization without compiling anything.
 
-The underlay costs its downloads (52 to 121 s measured on the 2-core machine); the kernel cache of the build is a
+The underlay costs its downloads (docs/ros.md, Tests, gives the times); the kernel cache of the build is a
 hard-linked copy of this environment's (same sources, same machine, same numba: the same key) handed over by
 RBD_DERIV_CACHE_DIR, so the install step's check loads instead of compiling for minutes (with other versions
 in the underlay the key differs and the build compiles). Compiling into a fresh cache is covered by
