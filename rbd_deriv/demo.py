@@ -241,15 +241,21 @@ def publish_reference_only(duration: float) -> int:
     """For demo.launch.py: once the loop runs, publish the demo reference (starting 1 s later, as the script
     does) and stay until it ends. Returns 1 if the loop did not start within STARTUP_TIMEOUT."""
     import rclpy
+    from rclpy.executors import ExternalShutdownException
+    from rclpy.signals import SignalHandlerOptions
 
     import rbd_deriv as rd
     from rbd_deriv.control import SinusoidReference
     from rbd_deriv import bundled_urdf
+    from rbd_deriv.nodes.spin import StopRequested, StopSignals
 
     joint_names = list(rd.load_urdf(str(bundled_urdf("rbd_arm7"))).joint_names)
-    rclpy.init()
-    recorder = Recorder(joint_names, demo_parameters()["mpc_node"]["command_topic"])
+    # Ctrl-C under ros2 launch (two SIGINTs) or launch's own stop ends this process as it ends the nodes.
+    signals = StopSignals()
+    recorder = None
     try:
+        rclpy.init(signal_handler_options=SignalHandlerOptions.NO if signals.install() else None)
+        recorder = Recorder(joint_names, demo_parameters()["mpc_node"]["command_topic"])
         print("waiting for the loop to run (the MPC's first commands) ...", flush=True)
         if not wait_for_loop(recorder):
             print(f"the loop did not start within {STARTUP_TIMEOUT:g} s", file=sys.stderr)
@@ -261,11 +267,13 @@ def publish_reference_only(duration: float) -> int:
         print(f"tracking the reference for {duration:g} s ...", flush=True)
         # Stay alive: the reference is latched, a late subscriber still gets it from us.
         _spin_until(recorder, lambda: recorder.now() > start + duration, duration + 5.0)
-    except KeyboardInterrupt:
+    except (StopRequested, KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        recorder.states_input.destroy()
-        recorder.node.destroy_node()
+        signals.raising = False
+        if recorder is not None:
+            recorder.states_input.destroy()
+            recorder.node.destroy_node()
         rclpy.try_shutdown()
     return 0
 

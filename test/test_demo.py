@@ -225,3 +225,35 @@ def test_legged_demo_json_on_a_short_run(tmp_path, robot, arguments):
     if robot == "solo12":
         assert document["gait"] == "trot" and abs(document["walk_speed_mps"] - 0.2) < 0.02, document
     assert (tmp_path / "legged.png").stat().st_size > 10_000
+
+
+def test_the_reference_process_of_the_launch_file_ends_cleanly_on_two_sigints(tmp_path):
+    """demo.launch.py's reference process (``--reference-only``), interrupted while it waits for the loop, as
+    Ctrl-C under ros2 launch does it (the terminal's SIGINT, then launch's): exit code 0, no traceback."""
+    import os
+    import random
+    import signal
+    import sys
+    import time
+
+    environment = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(1, 200)),
+                       ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", PYTHONUNBUFFERED="1")
+    with open(tmp_path / "stdout", "w+") as stdout, open(tmp_path / "stderr", "w+") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "rbd_deriv.demo", "--reference-only", "--duration", "5"],
+                                   env=environment, stdout=stdout, stderr=stderr)
+        try:
+            deadline = time.monotonic() + 120.0
+            while "waiting for the loop" not in (tmp_path / "stdout").read_text() and time.monotonic() < deadline:
+                assert process.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+                time.sleep(0.1)
+            process.send_signal(signal.SIGINT)
+            time.sleep(0.05)
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=60.0)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    errors = (tmp_path / "stderr").read_text()
+    assert "Traceback" not in errors, errors[-3000:]
+    assert code == 0, errors[-3000:]

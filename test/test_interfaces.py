@@ -101,3 +101,69 @@ def test_round_trip_is_exact():
                                              srv.ComputeDerivatives.Response)
     assert back == response
     assert back.mass_matrix.data.tolist() == [1.0, -0.5, -0.5, 2.0]
+
+
+def _requirement_name(requirement: str) -> str:
+    """The normalized distribution name of a requirement string (PEP 503: lower case, runs of -_. as -)."""
+    name = re.match(r"[A-Za-z0-9._-]+", requirement.strip()).group(0)
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_every_extra_named_in_the_sources_and_docs_exists_and_test_holds_them_all():
+    extras = _project()["optional-dependencies"]
+    named = set()
+    for path in [*(ROOT / "rbd_deriv").rglob("*.py"), ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        named.update(re.findall(r"rbd_deriv\[([a-z,]+)\]", path.read_text(encoding="utf-8")))
+    named = {extra for group in named for extra in group.split(",")}
+    assert {"sim", "replay", "legged", "fleet", "test"} <= named, named
+    assert named <= set(extras), f"named but not declared: {named - set(extras)}"
+    test = {_requirement_name(r) for r in extras["test"]}
+    for extra, requirements in extras.items():
+        missing = {_requirement_name(r) for r in requirements} - test
+        assert not missing, f"[test] lacks {missing} of [{extra}]"
+
+
+#: Imported modules that need no declaration, and why.
+NOT_DECLARED = {
+    "compression": "standard library from Python 3.14 (replay/storage.py falls back to backports.zstd before)",
+    "crocoddyl": "bench/crocoddyl_legged.py runs in Crocoddyl's own environment (bench legged --crocoddyl-python)",
+}
+#: Modules whose distribution's metadata does not list them: pin installs pinocchio under cmeel.prefix, put
+#: on the path by a .pth file.
+PROVIDED_BY = {"pinocchio": "pin"}
+
+
+def test_every_third_party_module_the_package_imports_is_declared():
+    """Each module imported anywhere in rbd_deriv/ (at the top or inside a function) from outside the standard
+    library belongs to a distribution that pyproject.toml declares, as a dependency or in an extra."""
+    import ast
+    import importlib.metadata
+
+    project = _project()
+    declared = {_requirement_name(r) for r in project["dependencies"]}
+    for requirements in project["optional-dependencies"].values():
+        declared.update(_requirement_name(r) for r in requirements)
+    imported = set()
+    for path in (ROOT / "rbd_deriv").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = sorted(imported - set(sys.stdlib_module_names) - set(NOT_DECLARED) - {"rbd_deriv"})
+    providers = importlib.metadata.packages_distributions()
+    undeclared, resolved = {}, set()
+    for module in third_party:
+        distributions = {_requirement_name(d) for d in providers.get(module, [PROVIDED_BY.get(module, "")]) if d}
+        # A module with no distribution metadata (a ROS installation's rclpy and messages, a package absent
+        # here) cannot be judged; the pip environment of CI has metadata for all of them.
+        if distributions:
+            resolved.add(module)
+            if not distributions & declared:
+                undeclared[module] = sorted(distributions)
+    assert {"numpy", "numba", "scipy"} <= resolved, resolved
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"

@@ -27,6 +27,9 @@ from rbd_deriv.core import rnea
 from rbd_deriv.testing.editable import hook_free_path
 
 PACKAGE = Path(rd.__file__).resolve().parent
+# The repository holding this test: the bundled robots are not beside an installed package (a colcon install
+# space puts them in share/).
+REPOSITORY = Path(__file__).resolve().parents[1]
 CONSTANT_LINE = "QUATERNION_TOLERANCE = 1e-6"
 
 # Run in each child: is a quaternion of norm 1.01 accepted by the compiled input check?
@@ -51,7 +54,7 @@ def copy_package(destination: Path) -> Path:
     """The package's sources and the bundled robots under ``destination``; returns the package folder."""
     ignore = shutil.ignore_patterns("__pycache__", jit_cache.CACHE_FOLDER, "*.so")
     shutil.copytree(PACKAGE, destination / "rbd_deriv", ignore=ignore)
-    shutil.copytree(PACKAGE.parent / "urdf", destination / "urdf")
+    shutil.copytree(REPOSITORY / "urdf", destination / "urdf")
     return destination / "rbd_deriv"
 
 

@@ -1,25 +1,30 @@
 """The ROS 2 package as a colcon workspace builds it (CMakeLists.txt, package.xml), the way docs/ros.md says.
 
-A copy of the repository is built by ``colcon build`` in a temporary workspace with this environment (the
-PyPI ROS 2 wheels) as the underlay. Checked: the install step compiled the kernels and verified that nothing
-is left to compile at import (``python -m rbd_deriv.precompile --check`` in the install space), the installed
-layout (executables, share files, setup.bash, no C sources in site-packages), and the dynamics node started
-from the install space publishes a linearization without compiling anything (no kernel it calls is left by
-the build to its first use).
+docs/ros.md's "Without a ROS installation" is followed as a user would: a new virtual environment made by the
+page's own ``pip install`` command (read from the page, so the two cannot drift apart) is the underlay; a new
+workspace holds a copy of this repository; ``colcon build --packages-select rbd_deriv`` runs in a terminal
+where nothing is sourced, only that environment activated, twice (a build, then a rebuild). Neither the
+underlay nor the workspace has seen the package before: the test environment (an editable pip install, with
+``share/rbd_deriv`` in its prefix) is left out entirely.
 
-This environment holds the package as an editable pip install, whose import hook would put the source tree
-in front of any workspace (docs/ros.md: do not install both in one environment). The test takes the hook out
-the way a separate underlay would (rbd_deriv.testing.editable).
+Checked: the install step compiled the kernels and verified that nothing is left to compile at import
+(``python -m rbd_deriv.precompile --check`` in the install space), both builds pass, the installed layout
+(executables, share files, setup.bash, no C sources in site-packages), and the dynamics node started from the
+install space publishes a linearization without compiling anything.
 
-The kernel cache of this build is a hard-linked copy of this environment's (same sources, same machine, so the
-same key), handed over by RBD_DERIV_CACHE_DIR: the install step's check then loads instead of compiling for
-minutes. Compiling into a fresh cache is covered by test_jit_cache.py (three processes on an empty cache).
+The underlay costs its downloads (docs/ros.md, Tests, gives the times); the kernel cache of the build is a
+hard-linked copy of this environment's (same sources, same machine, same numba: the same key) handed over by
+RBD_DERIV_CACHE_DIR, so the install step's check loads instead of compiling for minutes (with other versions
+in the underlay the key differs and the build compiles). Compiling into a fresh cache is covered by
+test_jit_cache.py (three processes on an empty cache).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,43 +35,77 @@ import pytest
 
 from rbd_deriv import jit_cache
 from rbd_deriv.bench.startup import cache_state, compiled_between
-from rbd_deriv.testing.editable import hook_free_path
 
-REPOSITORY = jit_cache.PACKAGE_DIR.parent
-COLCON = shutil.which("colcon", path=os.path.dirname(sys.executable))
+REPOSITORY = Path(__file__).resolve().parents[1]
 PYTHON_DIR = f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
 
-pytestmark = pytest.mark.skipif(COLCON is None, reason="colcon not installed (pip install colcon-common-extensions)")
+
+def documented_underlay_requirements() -> list:
+    """The arguments of the ``pip install`` of docs/ros.md's section on building without a ROS installation."""
+    page = (REPOSITORY / "docs" / "ros.md").read_text(encoding="utf-8")
+    section = page.split("### Without a ROS installation", 1)[1]
+    block = section.split("```bash", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    command = next(line for line in block.splitlines() if line.strip().startswith("pip install "))
+    return shlex.split(command)[2:]
+
+
+def unsourced_terminal(underlay: Path, cache: Path) -> dict:
+    """The environment of a new terminal with the underlay activated and docs/ros.md's exports: nothing of
+    this test's environment (its venv's PATH, PYTHONPATH, loader path, AMENT_PREFIX_PATH) comes along."""
+    system_path = [entry for entry in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+                   if entry and not entry.startswith(sys.prefix)]
+    environment = {key: os.environ[key] for key in ("HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TERM")
+                   if key in os.environ}
+    environment.update(PATH=os.pathsep.join([str(underlay / "bin"), *system_path]), VIRTUAL_ENV=str(underlay),
+                       AMENT_PREFIX_PATH=str(underlay), CMAKE_PREFIX_PATH=str(underlay),
+                       RBD_DERIV_CACHE_DIR=str(cache))
+    return environment
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    """(workspace, environment, build log) after colcon build of a copy of the repository."""
+    """(workspace, environment, logs of both builds) after colcon build, then a rebuild, of a copy of the
+    repository against an underlay made from docs/ros.md."""
     root = tmp_path_factory.mktemp("colcon")
+    underlay = root / "venv"
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", str(underlay)], check=True, timeout=300)
+    python = underlay / "bin" / "python"
+    installed = subprocess.run([str(python), "-m", "pip", "install", "--quiet", *documented_underlay_requirements()],
+                               capture_output=True, text=True, timeout=1800)
+    assert installed.returncode == 0, installed.stderr[-5000:]
+    underlay_seconds = time.monotonic() - start
+    assert not (underlay / "share" / "rbd_deriv").exists()
+
     source = root / "ws" / "src" / "rbd_deriv"
     shutil.copytree(REPOSITORY, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "install", "log", "__pycache__", jit_cache.CACHE_FOLDER, "*.so",
+        ".git", ".venv*", "build", "install", "log", "__pycache__", jit_cache.CACHE_FOLDER, "*.so",
         ".pytest_cache", "*.png"))
-    no_hook = hook_free_path(root / "no_editable_hook")
     cache = root / "cache"
     shutil.copytree(jit_cache.STATE.folder, cache / jit_cache.STATE.key, copy_function=os.link)
-    environment = dict(os.environ)
-    environment.pop(jit_cache.ROLE_VARIABLE, None)
-    environment.update(
-        VIRTUAL_ENV=sys.prefix, AMENT_PREFIX_PATH=sys.prefix, CMAKE_PREFIX_PATH=sys.prefix,
-        PATH=os.pathsep.join([os.path.dirname(sys.executable), environment.get("PATH", "")]),
-        PYTHONPATH=no_hook, RBD_DERIV_CACHE_DIR=str(cache))
-    completed = subprocess.run([COLCON, "build", "--event-handlers", "console_direct+"], cwd=root / "ws",
-                               env=environment, capture_output=True, text=True, timeout=1800)
-    log = completed.stdout + completed.stderr
-    assert completed.returncode == 0, log[-5000:]
-    return root / "ws", environment, log
+    environment = unsourced_terminal(underlay, cache)
+    never_seen = subprocess.run([str(python), "-c", "import rbd_deriv"], env=environment, cwd=root,
+                                capture_output=True, text=True, timeout=300)
+    assert never_seen.returncode != 0 and "No module named 'rbd_deriv'" in never_seen.stderr, never_seen.stderr
+    logs = []
+    for what in ("build", "rebuild"):
+        start_build = time.monotonic()
+        completed = subprocess.run(["colcon", "build", "--packages-select", "rbd_deriv",
+                                    "--event-handlers", "console_direct+"], cwd=root / "ws", env=environment,
+                                   capture_output=True, text=True, timeout=1800)
+        log = completed.stdout + completed.stderr
+        assert completed.returncode == 0, log[-5000:]
+        logs.append(log)
+        print(f"colcon {what}: {time.monotonic() - start_build:.0f} s")
+    print(f"underlay from docs/ros.md: {underlay_seconds:.0f} s")
+    return root / "ws", environment, logs
 
 
 def test_install_step_compiles_and_checks_the_kernels(workspace):
-    _, _, log = workspace
-    assert "rbd_deriv: numba kernels of the install space" in log
-    assert "every kernel compiled at import was loaded from the cache" in log
+    _, _, logs = workspace
+    for log in logs:
+        assert "rbd_deriv: numba kernels of the install space" in log
+        assert "every kernel compiled at import was loaded from the cache" in log
 
 
 def test_installed_layout(workspace):
@@ -89,6 +128,18 @@ def test_installed_layout(workspace):
     assert list(package.glob("_kernelcall*.so")), "the C extension is built and installed"
     assert not list(package.rglob("*.c")), "C sources are not installed"
     assert not (package / jit_cache.CACHE_FOLDER).exists(), "the cache went where RBD_DERIV_CACHE_DIR says"
+
+
+def test_the_install_space_finds_its_robots_unsourced(workspace):
+    """The installed package finds its bundled robot in its own install space, the workspace not sourced (the
+    install step's kernel check needs it before any setup.bash exists)."""
+    ws, environment, _ = workspace
+    install = ws / "install" / "rbd_deriv"
+    found = subprocess.run(["python", "-c", "from rbd_deriv import bundled_urdf; print(bundled_urdf('rbd_arm7'))"],
+                           env=dict(environment, PYTHONPATH=str(install / PYTHON_DIR)), cwd="/",
+                           capture_output=True, text=True, timeout=300)
+    assert found.returncode == 0, found.stderr[-3000:]
+    assert Path(found.stdout.strip()) == install / "share" / "rbd_deriv" / "urdf" / "rbd_arm7.urdf"
 
 
 def test_dynamics_node_from_the_install_space_publishes(workspace):

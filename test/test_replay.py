@@ -158,6 +158,21 @@ def _read_back(path: Path) -> Dict[str, list]:
     return messages
 
 
+def _stamp_ns(header) -> int:
+    return header.stamp.sec * 10**9 + header.stamp.nanosec
+
+
+def _assert_joint_states_as_recorded(written, stamps_ns, position, velocity) -> None:
+    """The output's /joint_states: one message per recorded one, its stamp, the arm's joints, its values."""
+    assert len(written) == stamps_ns.size
+    np.testing.assert_array_equal([_stamp_ns(m.header) for _, m in written], stamps_ns)
+    for k, (_, message) in enumerate(written):
+        assert list(message.name) == [f"joint{j}" for j in range(1, 8)]
+        np.testing.assert_array_equal(message.position, position[k])
+        np.testing.assert_array_equal(message.velocity, velocity[k])
+        assert len(message.effort) == 0
+
+
 def test_output_bag_has_the_package_types_and_all_messages(evaluated_bag):
     path, motion, _, _ = evaluated_bag
     messages = _read_back(path)
@@ -169,16 +184,19 @@ def test_output_bag_has_the_package_types_and_all_messages(evaluated_bag):
         "torques": "/rbd_deriv/bias_torques",
         "residual": "/rbd_deriv/torque_residual",
     }
+    # A fixed base: joint states for a viewer, no /tf.
     assert messages["__types__"] == {
         "/robot_description": "std_msgs/msg/String",
         topics["linearization"]: "rbd_deriv/msg/Linearization",
         topics["minv"]: "rbd_deriv/msg/Matrix",
         topics["torques"]: "sensor_msgs/msg/JointState",
         topics["residual"]: "sensor_msgs/msg/JointState",
+        "/joint_states": "sensor_msgs/msg/JointState",
     }
     count = motion.stamp_ns.size
     for key in ("linearization", "minv", "torques", "residual"):
         assert len(messages[topics[key]]) == count
+    _assert_joint_states_as_recorded(messages["/joint_states"], motion.stamp_ns, motion.position, motion.velocity)
     assert messages["/robot_description"][0][1].data == ARM.read_text()
     # Written at the recording's receive times, stamped with the joint_states header stamps.
     times = np.array([t for t, _ in messages[topics["minv"]]])
@@ -339,7 +357,8 @@ def test_floating_base_from_odometry(tmp_path, store):
     a = np.hstack([a_base, joints.acceleration])
     effort = rd.rnea_batch(model, q, v, a)[:, 6:]
     rows = synthetic.joint_state_rows(store, actuated_joint_names(model), joints.stamp_ns, joints.position, joints.velocity, effort)
-    odometry = [(int(s), synthetic.odometry_message(store, int(s), q_base[k], v_base[k])) for k, s in enumerate(joints.stamp_ns)]
+    odometry = [(int(s), synthetic.odometry_message(store, int(s), q_base[k], v_base[k], frame="map", child="base_link"))
+                for k, s in enumerate(joints.stamp_ns)]
     synthetic.write_recording(tmp_path / "bag", store, "mcap", [(int(s), r.tobytes()) for s, r in zip(joints.stamp_ns, rows)], odometry=odometry)
 
     evaluation, outputs = _evaluate(tmp_path / "bag", model, odometry="/odom")
@@ -357,6 +376,29 @@ def test_floating_base_from_odometry(tmp_path, store):
     messages = _read_back(tmp_path / "eval" / "outputs")
     assert messages["__types__"][outbag.output_topics()["minv"]] == "rbd_deriv/msg/Matrix"
     assert list(messages[outbag.output_topics()["minv"]][0][1].names)[:6] == [f"root_joint_{a}" for a in ("vx", "vy", "vz", "wx", "wy", "wz")]
+    # What a viewer draws the robot from: the base pose on /tf in the odometry's frames, the joints on
+    # /joint_states, one of each per recorded joint_states message, stamped like it.
+    assert summary["messages"]["evaluated"] == count
+    assert messages["__types__"]["/tf"] == "tf2_msgs/msg/TFMessage"
+    _assert_joint_states_as_recorded(messages["/joint_states"], joints.stamp_ns, joints.position, joints.velocity)
+    tf = messages["/tf"]
+    assert len(tf) == count
+    np.testing.assert_array_equal([t for t, _ in tf], joints.stamp_ns)  # written at the recording's times
+    for k, (_, message) in enumerate(tf):
+        assert len(message.transforms) == 1
+        transform = message.transforms[0]
+        assert (transform.header.frame_id, transform.child_frame_id) == ("map", "base_link")
+        assert _stamp_ns(transform.header) == joints.stamp_ns[k]
+        translation, rotation = transform.transform.translation, transform.transform.rotation
+        np.testing.assert_allclose([translation.x, translation.y, translation.z], q_base[k, :3], rtol=0, atol=1e-12)
+        np.testing.assert_allclose([rotation.x, rotation.y, rotation.z, rotation.w], q_base[k, 3:], rtol=0, atol=1e-12)
+
+
+def test_base_frames_default_to_odom_and_the_urdf_root_link():
+    # The bundled arm's URDF begins with its link base_link.
+    model = rd.load_urdf(str(ARM), floating_base=True)
+    assert cli._base_frames(model, "", "") == ("odom", "base_link")
+    assert cli._base_frames(model, "map", "trunk") == ("map", "trunk")
 
 
 def test_odometry_gaps_reject_joint_states(tmp_path, store):

@@ -1,18 +1,27 @@
-"""The node plumbing of rbd_deriv.nodes.spin: polled subscriptions and the choice of messages."""
+"""The node plumbing of rbd_deriv.nodes.spin: polled subscriptions, the choice of messages, and how a node process
+ends on SIGINT and SIGTERM."""
 
 from __future__ import annotations
 
 import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
 import time
 
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from rclpy.serialization import serialize_message  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 
+from rbd_deriv import bundled_urdf  # noqa: E402
+from rbd_deriv.msg import Linearization  # noqa: E402
 from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, apply_newest_message, guard  # noqa: E402
 
 
@@ -173,3 +182,66 @@ def test_messages_lost_before_the_taker_are_counted_per_publisher():
         polled.destroy()
     finally:
         rclpy.shutdown(context=context)
+
+
+def _answering_dynamics_node(log_name: str):
+    """A dynamics node process on the bundled arm (``python -m``, as a launch file or a terminal starts it),
+    returned once it answers joint_states with a linearization: made, and spinning."""
+    domain = random.randint(1, 200)
+    environment = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+                       PYTHONUNBUFFERED="1")
+    stderr = tempfile.TemporaryFile("w+", prefix=log_name)
+    process = subprocess.Popen([sys.executable, "-m", "rbd_deriv.nodes.dynamics_node", "--ros-args", "-p",
+                                f"urdf_path:={bundled_urdf('rbd_arm7')}"], env=environment,
+                               stdout=subprocess.DEVNULL, stderr=stderr)
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    try:
+        node = rclpy.create_node("signal_probe", context=context)
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        received = []
+        qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        node.create_subscription(Linearization, "linearization", received.append, qos)
+        publisher = node.create_publisher(JointState, "joint_states", qos)
+        names = [f"joint{k}" for k in range(1, 8)]
+        deadline = time.monotonic() + 300.0
+        while not received and process.poll() is None and time.monotonic() < deadline:
+            message = JointState(name=names, position=[0.1] * 7, velocity=[0.0] * 7)
+            message.header.stamp = node.get_clock().now().to_msg()
+            publisher.publish(message)
+            executor.spin_once(timeout_sec=0.05)
+        executor.shutdown()
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
+    if not received:
+        process.kill()
+        process.wait()
+        stderr.seek(0)
+        pytest.fail(f"the node never answered (exit code {process.returncode}):\n{stderr.read()[-3000:]}")
+    return process, stderr
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_node_stopped_by_two_signals_exits_with_zero_and_no_traceback(name):
+    """Ctrl-C under ``ros2 launch`` sends each node two SIGINTs (the terminal's and launch's); launch itself
+    stops a node with SIGINT, then SIGTERM. The first ends the node, the second comes while it cleans up: exit
+    code 0, no traceback. (A second signal while the interpreter exits: test_demo.py's reference process.)"""
+    number = getattr(signal, name)
+    process, stderr = _answering_dynamics_node(f"{name}-")
+    try:
+        assert process.poll() is None, "the node was running when signalled"
+        process.send_signal(number)
+        time.sleep(0.05)
+        process.send_signal(number)
+        code = process.wait(timeout=60.0)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    stderr.seek(0)
+    output = stderr.read()
+    stderr.close()
+    assert "Traceback" not in output, output[-3000:]
+    assert code == 0, output[-3000:]

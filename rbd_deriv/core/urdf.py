@@ -321,12 +321,30 @@ def _movable_joint(joint, parent: int, placement: np.ndarray, inertia: np.ndarra
     return description
 
 
-def bundled_urdf(name: str) -> Path:
-    """Path of a robot description shipped in the package's ``urdf/`` folder.
+def package_data_folders() -> list[Path]:
+    """Folders that may hold the package's ``urdf/``, ``msg/``, ``config/``..., in the order they are tried:
+    the folder holding the package folder (a source checkout or an editable install); the share folder of the
+    prefix the package is installed in (``<prefix>/lib/python3.X/site-packages/rbd_deriv`` beside
+    ``<prefix>/share/rbd_deriv``: a colcon install space, sourced or not, or a pip install); the package's
+    share folder that ament_index_python finds (a sourced workspace); ``<sys.prefix>/share/rbd_deriv``."""
+    package = Path(__file__).resolve().parents[1]
+    folders = [package.parent]
+    if package.parent.name in ("site-packages", "dist-packages"):
+        # Above site-packages: python3.X, lib, then the prefix (one more for Debian's local/lib/python3/dist-packages).
+        folders += [prefix / "share" / "rbd_deriv" for prefix in package.parents[2:5]]
+    try:
+        from ament_index_python.packages import get_package_share_directory
 
-    Looked for next to the package (a source checkout or an editable install), in the package's
-    share folder of a colcon/ament install (through ament_index_python, when it is there), then
-    where a pip install puts it (``<prefix>/share/rbd_deriv/urdf``).
+        folders.append(Path(get_package_share_directory("rbd_deriv")))
+    except Exception:  # noqa: BLE001 - not installed, or no ament index for this package
+        pass
+    folders.append(Path(sys.prefix, "share", "rbd_deriv"))
+    return folders
+
+
+def bundled_urdf(name: str) -> Path:
+    """Path of a robot description shipped in the package's ``urdf/`` folder, looked for in each of
+    :func:`package_data_folders`.
 
     Args:
         name: File name with or without ``.urdf``, e.g. ``"rbd_arm7"``.
@@ -335,14 +353,7 @@ def bundled_urdf(name: str) -> Path:
         URDFError: No such file; the message lists where it was looked for.
     """
     file_name = name if name.endswith(".urdf") else name + ".urdf"
-    folders = [Path(__file__).resolve().parents[2] / "urdf"]
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        folders.append(Path(get_package_share_directory("rbd_deriv")) / "urdf")
-    except Exception:  # noqa: BLE001 - not installed, or no ament index for this package
-        pass
-    folders.append(Path(sys.prefix, "share", "rbd_deriv", "urdf"))
+    folders = [folder / "urdf" for folder in package_data_folders()]
     for folder in folders:
         if (folder / file_name).is_file():
             return folder / file_name

@@ -7,36 +7,106 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import signal
 import threading
 from typing import Callable, Optional, Sequence
 
 import rclpy
 from nav_msgs.msg import Odometry
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.serialization import deserialize_message
+from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
+
+
+class StopRequested(BaseException):
+    """Raised in the main thread by :class:`StopSignals` at the first SIGINT or SIGTERM while it is ``raising``.
+    A BaseException, as KeyboardInterrupt, so that no ``except Exception`` swallows it."""
+
+
+class StopSignals:
+    """SIGINT and SIGTERM handled once for the whole process: the first asks the process to stop, any later one
+    (Ctrl-C in a terminal under ``ros2 launch`` sends two SIGINTs: the terminal's, then launch's) is ignored
+    while it cleans up and exits (SIGKILL still ends a clean-up that hangs). rclpy's own handlers are to be left out (``rclpy.init(signal_handler_options=
+    SignalHandlerOptions.NO)``): they shut the context down under the process's threads and hand the signal on
+    to Python, which raises KeyboardInterrupt wherever the main thread happens to be, a second time for the
+    second signal, in the middle of the clean-up.
+
+    Args:
+        raising: Whether the first signal raises :class:`StopRequested` in the main thread (to end work that
+            does not look at :attr:`requested`: a node's start-up, a loop of ``spin_once``); set it to False
+            once the process polls :attr:`requested` itself, and before cleaning up.
+
+    Attributes:
+        requested: Set at the first signal.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, raising: bool = True) -> None:
+        self.requested = threading.Event()
+        self.raising = raising
+
+    def install(self) -> bool:
+        """Install the handlers; False if they cannot be (not the main thread): rclpy's should apply instead."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        for number in self.SIGNALS:
+            signal.signal(number, self)
+        return True
+
+    def __call__(self, number: int, frame) -> None:
+        # Ignored from now on by the operating system, not by a Python handler: the interpreter's finalization
+        # puts Python handlers back to the default (die from the signal) but leaves ignored signals ignored.
+        for each in self.SIGNALS:
+            signal.signal(each, signal.SIG_IGN)
+        first = not self.requested.is_set()
+        self.requested.set()
+        if first and self.raising:
+            self.raising = False
+            raise StopRequested
+
+
+#: Longest time [s] the spinning node takes to notice a stop signal (Python runs signal handlers between two
+#: executor waits, not during one).
+SIGNAL_POLL_PERIOD = 0.1
 
 
 def run_node(make_node: Callable[[], Node], args: Optional[Sequence[str]] = None,
              cleanup: Optional[Callable[[Node], None]] = None) -> int:
-    """Create the node with ``make_node`` and spin it until shutdown; return the exit code (0).
+    """Create the node with ``make_node`` and spin it until SIGINT or SIGTERM (or an external shutdown), then
+    clean up; return the exit code (0).
+
+    A signal while the node is being made ends the start-up; one while it spins ends the spin; signals after
+    the first are ignored, so the clean-up runs to its end and the process exits with 0 and no traceback
+    however many SIGINTs and SIGTERMs it receives (a terminal's Ctrl-C and ``ros2 launch`` both send one).
+    Called from another thread than the main one, rclpy's signal handling applies instead.
 
     Args:
         make_node: Builds the node, after ``rclpy.init``.
         args: Command-line arguments (``--ros-args ...``); None for ``sys.argv``.
         cleanup: Called with the node before it is destroyed (stop a thread...).
     """
-    rclpy.init(args=args)
-    node = None
+    signals = StopSignals()
+    node = executor = None
     try:
+        own = signals.install()
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO if own else None)
         node = make_node()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
+        signals.raising = False
+        executor = SingleThreadedExecutor(context=node.context)
+        executor.add_node(node)
+        while not signals.requested.is_set() and executor.context.ok():
+            executor.spin_once(timeout_sec=SIGNAL_POLL_PERIOD)
+    except (StopRequested, KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        signals.raising = False
+        if executor is not None:
+            executor.shutdown()
         if node is not None:
             if cleanup is not None:
                 cleanup(node)

@@ -9,7 +9,6 @@ bytes come from :mod:`rbd_deriv.replay.storage`; messages of one shape are decod
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -19,6 +18,7 @@ from rosbags.serde import SerdeError
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.base import TypesysError
 
+from rbd_deriv.core.urdf import package_data_folders
 from rbd_deriv.replay import cdr
 from rbd_deriv.replay.series import JointStateSeries, OdometrySeries, Rejections, StateBatch
 from rbd_deriv.replay.storage import BagError, BagSource, RawBatch, TopicInfo
@@ -37,6 +37,7 @@ __all__ = [
     "OdometryDecoder",
     "read_joint_states",
     "read_odometry",
+    "read_odometry_frames",
 ]
 
 PACKAGE = "rbd_deriv"
@@ -56,15 +57,14 @@ _PLAUSIBLE_EFFORT = 1e9
 def find_msg_dir() -> Path:
     """Folder holding this package's ``*.msg`` files.
 
-    Looks in the source tree next to the Python package (checkout and editable install), then in
-    ``share/rbd_deriv/msg`` of the Python prefix and of every ``AMENT_PREFIX_PATH`` entry (pip and colcon
-    installs).
+    Looks in ``msg/`` of each of :func:`rbd_deriv.core.urdf.package_data_folders` (a source checkout, the
+    install space or prefix the package sits in, a sourced workspace, the Python prefix), then in
+    ``share/rbd_deriv/msg`` of every ``AMENT_PREFIX_PATH`` entry.
 
     Raises:
         BagError: No such folder exists.
     """
-    here = Path(__file__).resolve().parent.parent  # rbd_deriv/
-    candidates = [here.parent / "msg", Path(sys.prefix) / "share" / PACKAGE / "msg"]
+    candidates = [folder / "msg" for folder in package_data_folders()]
     for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
         if prefix:
             candidates.append(Path(prefix) / "share" / PACKAGE / "msg")
@@ -416,6 +416,23 @@ class OdometryDecoder:
             angular=stack("wx", "wy", "wz"),
             child_frame_id=self.child_frame_id,
         )
+
+
+def read_odometry_frames(source: BagSource, typestore: Any, topic: str) -> Tuple[str, str]:
+    """(``header.frame_id``, ``child_frame_id``) of the first readable ``nav_msgs/Odometry`` on ``topic``: the
+    frames of the base pose it carries (either may be empty, as the recorder wrote it).
+
+    Raises:
+        BagError: No readable message on the topic.
+    """
+    for batch in source.read([topic]):
+        for i in range(len(batch)):
+            try:
+                message = typestore.deserialize_cdr(batch.message(i), ODOMETRY_TYPE)
+            except Exception:  # noqa: BLE001 - garbage bytes raise anything; the next message may be good
+                continue
+            return message.header.frame_id, message.child_frame_id
+    raise BagError(f"topic {topic!r} has no readable odometry message", source.path, topic)
 
 
 def read_odometry(source: BagSource, typestore: Any, topic: str) -> OdometrySeries:

@@ -71,6 +71,13 @@ def _require(module: str, purpose: str) -> None:
         )
 
 
+def _base_frames(model: rd.Model, parent: str, child: str) -> Tuple[str, str]:
+    """Frames of the base pose on the output bag's /tf: the odometry's, where it names them; else ``odom`` and
+    the URDF's root link (the link the free flyer moves, robot_state_publisher's root)."""
+    frames = list(model.frame_names)
+    return parent or "odom", child or frames[frames.index(rd.FREE_FLYER_JOINT) + 1]
+
+
 def _say(quiet: bool, text: str) -> None:
     if not quiet:
         print(text, file=sys.stderr, flush=True)
@@ -126,8 +133,10 @@ def run_evaluation(
             description = bagio.read_robot_description(source, typestore, args.description_topic)
         model = rd.load_urdf(description, floating_base=args.odom is not None)
         info = bagio.require_topic(source, args.topic, bagio.JOINT_STATE_TYPE)
+        base_frames = None
         if args.odom:
             bagio.require_topic(source, args.odom, bagio.ODOMETRY_TYPE)
+            base_frames = _base_frames(model, *bagio.read_odometry_frames(source, typestore, args.odom))
     with clock.stage("jit_warmup"):
         warm_up(model, dt=args.dt or 1e-3, batched=True)
 
@@ -140,7 +149,8 @@ def run_evaluation(
     if not args.no_bag:
         out_dir.mkdir(parents=True, exist_ok=True)
         writer = outbag.OutputBag(out_bag, model, typestore, first_pass.dt, first_pass.frame_id, description,
-                                  storage=storage, prefix=args.prefix, residual=args.residual_topic)
+                                  storage=storage, prefix=args.prefix, residual=args.residual_topic,
+                                  base_frames=base_frames)
         chunk_consumers.append(writer)
     chunk_consumers.extend(consumers)
     try:

@@ -13,8 +13,16 @@ topic (under ``/rbd_deriv``)  type                          content
 
 The residual topic is written on request (``residual=True``); the JSON and PNG report it anyway.
 
-``u`` is the recorded effort (zero on a floating base); where no effort was recorded, the inverse-dynamics
-torque ``RNEA(q, v, a)`` of the estimated acceleration.
+Beside them, what a viewer (Foxglove, RViz with robot_state_publisher) needs to draw the robot, stamped and
+written like the outputs:
+
+=================  ==============================  ==============================================================
+topic              type                            content
+=================  ==============================  ==============================================================
+``/joint_states``  ``sensor_msgs/msg/JointState``  position and velocity of the actuated joints as evaluated
+``/tf``            ``tf2_msgs/msg/TFMessage``      with ``base_frames`` (a floating base): the base pose the
+                                                   evaluation used, from the odometry's frame to the base frame
+=================  ==============================  ==============================================================
 
 plus the robot description (``std_msgs/msg/String`` on ``/robot_description``, transient local).
 The message types are registered in the bag from the package's ``msg/*.msg`` text. Messages of one topic
@@ -43,10 +51,13 @@ from rbd_deriv.replay.evaluate import Chunk
 from rbd_deriv.replay.mcapwriter import McapBagWriter
 from rbd_deriv.replay.storage import BagError
 
-__all__ = ["LINEARIZATION_TYPE", "MATRIX_TYPE", "output_topics", "OutputBag"]
+__all__ = ["LINEARIZATION_TYPE", "MATRIX_TYPE", "TF_TYPE", "VIEWER_TOPICS", "output_topics", "OutputBag"]
 
 LINEARIZATION_TYPE = f"{PACKAGE}/msg/Linearization"
 MATRIX_TYPE = f"{PACKAGE}/msg/Matrix"
+TF_TYPE = "tf2_msgs/msg/TFMessage"
+#: The topics a viewer reads the robot's state from (not under the outputs' prefix).
+VIEWER_TOPICS = {"joint_states": "/joint_states", "tf": "/tf"}
 
 _ZERO_TIME = QosTime(0, 0)
 _LATCHED = Qos(
@@ -177,6 +188,8 @@ class OutputBag:
         storage: ``"mcap"`` or ``"sqlite3"``.
         prefix: Namespace of the output topics.
         residual: Also write the torque residual topic (messages with recorded efforts only).
+        base_frames: (parent, child) frames of the base pose on ``/tf``, e.g. the odometry's frame and child
+            frame; a floating-base model only (the pose is the free flyer's q); None: no ``/tf``.
 
     Raises:
         BagError: The path exists, the storage is unknown, or the bag cannot be created.
@@ -184,7 +197,7 @@ class OutputBag:
 
     def __init__(self, path: os.PathLike, model: Any, typestore: Any, dt: float, frame_id: str = "",
                  robot_description: Optional[str] = None, storage: str = "mcap", prefix: str = "/rbd_deriv",
-                 residual: bool = False) -> None:
+                 residual: bool = False, base_frames: Optional[Tuple[str, str]] = None) -> None:
         self.path = Path(path)
         if storage not in ("mcap", "sqlite3"):
             raise BagError(f"unknown storage {storage!r}; use mcap or sqlite3", self.path)
@@ -193,6 +206,8 @@ class OutputBag:
         for typename in (LINEARIZATION_TYPE, MATRIX_TYPE):
             if typename not in typestore.fielddefs:
                 raise BagError(f"message type {typename} is not registered (msg/*.msg not found)", self.path)
+        if base_frames is not None and not model.has_floating_base:
+            raise BagError("base frames for /tf were given for a fixed-base robot", self.path)
         self.model = model
         self.store = typestore
         self.dt = dt
@@ -214,7 +229,11 @@ class OutputBag:
             "linearization": _Topic(typestore, LINEARIZATION_TYPE, add(self.topics["linearization"], LINEARIZATION_TYPE)),
             "minv": _Topic(typestore, MATRIX_TYPE, add(self.topics["minv"], MATRIX_TYPE)),
             "torques": _Topic(typestore, JOINT_STATE_TYPE, add(self.topics["torques"], JOINT_STATE_TYPE)),
+            "joint_states": _Topic(typestore, JOINT_STATE_TYPE, add(VIEWER_TOPICS["joint_states"], JOINT_STATE_TYPE)),
         }
+        self.base_frames = base_frames
+        if base_frames is not None:
+            self.outputs["tf"] = _Topic(typestore, TF_TYPE, add(VIEWER_TOPICS["tf"], TF_TYPE))
         self.residual = residual
         self._residual_topic: Optional[_Topic] = None
         self._description_written = robot_description is None
@@ -230,9 +249,8 @@ class OutputBag:
             self.sink.write([(channel, np.frombuffer(bytes(text), dtype=np.uint8)[None, :])], chunk.bag_ns[:1])
             self._description_written = True
         blocks = self._encode(chunk)
-        self.sink.write([(self.outputs[key].channel, blocks[key]) for key in ("linearization", "minv", "torques")],
-                        chunk.bag_ns)
-        for key in ("linearization", "minv", "torques"):
+        self.sink.write([(self.outputs[key].channel, blocks[key]) for key in blocks], chunk.bag_ns)
+        for key in blocks:
             self.outputs[key].count += n
         if self.residual:
             self._write_residual(chunk)
@@ -240,7 +258,7 @@ class OutputBag:
     def _messages(self, chunk: Chunk, rows: Sequence[int]) -> Dict[str, List[Any]]:
         """rosbags messages of the outputs at ``rows`` of the chunk (the layout templates and their check)."""
         types = self.store.types
-        found: Dict[str, List[Any]] = {"linearization": [], "minv": [], "torques": []}
+        found: Dict[str, List[Any]] = {key: [] for key in self.outputs}
         x = np.hstack([chunk.q, chunk.v])
         for i in rows:
             header = _header(self.store, int(chunk.header_ns[i]), self.frame_id)
@@ -253,7 +271,25 @@ class OutputBag:
                 header=header, name=self.actuated, position=np.ascontiguousarray(chunk.q[i, self.q_columns]),
                 velocity=np.ascontiguousarray(chunk.v[i, self.columns]),
                 effort=np.ascontiguousarray(chunk.tau_bias[i, self.columns])))
+            found["joint_states"].append(types[JOINT_STATE_TYPE](
+                header=header, name=self.actuated, position=np.ascontiguousarray(chunk.q[i, self.q_columns]),
+                velocity=np.ascontiguousarray(chunk.v[i, self.columns]), effort=np.zeros(0)))
+            if self.base_frames is not None:
+                found["tf"].append(self._transform(chunk, i))
         return found
+
+    def _transform(self, chunk: Chunk, i: int) -> Any:
+        """The TFMessage of row ``i``: the free flyer's q, position then quaternion (x, y, z, w), as the pose of
+        the child frame in the parent frame."""
+        types = self.store.types
+        parent, child = self.base_frames
+        q = chunk.q[i]
+        translation = types["geometry_msgs/msg/Vector3"](x=q[0], y=q[1], z=q[2])
+        rotation = types["geometry_msgs/msg/Quaternion"](x=q[3], y=q[4], z=q[5], w=q[6])
+        stamped = types["geometry_msgs/msg/TransformStamped"](
+            header=_header(self.store, int(chunk.header_ns[i]), parent), child_frame_id=child,
+            transform=types["geometry_msgs/msg/Transform"](translation=translation, rotation=rotation))
+        return types[TF_TYPE](transforms=[stamped])
 
     def _encode(self, chunk: Chunk) -> Dict[str, np.ndarray]:
         n = len(chunk)
@@ -267,12 +303,23 @@ class OutputBag:
         position = np.ascontiguousarray(chunk.q[:, self.q_columns])
         velocity = np.ascontiguousarray(chunk.v[:, self.columns])
         bias = np.ascontiguousarray(chunk.tau_bias[:, self.columns])
-        return {
+        blocks = {
             "linearization": self.outputs["linearization"].encode(*templates["linearization"], {**stamps, **numeric}),
             "minv": self.outputs["minv"].encode(*templates["minv"], {**stamps, ("data",): matrix_fields(chunk.minv)["data"]}),
             "torques": self.outputs["torques"].encode(
                 *templates["torques"], {**stamps, ("position",): position, ("velocity",): velocity, ("effort",): bias}),
+            "joint_states": self.outputs["joint_states"].encode(
+                *templates["joint_states"], {**stamps, ("position",): position, ("velocity",): velocity}),
         }
+        if self.base_frames is not None:
+            transform = ("transforms", "0")
+            sec, nanosec = ns_to_stamp(chunk.header_ns)
+            values = {transform + _STAMP[0]: sec, transform + _STAMP[1]: nanosec}
+            for part, names, columns in (("translation", "xyz", range(3)), ("rotation", "xyzw", range(3, 7))):
+                for name, column in zip(names, columns):
+                    values[transform + ("transform", part, name)] = chunk.q[:, column]
+            blocks["tf"] = self.outputs["tf"].encode(*templates["tf"], values)
+        return blocks
 
     def _write_residual(self, chunk: Chunk) -> None:
         with_effort = np.flatnonzero(np.any(chunk.effort_mask, axis=1))
@@ -299,7 +346,8 @@ class OutputBag:
             self.sink.close()
         except (WriterError, OSError) as err:
             raise BagError(f"cannot finish output bag {self.path}: {err}", self.path) from err
-        counts = {self.topics[key]: topic.count for key, topic in self.outputs.items()}
+        names = {**self.topics, **VIEWER_TOPICS}
+        counts = {names[key]: topic.count for key, topic in self.outputs.items()}
         if self._residual_topic is not None:
             counts[self.topics["residual"]] = self._residual_topic.count
         return counts

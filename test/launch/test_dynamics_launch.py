@@ -63,4 +63,4 @@ class TestDynamicsLaunch(unittest.TestCase):
 @launch_testing.post_shutdown_test()
 class TestDynamicsLaunchShutdown(unittest.TestCase):
     def test_exit_code(self, proc_info):
-        launch_testing.asserts.assertExitCodes(proc_info, allowable_exit_codes=[0, -2, -15])
+        launch_testing.asserts.assertExitCodes(proc_info, allowable_exit_codes=[0])
