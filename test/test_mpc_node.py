@@ -511,10 +511,13 @@ def test_one_future_state_then_good_ones_at_250_hz_are_planned_on(ros, arm):
     assert at_250_hz(5.0, lambda: count("refused_joint_states/future") == 1), listener.diagnostics
     stale, planned = count("commands_stale_state"), count("commands_plan")
     at_250_hz(1.0)
-    # Every tick on a plan (200 a second on an idle machine, 36 measured on a loaded one), none on the safe
-    # command for a stale state.
-    assert count("commands_plan") - planned > 20, listener.diagnostics
-    assert count("commands_stale_state") == stale and listener.source() == "plan", listener.diagnostics
+    # The ticks on a plan (200 a second on an idle machine, 36 measured on a loaded one); the regression this
+    # guards against held the safe command for a stale state for seconds. A loaded machine (load 7-8) that
+    # delays this test's own publishing gives a few stale ticks (8 seen once), never most.
+    planned_after = count("commands_plan") - planned
+    assert planned_after > 20, listener.diagnostics
+    assert count("commands_stale_state") - stale <= 0.2 * planned_after, listener.diagnostics
+    assert listener.source() == "plan", listener.diagnostics
     assert count("refused_joint_states/out_of_order") == 0 and processes[0].poll() is None
 
 
