@@ -266,6 +266,20 @@ def test_outputs_match_library_at_published_state(arm_node, arm_model):
     assert_close([published[n] for n in order], expected, what="bias torques vs Pinocchio")
 
 
+def test_a_best_effort_joint_states_publisher_is_served(arm_node, arm_model):
+    """A driver publishing joint_states best effort (REP 2003's sensor data profile) gets the outputs at its
+    states: the node's state subscription is best effort by default, which matches it."""
+    best_effort = arm_node.node.create_publisher(JointState, "joint_states",
+                                                 QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT))
+    try:
+        arm_node.spin_until(lambda: best_effort.get_subscription_count() > 0, REPLY_TIMEOUT, "a match")
+        q, v = random_state(arm_model, np.random.default_rng(11))
+        stamp = arm_node.publish_state(arm_model.joint_names, q, v, publisher=best_effort)
+        check_outputs_against_library(arm_model, arm_node.wait_outputs(stamp, timeout=STARTUP_TIMEOUT), q, v)
+    finally:
+        arm_node.node.destroy_publisher(best_effort)
+
+
 def test_joints_split_across_publishers(arm_node, arm_model):
     model = arm_model
     rng = np.random.default_rng(5)
