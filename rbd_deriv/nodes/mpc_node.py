@@ -31,22 +31,13 @@ safe commands, cone refusals, refused inputs). Odometry naming other frames than
 ``base_frame``, or whose pose jumps farther than its twist explains, is refused; a base velocity and a sway the
 robot cannot follow together are refused. No linearization, compensation or reference input there.
 
-A managed (lifecycle) node: ``configure`` loads the model and warms the solver up, ``activate`` starts the
-commands, ``deactivate`` sends one last command and stops, ``cleanup`` and ``shutdown`` release the model, the
-loop and the topics. The last command holds the measured posture (the arm: gravity compensation; a legged robot:
-the statics of its posture on the feet down, under the last plan's final gain) as a policy valid for
-``policy_validity``: the robot side applies it that long, then its own safe mode for an expired policy. No command
-and no policy leaves the node while it is not active; while configured it keeps reading its inputs, so that the
-first tick after ``activate`` plans from a fresh state. ``autostart`` walks configure and activate at start.
-
-The model comes from ``robot_description`` (the parameter), else ``urdf_path``, else the latched
-``robot_description`` topic (std_msgs/String, transient local, as robot_state_publisher publishes it): configure
-fails, saying it waits (once), until a description arrived. A description on the topic that differs from the one
-in use is refused and counted (``robot_description/robot_change``) unless ``allow_robot_change``; then it is taken
-at the next configure.
-
-The state subscriptions (joint_states, odom) are best effort by default (``state_qos``), which matches both
-reliable and best-effort publishers (REP 2003: drivers publish sensor data best effort).
+A managed (lifecycle) node: configure loads the model (``robot_description``, else ``urdf_path``, else the latched
+``robot_description`` topic: configure fails, saying once that it waits, until one arrived; a different one later is
+refused unless ``allow_robot_change``) and warms up; activate starts the commands; deactivate sends one last command
+(the hold of the measured posture, as a policy valid for ``policy_validity``, after which the robot side's expiry
+safe mode applies) and stops; cleanup and shutdown release. No command, policy or plan leaves while not active; ``autostart``
+walks configure and activate. joint_states and odom are subscribed best effort by default (``state_qos``), which
+matches reliable and best-effort publishers (REP 2003). docs/mpc.md, "Managed node", has the details.
 """
 
 from __future__ import annotations
