@@ -35,9 +35,10 @@ A managed (lifecycle) node: configure loads the model (``robot_description``, el
 ``robot_description`` topic: configure fails, saying once that it waits, until one arrived; a different one later is
 refused unless ``allow_robot_change``) and warms up; activate starts the commands; deactivate sends one last command
 (the hold of the measured posture, as a policy valid for ``policy_validity``, after which the robot side's expiry
-safe mode applies) and stops; cleanup and shutdown release. No command, policy or plan leaves while not active; ``autostart``
-walks configure and activate. joint_states and odom are subscribed best effort by default (``state_qos``), which
-matches reliable and best-effort publishers (REP 2003). docs/mpc.md, "Managed node", has the details.
+safe mode applies) and stops; cleanup and shutdown release. No command, policy or plan leaves while not active;
+``autostart`` walks configure and activate. joint_states and odom are subscribed best effort by default
+(``state_qos``), which matches reliable and best-effort publishers (REP 2003). docs/mpc.md, "Managed node", has the
+details.
 """
 
 from __future__ import annotations
