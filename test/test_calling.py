@@ -358,7 +358,7 @@ def test_what_the_nodes_call_at_start_is_compiled_by_the_build():
         from rbd_deriv.core import calling
         from rbd_deriv.control import ControlLoop, MPCProblem
         from rbd_deriv.control.policy import policy_from_plan
-        from rbd_deriv.nodes.mpc_node import legged_loop_from_parameters
+        from rbd_deriv.mpc_loops import legged_loop
         from rbd_deriv.nodes.parameters import MPC_NODE
         from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_srdf
         def waiting():
@@ -375,7 +375,7 @@ def test_what_the_nodes_call_at_start_is_compiled_by_the_build():
         p.update(contact_frames=["FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT"], contact_kinds=["point"] * 4,
                  srdf_path=str(example_robot_srdf("solo12")), posture="standing", gaits=["stand", "trot"],
                  gait="trot", horizon=8)
-        legged_loop_from_parameters(solo, p).warm_up()
+        legged_loop(solo, p).warm_up()
         print(json.dumps([before, waiting()]))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)

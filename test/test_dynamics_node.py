@@ -199,7 +199,9 @@ def arm_model():
 
 @pytest.fixture(scope="module")
 def arm_node():
-    harness = NodeUnderTest({}, "arm")
+    # Reliable: the tests count every message they send, a megabyte one included, which best effort (the node's
+    # default) drops here when a fragment is lost (Fast DDS does not resend it).
+    harness = NodeUnderTest({"state_qos": "reliable"}, "arm")
     try:
         harness.wait_ready()
         yield harness
@@ -904,5 +906,21 @@ def test_contact_sets_from_parameters_topic_and_service(arm_model):
         refused = harness.call(ComputeDerivatives.Request(q=q.tolist(), v=v.tolist(), tau=tau.tolist(), dt=0.01,
                                                           linearization=True, contact_frames=["nowhere"]))
         assert not refused.success and "nowhere" in refused.message
+    finally:
+        harness.close()
+
+
+def test_a_best_effort_joint_states_publisher_is_served(arm_model):
+    """A driver publishing joint_states best effort (REP 2003's sensor data profile) gets the outputs at its
+    states: the node's state subscription is best effort by default, which matches it."""
+    harness = NodeUnderTest({}, "best_effort")
+    try:
+        harness.wait_ready()
+        best_effort = harness.node.create_publisher(JointState, "joint_states",
+                                                    QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT))
+        harness.spin_until(lambda: best_effort.get_subscription_count() > 0, REPLY_TIMEOUT, "a match")
+        q, v = random_state(arm_model, np.random.default_rng(11))
+        stamp = harness.publish_state(arm_model.joint_names, q, v, publisher=best_effort)
+        check_outputs_against_library(arm_model, harness.wait_outputs(stamp, timeout=STARTUP_TIMEOUT), q, v)
     finally:
         harness.close()

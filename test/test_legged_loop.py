@@ -479,3 +479,28 @@ def test_a_broken_pose_is_refused_as_bad_base_not_judged_as_a_jump(solo):
         with pytest.raises(JointStateError) as refused:
             loop.take_odometry(position, orientation, v[:3], v[3:6], later, later, ("", ""))
         assert refused.value.reason == "bad_base"
+
+
+def test_the_stop_command_holds_the_posture_on_its_feet_under_the_last_gain(solo):
+    """Deactivating the node: the static torques of the measured posture as a policy valid from now, under the last
+    good plan's final gain once there was a plan (the posture at rest); nothing before a state."""
+    model, feet, posture, mpcs = solo
+    v = np.zeros(model.nv)
+    unplanned = LeggedLoop(model, mpcs, "stand")
+    assert unplanned.stop_command(START) is None
+    feed(unplanned, model, posture, v, START)
+    torque, policy = unplanned.stop_command(START)
+    np.testing.assert_array_equal(torque, unplanned.static_command(posture))
+    assert not np.any(policy.gain), "no plan yet: no gain"
+    loop = LeggedLoop(model, mpcs, "stand")
+    feed(loop, model, posture, v, START)
+    first = loop.tick(START + MS)
+    assert first.source is LeggedSource.PLAN
+    torque, policy = loop.stop_command(START + 2 * MS)
+    assert within(torque, loop)
+    np.testing.assert_array_equal(torque, loop.static_command(posture))
+    np.testing.assert_array_equal(policy.u_ff[0], torque)
+    np.testing.assert_array_equal(policy.x_ref[0], np.r_[posture, v])
+    np.testing.assert_array_equal(np.asarray(policy.gain).reshape(-1),
+                                  np.asarray(loop.good_policy.gains[-1]).reshape(-1))
+    assert policy.is_valid(START + 2 * MS)

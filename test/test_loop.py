@@ -478,3 +478,22 @@ def test_policy_stamps_never_go_backwards_when_the_clock_stops(model):
     held = loop.tick(0, monotonic_ns=10 * MS)
     assert held.source is CommandSource.STALE_CLOCK
     assert held.policy.stamp_ns >= planned.policy.stamp_ns
+
+
+def test_the_stop_command_holds_the_measured_posture_as_a_policy_without_gain(model):
+    """Deactivating the node: the hold with gravity compensation at the measured state, valid for policy_validity
+    from now and never stamped before the plans sent; nothing before a state."""
+    loop = make_loop(model, policy_validity=0.1)
+    t0 = 1_000 * 10**9
+    assert loop.stop_command(t0) is None
+    loop.set_goal(Q + 0.3)
+    feed(loop, model, Q, np.zeros(model.nv), t0)
+    plan = loop.tick(t0 + MS)
+    assert plan.source is CommandSource.PLAN
+    command, policy = loop.stop_command(t0 + 2 * MS)
+    assert_close(command, gravity(model, Q), what="stop command")
+    assert not np.allclose(plan.command, command), "the plan at Q is already the hold: nothing is tested"
+    np.testing.assert_array_equal(policy.u_ff[0], command)
+    assert not np.any(policy.gain)
+    np.testing.assert_array_equal(policy.x_ref[0], np.r_[Q, np.zeros(model.nv)])
+    assert policy.stamp_ns == max(t0 + 2 * MS, plan.policy.stamp_ns) and policy.valid_for == 0.1

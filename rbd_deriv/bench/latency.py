@@ -101,7 +101,9 @@ def serve_echo(args: Optional[Sequence[str]] = None) -> int:
     from sensor_msgs.msg import JointState
 
     from rbd_deriv.msg import Linearization
-    from rbd_deriv.nodes.dynamics_node import OUTPUT_QOS, STATE_QOS
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    from rbd_deriv.nodes.dynamics_node import OUTPUT_QOS, STATE_DEPTH
     from rbd_deriv.nodes.spin import ListenerThread, PolledSubscription, run_node
 
     def make_node():
@@ -109,7 +111,9 @@ def serve_echo(args: Optional[Sequence[str]] = None) -> int:
 
         node = Node("latency_echo")
         publisher = node.create_publisher(Linearization, "linearization", OUTPUT_QOS)
-        states = PolledSubscription(node, JointState, "joint_states", STATE_QOS)
+        # The dynamics node's state subscription with state_qos: reliable, as the publisher measured here.
+        states = PolledSubscription(node, JointState, "joint_states",
+                                    QoSProfile(depth=STATE_DEPTH, reliability=ReliabilityPolicy.RELIABLE))
         output = Linearization()
 
         def echo() -> None:

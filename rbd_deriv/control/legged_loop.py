@@ -686,6 +686,27 @@ class LeggedLoop:
                     return torque, policy
             except RbdDerivError:
                 pass
+        return self._static_policy(q, v, now_ns, policy)
+
+    def stop_command(self, now_ns: int) -> Optional[Tuple[np.ndarray, FeedbackPolicy]]:
+        """The last command when control stops (the node deactivated): the static torques of the measured posture
+        on the feet the gait has down (:meth:`static_command`), as a policy valid for ``policy_validity`` from
+        ``now_ns``, with the last good plan's final gain when there was a plan (the posture held at rest). The robot
+        side applies it that long, then goes to its own safe mode for an expired policy.
+
+        Returns:
+            (command (nu,) [N m], policy), or None before the base and every joint were received.
+        """
+        if not self.state.complete:
+            return None
+        torque, policy = self._static_policy(self.state.q.copy(), self.state.v.copy(), now_ns, self.good_policy)
+        self._remember(policy)
+        return torque, policy
+
+    def _static_policy(self, q: np.ndarray, v: np.ndarray, now_ns: int, policy: Optional[FeedbackPolicy]
+                       ) -> Tuple[np.ndarray, FeedbackPolicy]:
+        """:meth:`static_command` at q as a policy: without gain before any plan, else at rest under the gain of
+        ``policy``'s final knot (the last good plan's)."""
         torque = self.static_command(q)
         # Stamped like the last policy sent (the robot side refuses a policy older than the one it applies,
         # and the next plan's first knot may be earlier than now), valid from now on for the usual time.

@@ -424,6 +424,24 @@ class ControlLoop:
         self._policy_stamp_ns = max(self._policy_stamp_ns, policy.stamp_ns)
         return TickResult(command, source, previous, good, start_ns, trouble, policy)
 
+    def stop_command(self, now_ns: int) -> Optional[Tuple[np.ndarray, FeedbackPolicy]]:
+        """The last command when control stops (the node deactivated): the hold with gravity compensation at the
+        measured posture, clamped to the limits, as a policy without gain valid for ``policy_validity`` from
+        ``now_ns`` (never stamped before the last policy sent). The robot side holds it that long, then goes to its
+        own safe mode for an expired policy.
+
+        Returns:
+            (command (nu,) [N m], policy), or None before every joint was received (nothing to hold).
+        """
+        if not self.state.complete:
+            return None
+        q, v = self.state.q.copy(), self.state.v.copy()
+        command = hold_command(self._compensation_or_gravity(q, self._seconds(now_ns)), self.lower, self.upper)
+        stamp_ns = max(now_ns, self._policy_stamp_ns)
+        self._policy_stamp_ns = stamp_ns
+        self.last_command = command
+        return command, constant_policy(command, q, v, stamp_ns, self.settings.policy_validity, self.problem.dt)
+
     def _hold_without_clock(self, q: np.ndarray, v: np.ndarray, previous: CommandSource) -> TickResult:
         """The tick of a clock that stands still: no age can be measured, so nothing is solved, learnt or
         recorded; the hold with gravity compensation at the measured posture, as a policy stamped at the newest

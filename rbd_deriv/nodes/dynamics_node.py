@@ -59,11 +59,12 @@ NODE_NAME = "dynamics_node"
 # Same QoS as robot_state_publisher: a late subscriber still gets the last description.
 DESCRIPTION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL, history=HistoryPolicy.KEEP_LAST)
-# Reliable, so a reliable or best-effort publisher both match; the queue absorbs bursts at 1 kHz.
-STATE_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
-# Timer mode takes what arrived since its last tick: the history (one for all publishers of the
-# topic) must hold a slow publisher's last message over a tick, 1 s of a 1 kHz robot.
-POLLED_STATE_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+# The state subscriptions' depths: the queue absorbs bursts at 1 kHz; timer mode takes what arrived since its last
+# tick, so its history (one for all publishers of the topic) must hold a slow publisher's last message over a tick,
+# 1 s of a 1 kHz robot. Their reliability is the parameter state_qos: best effort (the default) matches reliable and
+# best-effort publishers both, reliable only reliable ones (REP 2003: drivers publish sensor data best effort).
+STATE_DEPTH, POLLED_STATE_DEPTH = 50, 1000
+STATE_RELIABILITY = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
 OUTPUT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 # rclpy's default service QoS keeps 10 requests: of 50 concurrent calls, 40 were never answered. The
 # requests wait here while the executor answers them one by one, and the replies wait likewise.
@@ -264,8 +265,11 @@ class DynamicsNode(Node):
         timer_mode = self._p["publish_mode"] == "timer"
         if self._state_inputs_mode != self._p["publish_mode"]:
             self._remove_state_inputs()
-            self._state_inputs = StateInputs(self, not timer_mode, POLLED_STATE_QOS if timer_mode else STATE_QOS,
-                                             STATE_QOS, self._guard(self._on_joint_states),
+            reliability = STATE_RELIABILITY[self._p["state_qos"]]
+            state_qos, polled_qos = (QoSProfile(depth=depth, reliability=reliability, history=HistoryPolicy.KEEP_LAST)
+                                     for depth in (STATE_DEPTH, POLLED_STATE_DEPTH))
+            self._state_inputs = StateInputs(self, not timer_mode, polled_qos if timer_mode else state_qos,
+                                             state_qos, self._guard(self._on_joint_states),
                                              self._guard(self._on_odometry), f"{NODE_NAME}_states",
                                              self._internal_error)
             self._state_inputs_mode = self._p["publish_mode"]

@@ -30,6 +30,15 @@ torque command, the feedback policy and ``/diagnostics`` (rate, solve time perce
 safe commands, cone refusals, refused inputs). Odometry naming other frames than ``odom_frame`` and
 ``base_frame``, or whose pose jumps farther than its twist explains, is refused; a base velocity and a sway the
 robot cannot follow together are refused. No linearization, compensation or reference input there.
+
+A managed (lifecycle) node: configure loads the model (``robot_description``, else ``urdf_path``, else the latched
+``robot_description`` topic: configure fails, saying once that it waits, until one arrived; a different one later is
+refused unless ``allow_robot_change``) and warms up; activate starts the commands; deactivate sends one last command
+(the hold of the measured posture, as a policy valid for ``policy_validity``, after which the robot side's expiry
+safe mode applies) and stops; cleanup and shutdown release. No command, policy or plan leaves while not active;
+``autostart`` walks configure and activate. joint_states and odom are subscribed best effort by default
+(``state_qos``), which matches reliable and best-effort publishers (REP 2003). docs/mpc.md, "Managed node", has the
+details.
 """
 
 from __future__ import annotations
@@ -42,30 +51,27 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
-from rclpy.node import Node
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 import rbd_deriv as rd
-from rbd_deriv import bundled_urdf
-from rbd_deriv.control import CommandSource, ControlLoop, FeedbackPolicy, LoopSettings, MPCProblem, Plan
-from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
-from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, LeggedSource, base_link, make_gait
-from rbd_deriv.control.srdf import reference_posture
-from rbd_deriv.exceptions import InputError, RbdDerivError
+from rbd_deriv.control import CommandSource, FeedbackPolicy, Plan
+from rbd_deriv.control.legged_loop import LeggedSource
+from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.messages import (feedback_policy_fields, fill_message, linearization_arrays, odometry_arrays, set_stamp,
                                 stamp_to_ns)
+from rbd_deriv.mpc_loops import control_loop, legged_loop
 from rbd_deriv.msg import FeedbackPolicy as FeedbackPolicyMessage
 from rbd_deriv.msg import Linearization
-from rbd_deriv.nodes.parameters import MPC_NODE, actuator_limits, declare_parameters, per_joint, updated_values
+from rbd_deriv.nodes.parameters import MPC_NODE, actuator_limits, declare_parameters, updated_values
 from rbd_deriv.nodes.spin import PolledSubscription, apply_newest, apply_newest_message, guard, run_node
 from rbd_deriv.refusals import shorten
 from rbd_deriv.threads import single_threaded_blas
-from rbd_deriv.sim.ground import Ground, rest_on_floor
 
 # The tick reads what arrived since the previous tick (PolledSubscription): no executor callback per
 # 1 kHz joint_states message. The depth covers 100 ms of a 1 kHz topic split across several
@@ -74,98 +80,208 @@ from rbd_deriv.sim.ground import Ground, rest_on_floor
 INPUT_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 REFERENCE_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
                            durability=DurabilityPolicy.TRANSIENT_LOCAL)
+#: robot_state_publisher's: the last description is kept for late subscribers.
+DESCRIPTION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+STATE_RELIABILITY = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
+SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 
 
-class MpcNode(Node):
-    """Parameters, subscriptions, publishers and the tick timer around the MPC's tick policy."""
+class MpcNode(LifecycleNode):
+    """Parameters, subscriptions, publishers and the tick timer around the MPC's tick policy, managed: the model,
+    the loop and the topics exist from configure to cleanup, commands leave from activate to deactivate."""
 
     def __init__(self) -> None:
         super().__init__("mpc_node")
         p = self._p = declare_parameters(self, MPC_NODE)
-        self.model = rd.load_urdf(p["robot_description"] or p["urdf_path"] or str(bundled_urdf("rbd_arm7")),
-                                  floating_base=p["floating_base"])
-        self.model.set_actuator_limits(actuator_limits(p["effort_limits"]))
-        self._window_start = time.monotonic()
+        self.loop: Any = None
+        self.model: Any = None
+        self.active = False
         self.legged = bool(p["floating_base"])
-        if self.legged:
-            self._start_legged(p)
-            return
-        problem = MPCProblem.from_model(
-            self.model, horizon=p["horizon"], dt=p["dt"], position_weight=per_joint(p["position_weight"]),
-            velocity_weight=per_joint(p["velocity_weight"]), torque_weight=per_joint(p["torque_weight"]),
-            terminal_scale=p["terminal_scale"], limit_weight=p["limit_weight"], mode=p["mode"],
-            max_iterations=p["max_iterations"], torque_margin=p["torque_margin"])
-        settings = LoopSettings(
-            rate_hz=p["rate_hz"], state_timeout=p["state_timeout"], linearization_timeout=p["linearization_timeout"],
-            predict_delay=p["predict_delay"], command_delay=p["command_delay"],
-            disturbance_time_constant=p["disturbance_time_constant"], disturbance_bound=p["disturbance_bound"],
-            max_stamp_lead=p["max_stamp_lead"], policy_validity=p["policy_validity"],
-            max_reference_error=p["max_reference_error"])
-        self.loop = ControlLoop(self.model, problem, settings)
-        self.loop.warm_up()
-        self.joint_names = list(self.model.joint_names)
-        self._joint_set = frozenset(self.model.actuated_joint_names)
-        goal = np.asarray(p["goal_positions"], dtype=float)
-        if goal.size == problem.nv:
-            self.loop.set_goal(goal)
+        self._entities: list = []  # what configure made: publishers, timers
+        self._window_start = time.monotonic()
+        self._description: Optional[str] = None  # the newest usable text from the topic
+        self._in_use: Optional[str] = None  # the description the configured model was loaded from
+        self._said_waiting = False
+        self._failed: Optional[str] = None  # the description autostart failed to configure from
+        if not (p["robot_description"] or p["urdf_path"]):
+            self.create_subscription(String, "robot_description", self._guard(self._on_description),
+                                     DESCRIPTION_QOS)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        if p["autostart"]:
+            # Now, and on a timer while the description may still come from the topic (the executor delivers it).
+            steady = Clock(clock_type=ClockType.STEADY_TIME)
+            self._autostart_timer = self.create_timer(0.1, self._guard(self._autostart), clock=steady)
+            self._autostart()
 
+    def _autostart(self) -> None:
+        """Configure, then activate, once a description is known (a description that failed is not tried again);
+        then the timer stops."""
+        if self.loop is None:
+            text = self._p["robot_description"] or self._p["urdf_path"] or self._description
+            if text is None or text == self._failed:
+                if text is None:
+                    self._say_waiting()
+                return
+            if self.trigger_configure() != SUCCESS:
+                self._failed = text
+                return
+        self.destroy_timer(self._autostart_timer)
+        self.trigger_activate()
+
+    # ------------------------------------------------------------------------------------- lifecycle
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Load the model, build and warm up the loop, make the topics; FAILURE (the node stays unconfigured) without
+        a description or with one that cannot be used."""
+        p = self._p
+        text = p["robot_description"] or p["urdf_path"] or self._description
+        if not text:
+            self._say_waiting()
+            return FAILURE
+        try:
+            self.model = rd.load_urdf(text, floating_base=p["floating_base"])
+            self.model.set_actuator_limits(actuator_limits(p["effort_limits"]))
+            self.loop = legged_loop(self.model, p) if self.legged else control_loop(self.model, p)
+            self.loop.warm_up()
+        except Exception as error:  # noqa: BLE001 - a failed configure leaves the node unconfigured, alive
+            self.get_logger().error(shorten(f"configure failed: {type(error).__name__}: {error}"))
+            self.model = self.loop = None
+            return FAILURE
+        self._in_use = None if (p["robot_description"] or p["urdf_path"]) else text
+        self._make_topics(p)
+        if self.legged:
+            loop, mpc = self.loop, self.loop.mpc
+            what = (f"legged MPC on {self.model.name!r}: nv={self.model.nv}, feet {list(loop.feet)} "
+                    f"({', '.join(loop.kinds)}), gaits {sorted(loop.mpcs)}, now {loop.gait!r}, N={mpc.horizon}, "
+                    f"dt={mpc.dt} s, mu={mpc.mu}")
+        else:
+            problem = self.loop.problem
+            what = (f"MPC on {self.model.name!r}: {problem.nv} joints, N={problem.horizon}, dt={problem.dt} s, "
+                    f"mode {problem.mode.value}")
+        self.get_logger().info(f"{what}, {p['rate_hz']:g} Hz; configured, inactive")
+        return SUCCESS
+
+    def _say_waiting(self) -> None:
+        if not self._said_waiting:
+            self.get_logger().info("no robot description yet: waiting on the robot_description topic")
+            self._said_waiting = True
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = True
+        self.get_logger().info("active: commands and policies are published")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop()
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release()
+        return SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        if self.active:
+            self._stop()
+        self._release()
+        return SUCCESS
+
+    def _stop(self) -> None:
+        """Publish the loop's last command (and its policy), then no more."""
+        self.active = False
+        try:
+            stop = self.loop.stop_command(self._now_ns())
+            if stop is not None:
+                command, policy = stop
+                if self.policy_publisher is not None:
+                    self._publish_policy(policy)
+                self.command_publisher.publish(Float64MultiArray(data=command.tolist()))
+        except Exception as error:  # noqa: BLE001 - the node stops commanding whatever happens
+            self._internal_error(error)
+            stop = None
+        self.get_logger().info("inactive: one last command sent (hold the measured posture), no more"
+                               if stop is not None else "inactive: no state was received, no command sent")
+
+    def _make_topics(self, p: dict) -> None:
+        """The publishers, the polled inputs and the timers of the configured loop."""
         self.command_publisher = self.create_publisher(Float64MultiArray, p["command_topic"], 10)
-        self.plan_publisher = self.create_publisher(JointTrajectory, p["plan_topic"], 10)
+        self.plan_publisher = None if self.legged else self.create_publisher(JointTrajectory, p["plan_topic"], 10)
         self.policy_publisher = (self.create_publisher(FeedbackPolicyMessage, p["policy_topic"], 10)
                                  if p["policy_topic"] else None)
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.joint_states_input = PolledSubscription(self, JointState, p["joint_states_topic"], INPUT_QOS)
-        self.odometry_input: Optional[PolledSubscription] = None
+        state_qos = QoSProfile(depth=INPUT_QOS.depth, reliability=STATE_RELIABILITY[p["state_qos"]])
+        self.joint_states_input = PolledSubscription(self, JointState, p["joint_states_topic"], state_qos)
+        self.odometry_input = (PolledSubscription(self, Odometry, p["odom_topic"], state_qos) if self.legged
+                               else None)
+        self.joint_names = list(self.model.joint_names)
+        self._joint_set = frozenset(self.model.actuated_joint_names)
         # (kind, subscription, handler, judge of a superseded message or None: counted unread)
-        self.newest_inputs = [("compensation", PolledSubscription(self, JointState, p["compensation_topic"],
-                                                                  INPUT_QOS), self._on_compensation, None),
-                              ("reference", PolledSubscription(self, JointTrajectory, p["reference_topic"],
-                                                               REFERENCE_QOS), self._on_reference, None)]
-        if self.loop.held:
+        self.newest_inputs = [] if self.legged else [
+            ("compensation", PolledSubscription(self, JointState, p["compensation_topic"], INPUT_QOS),
+             self._on_compensation, None),
+            ("reference", PolledSubscription(self, JointTrajectory, p["reference_topic"], REFERENCE_QOS),
+             self._on_reference, None)]
+        if not self.legged and self.loop.held:
             self.newest_inputs.append(("linearization", PolledSubscription(
                 self, Linearization, p["linearization_topic"], INPUT_QOS), self._on_linearization, None))
-        self.add_on_set_parameters_callback(self._on_set_parameters)
-        self._start_timers(self._tick)
-        self.get_logger().info(
-            f"MPC on {self.model.name!r}: {problem.nv} joints, N={problem.horizon}, "
-            f"dt={problem.dt} s, mode {problem.mode.value}, {p['rate_hz']:g} Hz")
+        self._entities = [self.command_publisher, self.plan_publisher, self.policy_publisher,
+                          self.diagnostics_publisher]
+        self._start_timers(self._tick_legged if self.legged else self._tick)
 
-    def _start_legged(self, p: dict) -> None:
-        """The floating-base mode: the legged MPC of each gait of ``gaits``, the loop, its inputs (joint_states
-        and odometry) and outputs (the torque command, the feedback policy, /diagnostics)."""
-        self.loop = legged_loop_from_parameters(self.model, p)
-        self.loop.warm_up()
-        self.joint_names = list(self.model.joint_names)
-        self._joint_set = frozenset(self.model.actuated_joint_names)
-        self.command_publisher = self.create_publisher(Float64MultiArray, p["command_topic"], 10)
-        self.policy_publisher = (self.create_publisher(FeedbackPolicyMessage, p["policy_topic"], 10)
-                                 if p["policy_topic"] else None)
-        self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.joint_states_input = PolledSubscription(self, JointState, p["joint_states_topic"], INPUT_QOS)
-        self.odometry_input = PolledSubscription(self, Odometry, p["odom_topic"], INPUT_QOS)
-        self.newest_inputs = []
-        self.add_on_set_parameters_callback(self._on_set_parameters)
-        self._start_timers(self._tick_legged)
-        mpc = self.loop.mpc
-        self.get_logger().info(
-            f"legged MPC on {self.model.name!r}: nv={self.model.nv}, feet {list(self.loop.feet)} "
-            f"({', '.join(self.loop.kinds)}), gaits {sorted(self.loop.mpcs)}, now {self.loop.gait!r}, "
-            f"N={mpc.horizon}, dt={mpc.dt} s, mu={mpc.mu}, {p['rate_hz']:g} Hz")
+    def _release(self) -> None:
+        """Remove what configure made; the node is then unconfigured."""
+        self.active = False
+        for entity in self._entities:
+            if entity is None:
+                continue
+            if hasattr(entity, "cancel"):
+                self.destroy_timer(entity)
+            else:
+                self.destroy_publisher(entity)
+        self._entities = []
+        if self.loop is not None:
+            self.joint_states_input.destroy()
+            for _, subscription, _, _ in self.newest_inputs:
+                subscription.destroy()
+            self.newest_inputs = []
+            if self.odometry_input is not None:
+                self.odometry_input.destroy()
+                self.odometry_input = None
+        self.loop = self.model = None
+
+    def _on_description(self, message: String) -> None:
+        """A description from the topic: kept for configure; one that differs from the configured model's is
+        refused and counted unless ``allow_robot_change`` (then kept for the next configure)."""
+        text = message.data
+        if not text.strip():
+            self.get_logger().warning("robot_description topic: an empty description, ignored")
+            return
+        if self.loop is not None and text != self._in_use and not self._p["allow_robot_change"]:
+            self._log(self.loop.refusals.count("robot_description/robot_change", "a new robot_description while "
+                                               "configured: refused, the model in use stays (allow_robot_change)",
+                                               time.monotonic()))
+            return
+        if self.loop is not None and text != self._in_use:
+            self.get_logger().info("a new robot_description: taken at the next configure")
+        self._description = text
 
     def _start_timers(self, tick: Callable) -> None:
         """The tick and diagnostics timers, on the steady clock: rclpy's timers run on the node's clock, which
         on simulated time (``use_sim_time``, settable at run time) stands still without ``/clock``; the tick
         must still run and send its safe command (the loop judges that clock: ``stale_clock``)."""
         steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self.create_timer(1.0 / self._p["rate_hz"], self._guard(tick), clock=steady)
-        self.create_timer(self._p["diagnostics_period"], self._guard(self._publish_diagnostics), clock=steady)
+        self._entities.append(self.create_timer(1.0 / self._p["rate_hz"], self._guard(tick), clock=steady))
+        self._entities.append(self.create_timer(self._p["diagnostics_period"], self._guard(self._publish_diagnostics),
+                                                clock=steady))
 
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
 
     def _guard(self, callback: Callable) -> Callable:
-        """``callback`` with an unexpected error counted and logged instead of killing the node."""
-        return guard(callback, lambda error: self._log(self.loop.refuse("internal_error", repr(error))))
+        """``callback`` with an unexpected error counted (once configured) and logged instead of killing the node."""
+        return guard(callback, self._internal_error)
+
+    def _internal_error(self, error: Exception) -> None:
+        self._log(repr(error) if self.loop is None else self.loop.refuse("internal_error", repr(error)))
 
     def _log(self, line: str | None) -> None:
         if line:
@@ -200,7 +316,9 @@ class MpcNode(Node):
         try:
             updated, problem = updated_values(MPC_NODE, self._p, parameters)
             names = {parameter.name for parameter in parameters}
-            if problem is None and self.legged and names & {"gait", "base_velocity", "sway_amplitude",
+            if self.loop is None:
+                pass  # taken by configure
+            elif problem is None and self.legged and names & {"gait", "base_velocity", "sway_amplitude",
                                                                "sway_period"}:
                 problem = self._set_motion(updated, names)
             elif problem is None and any(parameter.name == "goal_positions" for parameter in parameters):
@@ -209,7 +327,7 @@ class MpcNode(Node):
                 except RbdDerivError as error:
                     problem = f"goal_positions: {error}"
         except Exception as error:  # noqa: BLE001 - a request must be answered, never kill the node
-            self._log(self.loop.refuse("internal_error", repr(error)))
+            self._internal_error(error)
             problem = f"internal error: {error}"
         if problem:
             return SetParametersResult(successful=False, reason=shorten(problem))
@@ -305,6 +423,8 @@ class MpcNode(Node):
     # --------------------------------------------------------------------------------- tick
     def _tick(self) -> None:
         self._read_inputs()
+        if not self.active:
+            return
         result = self.loop.tick(self._now_ns())
         if result is None:
             return  # nothing is known about the robot: no command is better than a guess
@@ -319,6 +439,8 @@ class MpcNode(Node):
 
     def _tick_legged(self) -> None:
         self._read_inputs()
+        if not self.active:
+            return
         result = self.loop.tick(self._now_ns())
         if result is None:
             return  # the base or a joint never heard of: no command is better than a guess
@@ -356,14 +478,8 @@ class MpcNode(Node):
         self.policy_publisher.publish(message)
 
     def destroy_node(self) -> None:
-        """Remove the polled subscriptions and their helper nodes, then the node."""
-        self.joint_states_input.destroy()
-        for _, subscription, _, _ in self.newest_inputs:
-            subscription.destroy()
-        self.newest_inputs = []
-        if self.odometry_input is not None:
-            self.odometry_input.destroy()
-            self.odometry_input = None
+        """Remove what configure made (the polled subscriptions and their helper nodes), then the node."""
+        self._release()
         super().destroy_node()
 
     # -------------------------------------------------------------------------- diagnostics
@@ -382,43 +498,6 @@ class MpcNode(Node):
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
         self.diagnostics_publisher.publish(array)
-
-
-def legged_loop_from_parameters(model: Any, p: dict) -> LeggedLoop:
-    """The floating-base mode's loop from the node's parameters: the reference posture (the SRDF's
-    ``posture``, else the neutral configuration) put on the floor the way the simulator puts the robot (point
-    feet ``foot_radius`` above it, soles on it), one legged MPC per gait of ``gaits``.
-
-    Raises:
-        InputError: No foot, a foot the model lacks, an SRDF or posture that cannot be read, a gait that
-            cannot be made (a trot without four feet, a pattern knot without contact), ``gait`` not in ``gaits``.
-    """
-    feet = list(p["contact_frames"])
-    if not feet:
-        raise InputError("floating_base needs contact_frames (the feet)", "contact_frames")
-    kinds = list(p["contact_kinds"]) or ["point"] * len(feet)
-    if len(kinds) != len(feet):
-        raise InputError(f"{len(kinds)} contact_kinds for {len(feet)} contact_frames", "contact_kinds")
-    posture = (reference_posture(model, p["srdf_path"], p["posture"], missing="neutral") if p["srdf_path"]
-               else rd.neutral(model))
-    posture = rest_on_floor(model, posture, Ground(tuple(feet), tuple(kinds), p["foot_radius"],
-                                                   tuple(p["sole_size"])))
-    weights = LeggedWeights(**{field: p[f"weight_{field}"] for field in LeggedWeights.__dataclass_fields__})
-    mpcs = {}
-    for name in dict.fromkeys(list(p["gaits"]) + [p["gait"]]):
-        gait = make_gait(name, feet, kinds, p["swing_knots"], p["support_knots"], p["gait_pattern"])
-        mpcs[name] = LeggedMPC(model, feet, gait, posture, horizon=p["horizon"], dt=p["dt"], mu=p["mu"],
-                               weights=weights, swing_height=p["swing_height"])
-    settings = LeggedLoopSettings(state_timeout=p["state_timeout"], policy_validity=p["policy_validity"],
-                                  max_stamp_lead=p["max_stamp_lead"], latency=p["command_delay"],
-                                  predict=p["predict_delay"], gain_knots=p["policy_gain_knots"],
-                                  odom_frame=p["odom_frame"], base_frame=p["base_frame"] or base_link(model),
-                                  jump_margin=p["odom_jump_margin"], jump_angle_margin=p["odom_jump_angle_margin"],
-                                  max_base_speed=p["odom_max_speed"], max_base_rate=p["odom_max_rate"],
-                                  motion_margin=p["motion_margin"])
-    loop = LeggedLoop(model, mpcs, p["gait"], settings)
-    loop.set_motion(p["base_velocity"], p["sway_amplitude"], p["sway_period"])
-    return loop
 
 
 def main(args: list[str] | None = None) -> int:

@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.parameter import Parameter
@@ -25,6 +24,7 @@ from rbd_deriv.control.legged_loop import GAITS
 from rbd_deriv.control.problem import Mode
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.joint_state_map import PLAUSIBLE
+from rbd_deriv.mpc_loops import per_joint  # noqa: F401 - the nodes' parameters read through it
 from rbd_deriv.pipeline import CONTACT_KINDS, LINEARIZATION_INPUTS
 from rbd_deriv.sim import BACKENDS
 
@@ -114,13 +114,6 @@ def contact_kinds(name: str, value: Any) -> Optional[str]:
     return f"{name} must list {' or '.join(CONTACT_KINDS)}, got {bad[:3]!r}" if bad else None
 
 
-def per_joint(values: Any) -> Any:
-    """A list parameter given as one value for every joint (returned as a float) or one per joint (an
-    array, whose length the library checks against the robot)."""
-    values = np.asarray(values, dtype=float)
-    return float(values[0]) if values.size == 1 else values
-
-
 def _same_type(default: Any, value: Any) -> bool:
     if isinstance(default, (list, tuple)):
         return not isinstance(value, (str, bytes, bool, int, float))
@@ -201,6 +194,11 @@ EFFORT_LIMITS = ("the actuators' torque limits [N m] of the actuated joints, one
 _STAMP_LEAD = ("Refuse input stamped ahead of the node's clock by more than this [s]: two machines' clocks "
                "disagree a little, but a stamp far ahead would make every later message look out of order.")
 
+STATE_QOS_CHOICES = ("best_effort", "reliable")
+STATE_QOS_TEXT = ("reliability of the state subscriptions (joint_states, odom): best_effort matches both reliable "
+                  "and best-effort publishers (REP 2003's sensor data profile); reliable matches reliable "
+                  "publishers only")
+
 #: rbd_deriv/nodes/dynamics_node.py; every parameter may be set at run time.
 DYNAMICS_NODE: Dict[str, Spec] = {
     "robot_description": Spec("", "URDF XML of the robot. Empty: use urdf_path, or wait for the robot_description "
@@ -218,6 +216,8 @@ DYNAMICS_NODE: Dict[str, Spec] = {
     "publish_torques": Spec(True, "Publish RNEA(q, v, 0) as effort on 'bias_torques'."),
     "linearization_input": Spec("bias", "Input u of the linearization: bias = RNEA(q, v, 0) (holds the current "
                                 "velocity), effort = measured effort from joint_states.", one_of(LINEARIZATION_INPUTS)),
+    "state_qos": Spec("best_effort", STATE_QOS_TEXT[:1].upper() + STATE_QOS_TEXT[1:] + ".",
+                      one_of(STATE_QOS_CHOICES), read_only=True),
     "strict_joint_names": Spec(False, "Refuse joint_states naming joints the model does not have (by default "
                                "they are ignored)."),
     "max_state_age": Spec(0.5, "Refuse states whose stamp is older than the clock by more than this, or whose "
@@ -235,8 +235,17 @@ DYNAMICS_NODE: Dict[str, Spec] = {
 
 #: rbd_deriv/nodes/mpc_node.py; read at start-up, but goal_positions.
 MPC_NODE: Dict[str, Spec] = {
-    "urdf_path": Spec("", "URDF file of the robot; empty: the bundled 7-dof arm", read_only=True),
+    "urdf_path": Spec("", "URDF file of the robot; empty with robot_description empty: the model comes from the "
+                      "robot_description topic (std_msgs/String, transient local), configure waits for it",
+                      read_only=True),
     "robot_description": Spec("", "URDF text; used instead of urdf_path when not empty", read_only=True),
+    "allow_robot_change": Spec(False, "accept a robot_description topic message that differs from the model in use; "
+                               "it is taken at the next configure (cleanup, configure). By default refused and "
+                               "counted, the model in use stays"),
+    "autostart": Spec(True, "walk the lifecycle through configure and activate at start (once a description is "
+                      "known); false: wait for 'ros2 lifecycle set <node> configure' then 'activate'",
+                      read_only=True),
+    "state_qos": Spec("best_effort", STATE_QOS_TEXT, one_of(STATE_QOS_CHOICES), read_only=True),
     "mode": Spec("held", "held: linearization from the dynamics node held over the horizon; relinearize: "
                  "in-process re-linearization along the prediction (one Gauss-Newton step per tick)",
                  one_of([m.value for m in Mode]), read_only=True),

@@ -1,0 +1,86 @@
+"""The MPC node's tick policies built from its parameters (the ``MPC_NODE`` table of
+:mod:`rbd_deriv.nodes.parameters`, as a dict): :func:`control_loop` for a fixed-base arm, :func:`legged_loop` for
+a legged robot on its feet (the reference posture put on the floor the way the simulator puts the robot)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+import rbd_deriv as rd
+from rbd_deriv.control import ControlLoop, LoopSettings, MPCProblem
+from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
+from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, base_link, make_gait
+from rbd_deriv.control.srdf import reference_posture
+from rbd_deriv.exceptions import InputError
+from rbd_deriv.sim.ground import Ground, rest_on_floor
+
+
+def per_joint(values: Any) -> Any:
+    """A list parameter given as one value for every joint (returned as a float) or one per joint (an
+    array, whose length the library checks against the robot)."""
+    values = np.asarray(values, dtype=float)
+    return float(values[0]) if values.size == 1 else values
+
+
+def control_loop(model: Any, p: Mapping[str, Any]) -> ControlLoop:
+    """The fixed-base loop: the MPC problem and the loop's settings from ``p``, the goal when ``goal_positions``
+    has one value per joint.
+
+    Raises:
+        RbdDerivError: A problem the parameters cannot make (weights of the wrong size...).
+    """
+    problem = MPCProblem.from_model(
+        model, horizon=p["horizon"], dt=p["dt"], position_weight=per_joint(p["position_weight"]),
+        velocity_weight=per_joint(p["velocity_weight"]), torque_weight=per_joint(p["torque_weight"]),
+        terminal_scale=p["terminal_scale"], limit_weight=p["limit_weight"], mode=p["mode"],
+        max_iterations=p["max_iterations"], torque_margin=p["torque_margin"])
+    settings = LoopSettings(
+        rate_hz=p["rate_hz"], state_timeout=p["state_timeout"], linearization_timeout=p["linearization_timeout"],
+        predict_delay=p["predict_delay"], command_delay=p["command_delay"],
+        disturbance_time_constant=p["disturbance_time_constant"], disturbance_bound=p["disturbance_bound"],
+        max_stamp_lead=p["max_stamp_lead"], policy_validity=p["policy_validity"],
+        max_reference_error=p["max_reference_error"])
+    loop = ControlLoop(model, problem, settings)
+    goal = np.asarray(p["goal_positions"], dtype=float)
+    if goal.size == problem.nv:
+        loop.set_goal(goal)
+    return loop
+
+
+def legged_loop(model: Any, p: Mapping[str, Any]) -> LeggedLoop:
+    """The floating-base loop: the reference posture (the SRDF's ``posture``, else the neutral configuration) put
+    on the floor the way the simulator puts the robot (point feet ``foot_radius`` above it, soles on it), one legged
+    MPC per gait of ``gaits``, the motion of ``base_velocity`` and the sway.
+
+    Raises:
+        InputError: No foot, a foot the model lacks, an SRDF or posture that cannot be read, a gait that
+            cannot be made (a trot without four feet, a pattern knot without contact), ``gait`` not in ``gaits``.
+    """
+    feet = list(p["contact_frames"])
+    if not feet:
+        raise InputError("floating_base needs contact_frames (the feet)", "contact_frames")
+    kinds = list(p["contact_kinds"]) or ["point"] * len(feet)
+    if len(kinds) != len(feet):
+        raise InputError(f"{len(kinds)} contact_kinds for {len(feet)} contact_frames", "contact_kinds")
+    posture = (reference_posture(model, p["srdf_path"], p["posture"], missing="neutral") if p["srdf_path"]
+               else rd.neutral(model))
+    posture = rest_on_floor(model, posture, Ground(tuple(feet), tuple(kinds), p["foot_radius"],
+                                                   tuple(p["sole_size"])))
+    weights = LeggedWeights(**{field: p[f"weight_{field}"] for field in LeggedWeights.__dataclass_fields__})
+    mpcs = {}
+    for name in dict.fromkeys(list(p["gaits"]) + [p["gait"]]):
+        gait = make_gait(name, feet, kinds, p["swing_knots"], p["support_knots"], p["gait_pattern"])
+        mpcs[name] = LeggedMPC(model, feet, gait, posture, horizon=p["horizon"], dt=p["dt"], mu=p["mu"],
+                               weights=weights, swing_height=p["swing_height"])
+    settings = LeggedLoopSettings(state_timeout=p["state_timeout"], policy_validity=p["policy_validity"],
+                                  max_stamp_lead=p["max_stamp_lead"], latency=p["command_delay"],
+                                  predict=p["predict_delay"], gain_knots=p["policy_gain_knots"],
+                                  odom_frame=p["odom_frame"], base_frame=p["base_frame"] or base_link(model),
+                                  jump_margin=p["odom_jump_margin"], jump_angle_margin=p["odom_jump_angle_margin"],
+                                  max_base_speed=p["odom_max_speed"], max_base_rate=p["odom_max_rate"],
+                                  motion_margin=p["motion_margin"])
+    loop = LeggedLoop(model, mpcs, p["gait"], settings)
+    loop.set_motion(p["base_velocity"], p["sway_amplitude"], p["sway_period"])
+    return loop
