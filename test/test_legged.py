@@ -222,3 +222,26 @@ def test_walking_references_move_the_base_and_land_the_swing_feet_ahead(solo):
             np.testing.assert_allclose(mpc.swing_reference[lift_off, 3 * c:3 * c + 2], previous, atol=1e-12)
         checked += 1
     assert checked >= 2
+
+
+def test_far_from_the_plan_a_step_is_bounded_and_the_nominal_stays_finite(talos):
+    """talos measured while moving at about 2 m/s or rad/s on every dof (a stumble, a robot pushed or left moving
+    by a stalled controller): the full real-time step of the linearized contact dynamics overshoots by orders of
+    magnitude there. Each of three Gauss-Newton iterations from scratch must keep a finite nominal whose velocities
+    stay within reach of the measured ones (a joint's within 10 times its URDF limit plus its measured speed), and
+    never end in an error: before the step was bounded, the overflowed nominal's next linearization raised a
+    singular mass matrix at some joint."""
+    model, feet, kind, q = talos
+    mpc = LeggedMPC(model, feet, Gait.standing(feet, kind), q, horizon=20, dt=0.02, weights=weights("talos"))
+    limit = np.asarray(model.velocity_limit, dtype=float)[6:]
+    rng = np.random.default_rng(7)
+    for _ in range(4):
+        v = rng.normal(0.0, 2.0, model.nv)
+        x0 = np.r_[q, v]
+        mpc.solver.cold_start(x0, np.tile(mpc.u_static, (mpc.horizon, 1)))
+        plan = mpc.solve(x0, phase=0, elapsed=0.0, iterations=3)  # a failed solve is a status, not an error
+        X = mpc.solver.X
+        assert np.isfinite(X).all() and np.isfinite(mpc.solver.U).all()
+        joints = np.abs(X[:, model.nq + 6:])
+        bound = np.where(np.isfinite(limit), 10.0 * limit * 3 + np.abs(v[6:]), np.inf)  # three steps at most
+        assert (joints <= bound).all(), "a joint's planned speed ran away"

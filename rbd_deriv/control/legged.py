@@ -55,7 +55,7 @@ from rbd_deriv.control.dynamics import ContactDynamics
 from rbd_deriv.control.ocp import OptimalControlProblem, check_state
 from rbd_deriv.control.residuals import ControlResidual, StateResidual
 from rbd_deriv.control.schedule import FORCE_ROWS, Gait
-from rbd_deriv.control.euler_riccati import STATUS_OK
+from rbd_deriv.control.euler_riccati import STATUS_NOT_FINITE, STATUS_OK
 from rbd_deriv.control.solver import RiccatiSolver, SolveResult
 from rbd_deriv.control.state_space import FREE_FLYER_DOF, ConfigurationSpace
 from rbd_deriv.control.task_residuals import (CenterOfMassResidual, FramePositionResidual,
@@ -69,6 +69,16 @@ from rbd_deriv.exceptions import InputError
 #: costs' Gauss-Newton derivatives; the Riccati backward and forward passes; the first knot's
 #: forces and cone check.
 TIMING_PARTS = ("schedule", "linearization", "costs", "riccati", "cone check")
+
+#: A real-time iteration's full step that changes a joint's velocity along the plan by more than this many times
+#: its URDF velocity limit, or the base's by more than :data:`STEP_BASE_SPEED` [m/s or rad/s], is halved until it
+#: does not, at most :data:`STEP_HALVINGS` times; a step still beyond (or not finite) is not taken and the solve
+#: fails. Far from the plan (a robot pushed, or moving after a stall) the full step of the linearized contact
+#: dynamics can overshoot by orders of magnitude; taken, its nominal overflows, the next linearization fails (as a
+#: mass matrix singular at some joint: the configuration is no longer finite there), and so does every later tick.
+STEP_VELOCITY_FACTOR = 10.0
+STEP_BASE_SPEED = 20.0
+STEP_HALVINGS = 8
 
 
 @dataclass(frozen=True)
@@ -328,6 +338,9 @@ class LeggedMPC:
         self.ocp = OptimalControlProblem(space, N, dt, -effort, effort, running, terminal,
                                          self.dynamics)
         self.solver = RiccatiSolver(self.ocp)
+        limit = np.asarray(model.velocity_limit, dtype=float)[FREE_FLYER_DOF:]
+        #: (nv - 6,) the joints' speed bound of a real-time step [rad/s or m/s] (none where the URDF gives none).
+        self._speed_bound = np.where(np.isfinite(limit) & (limit > 0.0), STEP_VELOCITY_FACTOR * limit, np.inf)
         self._started = False
         #: The base's path and the time [s] of the horizon's first knot on its clock (None: in place).
         self.path: BasePath | None = None
@@ -427,12 +440,40 @@ class LeggedMPC:
         return table, since, until
 
     # ------------------------------------------------------------------------------ tick
+    def _step_within_bounds(self, DX: np.ndarray, X_new: np.ndarray) -> bool:
+        """The step DX (N + 1, ndx) changes the velocities by at most :data:`STEP_BASE_SPEED` on the base and
+        :data:`STEP_VELOCITY_FACTOR` times the velocity limits the URDF gives on the joints, and its rollout
+        X_new is finite."""
+        nv = self.model.nv
+        change = np.abs(DX[:, nv:])
+        return bool(np.isfinite(X_new).all() and (change[:, :FREE_FLYER_DOF] <= STEP_BASE_SPEED).all()
+                    and (change[:, FREE_FLYER_DOF:] <= self._speed_bound).all())
+
+    def _bound_step(self, solver: RiccatiSolver) -> bool:
+        """Halve the last rollout's step (X_new, U_new from X, U) until :meth:`_step_within_bounds`, at most
+        :data:`STEP_HALVINGS` times; whether it is within them."""
+        step_X = solver.DX
+        if self._step_within_bounds(step_X, solver.X_new):
+            return True
+        step_U = solver.U_new - solver.U
+        alpha = 1.0
+        for _ in range(STEP_HALVINGS):
+            alpha *= 0.5
+            scaled = alpha * step_X
+            self.space.integrate(solver.X, scaled, solver.X_new)
+            np.add(solver.U, alpha * step_U, out=solver.U_new)
+            if self._step_within_bounds(scaled, solver.X_new):
+                return True
+        return False
+
     def solve(self, x0: np.ndarray, phase: int | None = None, elapsed: float | None = None,
               iterations: int = 1, evaluate_cost: bool = False) -> LeggedPlan:
         """One tick: move to the gait phase, warm-start, iterate, check the first knot's cone.
 
         Each iteration relinearizes the contact dynamics at the nominal, takes the full
-        Riccati step (no line search: a real-time iteration) and makes it the nominal; the plan's
+        Riccati step (no line search: a real-time iteration), halved while it changes a velocity by more
+        than the step bounds (:data:`STEP_VELOCITY_FACTOR`; beyond them after :data:`STEP_HALVINGS` halvings
+        the solve fails with ``STATUS_NOT_FINITE`` and keeps its nominal) and makes it the nominal; the plan's
         first-knot forces are those of ``rd.contact_dynamics`` at its first state and torques.
 
         Args:
@@ -483,7 +524,10 @@ class LeggedMPC:
             qp_iterations += stage
             if status == STATUS_OK:
                 largest = solver.forward()
-                solver.accept()
+                if self._bound_step(solver):
+                    solver.accept()
+                else:
+                    status = STATUS_NOT_FINITE
             timings["riccati"] += clock() - start
             if status != STATUS_OK:
                 break
