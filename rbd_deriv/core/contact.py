@@ -1380,11 +1380,7 @@ def linearize(model: Model, data: Data, q, v, tau, dt, fext=None, contacts=None)
     """Linearize one semi-implicit Euler step x+ = f(x, tau) of duration dt, free or under contacts.
 
     Args:
-        q: (nq,) configuration.
-        v: (nv,) velocity [rad/s, m/s].
-        tau: (nv,) joint torques/forces [N m, N].
-        dt: Integration time step in [s].
-        fext: (njoints, 6) external forces in the joint frames [N, N m], or None.
+        q, v, tau, dt, fext: As :func:`rbd_deriv.core.linearization.linearize` takes them.
         contacts: A sequence of :class:`Contact`: the step runs the contact dynamics (:func:`contact_dynamics`)
             instead of ABA (:func:`linearize_contacts`); the forces of the step are then
             ``contact_forces(model, data, contacts)``. None: :func:`rbd_deriv.core.linearization.linearize`.
