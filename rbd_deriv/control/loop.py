@@ -435,12 +435,7 @@ class ControlLoop:
         """
         if not self.state.complete:
             return None
-        q, v = self.state.q.copy(), self.state.v.copy()
-        command = hold_command(self._compensation_or_gravity(q, self._seconds(now_ns)), self.lower, self.upper)
-        stamp_ns = max(now_ns, self._policy_stamp_ns)
-        self._policy_stamp_ns = stamp_ns
-        self.last_command = command
-        return command, constant_policy(command, q, v, stamp_ns, self.settings.policy_validity, self.problem.dt)
+        return self._hold(self.state.q.copy(), self.state.v.copy(), now_ns, compensation_at_ns=now_ns)
 
     def _hold_without_clock(self, q: np.ndarray, v: np.ndarray, previous: CommandSource) -> TickResult:
         """The tick of a clock that stands still: no age can be measured, so nothing is solved, learnt or
@@ -448,16 +443,24 @@ class ControlLoop:
         state's time (the robot's clock as last heard), or the last policy's when that is later."""
         if self.observer is not None:
             self.observer.reset()
-        stamp_ns = max(self.state.stamp_ns, self._policy_stamp_ns)
-        command = hold_command(self._compensation_or_gravity(q, self._seconds(stamp_ns)), self.lower, self.upper)
-        self.last_command = command
+        command, policy = self._hold(q, v, self.state.stamp_ns)
         self.sources[CommandSource.STALE_CLOCK] += 1
         self.last_source = CommandSource.STALE_CLOCK
         self.ticks += 1
         self._window_ticks += 1
-        policy = constant_policy(command, q, v, stamp_ns, self.settings.policy_validity, self.problem.dt)
+        return TickResult(command, CommandSource.STALE_CLOCK, previous, None, policy.stamp_ns, None, policy)
+
+    def _hold(self, q: np.ndarray, v: np.ndarray, at_ns: int,
+              compensation_at_ns: Optional[int] = None) -> Tuple[np.ndarray, FeedbackPolicy]:
+        """The hold with gravity compensation at q, clamped to the limits, as a policy without gain stamped at
+        ``at_ns`` or at the last policy's stamp when that is later; it becomes the last command and policy. The
+        compensation is the dynamics node's if fresh at ``compensation_at_ns`` (default: the stamp)."""
+        stamp_ns = max(at_ns, self._policy_stamp_ns)
+        at = stamp_ns if compensation_at_ns is None else compensation_at_ns
+        command = hold_command(self._compensation_or_gravity(q, self._seconds(at)), self.lower, self.upper)
+        self.last_command = command
         self._policy_stamp_ns = stamp_ns
-        return TickResult(command, CommandSource.STALE_CLOCK, previous, None, stamp_ns, None, policy)
+        return command, constant_policy(command, q, v, stamp_ns, self.settings.policy_validity, self.problem.dt)
 
     def _policy(self, plan: Optional[Plan], command: np.ndarray, q: np.ndarray, v: np.ndarray, start_ns: int,
                 now_ns: int) -> FeedbackPolicy:
