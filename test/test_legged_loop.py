@@ -225,7 +225,7 @@ def test_solo12_trots_and_walks_in_mujoco_with_ticks_off_the_gait_grid():
     posture = rest_on_floor(model, posture, Ground(info["feet"]))
     feet, kinds = info["feet"], ["point"] * 4
     # config/solo12.yaml's weights: the base held at its height and still, the swing feet tracked closely.
-    weights = LeggedWeights(base_position=1e4, base_velocity=100.0, swing=1e5, cone=1.0)
+    weights = LeggedWeights(base_position=1e4, base_velocity=100.0, swing=1e5)
     mpcs = {name: LeggedMPC(model, feet, make_gait(name, feet, kinds), posture, weights=weights)
             for name in ("stand", "trot")}
     loop = LeggedLoop(model, mpcs, "stand", LeggedLoopSettings(policy_validity=0.3, latency=0.012,
@@ -326,7 +326,11 @@ def test_cone_refusal_is_counted_and_not_sent(solo):
     assert not tick.policy.gain.any(), "the refused plan's policy is not sent"
     assert within(tick.command, loop)
     assert loop.refusals.counts["cone_refusal"] == 1
-    assert loop.diagnostics(1.0)[2]["commands_cone_refusal"] == "1"
+    values = loop.diagnostics(1.0)[2]
+    assert values["commands_cone_refusal"] == "1"
+    # The first knot's violation of the pyramid the solver keeps, in newtons.
+    assert tick.plan.constraint_violation > 0.1
+    assert float(values["cone_constraint_violation_n"]) == pytest.approx(tick.plan.constraint_violation, rel=1e-3)
 
 
 def test_bad_input_is_refused_and_nothing_is_stored(solo):

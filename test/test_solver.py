@@ -226,7 +226,7 @@ def test_solver_refuses_bad_input(solo_zero_gravity):
 def test_force_costs_folded_once_equal_their_own_products():
     """The solver collects the force costs' derivatives in force space and folds them once
     through dF/dx, dF/du: the same derivatives as each force cost's own products (solo12 on a
-    trot, force regularization and friction cones)."""
+    trot, force regularization and the friction cone's augmented Lagrangian)."""
     from rbd_deriv.control.legged import LeggedMPC
     from rbd_deriv.control.residuals import Derivatives
     from rbd_deriv.control.schedule import Gait
@@ -248,6 +248,8 @@ def test_force_costs_folded_once_equal_their_own_products():
     running = solver.running_knots(solver.X, solver.U)
     for cost in mpc.ocp.running_costs:
         cost.add_derivatives(running, own)
+    for constraint in mpc.ocp.constraints:
+        constraint.add_derivatives(running, own)
     terminal = Derivatives(np.zeros_like(solver.Lxx[N:]), np.zeros_like(solver.Lx[N:]))
     for cost in mpc.ocp.terminal_costs:
         cost.add_derivatives(Knots(solver.X[-1:]), terminal)

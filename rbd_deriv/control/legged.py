@@ -14,14 +14,15 @@ follow a :class:`~rbd_deriv.control.schedule.Gait`:
       \\tfrac12 \\|x \\ominus x^r\\|^2_{W_x} + \\tfrac12 w_c \\|c_{xy}(q) - c^r_{xy}\\|^2
       + \\tfrac12 w_u \\|u - u^s\\|^2 + \\sum_{feet} \\big(\\tfrac12 w_f \\|f_c - f^r_c\\|^2
       [\\text{closed}] + \\tfrac12 w_s \\|p_c(q) - p^r_{c,k}\\|^2 [\\text{open}]\\big)
-      + w_b \\sum \\mathrm{barrier}(C f_c)
 
   with x^r the reference posture (an SRDF group_state, :mod:`rbd_deriv.control.srdf`) at rest,
   u^s the static torques that hold it (:func:`static_torques`), f^r the robot's weight shared by
   the closed feet of the knot, p^r a swing foot's placement over its stance position lifted by
   :math:`h \\sin^2(\\pi s)` (s in [0, 1] along the swing: it leaves and reaches the ground
-  with no vertical speed, so a touchdown a little off its knot is a gentle one), and the friction pyramid with
-  unilaterality kept by a relaxed log barrier (:mod:`rbd_deriv.control.contact_force`);
+  with no vertical speed, so a touchdown a little off its knot is a gentle one);
+- constraint: the friction pyramid (mu of the MPC) with unilaterality of every closed foot,
+  :math:`C f_c \\ge 0`, kept by the solver's augmented Lagrangian (:mod:`rbd_deriv.control.constraints`,
+  penalty ``weights.cone_penalty``), its multipliers carried from tick to tick with the plan;
 - terminal cost: the posture term times ``weights.terminal``;
 - a moving base (:class:`BasePath`, :meth:`LeggedMPC.set_path`): the base's horizontal reference
   p(t) and its velocity at each knot's time (walking at a commanded velocity, a lateral sway),
@@ -34,7 +35,8 @@ follow a :class:`~rbd_deriv.control.schedule.Gait`:
 once; :meth:`LeggedMPC.solve` moves the schedule to the tick's gait phase (in place: the residuals
 keep the arrays), warm-starts from the previous plan and runs real-time iterations. Its plan is
 sent only if the first knot's forces are inside the exact friction cone within the tolerance of
-:func:`~rbd_deriv.control.contact_force.forces_within_cone`.
+:func:`~rbd_deriv.control.contact_force.forces_within_cone`; the plan also reports their largest
+violation of the pyramid the solver keeps.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ from typing import Any, Sequence
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.control.activation import Quadratic, RelaxedLogBarrier
+from rbd_deriv.control.activation import Quadratic
+from rbd_deriv.control.constraints import FrictionConeConstraint
 from rbd_deriv.control.contact_force import (ForceStackResidual, FrictionConeResidual,
                                              forces_within_cone)
 from rbd_deriv.control.cost import Cost
@@ -94,9 +97,9 @@ class LeggedWeights:
         force: On f - f^r [1/N^2].
         swing: On a swing foot's placement error [1/m^2].
         terminal: Factor of the posture cost at the last knot.
-        cone: Weight w_b of the friction-cone barrier.
-        cone_delta: Relaxation threshold of the barrier, as a fraction of the weight share of a
-            foot (the barrier turns quadratic below it).
+        cone_penalty: Penalty rho of the friction-cone constraint's augmented Lagrangian [1/N^2]
+            (:mod:`rbd_deriv.control.constraints`); its multipliers are bounded by rho times the
+            robot's weight (the multiplier a violation by the whole weight would give in one update).
     """
 
     base_position: float = 100.0
@@ -109,8 +112,7 @@ class LeggedWeights:
     force: float = 1e-3
     swing: float = 1e4
     terminal: float = 10.0
-    cone: float = 1e-3
-    cone_delta: float = 0.05
+    cone_penalty: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,8 @@ class LeggedPlan:
         offsets: First force row of each foot at the first knot, -1 when open (nc,).
         cone_ok: Every closed foot's force is inside the friction cone within the tolerance.
         cone_violation: Largest excursion out of the cone [N].
+        constraint_violation: First knot's largest violation of the friction-cone constraint the
+            solver keeps (the inscribed pyramid's faces and unilaterality) at these forces [N], 0 inside.
         timings: Seconds spent in each part of the tick (:data:`TIMING_PARTS`).
     """
 
@@ -223,6 +227,7 @@ class LeggedPlan:
     offsets: np.ndarray
     cone_ok: bool
     cone_violation: float
+    constraint_violation: float
     timings: dict
 
     @property
@@ -330,18 +335,20 @@ class LeggedMPC:
                                                   knots=self.swinging),
                             Quadratic(w.swing, 3 * len(feet)), name="swing feet"))
         self.cone = FrictionConeResidual(space, nu, offsets, mu)
-        share = self.weight / len(feet)
-        running.append(Cost(self.cone, RelaxedLogBarrier(w.cone, w.cone_delta * share,
-                                                         self.cone.nr), name="friction cone"))
+        #: The friction pyramid and unilaterality of the closed feet, a constraint of the problem.
+        self.cone_constraint = FrictionConeConstraint(self.cone, w.cone_penalty,
+                                                      w.cone_penalty * self.weight)
         terminal = [Cost(StateResidual(space, self.final_reference),
                          Quadratic(w.terminal * state_weight, space.ndx), name="final posture")]
         self.ocp = OptimalControlProblem(space, N, dt, -effort, effort, running, terminal,
-                                         self.dynamics)
+                                         self.dynamics, [self.cone_constraint])
         self.solver = RiccatiSolver(self.ocp)
         limit = np.asarray(model.velocity_limit, dtype=float)[FREE_FLYER_DOF:]
         #: (nv - 6,) the joints' speed bound of a real-time step [rad/s or m/s] (none where the URDF gives none).
         self._speed_bound = np.where(np.isfinite(limit) & (limit > 0.0), STEP_VELOCITY_FACTOR * limit, np.inf)
         self._started = False
+        #: A step was taken whose multiplier update waits for the forces of its nominal.
+        self._stepped = False
         #: The base's path and the time [s] of the horizon's first knot on its clock (None: in place).
         self.path: BasePath | None = None
         self.time = 0.0
@@ -474,7 +481,10 @@ class LeggedMPC:
         Riccati step (no line search: a real-time iteration), halved while it changes a velocity by more
         than the step bounds (:data:`STEP_VELOCITY_FACTOR`; beyond them after :data:`STEP_HALVINGS` halvings
         the solve fails with ``STATUS_NOT_FINITE`` and keeps its nominal) and makes it the nominal; the plan's
-        first-knot forces are those of ``rd.contact_dynamics`` at its first state and torques.
+        first-knot forces are those of ``rd.contact_dynamics`` at its first state and torques. The friction
+        cone's multipliers are updated for each step taken at the next linearization (this tick's next
+        iteration or the next tick's first, after the warm start moved them with the plan), where the forces of
+        the step's nominal are at hand: a relinearization after the last step would cost a second one.
 
         Args:
             x0: Measured state (nx,).
@@ -500,6 +510,7 @@ class LeggedMPC:
         if not self._started:
             solver.cold_start(x0, np.tile(self.u_static, (self.horizon, 1)))
             self._started = True
+            self._stepped = False
         else:
             if elapsed is None:
                 elapsed = (self.phase - previous) * self.dt
@@ -514,6 +525,9 @@ class LeggedMPC:
             solver.linearize()
             middle = clock()
             timings["linearization"] += middle - start
+            if self._stepped:
+                solver.update_multipliers()
+                self._stepped = False
             solver.cost_derivatives()
             if iteration == 1 and evaluate_cost:
                 # Read while the kinematics of the nominal's knots are at hand.
@@ -526,6 +540,7 @@ class LeggedMPC:
                 largest = solver.forward()
                 if self._bound_step(solver):
                     solver.accept()
+                    self._stepped = True
                 else:
                     status = STATUS_NOT_FINITE
             timings["riccati"] += clock() - start
@@ -537,8 +552,10 @@ class LeggedMPC:
         if status == STATUS_OK:
             forces = self.dynamics.forces(solver.X[0], solver.U[0])
             ok, violation = forces_within_cone(forces, offsets, self.mu)
+            constraint_violation = self.cone_constraint.stack_violation(forces)
         else:
             forces, ok, violation = np.full(self.dynamics.force_rows, np.nan), False, np.inf
+            constraint_violation = np.inf
         timings["cone check"] = clock() - start
         return LeggedPlan(result, solver.U[0].copy(), solver.K[0].copy(), solver.X[0].copy(),
-                          forces, offsets, ok, violation, timings)
+                          forces, offsets, ok, violation, constraint_violation, timings)

@@ -756,6 +756,8 @@ class LeggedLoop:
         values.update(time_percentiles("solve_time", self.solve_times))
         if self.cone_violations:
             values["cone_violation_max_n"] = f"{max(self.cone_violations):.4g}"
+        if self.last_plan is not None:  # the last plan's first knot against the pyramid the solver keeps
+            values["cone_constraint_violation_n"] = f"{self.last_plan.constraint_violation:.4g}"
         safe = sum(count for source, count in self.sources.items()
                    if source not in (LeggedSource.PLAN, LeggedSource.NO_STATE))
         values["safe_commands"] = str(safe)

@@ -5,14 +5,16 @@
     \\min_{x, u} \\sum_{k=0}^{N-1} \\sum_{c \\in \\mathcal R} \\ell_c(x_k, u_k)
     + \\sum_{c \\in \\mathcal T} \\ell_c(x_N)
     \\quad \\text{s.t.} \\quad x_{k+1} = f_k(x_k, u_k), \\; x_0 = \\hat x, \\;
-    u_{lo} \\le u_k \\le u_{hi}
+    u_{lo} \\le u_k \\le u_{hi}, \\; g_c(x_k, u_k, f_k) \\le 0 \\; (c \\in \\mathcal C)
 
 with x = (q, v) on the robot's state space (:mod:`rbd_deriv.control.state_space`), u the
 torques of the actuated joints, :math:`\\mathcal R` and :math:`\\mathcal T` lists of costs
 (:mod:`rbd_deriv.control.cost`) and :math:`f_k` the step of a dynamics provider
 (:mod:`rbd_deriv.control.dynamics`): free dynamics today, contact dynamics with a schedule, an
-impulse at a touchdown. Built once; its references, weights and knot weights are arrays that the
-caller updates in place between ticks.
+impulse at a touchdown. :math:`\\mathcal C` is a list of inequality constraints of the running
+knots (:mod:`rbd_deriv.control.constraints`: the friction cone), which the solver keeps by an
+augmented Lagrangian whose multipliers the constraints hold. Built once; its references, weights and
+knot weights are arrays that the caller updates in place between ticks.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from rbd_deriv.control.constraints import InequalityConstraint
 from rbd_deriv.control.cost import Cost
 from rbd_deriv.control.dynamics import DynamicsProvider
 from rbd_deriv.control.state_space import VectorSpace
@@ -41,6 +44,8 @@ class OptimalControlProblem:
         terminal_costs: Costs of the knot N (no control; knot weights of length 1).
         dynamics: The dynamics provider, or None when the caller sets the knot dynamics itself
             (held linearization).
+        constraints: Inequality constraints of the knots 0 to N-1
+            (:class:`~rbd_deriv.control.constraints.InequalityConstraint`, multipliers for N knots).
     """
 
     space: VectorSpace
@@ -51,6 +56,7 @@ class OptimalControlProblem:
     running_costs: Sequence[Cost] = field(default_factory=list)
     terminal_costs: Sequence[Cost] = field(default_factory=list)
     dynamics: DynamicsProvider | None = None
+    constraints: Sequence[InequalityConstraint] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if int(self.horizon) != self.horizon or self.horizon < 1:
@@ -69,6 +75,11 @@ class OptimalControlProblem:
             if cost.residual.uses_control:
                 raise InputError(f"terminal cost {cost.name!r} depends on the control")
         self.running_costs = list(self.running_costs)
+        self.constraints = list(self.constraints)
+        for constraint in self.constraints:
+            if constraint.multipliers.shape[0] != self.horizon:
+                raise InputError(f"constraint {constraint.name!r} has multipliers for "
+                                 f"{constraint.multipliers.shape[0]} knots, the horizon is {self.horizon}")
         self.terminal_costs = list(self.terminal_costs)
 
     @property

@@ -5,7 +5,9 @@ per tick):
 
 1. dynamics of every step at the nominal (X, U) from the provider (or set by the caller), and
    the gaps :math:`d_k = f(x_k, u_k) \\ominus x_{k+1}`;
-2. Gauss-Newton derivatives of the costs at the nominal;
+2. Gauss-Newton derivatives of the costs at the nominal, and of the augmented-Lagrangian terms of the
+   problem's constraints (:mod:`rbd_deriv.control.constraints`; their multipliers are updated after
+   each step, shifted by a warm start, zeroed by a cold start);
 3. the box-constrained Riccati backward pass (:func:`rbd_deriv.control.euler_riccati.backward_pass`):
    feedforward k, feedback K;
 4. the rollout of the linear model with that policy, controls clamped to the box, giving the
@@ -42,8 +44,8 @@ class SolveResult:
         iterations: Riccati passes done; qp_iterations: stage box-QP iterations in total.
         clamped: (knot, control) pairs on a bound at the last pass.
         largest_update: Largest control change of the last iteration.
-        cost: Cost of the final (X, U) (the gaps are not part of it); force costs read the forces
-            of the last linearization, taken before the last step.
+        cost: Cost of the final (X, U) (the gaps are not part of it), with the constraints'
+            augmented-Lagrangian terms; force costs read the forces of the last linearization.
     """
 
     status: int
@@ -126,13 +128,18 @@ class RiccatiSolver:
         else:
             np.clip(U, self.control_lower, self.control_upper, out=self.U)
         self.k_ff[:] = 0.0
+        for constraint in self.ocp.constraints:
+            constraint.reset()
 
     def warm_start(self, elapsed: float, x0: np.ndarray) -> None:
-        """Nominal = the current plan read ``elapsed`` [s] later (linear between knots), X[0] = x0."""
+        """Nominal = the current plan read ``elapsed`` [s] later (linear between knots), X[0] = x0;
+        the constraints' multipliers read as much later."""
         x0 = check_state("x0", x0, self.space)
         shift_plan(self.X, self.U, float(elapsed), self.ocp.dt, x0, self.control_lower,
                            self.control_upper, self.X, self.U)
         self.space.normalize(self.X)
+        for constraint in self.ocp.constraints:
+            constraint.shift(elapsed, self.ocp.dt)
 
     # ------------------------------------------------------------------------------ pieces
     def linearize(self, X: np.ndarray | None = None, U: np.ndarray | None = None) -> None:
@@ -160,7 +167,8 @@ class RiccatiSolver:
         return Knots(X[:N], U)
 
     def cost_derivatives(self) -> None:
-        """Gauss-Newton derivatives of every cost at the nominal into Lxx ... Lu."""
+        """Gauss-Newton derivatives of every cost and of the constraints' augmented-Lagrangian terms
+        at the nominal into Lxx ... Lu."""
         for array in (self.Lxx, self.Lx, self.Luu, self.Lux, self.Lu):
             array.fill(0.0)
         if self.Lff is not None:
@@ -169,6 +177,8 @@ class RiccatiSolver:
         running = self.running_knots(self.X, self.U)
         for cost in self.ocp.running_costs:
             cost.add_derivatives(running, self._running)
+        for constraint in self.ocp.constraints:
+            constraint.add_derivatives(running, self._running)
         if self.Lff is not None and (self.Lf.any() or self.Lff.any()):
             fold_force_derivatives(running, self._running)
         terminal = Knots(self.X[-1:])
@@ -176,9 +186,27 @@ class RiccatiSolver:
             cost.add_derivatives(terminal, self._terminal)
 
     def cost(self, X: np.ndarray, U: np.ndarray) -> float:
-        """Cost of a trajectory X (N+1, nx), U (N, nu), forces from the current dynamics."""
-        return (total(self.ocp.running_costs, self.running_knots(X, U))
+        """Cost of a trajectory X (N+1, nx), U (N, nu), forces from the current dynamics, with the
+        constraints' augmented-Lagrangian terms at their current multipliers."""
+        running = self.running_knots(X, U)
+        return (total(self.ocp.running_costs, running)
+                + sum(constraint.value(running) for constraint in self.ocp.constraints)
                 + total(self.ocp.terminal_costs, Knots(X[-1:])))
+
+    def update_multipliers(self) -> None:
+        """The constraints' multiplier update at the nominal, lambda <- max(0, lambda + rho g), the
+        dynamics (forces) linearized there (after a step: :meth:`solve` calls it)."""
+        if self.ocp.constraints:
+            running = self.running_knots(self.X, self.U)
+            for constraint in self.ocp.constraints:
+                constraint.update(running)
+
+    def constraint_violation(self) -> float:
+        """Largest constraint row g_i over the running knots at the nominal with the current forces,
+        0 when every constraint holds (in the constraints' unit, [N] for the friction cone)."""
+        running = self.running_knots(self.X, self.U)
+        return max((float(constraint.violation(running).max()) for constraint in self.ocp.constraints),
+                   default=0.0)
 
     def backward(self) -> tuple[int, int, int]:
         """Riccati backward pass at the current derivatives: (status, QP iterations, clamped)."""
@@ -227,7 +255,8 @@ class RiccatiSolver:
     def solve(self, x0: np.ndarray, max_iterations: int = 1,
               tolerance: float = CONTROL_STEP_TOLERANCE, line_search: bool = True
               ) -> SolveResult:
-        """Iterate from the current nominal with X[0] = x0 until the controls stop changing.
+        """Iterate from the current nominal with X[0] = x0 until the controls stop changing; after
+        each full step the constraints' multipliers are updated at the new nominal.
 
         With ``line_search``, each step is scaled back (alpha = 1, 1/2, 1/4, ...) until it lowers
         the exact-penalty merit :math:`J + \\mu \\sum_k \\|d_k\\|_1` with :math:`\\mu` twice
@@ -257,11 +286,15 @@ class RiccatiSolver:
             qp_iterations += stage_iterations
             if status != euler_riccati.STATUS_OK:
                 break
+            alpha = 1.0
             if line_search:
-                self._line_search()
+                alpha = self._line_search()
             else:
                 self.accept()
                 self.linearize()
+            if alpha == 1.0:
+                # The step's subproblem gives the multipliers only at its own solution (a full step).
+                self.update_multipliers()
             if largest <= tolerance:
                 break
         cost = self.cost(self.X, self.U) if status == euler_riccati.STATUS_OK else np.nan
