@@ -23,7 +23,7 @@ from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, LEGGED_ROBOTS, example_robo
 
 #: |ddq| allowed at the first knot of a standing plan [m/s^2, rad/s^2]: 1 % of gravity. The costs
 #: balance slightly off the exact static torques where their references disagree (measured: 3e-13 on
-#: solo12, 4e-3 on talos, whose force reference is the weight shared, not its static forces).
+#: solo12, 4e-3 on talos).
 STANDING_ACCELERATION = 0.0981
 
 
