@@ -60,6 +60,12 @@ Why not the alternatives:
 The augmented Lagrangian keeps the stage QP a box QP on the torques (the torque box stays hard, as
 before), costs the residual's value and the same force-space products as the barrier did (folded once
 through dF/dx, dF/du with the other force costs), and leaves no bias at convergence.
+
+The rows of a contact open at a knot are absent: the residual's neutral value there (1, with zero
+Jacobians) leaves them inactive as long as their multipliers are 0, which the warm start ensures when it
+moves the multipliers onto the new schedule. The kernels below (the terms' derivatives, value and update,
+the shift, a force stack's pyramid violation) each run over every knot in one call, on the solver's
+tick; the classes check their inputs and hand them plain arrays.
 """
 
 from __future__ import annotations
@@ -67,11 +73,101 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
 from rbd_deriv.control.contact_force import CONE_ROWS, FrictionConeResidual
 from rbd_deriv.control.residuals import Derivatives, Knots, Residual
+from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.exceptions import InputError
 
+
+# --- kernels -----------------------------------------------------------------------------------------------
+
+@njit(**JIT_OPTIONS)
+def lagrangian_derivatives(r, multipliers, penalty, gradient, hessian, modelled):
+    """With trial = lambda + rho g = lambda - rho r at every row (K, nr): where trial > 0, dphi/dr = -trial,
+    d2phi/dr2 = rho and the row is modelled (active); elsewhere 0, 0 and not modelled."""
+    K, nr = r.shape
+    for k in range(K):
+        for i in range(nr):
+            trial = multipliers[k, i] - penalty * r[k, i]
+            if trial > 0.0:
+                gradient[k, i] = -trial
+                hessian[k, i] = penalty
+                modelled[k, i] = True
+            else:
+                gradient[k, i] = 0.0
+                hessian[k, i] = 0.0
+                modelled[k, i] = False
+
+
+@njit(**JIT_OPTIONS)
+def lagrangian_value(r, multipliers, penalty):
+    """sum over the rows (K, nr) of (max(0, lambda - rho r)^2 - lambda^2) / (2 rho)."""
+    K, nr = r.shape
+    total = 0.0
+    for k in range(K):
+        for i in range(nr):
+            trial = multipliers[k, i] - penalty * r[k, i]
+            if trial > 0.0:
+                total += trial * trial
+            total -= multipliers[k, i] * multipliers[k, i]
+    return total / (2.0 * penalty)
+
+
+@njit(**JIT_OPTIONS)
+def update_multipliers(r, penalty, largest, modelled, multipliers):
+    """lambda <- min(largest, max(0, lambda - rho r)) on the modelled rows (K, nr), 0 on the others."""
+    K, nr = r.shape
+    for k in range(K):
+        for i in range(nr):
+            value = 0.0
+            if modelled[k, i]:
+                value = min(max(multipliers[k, i] - penalty * r[k, i], 0.0), largest)
+            multipliers[k, i] = value
+
+
+@njit(**JIT_OPTIONS)
+def shift_multipliers(previous, previous_modelled, knots, rows, multipliers, modelled):
+    """multipliers[k] = previous read ``knots`` knots later, linear between knots, the last one held past the
+    end (the warm start's reading of the plan); a row modelled if it was at either knot read; both zero or
+    False where ``rows`` (N, nr) is False."""
+    N, nr = previous.shape
+    for k in range(N):
+        position = max(knots + k, 0.0)
+        base = min(int(math.floor(position)), N - 1)
+        fraction = 0.0 if base >= N - 1 else position - base
+        following = min(base + 1, N - 1)
+        for i in range(nr):
+            if not rows[k, i]:
+                multipliers[k, i] = 0.0
+                modelled[k, i] = False
+                continue
+            multipliers[k, i] = (1.0 - fraction) * previous[base, i] + fraction * previous[following, i]
+            modelled[k, i] = previous_modelled[base, i] or (fraction > 0.0 and previous_modelled[following, i])
+
+
+@njit(**JIT_OPTIONS)
+def largest_pyramid_violation(forces, offsets, cones, shift):
+    """max(0, largest g = shift - C_c f_c) over the contacts closed in ``offsets`` (nc,) of one force stack
+    (m,) [N]; inf if a force is not finite."""
+    largest = 0.0
+    for c in range(offsets.shape[0]):
+        o = offsets[c]
+        if o < 0:
+            continue
+        fx, fy, fz = forces[o], forces[o + 1], forces[o + 2]
+        if not (math.isfinite(fx) and math.isfinite(fy) and math.isfinite(fz)):
+            return math.inf
+        for i in range(cones.shape[1]):
+            C = cones[c, i]
+            g = shift[i] - (C[0] * fx + C[1] * fy + C[2] * fz)
+            if g > largest:
+                largest = g
+    return largest
+
+
+# --- constraints -------------------------------------------------------------------------------------------
 
 class InequalityConstraint:
     """g = -r(x, u, f) <= 0 on the N running knots, with its augmented-Lagrangian multipliers.
@@ -86,6 +182,8 @@ class InequalityConstraint:
 
     Attributes:
         multipliers: (N, nr) lambda >= 0 [1 / unit], kept between solves.
+        modelled: (N, nr) the rows active in the last derivatives (the step's model): those the update
+            moves.
     """
 
     def __init__(self, residual: Residual, horizon: int, penalty: float,
@@ -97,25 +195,28 @@ class InequalityConstraint:
                              "largest_multiplier")
         if int(horizon) != horizon or horizon < 1:
             raise InputError(f"horizon must be a positive integer, got {horizon!r}", "horizon")
+        N = int(horizon)
         self.residual = residual
         self.nr = residual.nr
         self.penalty = float(penalty)
         self.largest_multiplier = float(largest_multiplier)
-        self.multipliers = np.zeros((int(horizon), self.nr))
-        #: (N, nr) rows active in the last derivatives (the step's model), those the update moves.
-        self.modelled = np.zeros((int(horizon), self.nr), dtype=bool)
+        self.multipliers = np.zeros((N, self.nr))
+        self.modelled = np.zeros((N, self.nr), dtype=np.bool_)
         self.name = name or type(residual).__name__
+        self._previous = np.zeros((N, self.nr))
+        self._previous_modelled = np.zeros((N, self.nr), dtype=np.bool_)
+        self._gradient = np.zeros((N, self.nr))
+        self._hessian = np.zeros((N, self.nr))
+        self._every_row = np.ones((N, self.nr), dtype=np.bool_)
 
     # ------------------------------------------------------------------------------ rows
-    def rows(self) -> np.ndarray | None:
-        """(N, nr) True where a row exists at a knot, or None when every row always does."""
-        return None
+    def rows(self) -> np.ndarray:
+        """(N, nr) True where a row exists at a knot (here every row at every knot)."""
+        return self._every_row
 
     def values(self, knots: Knots) -> np.ndarray:
         """g (K, nr) at the knots, -inf on the absent rows."""
-        g = -self.residual.value(knots)
-        rows = self.rows()
-        return g if rows is None else np.where(rows, g, -np.inf)
+        return np.where(self.rows(), -self.residual.value(knots), -np.inf)
 
     def jacobians(self, knots: Knots) -> tuple[np.ndarray, np.ndarray | None]:
         """dg/dx (K, nr, ndx) and dg/du (K, nr, nu) (None if r does not depend on u)."""
@@ -127,65 +228,42 @@ class InequalityConstraint:
         return np.maximum(self.values(knots).max(axis=1, initial=-np.inf), 0.0)
 
     # ------------------------------------------------------------------------------ Lagrangian
-    def _trial(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
-        """(r, lambda + rho g) at the knots, 0 on the absent rows."""
-        self._check(knots)
-        r = self.residual.value(knots)
-        trial = self.multipliers - self.penalty * r
-        rows = self.rows()
-        if rows is not None:
-            trial[~rows] = 0.0
-        return r, trial
+    def _residual(self, knots: Knots) -> np.ndarray:
+        if knots.count != self.multipliers.shape[0]:
+            raise InputError(f"constraint {self.name!r} has multipliers for "
+                             f"{self.multipliers.shape[0]} knots, {knots.count} given", "knots")
+        return np.ascontiguousarray(self.residual.value(knots), dtype=float)
 
     def value(self, knots: Knots) -> float:
         """sum over knots and rows of phi(g; lambda, rho) (see the module docstring)."""
-        _, trial = self._trial(knots)
-        active = np.maximum(trial, 0.0)
-        return float(((active * active).sum() - (self.multipliers * self.multipliers).sum())
-                     / (2.0 * self.penalty))
+        return float(lagrangian_value(self._residual(knots), self.multipliers, self.penalty))
 
     def add_derivatives(self, knots: Knots, out: Derivatives) -> None:
         """Add phi's gradient and Gauss-Newton Hessian to ``out`` through the residual (dphi/dr =
-        -max(0, lambda + rho g), d2phi/dr2 = rho on the active rows)."""
-        r, trial = self._trial(knots)
-        active = trial > 0.0
-        self.modelled[:] = active
-        gradient = -np.where(active, trial, 0.0)
-        hessian = np.where(active, self.penalty, 0.0)
-        self.residual.gauss_newton(knots, r, gradient, hessian, out)
+        -max(0, lambda + rho g), d2phi/dr2 = rho on the active rows, which become the modelled ones)."""
+        r = self._residual(knots)
+        lagrangian_derivatives(r, self.multipliers, self.penalty, self._gradient, self._hessian,
+                               self.modelled)
+        self.residual.gauss_newton(knots, r, self._gradient, self._hessian, out)
 
     def update(self, knots: Knots) -> None:
         """lambda <- min(lambda_max, max(0, lambda + rho g)) at the knots (the nominal after a step) on the
-        rows active in the last derivatives, 0 on the others (see the module docstring)."""
-        _, trial = self._trial(knots)
-        np.clip(trial, 0.0, self.largest_multiplier, out=self.multipliers)
-        self.multipliers[~self.modelled] = 0.0
+        modelled rows, 0 on the others (see the module docstring)."""
+        update_multipliers(self._residual(knots), self.penalty, self.largest_multiplier, self.modelled,
+                           self.multipliers)
 
     def shift(self, elapsed: float, dt: float) -> None:
-        """The multipliers read ``elapsed`` [s] later, linear between knots (past the end: the last
-        knot's), as the warm start reads the plan; the absent rows of the new knots zeroed."""
-        N = self.multipliers.shape[0]
-        position = np.maximum(float(elapsed) / float(dt) + np.arange(N), 0.0)
-        base = np.minimum(np.floor(position).astype(np.int64), N - 1)
-        fraction = np.where(base >= N - 1, 0.0, position - base)[:, None]
-        following = np.minimum(base + 1, N - 1)
-        previous = self.multipliers
-        self.multipliers = (1.0 - fraction) * previous[base] + fraction * previous[following]
-        self.modelled = self.modelled[base] | ((fraction > 0.0) & self.modelled[following])
-        rows = self.rows()
-        if rows is not None:
-            self.multipliers[~rows] = 0.0
-            self.modelled &= rows
+        """The multipliers (and modelled rows) read ``elapsed`` [s] later, linear between knots (past the
+        end: the last knot's), as the warm start reads the plan; the absent rows of the new knots zeroed."""
+        self._previous[:] = self.multipliers
+        self._previous_modelled[:] = self.modelled
+        shift_multipliers(self._previous, self._previous_modelled, float(elapsed) / float(dt), self.rows(),
+                          self.multipliers, self.modelled)
 
     def reset(self) -> None:
         """Multipliers to zero (a cold start)."""
         self.multipliers[:] = 0.0
         self.modelled[:] = False
-
-    def _check(self, knots: Knots) -> None:
-        if knots.count != self.multipliers.shape[0]:
-            raise InputError(f"constraint {self.name!r} has multipliers for "
-                             f"{self.multipliers.shape[0]} knots, {knots.count} given", "knots")
 
 
 class FrictionConeConstraint(InequalityConstraint):
@@ -208,15 +286,24 @@ class FrictionConeConstraint(InequalityConstraint):
         return np.repeat(np.asarray(self.residual.offsets) >= 0, CONE_ROWS, axis=1)
 
     def stack_violation(self, forces: np.ndarray, knot: int = 0) -> float:
-        """Largest g_i [N] of one force stack (m,) laid out as at knot ``knot``, 0 inside the pyramid
-        (the check of a plan's first knot at its exact forces)."""
-        offsets = np.asarray(self.residual.offsets)[knot]
-        closed = offsets >= 0
-        if not closed.any():
-            return 0.0
-        forces = np.asarray(forces, dtype=float)
-        f = forces[offsets[closed][:, None] + np.arange(3)]
-        g = self.residual.shift - np.einsum("cij,cj->ci", self.residual.cones[closed], f)
-        largest = float(g.max())
-        return max(0.0, largest) if math.isfinite(largest) else math.inf
+        """Largest g_i [N] of one force stack (m,) laid out as at knot ``knot``, 0 inside the pyramid, inf
+        for a force that is not finite (the check of a plan's first knot at its exact forces)."""
+        offsets = np.ascontiguousarray(np.asarray(self.residual.offsets)[knot], dtype=np.int64)
+        forces = np.ascontiguousarray(forces, dtype=float)
+        if forces.ndim != 1 or (offsets.size and offsets.max() + 3 > forces.size):
+            raise InputError(f"a force stack of shape {forces.shape} for offsets {offsets.tolist()}",
+                             "forces")
+        return float(largest_pyramid_violation(forces, offsets, self.residual.cones, self.residual.shift))
 
+
+def precompile_kernels() -> None:
+    """Compile the kernels into the cache with the argument types the classes pass."""
+    K, nr = 2, CONE_ROWS
+    r, multipliers = np.ones((K, nr)), np.zeros((K, nr))
+    modelled = np.zeros((K, nr), dtype=np.bool_)
+    lagrangian_derivatives(r, multipliers, 1.0, np.zeros((K, nr)), np.zeros((K, nr)), modelled)
+    lagrangian_value(r, multipliers, 1.0)
+    update_multipliers(r, 1.0, math.inf, modelled, multipliers)
+    shift_multipliers(multipliers.copy(), modelled.copy(), 1.0, np.ones((K, nr), dtype=np.bool_),
+                      multipliers, modelled)
+    largest_pyramid_violation(np.zeros(3), np.zeros(1, dtype=np.int64), np.zeros((1, nr, 3)), np.zeros(nr))
