@@ -204,8 +204,8 @@ TICK_VIOLATION = CONE_ABSOLUTE_TOLERANCE
 def test_real_time_ticks_bring_demanded_friction_back_into_the_cone():
     """solo12 standing, its force regularization (weight 1) asking each foot for an outward horizontal force
     of 0.8 times its normal force (internal forces, which the legs can hold) on a cone of mu = 0.5 (faces at
-    0.35): without the constraint the first knot's forces leave the pyramid by 1.5 N and the plans are
-    refused; with it the ticks (one real-time iteration each, the multipliers updated and moved with the
+    0.35): without the constraint (the light barrier alone) the first knot's forces leave the pyramid by
+    1.5 N and the plans are refused; with it the ticks (one real-time iteration each, the multipliers updated and moved with the
     plan) bring them back within the check's tolerance (measured: 0.1 N at the second tick, 0.017 N from
     the fifth) and the plans are sent."""
     violations = {}

@@ -44,9 +44,8 @@ def test_crocoddyl_3_2_1_refuses_the_pinocchio_it_was_not_built_against():
 
 def test_crocoddyl_solves_the_legged_problem_this_package_solves():
     """solo12 trotting, N = 10 from the gait's start (two feet swing, no touchdown inside the horizon, so
-    the two problems differ only by the friction cone's term: a constraint's augmented Lagrangian here, a
-    quadratic barrier there, both zero inside the pyramid at the cold start), three ticks in Crocoddyl's
-    environment.
+    the two problems differ only by the friction cone's term: a log barrier here, a quadratic barrier zero
+    inside the pyramid there), three ticks in Crocoddyl's environment.
 
     Checked: the sizes; finite timings; the cost of the common cold start (x0 at every knot, the static
     torques) within 1 % (measured 0.2 %: the cone terms; Crocoddyl's Euler model scales the running cost by

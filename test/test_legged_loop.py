@@ -225,7 +225,7 @@ def test_solo12_trots_and_walks_in_mujoco_with_ticks_off_the_gait_grid():
     posture = rest_on_floor(model, posture, Ground(info["feet"]))
     feet, kinds = info["feet"], ["point"] * 4
     # config/solo12.yaml's weights: the base held at its height and still, the swing feet tracked closely.
-    weights = LeggedWeights(base_position=1e4, base_velocity=100.0, swing=1e5)
+    weights = LeggedWeights(base_position=1e4, base_velocity=100.0, swing=1e5, cone=1.0)
     mpcs = {name: LeggedMPC(model, feet, make_gait(name, feet, kinds), posture, weights=weights)
             for name in ("stand", "trot")}
     loop = LeggedLoop(model, mpcs, "stand", LeggedLoopSettings(policy_validity=0.3, latency=0.012,

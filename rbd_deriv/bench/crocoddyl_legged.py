@@ -12,8 +12,9 @@ with the same costs and weights (posture: weighted quadratic state residual; tor
 static torques; each stance foot's force toward its share of the weight; each swing foot's
 translation toward its lifted reference; friction cone of ``ResidualModelContactFrictionCone``),
 integrated by ``IntegratedActionModelEuler``, and the same terminal posture cost. Two
-differences: the cone is a quadratic barrier there (a constraint kept by an augmented Lagrangian
-here), and a touchdown is not an impulse knot (Crocoddyl would add a knot there). The receding horizon moves
+differences: the cone is kept by a quadratic barrier (Crocoddyl has no log barrier; the constraint of
+:mod:`rbd_deriv.control.constraints` is not written there either), and a
+touchdown is not an impulse knot (Crocoddyl would add a knot there). The receding horizon moves
 by ``ShootingProblem.circularAppend`` with the next knot's model, the solver is ``SolverBoxFDDP``
 with one iteration per tick, warm-started by the previous plan shifted one knot, single-threaded
 (``problem.nthreads = 1``, and ``OMP_NUM_THREADS=1`` for the OpenMP threads that setting does not

@@ -56,9 +56,9 @@ LINE_SEARCH_MIN_STEP = 1.0 / 1024.0
 MERIT_ROUND_OFF = 1e-12
 
 #: A plan is not sent when a first-knot contact force leaves the exact friction cone by more
-#: than CONE_ABSOLUTE_TOLERANCE [N] + CONE_RELATIVE_TOLERANCE * |f|: the friction-cone constraint
-#: keeps planned forces inside the inscribed pyramid (its augmented Lagrangian reaches it from
-#: outside by less than this), so anything beyond means the plan counts on friction or pull the
-#: ground cannot give.
+#: than CONE_ABSOLUTE_TOLERANCE [N] + CONE_RELATIVE_TOLERANCE * |f|: the barrier and the
+#: constraint keep planned forces inside the inscribed pyramid (the constraint's augmented
+#: Lagrangian reaches it from outside), so anything beyond means the plan counts on friction or
+#: pull the ground cannot give.
 CONE_ABSOLUTE_TOLERANCE = 0.1
 CONE_RELATIVE_TOLERANCE = 0.01

@@ -58,8 +58,12 @@ Why not the alternatives:
   torques; general constraints would mean another stage QP (or a condensed QP) and another cost per tick.
 
 The augmented Lagrangian keeps the stage QP a box QP on the torques (the torque box stays hard, as
-before), costs the residual's value and the same force-space products as the barrier did (folded once
-through dF/dx, dF/du with the other force costs), and leaves no bias at convergence.
+before), costs the residual's value and the same force-space products as a barrier (folded once
+through dF/dx, dF/du with the other force costs), and leaves no bias at convergence. Its limit: the
+Gauss-Newton model of phi is flat on a row inactive at the linearization, so one real-time step does not
+see a face it is about to cross (the violation is corrected from the next step on); the legged MPC keeps
+a light relaxed log barrier beside the constraint for that anticipation (:mod:`rbd_deriv.control.legged`
+says when it matters).
 
 The rows of a contact open at a knot are absent: the residual's neutral value there (1, with zero
 Jacobians) leaves them inactive as long as their multipliers are 0, which the warm start ensures when it

@@ -24,10 +24,10 @@ dF/dx, dF/du. Which rows belong to which contact at knot k comes from the schedu
   value 1 with zero Jacobians.
 
   The residual is enforced as a constraint of the problem
-  (:class:`~rbd_deriv.control.constraints.FrictionConeConstraint`, an augmented Lagrangian: what
-  the legged MPC does), or through an activation: a
-  :class:`~rbd_deriv.control.activation.RelaxedLogBarrier` (the forces of the plan stay strictly
-  inside the pyramid as long as the barrier's relaxation is not reached) or a
+  (:class:`~rbd_deriv.control.constraints.FrictionConeConstraint`, an augmented Lagrangian), and/or
+  through an activation: a :class:`~rbd_deriv.control.activation.RelaxedLogBarrier` (the forces of
+  the plan stay strictly inside the pyramid as long as the barrier's relaxation is not reached; the
+  legged MPC keeps a light one beside the constraint) or a
   :class:`~rbd_deriv.control.activation.QuadraticBarrier` with bounds [0, inf) (a penalty:
   violations shrink as its weight grows but do not vanish).
 - :func:`cone_violation` and :func:`forces_within_cone`: the check a tick makes before sending

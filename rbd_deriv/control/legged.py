@@ -14,15 +14,27 @@ follow a :class:`~rbd_deriv.control.schedule.Gait`:
       \\tfrac12 \\|x \\ominus x^r\\|^2_{W_x} + \\tfrac12 w_c \\|c_{xy}(q) - c^r_{xy}\\|^2
       + \\tfrac12 w_u \\|u - u^s\\|^2 + \\sum_{feet} \\big(\\tfrac12 w_f \\|f_c - f^r_c\\|^2
       [\\text{closed}] + \\tfrac12 w_s \\|p_c(q) - p^r_{c,k}\\|^2 [\\text{open}]\\big)
+      + w_b \\sum \\mathrm{barrier}(C f_c)
 
   with x^r the reference posture (an SRDF group_state, :mod:`rbd_deriv.control.srdf`) at rest,
   u^s the static torques that hold it (:func:`static_torques`), f^r the robot's weight shared by
   the closed feet of the knot, p^r a swing foot's placement over its stance position lifted by
   :math:`h \\sin^2(\\pi s)` (s in [0, 1] along the swing: it leaves and reaches the ground
-  with no vertical speed, so a touchdown a little off its knot is a gentle one);
+  with no vertical speed, so a touchdown a little off its knot is a gentle one), and a relaxed log
+  barrier on the friction pyramid (:mod:`rbd_deriv.control.contact_force`);
 - constraint: the friction pyramid (mu of the MPC) with unilaterality of every closed foot,
   :math:`C f_c \\ge 0`, kept by the solver's augmented Lagrangian (:mod:`rbd_deriv.control.constraints`,
-  penalty ``weights.cone_penalty``), its multipliers carried from tick to tick with the plan;
+  penalty ``weights.cone_penalty``), its multipliers carried from tick to tick with the plan.
+
+  The barrier stays, light, beside the constraint: the Gauss-Newton model of the augmented Lagrangian is
+  flat on a face the nominal's forces do not touch, so a real-time step cannot see a face it is about to
+  cross (solo12 starting to walk in MuJoCo, test_legged_loop: without the barrier or with its default
+  weight, first-knot forces 7 to 33 N out of the pyramid and 11 plans refused, whatever the penalty from
+  1 to 100 [1/N^2]; with config/solo12.yaml's barrier weight 1, none). The barrier's curvature inside
+  gives the step that anticipation; the constraint removes what the barrier's relaxation lets out (a
+  penalty there, whose violation vanishes only as its weight grows: solo12 asked for more friction than
+  the cone gives, 1.5 N out of the pyramid with the barrier alone, 0.017 N with the constraint,
+  test_constraints);
 - terminal cost: the posture term times ``weights.terminal``;
 - a moving base (:class:`BasePath`, :meth:`LeggedMPC.set_path`): the base's horizontal reference
   p(t) and its velocity at each knot's time (walking at a commanded velocity, a lateral sway),
@@ -49,7 +61,7 @@ from typing import Any, Sequence
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.control.activation import Quadratic
+from rbd_deriv.control.activation import Quadratic, RelaxedLogBarrier
 from rbd_deriv.control.constraints import FrictionConeConstraint
 from rbd_deriv.control.contact_force import (ForceStackResidual, FrictionConeResidual,
                                              forces_within_cone)
@@ -97,6 +109,9 @@ class LeggedWeights:
         force: On f - f^r [1/N^2].
         swing: On a swing foot's placement error [1/m^2].
         terminal: Factor of the posture cost at the last knot.
+        cone: Weight w_b of the friction-cone barrier.
+        cone_delta: Relaxation threshold of the barrier, as a fraction of the weight share of a
+            foot (the barrier turns quadratic below it).
         cone_penalty: Penalty rho of the friction-cone constraint's augmented Lagrangian [1/N^2]
             (:mod:`rbd_deriv.control.constraints`); its multipliers are bounded by rho times the
             robot's weight (the multiplier a violation by the whole weight would give in one update).
@@ -112,6 +127,8 @@ class LeggedWeights:
     force: float = 1e-3
     swing: float = 1e4
     terminal: float = 10.0
+    cone: float = 1e-3
+    cone_delta: float = 0.05
     cone_penalty: float = 1.0
 
 
@@ -335,6 +352,9 @@ class LeggedMPC:
                                                   knots=self.swinging),
                             Quadratic(w.swing, 3 * len(feet)), name="swing feet"))
         self.cone = FrictionConeResidual(space, nu, offsets, mu)
+        share = self.weight / len(feet)
+        running.append(Cost(self.cone, RelaxedLogBarrier(w.cone, w.cone_delta * share,
+                                                         self.cone.nr), name="friction cone"))
         #: The friction pyramid and unilaterality of the closed feet, a constraint of the problem.
         self.cone_constraint = FrictionConeConstraint(self.cone, w.cone_penalty,
                                                       w.cone_penalty * self.weight)
