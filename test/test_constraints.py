@@ -24,7 +24,7 @@ from rbd_deriv.control.contact_force import FrictionConeResidual, pyramid
 from rbd_deriv.control.cost import Cost
 from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
 from rbd_deriv.control.ocp import OptimalControlProblem
-from rbd_deriv.control.residuals import ControlResidual, Derivatives, Knots, StateResidual
+from rbd_deriv.control.residuals import ControlResidual, Knots, StateResidual
 from rbd_deriv.control.schedule import ContactSchedule, Gait
 from rbd_deriv.control.solver import RiccatiSolver
 from rbd_deriv.control.srdf import reference_posture
@@ -32,7 +32,7 @@ from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.testing import assert_close
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, LEGGED_ROBOTS, example_robot_srdf
-from test_contact_force import GRAVITY, MASS, PointMassOnContact, rollout_cost
+from test_contact_force import GRAVITY, MASS, PointMassOnContact, pyramid_optimum, rollout_cost
 
 #: Central-difference step: that of the contact dynamics' own derivative tests (test_dynamics).
 STEP = 1e-6
@@ -168,7 +168,7 @@ PUSH_VIOLATION = 2e-2
 def test_augmented_lagrangian_reaches_the_constrained_optimum():
     """Iterations with the multipliers updated after each step end on the pyramid, at the cost of the
     constrained optimum (SLSQP with the pyramid as hard constraints), where the penalty alone leaves it."""
-    optimize = pytest.importorskip("scipy.optimize")
+    pytest.importorskip("scipy.optimize")
     dt, N = 0.05, 10
     x0 = np.zeros(6)
     C = pyramid(0.5)
@@ -185,10 +185,7 @@ def test_augmented_lagrangian_reaches_the_constrained_optimum():
     assert violations[True] < PUSH_VIOLATION, violations
     assert np.isfinite(cone.multipliers).all() and (cone.multipliers >= 0.0).all()
     assert cone.multipliers.max() > 0.0
-    reference = optimize.minimize(
-        lambda u: rollout_cost(ocp, x0, u.reshape(N, 3)), np.tile(-MASS * GRAVITY, N),
-        constraints=[{"type": "ineq", "fun": lambda u: (u.reshape(N, 3) @ C.T).ravel()}],
-        method="SLSQP", options={"ftol": 1e-12, "maxiter": 500})
+    reference = pyramid_optimum(ocp, x0, 0.5)
     assert reference.success
     ours = rollout_cost(ocp, x0, solver.U)
     assert ours == pytest.approx(reference.fun, rel=1e-4), (ours, reference.fun)
@@ -205,9 +202,9 @@ def test_real_time_ticks_bring_demanded_friction_back_into_the_cone():
     """solo12 standing, its force regularization (weight 1) asking each foot for an outward horizontal force
     of 0.8 times its normal force (internal forces, which the legs can hold) on a cone of mu = 0.5 (faces at
     0.35): without the constraint (the light barrier alone) the first knot's forces leave the pyramid by
-    1.5 N and the plans are refused; with it the ticks (one real-time iteration each, the multipliers updated and moved with the
-    plan) bring them back within the check's tolerance (measured: 0.1 N at the second tick, 0.017 N from
-    the fifth) and the plans are sent."""
+    1.5 N and the plans are refused; with it the ticks (one real-time iteration each, the multipliers
+    updated and moved with the plan) bring them back within the check's tolerance (measured: 0.1 N at the
+    second tick, 0.017 N from the fifth) and the plans are sent."""
     violations = {}
     for constrained in (False, True):
         model, posture, mpc = legged("solo12", "stand", horizon=10, dt=0.02, mu=0.5,

@@ -135,6 +135,17 @@ def rollout_cost(ocp, x0, U, without="cone"):
     return running + sum(np.sum(c.values(Knots(X[-1:]))) for c in ocp.terminal_costs)
 
 
+def pyramid_optimum(ocp, x0, mu):
+    """SciPy's SLSQP minimum of the rollout's cost (the cone's cost left out) over the controls, the pyramid
+    of mu as hard constraints, from the resting force."""
+    optimize = pytest.importorskip("scipy.optimize")
+    N, C = ocp.horizon, pyramid(mu)
+    return optimize.minimize(
+        lambda u: rollout_cost(ocp, x0, u.reshape(N, 3)), np.tile(-MASS * GRAVITY, N),
+        constraints=[{"type": "ineq", "fun": lambda u: (u.reshape(N, 3) @ C.T).ravel()}],
+        method="SLSQP", options={"ftol": 1e-12, "maxiter": 500})
+
+
 def _one(out, k):
     view = KnotDynamics(1, 6, 6, 3, 3)
     view.A, view.B, view.X_next = out.A[k:k + 1], out.B[k:k + 1], out.X_next[k:k + 1]
@@ -143,7 +154,7 @@ def _one(out, k):
 
 
 def test_barrier_keeps_planned_forces_in_the_cone_near_the_constrained_optimum():
-    optimize = pytest.importorskip("scipy.optimize")
+    pytest.importorskip("scipy.optimize")
     dt, N = 0.05, 10
     x0 = np.zeros(6)
     ocp, schedule = push_problem(dt, N, RelaxedLogBarrier(1e-2, 1e-4, 5))
@@ -157,10 +168,7 @@ def test_barrier_keeps_planned_forces_in_the_cone_near_the_constrained_optimum()
     ok, _ = forces_within_cone(solver.U[0], schedule.force_offsets()[0], 0.5)
     assert ok
     # The same problem with the pyramid as hard constraints (SLSQP on the rollout's controls).
-    reference = optimize.minimize(
-        lambda u: rollout_cost(ocp, x0, u.reshape(N, 3)), np.tile(-MASS * GRAVITY, N),
-        constraints=[{"type": "ineq", "fun": lambda u: (u.reshape(N, 3) @ C.T).ravel()}],
-        method="SLSQP", options={"ftol": 1e-12, "maxiter": 500})
+    reference = pyramid_optimum(ocp, x0, 0.5)
     assert reference.success
     ours = rollout_cost(ocp, x0, solver.U)
     # A log barrier of weight w on m inequalities ends within m w of the constrained optimum

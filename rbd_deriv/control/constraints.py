@@ -148,7 +148,8 @@ def shift_multipliers(previous, previous_modelled, knots, rows, multipliers, mod
                 modelled[k, i] = False
                 continue
             multipliers[k, i] = (1.0 - fraction) * previous[base, i] + fraction * previous[following, i]
-            modelled[k, i] = previous_modelled[base, i] or (fraction > 0.0 and previous_modelled[following, i])
+            modelled[k, i] = previous_modelled[base, i] or (fraction > 0.0
+                                                            and previous_modelled[following, i])
 
 
 @njit(**JIT_OPTIONS)

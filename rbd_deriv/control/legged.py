@@ -503,8 +503,8 @@ class LeggedMPC:
         the solve fails with ``STATUS_NOT_FINITE`` and keeps its nominal) and makes it the nominal; the plan's
         first-knot forces are those of ``rd.contact_dynamics`` at its first state and torques. The friction
         cone's multipliers are updated for each step taken at the next linearization (this tick's next
-        iteration or the next tick's first, after the warm start moved them with the plan), where the forces of
-        the step's nominal are at hand: a relinearization after the last step would cost a second one.
+        iteration or the next tick's first, after the warm start moved them with the plan), where the forces
+        of the step's nominal are at hand: a relinearization after the last step would cost a second one.
 
         Args:
             x0: Measured state (nx,).

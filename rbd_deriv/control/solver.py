@@ -44,8 +44,9 @@ class SolveResult:
         iterations: Riccati passes done; qp_iterations: stage box-QP iterations in total.
         clamped: (knot, control) pairs on a bound at the last pass.
         largest_update: Largest control change of the last iteration.
-        cost: Cost of the final (X, U) (the gaps are not part of it), with the constraints'
-            augmented-Lagrangian terms; force costs read the forces of the last linearization.
+        cost: Cost of the final (X, U) (the gaps are not part of it) with the constraints'
+            augmented-Lagrangian terms; force costs read the forces of the last linearization,
+            taken before the last step.
     """
 
     status: int
@@ -200,13 +201,6 @@ class RiccatiSolver:
             running = self.running_knots(self.X, self.U)
             for constraint in self.ocp.constraints:
                 constraint.update(running)
-
-    def constraint_violation(self) -> float:
-        """Largest constraint row g_i over the running knots at the nominal with the current forces,
-        0 when every constraint holds (in the constraints' unit, [N] for the friction cone)."""
-        running = self.running_knots(self.X, self.U)
-        return max((float(constraint.violation(running).max()) for constraint in self.ocp.constraints),
-                   default=0.0)
 
     def backward(self) -> tuple[int, int, int]:
         """Riccati backward pass at the current derivatives: (status, QP iterations, clamped)."""
