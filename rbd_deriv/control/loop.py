@@ -553,7 +553,7 @@ class ControlLoop:
         if self.last_plan is not None:
             plan = self.last_plan
             values.update({"status": plan.status.value, "iterations": str(plan.iterations),
-                           "qp_iterations": str(plan.qp_iterations), "cost": f"{plan.cost:.6g}",
+                           "qp_iterations": str(plan.qp_iterations), "cost": f"{self.controller.cost(plan):.6g}",
                            "active_torque_bounds": str(plan.clamped)})
         values["reference_pulled"] = str(self.reference_pulled)
         for source in CommandSource:
