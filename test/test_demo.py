@@ -32,9 +32,8 @@ def test_demo_yaml_holds_the_plant_and_the_start_posture():
     np.testing.assert_allclose(damping, damping[0], rtol=1e-12)
     np.testing.assert_allclose(friction, friction[0], rtol=1e-12)
     assert arm._one_value(damping) == "0.001" and arm._one_value(np.array([0.1, 0.2])) == "0.1-0.2"
-    # The package's names, which the node tests use, read the same file.
-    np.testing.assert_allclose(demo.DAMPING_PER_EFFORT * limits, sim["damping"], rtol=1e-12)
-    np.testing.assert_allclose(demo.FRICTION_PER_EFFORT * limits, sim["friction"], rtol=1e-12)
+    np.testing.assert_allclose(damping * limits, sim["damping"], rtol=1e-12)
+    np.testing.assert_allclose(friction * limits, sim["friction"], rtol=1e-12)
     np.testing.assert_allclose(sim["initial_positions"], arm.DEMO_CENTER, rtol=0, atol=0)
     assert sim["backend"] == "mujoco"
     assert parameters["dynamics_node"]["dt"] == parameters["mpc_node"]["dt"], "held mode needs one step"
