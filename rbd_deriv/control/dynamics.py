@@ -33,7 +33,7 @@ import numpy as np
 import rbd_deriv as rd
 from rbd_deriv.control import euler_riccati
 from rbd_deriv.control.constants import EULER_STEP_TOLERANCE
-from rbd_deriv.core.contact import contact_data
+from rbd_deriv.core.contact import FORCE_ROWS, contact_data
 from rbd_deriv.exceptions import InputError, ModelError
 
 #: Name of the free-flyer joint (unactuated) in models with a floating base.
@@ -253,7 +253,6 @@ class ContactDynamics:
     def __init__(self, model: Any, dt: float, schedule: Any,
                  actuated: Sequence[str] | None = None, impulses: bool = True,
                  restitution: float = 0.0) -> None:
-        from rbd_deriv.control.schedule import FORCE_ROWS
         self.model = model
         self.dt = float(dt)
         self.data = model.create_data()

@@ -47,6 +47,7 @@ from typing import Any, Sequence
 import numpy as np
 
 import rbd_deriv as rd
+from rbd_deriv.control.constants import STEP_BASE_SPEED, STEP_HALVINGS, STEP_VELOCITY_FACTOR
 from rbd_deriv.control.activation import Quadratic, RelaxedLogBarrier
 from rbd_deriv.control.contact_force import (ForceStackResidual, FrictionConeResidual,
                                              forces_within_cone)
@@ -54,7 +55,8 @@ from rbd_deriv.control.cost import Cost
 from rbd_deriv.control.dynamics import ContactDynamics
 from rbd_deriv.control.ocp import OptimalControlProblem, check_state
 from rbd_deriv.control.residuals import ControlResidual, StateResidual
-from rbd_deriv.control.schedule import FORCE_ROWS, Gait
+from rbd_deriv.control.schedule import Gait
+from rbd_deriv.core.contact import FORCE_ROWS
 from rbd_deriv.control.euler_riccati import STATUS_NOT_FINITE, STATUS_OK
 from rbd_deriv.control.solver import RiccatiSolver, SolveResult
 from rbd_deriv.control.state_space import FREE_FLYER_DOF, ConfigurationSpace
@@ -69,16 +71,6 @@ from rbd_deriv.exceptions import InputError
 #: costs' Gauss-Newton derivatives; the Riccati backward and forward passes; the first knot's
 #: forces and cone check.
 TIMING_PARTS = ("schedule", "linearization", "costs", "riccati", "cone check")
-
-#: A real-time iteration's full step that changes a joint's velocity along the plan by more than this many times
-#: its URDF velocity limit, or the base's by more than :data:`STEP_BASE_SPEED` [m/s or rad/s], is halved until it
-#: does not, at most :data:`STEP_HALVINGS` times; a step still beyond (or not finite) is not taken and the solve
-#: fails. Far from the plan (a robot pushed, or moving after a stall) the full step of the linearized contact
-#: dynamics can overshoot by orders of magnitude; taken, its nominal overflows, the next linearization fails (as a
-#: mass matrix singular at some joint: the configuration is no longer finite there), and so does every later tick.
-STEP_VELOCITY_FACTOR = 10.0
-STEP_BASE_SPEED = 20.0
-STEP_HALVINGS = 8
 
 
 @dataclass(frozen=True)
