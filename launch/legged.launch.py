@@ -18,7 +18,7 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-#: Robots with a parameter file in config/ (the demo's rbd_deriv.demo.LEGGED_DEMOS).
+#: Robots with a parameter file in config/ (the demo's rbd_deriv.demo.legged.LEGGED_DEMOS).
 ROBOTS = ("solo12", "talos")
 
 

@@ -7,7 +7,7 @@ import sys
 from rbd_deriv.cli import dispatch
 
 SUBCOMMANDS = {
-    "demo": "rbd_deriv.demo",
+    "demo": "rbd_deriv.demo.__main__",
     "bench": "rbd_deriv.bench.__main__",
     "bag-eval": "rbd_deriv.replay.cli",
     "fleet-eval": "rbd_deriv.replay.fleet_cli",

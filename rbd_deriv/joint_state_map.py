@@ -140,11 +140,7 @@ class JointStateMap:
     """
 
     def __init__(self, model, strict: bool = False, max_age: float = 0.0, max_lead: float = math.inf) -> None:
-        if not (math.isfinite(max_age) and max_age >= 0.0):
-            raise InputError(f"max_age must be a finite number of seconds >= 0, got {max_age!r}", "max_age")
-        self.strict = bool(strict)
-        self.max_age_ns = int(round(max_age * 1e9))
-        self.max_lead = max_lead
+        self.set_checks(strict, max_age, max_lead)
         self.joint_names = list(model.actuated_joint_names)
         for name in self.joint_names:
             if model.nq_joint[name] != 1 or model.nv_joint[name] != 1:
@@ -170,6 +166,15 @@ class JointStateMap:
         # Publishers repeat the same name list: its mapping is computed once. The unknown names are kept
         # with it, so that strict mode applies to lists seen before it was turned on.
         self._layouts: Dict[Tuple[str, ...], Tuple[np.ndarray, np.ndarray, List[str]]] = {}
+
+    def set_checks(self, strict: bool, max_age: float, max_lead: float) -> None:
+        """Check the messages from now on as the constructor's arguments of the same names say (``max_age``,
+        ``max_lead`` [s]); a refused value (InputError) changes nothing."""
+        if not (math.isfinite(max_age) and max_age >= 0.0):
+            raise InputError(f"max_age must be a finite number of seconds >= 0, got {max_age!r}", "max_age")
+        self.max_lead = max_lead  # checked before anything changes
+        self.strict = bool(strict)
+        self.max_age_ns = int(round(max_age * 1e9))
 
     @property
     def max_lead(self) -> float:
@@ -393,6 +398,17 @@ class JointStateMap:
     def _oldest_stamp(self) -> int:
         oldest = int(self._joint_stamp.min())
         return min(oldest, self._base_stamp) if self.floating_base else oldest
+
+    def check_fresh(self, now_ns: int) -> None:
+        """Raise if the newest stamp is more than max_age older than the clock ``now_ns`` [ns] (a state kept
+        while its publishers stopped); max_age 0 checks nothing.
+
+        Raises:
+            JointStateError: ``stale``.
+        """
+        age_ns = now_ns - self.stamp_ns
+        if self.max_age_ns and age_ns > self.max_age_ns:
+            raise JointStateError(f"latest state is {age_ns * 1e-9:.3f} s old", "stale")
 
     def check_ready(self, need_effort: bool = False) -> None:
         """Raise unless the stored state can be used as a whole.

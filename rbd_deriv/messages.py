@@ -18,7 +18,7 @@ Matrices and the Jacobians A and B travel row-major in flat float64 sequences.
 from __future__ import annotations
 
 import array
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -302,6 +302,23 @@ class DynamicsMessages(NamedTuple):
         linearization = linearization_type(**linearization_sizes(joint_names, nq, nv))
         return cls(torques, minv, linearization, float_views(torques, {"effort": (len(actuated_names),)})["effort"],
                    matrix_view(minv, nv, nv), linearization_views(linearization, nq, nv))
+
+    def write_outputs(self, outputs: Any, header: Any) -> List[Tuple[str, Any]]:
+        """Write a pipeline's outputs (``DynamicsOutputs``: those not None) and ``header`` into the kept messages;
+        return (topic, message) of each, in the order a dynamics node sends them: ``bias_torques``,
+        ``mass_matrix_inverse``, ``linearization``."""
+        written = []
+        if outputs.torques is not None:
+            self.effort[:] = outputs.torques
+            self.torques.header = header
+            written.append(("bias_torques", self.torques))
+        if outputs.mass_matrix_inverse is not None:
+            self.minv_data[:] = outputs.mass_matrix_inverse
+            self.minv.header = header
+            written.append(("mass_matrix_inverse", self.minv))
+        if outputs.linearization is not None:
+            written.append(("linearization", self.write_linearization(outputs.linearization, header)))
+        return written
 
     def write_linearization(self, fields: Dict[str, Any], header: Any) -> Any:
         """Write a pipeline's linearization (``DynamicsOutputs.linearization``) and ``header`` into the kept

@@ -12,7 +12,8 @@ What :mod:`rbd_deriv.nodes.dynamics_node` computes, as a library that takes and 
   contact-constrained one and comes with the contact forces.
 * :func:`contact_set` turns frame names and kinds (a parameter, a rbd_deriv/ContactSet message, a request)
   into :class:`rbd_deriv.Contact` objects.
-* :func:`replace_robot` is the rule by which a new description replaces the running one.
+* :func:`read_description` reads the description the parameters name; :func:`replace_robot` is the rule by
+  which a new description replaces the running one.
 * :func:`warm_up` runs every algorithm once before the first input (numba compilation, model check).
 
 Every refusal raises an :class:`~rbd_deriv.exceptions.InputError` with a ``reason`` to count by:
@@ -38,7 +39,8 @@ from rbd_deriv.exceptions import InputError, RbdDerivError
 from rbd_deriv.joint_state_map import PLAUSIBLE, JointStateMap, describe, implausible, velocity_names
 
 __all__ = ["CONTACT_KINDS", "DERIVATIVES", "LINEARIZATION_INPUTS", "DynamicsOutputs", "DynamicsPipeline",
-           "OutputSelection", "PipelineError", "Throughput", "contact_set", "replace_robot", "warm_up"]
+           "OutputSelection", "PipelineError", "Throughput", "contact_set", "read_description", "replace_robot",
+           "warm_up"]
 
 #: What the linearization's input u can be: the bias torques RNEA(q, v, 0) (the input that keeps the
 #: current velocity) or the efforts measured by the robot.
@@ -536,6 +538,22 @@ def _quote(**inputs: Any) -> str:
 def _non_finite(what: str, **inputs: Any) -> PipelineError:
     """The refusal of a non-finite result, quoting the input it was computed from."""
     return PipelineError(f"the {what} at {_quote(**inputs)} are not finite: nothing is sent", "non_finite_output")
+
+
+def read_description(robot_description: str, urdf_path: str) -> str:
+    """The robot description the parameters name: ``robot_description`` (the XML) if set, else the text of the
+    file ``urdf_path``, else "" (none yet).
+
+    Raises:
+        PipelineError: ``bad_description`` when the file cannot be read.
+    """
+    if robot_description or not urdf_path:
+        return robot_description
+    try:
+        with open(urdf_path, encoding="utf-8") as stream:
+            return stream.read()
+    except OSError as error:
+        raise PipelineError(f"cannot read urdf_path {urdf_path!r}: {error}", "bad_description") from error
 
 
 def replace_robot(current: Optional[DynamicsPipeline], candidate: DynamicsPipeline,

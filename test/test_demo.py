@@ -1,10 +1,10 @@
-"""Tests of rbd_deriv.demo: one parameter file for the script and demo.launch.py, and short runs of each demo.
+"""Tests of rbd_deriv.demo (the package: its command line, arm, legged, legged_summary, processes and plots
+modules): one parameter file for the script and demo.launch.py, and short runs of each demo.
 
 The main job's loop runs here for a few seconds through its three nodes (and in relinearize mode in
-test_mpc_node.py); besides: config/demo.yaml holds what the
-demo's constants say (plant damping and friction per unit of effort limit, the start posture), the held
-mode's steps agree, and the script starts each node with its own file and demo.yaml, the files the launch
-file gives it.
+test_mpc_node.py); besides: config/demo.yaml holds the plant's damping and friction (per unit of effort limit,
+the same for every joint) and the start posture the demo's constants say, the held mode's steps agree, and
+the script starts each node with its own file and demo.yaml, the files the launch file gives it.
 """
 
 from __future__ import annotations
@@ -18,22 +18,28 @@ import pytest
 
 import rbd_deriv as rd
 from rbd_deriv import demo
+from rbd_deriv.demo import arm, legged, legged_summary, processes
 
 LAUNCH = Path(__file__).resolve().parents[1] / "launch" / "demo.launch.py"
 
 
-def test_demo_yaml_holds_the_demo_constants():
-    parameters = demo.demo_parameters()
+def test_demo_yaml_holds_the_plant_and_the_start_posture():
+    parameters = arm.demo_parameters()
     limits = np.asarray(rd.load_urdf(str(rd.bundled_urdf("rbd_arm7"))).effort_limit, dtype=float)
     sim = parameters["sim_node"]
-    np.testing.assert_allclose(sim["damping"], demo.DAMPING_PER_EFFORT * limits, rtol=1e-12)
-    np.testing.assert_allclose(sim["friction"], demo.FRICTION_PER_EFFORT * limits, rtol=1e-12)
-    np.testing.assert_allclose(sim["initial_positions"], demo.DEMO_CENTER, rtol=0, atol=0)
+    damping, friction = arm.plant_per_effort(limits, parameters)
+    # One damping and one friction per N m of effort limit for every joint: the title names them so.
+    np.testing.assert_allclose(damping, damping[0], rtol=1e-12)
+    np.testing.assert_allclose(friction, friction[0], rtol=1e-12)
+    assert arm._one_value(damping) == "0.001" and arm._one_value(np.array([0.1, 0.2])) == "0.1-0.2"
+    np.testing.assert_allclose(damping * limits, sim["damping"], rtol=1e-12)
+    np.testing.assert_allclose(friction * limits, sim["friction"], rtol=1e-12)
+    np.testing.assert_allclose(sim["initial_positions"], arm.DEMO_CENTER, rtol=0, atol=0)
     assert sim["backend"] == "mujoco"
     assert parameters["dynamics_node"]["dt"] == parameters["mpc_node"]["dt"], "held mode needs one step"
     assert parameters["dynamics_node"]["rate"] == parameters["mpc_node"]["rate_hz"]
     for node in parameters:
-        assert (demo.config_folder() / f"{node}.yaml").is_file()
+        assert (processes.config_folder() / f"{node}.yaml").is_file()
 
 
 def test_script_starts_each_node_with_its_file_then_demo_yaml(tmp_path, monkeypatch):
@@ -44,9 +50,10 @@ def test_script_starts_each_node_with_its_file_then_demo_yaml(tmp_path, monkeypa
             started.append(command)
 
     monkeypatch.setattr(subprocess, "Popen", Recorded)
-    demo._start("mpc_node", {"urdf_path": "/robot.urdf", "mode": "held"}, tmp_path / "log")
+    processes.start_node("mpc_node", arm.DEMO_PARAMETERS, {"urdf_path": "/robot.urdf", "mode": "held"},
+                         tmp_path / "log")
     command = started[0]
-    config = demo.config_folder()
+    config = processes.config_folder()
     assert command[1:3] == ["-m", "rbd_deriv.nodes.mpc_node"]
     assert command[3:8] == ["--ros-args", "--params-file", str(config / "mpc_node.yaml"), "--params-file",
                             str(config / "demo.yaml")]
@@ -70,7 +77,7 @@ def test_json_summary_reports_the_simulators_steps_by_source(tmp_path):
                    "commands_stale_state": "2", "refused_joint_states/non_finite": "1", "rate_hz": "199.0"}
     simulator = {"steps_policy": "19800", "refused_policy/size": "3", "actuation": "policy"}
     path = tmp_path / "demo.json"
-    demo.write_summary(path, summary, diagnostics, simulator, {"policy": 19800, "command": 12, "brake": 3000},
+    arm.write_summary(path, summary, diagnostics, simulator, {"policy": 19800, "command": 12, "brake": 3000},
                        "held", 200.0, ["j1", "j2"])
     document = json.loads(path.read_text())
     assert document["mpc_rate_hz"] == 198.5 and document["rate_asked_hz"] == 200.0
@@ -119,7 +126,7 @@ def test_main_job_tracks_through_the_three_nodes(tmp_path):
 LEGGED_LAUNCH = LAUNCH.parent / "legged.launch.py"
 
 
-@pytest.mark.parametrize("robot", demo.LEGGED_DEMOS)
+@pytest.mark.parametrize("robot", legged.LEGGED_DEMOS)
 def test_legged_robot_files_name_existing_parameters_with_good_values(robot):
     """config/<robot>.yaml: every parameter is one of the node's, its value passes the node's check, the
     simulator starts at the SRDF posture the MPC takes as reference, the feet are frames of the robot."""
@@ -127,7 +134,7 @@ def test_legged_robot_files_name_existing_parameters_with_good_values(robot):
     from rbd_deriv.nodes.parameters import MPC_NODE, SIM_NODE, _problem
     from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_srdf
 
-    parameters = demo.legged_parameters(robot)
+    parameters = legged.legged_parameters(robot)
     assert set(parameters) == {"sim_node", "mpc_node"}
     for node, table in (("sim_node", SIM_NODE), ("mpc_node", MPC_NODE)):
         for name, value in parameters[node].items():
@@ -156,7 +163,7 @@ def test_legged_launch_file_gives_the_nodes_the_demo_files():
     tree = ast.parse(LEGGED_LAUNCH.read_text(encoding="utf-8"))
     robots = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
                   and getattr(node.targets[0], "id", "") == "ROBOTS")
-    assert tuple(ast.literal_eval(robots)) == demo.LEGGED_DEMOS
+    assert tuple(ast.literal_eval(robots)) == legged.LEGGED_DEMOS
     strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
     assert {"sim_node", "mpc_node", "robot", "gait", "urdf_path", "srdf_path"} <= strings
     # Each node gets [its own file, the robot's file, overrides], like the demo script.
@@ -171,12 +178,54 @@ def test_legged_setup_of_any_robot(tmp_path):
 
     arguments = argparse.Namespace(robot=None, urdf=str(EXAMPLE_ROBOTS["solo12"]), feet="FL_FOOT,FR_FOOT,HL_FOOT,HR_FOOT",
                                    contact="point", srdf=str(example_robot_srdf("solo12")), posture="standing")
-    urdf, parameter_file, sim, mpc = demo.legged_setup(arguments)
+    urdf, parameter_file, sim, mpc = legged.legged_setup(arguments)
     assert urdf == arguments.urdf and parameter_file == ""
     assert sim["contact_frames"] == mpc["contact_frames"] == "[FL_FOOT, FR_FOOT, HL_FOOT, HR_FOOT]"
     assert sim["floating_base"] is True and mpc["posture"] == "standing"
-    np.testing.assert_allclose(sim["initial_positions"], demo.legged_parameters("solo12")["sim_node"]["initial_positions"],
-                               atol=1e-6)
+    robot_file = legged.legged_parameters("solo12")
+    np.testing.assert_allclose(sim["initial_positions"], robot_file["sim_node"]["initial_positions"], atol=1e-6)
+
+
+def test_legged_document_of_a_summary_and_the_nodes_diagnostics():
+    summary = {"command_rate": 49.5, "base_position_rms": 0.008, "walk_speed": 0.19, "sway_amplitude": None,
+               "torque_ratio": np.array([0.2, 0.7]), "mpc_cone_violations": 3, "cone_use_max": 0.65}
+    diagnostics = {"solve_time_p50_us": "4000.0", "commands_plan": "400", "refused_odom/stale": "2"}
+    simulator = {"fell": "false", "pushes_applied": "1", "friction_cone_violations": "0", "lost_time_s": "0.5"}
+    document = legged_summary.legged_document(summary, diagnostics, simulator, 1, "solo12", "trot")
+    assert document["solve_p50_ms"] == 4.0 and document["solve_p99_ms"] is None
+    assert document["fell"] is False and document["pushes_survived"] == 1 == document["pushes_sent"]
+    assert document["max_torque_ratio"] == 0.7 and document["simulator_lost_time_s"] == 0.5
+    assert document["commands_by_source"] == {"plan": 400} and document["refused_mpc"] == {"odom/stale": 2}
+    assert document["refused_simulator"] == {}
+    # A simulator that never reported counts as fallen: nothing survived.
+    assert legged_summary.legged_document(summary, diagnostics, {}, 1, "solo12", "trot")["pushes_survived"] == 0
+
+
+def test_base_reference_follows_the_motions_sent_to_the_mpc():
+    times = np.arange(0.0, 4.0, 0.01)
+    base = np.tile([1.0, 2.0, 0.3, 0.0, 0.0, 0.0, 1.0], (len(times), 1))
+    reference = legged_summary.reference_path(times, base, [(2.0, {"base_velocity": [0.2, 0.0]})])
+    standing = times < 2.0
+    np.testing.assert_allclose(reference[standing], np.tile([1.0, 2.0, 0.3], (standing.sum(), 1)))
+    np.testing.assert_allclose(reference[~standing, 0], 1.0 + 0.2 * (times[~standing] - 2.0), atol=1e-9)
+    np.testing.assert_allclose(reference[:, 1:], np.tile([2.0, 0.3], (len(times), 1)))
+    assert legged_summary.reference_path(times[:0], base[:0], []).shape == (0, 3)
+
+
+def test_logs_folder_and_the_nodes_that_exited(tmp_path):
+    assert processes.logs_folder(str(tmp_path / "a" / "b")).is_dir()
+    made = processes.logs_folder(None)
+    assert made.is_dir() and made.name.startswith("rbd_deriv_demo_")
+    made.rmdir()
+
+    class Process:
+        def __init__(self, node, code):
+            self.args, self.code = ["python", "-m", f"rbd_deriv.nodes.{node}"], code
+
+        def poll(self):
+            return self.code
+
+    assert processes.exited([Process("sim_node", None), Process("mpc_node", 1)]) == ["mpc_node"]
 
 
 #: Bounds of the short legged runs, from measured ones with a margin for a loaded CI machine: the MPC rate as a
@@ -214,7 +263,7 @@ def test_legged_demo_json_on_a_short_run(tmp_path, robot, arguments):
                 "friction_cone_violations_mpc_mu", "pushes_survived"):
         assert document[key] is not None, key
     bounds = LEGGED_BOUNDS[robot]
-    asked = demo.legged_parameters(robot)["mpc_node"]["rate_hz"]
+    asked = legged.legged_parameters(robot)["mpc_node"]["rate_hz"]
     assert document["fell"] is False and document["pushes_survived"] == 1 == document["pushes_sent"]
     # Torques against the actuators' limits the robot file gives both nodes (2.7 N m on solo12, not the URDF's 1000).
     assert 0.0 < document["max_torque_ratio"] <= 1.0

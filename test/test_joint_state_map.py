@@ -145,6 +145,24 @@ def test_staleness(arm):
         JointStateMap(arm, max_age=-1.0)
 
 
+def test_the_newest_stamp_against_the_clock_and_checks_changed_at_run_time(arm):
+    state = JointStateMap(arm, max_age=0.5)
+    names = list(arm.joint_names)
+    now = 100 * SECOND
+    state.update(names, np.ones(7), np.ones(7), [], now, now_ns=now)
+    state.check_fresh(now + SECOND // 2)
+    with pytest.raises(JointStateError, match="latest state is 0.600 s old") as caught:
+        state.check_fresh(now + 6 * SECOND // 10)  # its publisher stopped: a timer must not answer it
+    assert caught.value.reason == "stale"
+    state.set_checks(strict=True, max_age=0.0, max_lead=0.25)
+    state.check_fresh(now + 3600 * SECOND)  # max_age 0: no age check
+    assert state.strict and state.max_age_ns == 0 and state.max_lead == 0.25
+    for max_age, max_lead in ((math.inf, 0.1), (0.5, -1.0)):
+        with pytest.raises(InputError):
+            state.set_checks(False, max_age, max_lead)
+        assert state.max_age_ns == 0 and state.strict and state.max_lead == 0.25, "a refused change changes nothing"
+
+
 def test_implausible_magnitudes_are_refused_like_non_finite_values(arm):
     """Finite values no robot reaches (a velocity of 1e307 overflows RNEA into NaN) are refused whole."""
     state = JointStateMap(arm)

@@ -250,6 +250,29 @@ def test_dynamics_messages_send_what_is_written_in_place():
     assert messages.linearization.nq == NQ and list(messages.linearization.joint_names) == NAMES
 
 
+def test_dynamics_messages_write_the_outputs_computed_in_the_order_sent():
+    msg = pytest.importorskip("rbd_deriv.msg", reason="interfaces not built")
+    sensor_msgs = pytest.importorskip("sensor_msgs.msg")
+    std_msgs = pytest.importorskip("std_msgs.msg")
+    messages = DynamicsMessages.make((sensor_msgs.JointState, msg.Matrix, msg.Linearization), NAMES[1:], NAMES,
+                                     [f"v{i}" for i in range(NV)], NQ, NV)
+    rng = np.random.default_rng(12)
+    torques, minv = rng.normal(size=2), rng.normal(size=(NV, NV))
+    linearization = {**random_linearization(rng), "contact_frames": [], "contact_kinds": [],
+                     "contact_forces": np.zeros(0)}
+    header = std_msgs.Header(frame_id="base")
+    outputs = types.SimpleNamespace(torques=torques, mass_matrix_inverse=minv, linearization=linearization)
+    written = messages.write_outputs(outputs, header)
+    assert [topic for topic, _ in written] == ["bias_torques", "mass_matrix_inverse", "linearization"]
+    assert [message for _, message in written] == [messages.torques, messages.minv, messages.linearization]
+    assert all(message.header.frame_id == "base" for _, message in written)
+    np.testing.assert_array_equal(messages.torques.effort, torques)
+    np.testing.assert_array_equal(matrix_array(messages.minv, shape=(NV, NV)), minv)
+    np.testing.assert_array_equal(messages.linearization_arrays["A"], linearization["A"])
+    only = types.SimpleNamespace(torques=None, mass_matrix_inverse=minv, linearization=None)
+    assert [topic for topic, _ in messages.write_outputs(only, header)] == ["mass_matrix_inverse"]
+
+
 def test_odometry_arrays_read_pose_and_twist():
     nav_msgs = pytest.importorskip("nav_msgs.msg")
     message = nav_msgs.Odometry()

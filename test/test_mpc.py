@@ -1,17 +1,21 @@
-"""Tests of rbd_deriv.control: problem, Riccati kernels, workspace, facade, reference, safety.
+"""Tests of rbd_deriv.control: the fixed-base problem, Riccati kernels, facade, reference, safety.
 
 Oracles:
 - the dense KKT system of the equality-constrained LQ problem (numpy solve, obviously correct);
 - enumeration of every active set of a small box QP (exact global optimum of a strictly convex QP);
 - the KKT conditions of the full box-constrained problem, with the gradient computed densely;
 - a test-side numpy transcription of the cost and its derivatives;
-- complex-step derivatives for the sinusoid reference.
+- complex-step derivatives for the sinusoid reference;
+- the plans of the fixed-base MPC before it became a builder of the package's one problem and solver,
+  recorded tick by tick with their inputs (test/data/record_fixed_base_plans.py, run on 8350ccc).
 Tolerances follow :func:`rbd_deriv.testing.assert_close` (1e-9 relative to the largest entry).
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +29,9 @@ from rbd_deriv.control.reference import bound_reference_error
 from rbd_deriv.control import riccati
 from rbd_deriv.control.observer import DisturbanceObserver
 from rbd_deriv.control.prediction import CommandHistory, predict_state
-from rbd_deriv.control.workspace import RiccatiWorkspace, is_euler_step
+from rbd_deriv.control.dynamics import is_euler_step
+from rbd_deriv.control.problem import tracking_problem
+from rbd_deriv.control.solver import RiccatiSolver
 from rbd_deriv.exceptions import InputError, ModelError
 from rbd_deriv.testing import assert_close
 from rbd_deriv.testing.robots import bundled_urdf
@@ -177,42 +183,57 @@ def reference_cost(problem, X, U, X_ref, U_ref):
             + 0.5 * np.sum(problem.torque_weight * (U - U_ref) ** 2))
 
 
+def held_solver(problem, lin=None, X_ref=None, U_ref=None):
+    """The fixed-base problem's solver in held mode, references given, linearization held."""
+    controller = ModelPredictiveController(problem)
+    if X_ref is not None:
+        controller.X_ref[:], controller.U_ref[:] = X_ref, U_ref
+    if lin is not None:
+        controller.dynamics.hold(lin.A, lin.B, lin.x, lin.u, lin.x_next)
+    return controller.solver
+
+
 def test_cost_and_derivatives_with_soft_state_limits():
     rng = np.random.default_rng(7)
     problem = random_problem(rng, nv=3, horizon=5, state_box=0.8, limit_weight=50.0)
-    w = RiccatiWorkspace(problem)
+    X_ref, U_ref = rng.standard_normal((6, 6)), rng.standard_normal((5, 3))
+    solver = held_solver(problem, X_ref=X_ref, U_ref=U_ref)
     X, U = rng.standard_normal((6, 6)), rng.standard_normal((5, 3))
-    w.X_ref[:], w.U_ref[:] = rng.standard_normal((6, 6)), rng.standard_normal((5, 3))
-    assert_close(w.cost(X, U), reference_cost(problem, X, U, w.X_ref, w.U_ref), what="cost")
-    riccati.stage_cost_derivatives(X, U, w.X_ref, w.U_ref, w.state_weight, w.torque_weight,
-                                   problem.terminal_scale, w.state_lower, w.state_upper,
-                                   problem.limit_weight, w.Wx, w.gx, w.gu)
+    assert_close(solver.cost(X, U), reference_cost(problem, X, U, X_ref, U_ref), what="cost")
+    solver.X[:], solver.U[:] = X, U
+    solver.cost_derivatives()
     weights = np.concatenate([problem.position_weight, problem.velocity_weight])
     scale = np.r_[np.ones(5), problem.terminal_scale][:, None]
     outside = (X > 0.8) | (X < -0.8)
     assert outside.any() and (~outside).any()
-    assert_close(w.Wx, scale * weights + problem.limit_weight * outside, what="Hessian diagonal")
-    gradient = scale * weights * (X - w.X_ref) + problem.limit_weight * (
+    assert_close(solver.Lxx, np.einsum("ki,ij->kij", scale * weights + problem.limit_weight * outside, np.eye(6)),
+                 what="state Hessians")
+    gradient = scale * weights * (X - X_ref) + problem.limit_weight * (
         np.maximum(0, X - 0.8) - np.maximum(0, -0.8 - X))
-    assert_close(w.gx, gradient, what="state gradient")
-    assert_close(w.gu, problem.torque_weight * (U - w.U_ref), what="torque gradient")
+    assert_close(solver.Lx, gradient, what="state gradient")
+    assert_close(solver.Lu, problem.torque_weight * (U - U_ref), what="torque gradient")
+    assert_close(solver.Luu, np.einsum("i,ij->ij", problem.torque_weight, np.eye(3))[None].repeat(5, 0),
+                 what="torque Hessians")
+    assert not solver.Lux.any()
 
 
 def test_shift_by_one_step_moves_the_plan_one_knot():
     rng = np.random.default_rng(3)
     problem = random_problem(rng, nv=2, horizon=5)
-    w = RiccatiWorkspace(problem)
+    solver = held_solver(problem)
     X_prev, U_prev = rng.standard_normal((6, 4)), rng.uniform(-0.1, 0.1, (5, 2))
     x0 = rng.standard_normal(4)
-    w.warm_start(X_prev.copy(), U_prev.copy(), problem.dt, x0)
-    assert_close(w.X[0], x0)
-    assert_close(w.X[1:5], X_prev[2:6])
-    assert_close(w.X[5], X_prev[5])
-    assert_close(w.U[:4], U_prev[1:])
-    assert_close(w.U[4], U_prev[4])
+    solver.X[:], solver.U[:] = X_prev, U_prev
+    solver.warm_start(problem.dt, x0)
+    assert_close(solver.X[0], x0)
+    assert_close(solver.X[1:5], X_prev[2:6])
+    assert_close(solver.X[5], X_prev[5])
+    assert_close(solver.U[:4], U_prev[1:])
+    assert_close(solver.U[4], U_prev[4])
     # Half a step later every knot is the mean of its two neighbours.
-    w.warm_start(X_prev.copy(), U_prev.copy(), 0.5 * problem.dt, x0)
-    assert_close(w.X[1:5], 0.5 * (X_prev[1:5] + X_prev[2:6]))
+    solver.X[:], solver.U[:] = X_prev, U_prev
+    solver.warm_start(0.5 * problem.dt, x0)
+    assert_close(solver.X[1:5], 0.5 * (X_prev[1:5] + X_prev[2:6]))
 
 
 def euler_linearization(rng, nv, dt):
@@ -233,26 +254,27 @@ def test_structured_and_dense_passes_give_the_same_iteration(seed):
     lin = euler_linearization(rng, 5, problem.dt)
     x0 = rng.standard_normal(10)
     X_ref, U_ref = rng.standard_normal((9, 10)), rng.standard_normal((8, 5))
-    results, workspaces = [], []
+    results, solvers = [], []
     for structured in (True, False):
-        w = RiccatiWorkspace(problem)
-        w.X_ref[:], w.U_ref[:] = X_ref, U_ref
-        w.cold_start(x0)
-        w.k_ff[:] = 0.1
-        w.set_held_dynamics(lin.A, lin.B, lin.x, lin.u, lin.x_next)
-        assert w.euler_step, "an Euler-structured linearization is recognized"
-        w.structured_pass = structured
-        results.append(w.iterate())
-        workspaces.append(w)
+        solver = held_solver(problem, lin, X_ref, U_ref)
+        solver.cold_start(x0)
+        solver.k_ff[:] = 0.1
+        solver.linearize()
+        assert solver.dynamics.euler_step, "an Euler-structured linearization is recognized"
+        solver.structured_pass = structured
+        assert solver.dense() is not structured
+        results.append(solver.iterate())
+        solvers.append(solver)
     (status, _, clamped, largest), (status_dense, _, clamped_dense, largest_dense) = results
     assert status == status_dense == riccati.STATUS_OK and clamped == clamped_dense
     assert (clamped > 0) == (box < 1.0), "bounds active exactly in the boxed cases"
-    structured, dense = workspaces
+    structured, dense = solvers
     np.testing.assert_array_equal(structured.free, dense.free)
     assert_close(structured.K, dense.K, 1e-10, what="gains")
     assert_close(structured.k_ff, dense.k_ff, 1e-10, what="feedforward")
     assert_close(structured.U_new, dense.U_new, 1e-10, what="torques")
     assert_close(structured.X_new, dense.X_new, 1e-10, what="states")
+    assert_close(structured.DX, dense.DX, 1e-10, what="steps")
     assert largest == pytest.approx(largest_dense, rel=1e-9)
 
 
@@ -276,12 +298,12 @@ def test_euler_structure_is_recognized(arm):
     problem = MPCProblem.from_model(model, horizon=4, dt=0.01, mode=Mode.RELINEARIZE)
     controller = ModelPredictiveController(problem, model)
     controller.set_reference(np.tile(np.r_[q, v], (5, 1)), np.tile(u, (4, 1)))
-    assert controller.solve(np.r_[q, v], 0.0).ok and controller.workspace.euler_step
-    assert not controller.workspace.structured_pass
+    assert controller.solve(np.r_[q, v], 0.0).ok and controller.solver.dynamics.euler_step
+    assert not controller.solver.structured_pass and controller.solver.dense()
     held = ModelPredictiveController(MPCProblem.from_model(model, horizon=4, dt=0.01))
     held.set_reference(np.tile(np.r_[q, v], (5, 1)), np.tile(u, (4, 1)))
     held.solve(np.r_[q, v], 0.0, HeldLinearization(lin.A, lin.B, lin.x, lin.u, lin.x_next, 0.01))
-    assert not held.workspace.euler_step
+    assert not held.solver.dynamics.euler_step and held.solver.dense()
 
 
 def rollout(model, q, v, U, dt):
@@ -302,15 +324,15 @@ def test_relinearization_of_a_consistent_rollout_has_no_gaps(arm):
     rng = np.random.default_rng(11)
     q, v = rng.uniform(-1, 1, 7), rng.uniform(-1, 1, 7)
     U = np.array([rd.gravity_torques(model, data, q) for _ in range(8)]) + rng.uniform(-2, 2, (8, 7))
-    w = controller.workspace
-    w.X[:] = rollout(model, q, v, U, 0.01)
-    w.U[:] = U
-    controller._relinearize(np.zeros(7))
-    assert_close(w.d, np.zeros_like(w.d), what="gaps of a consistent rollout")
+    solver = controller.solver
+    solver.X[:] = rollout(model, q, v, U, 0.01)
+    solver.U[:] = U
+    solver.linearize()
+    assert_close(solver.d, np.zeros_like(solver.d), what="gaps of a consistent rollout")
     for k in (0, 7):
-        A, B = rd.linearize(model, data, w.X[k, :7], w.X[k, 7:], U[k], 0.01)
-        assert_close(w.A[k], A, what=f"A at knot {k}")
-        assert_close(w.B[k], B, what=f"B at knot {k}")
+        A, B = rd.linearize(model, data, solver.X[k, :7], solver.X[k, 7:], U[k], 0.01)
+        assert_close(solver.dynamics.A[k], A, what=f"A at knot {k}")
+        assert_close(solver.dynamics.B[k], B, what=f"B at knot {k}")
 
 
 def test_both_modes_agree_on_a_one_step_horizon(arm):
@@ -632,3 +654,42 @@ def test_observer_does_not_learn_across_a_gap(arm):
     assert np.abs(observer.update(np.zeros(7), np.full(7, 1.01), 0.051, np.zeros(7))).max() > 0.0
     with pytest.raises(InputError, match="max_gap"):
         DisturbanceObserver(model, time_constant=0.01, bound=np.full(7, 1.0), max_gap=0.0)
+
+
+PLANS = Path(__file__).resolve().parent / "data" / "fixed_base_plans"
+
+
+@pytest.mark.parametrize("case", sorted(path.stem for path in PLANS.glob("*.npz")))
+def test_the_same_plans_as_the_fixed_base_stack_it_replaces(case):
+    """Tick by tick, the recorded inputs give the recorded plans (1e-9 relative to each array's largest
+    entry): a closed loop's warm starts, both modes, a binding box, disturbances, several iterations, and
+    the failures (not convex, not finite) at the same ticks."""
+    sys.path.insert(0, str(PLANS.parent))
+    try:
+        from record_fixed_base_plans import load
+    finally:
+        sys.path.pop(0)
+    recorded = np.load(PLANS / f"{case}.npz")
+    robot, mode, horizon, margin, iterations = (str(value) for value in recorded["case"])
+    model = load(robot)
+    problem = MPCProblem.from_model(model, horizon=int(horizon), dt=0.01, mode=Mode(mode),
+                                    torque_margin=float(margin), max_iterations=int(iterations),
+                                    default_effort=10.0)
+    controller = ModelPredictiveController(problem, model)
+    ticks = len(recorded["time"])
+    assert ticks >= 6
+    for t in range(ticks):
+        linearization = None
+        if "A" in recorded:
+            linearization = HeldLinearization(recorded["A"][t], recorded["B"][t], recorded["x_lin"][t],
+                                              recorded["u_lin"][t], recorded["x_next"][t], 0.01)
+        controller.set_reference(recorded["X_ref"][t], recorded["U_ref"][t])
+        plan = controller.solve(recorded["x0"][t], float(recorded["time"][t]), linearization,
+                                recorded["disturbance"][t], evaluate_cost=True)
+        status = str(recorded["status"][t])
+        assert plan.status.value == status, f"tick {t}"
+        assert (plan.iterations, plan.clamped) == (recorded["iterations"][t], recorded["clamped"][t]), f"tick {t}"
+        if status == "ok":
+            for name in ("states", "torques", "gain"):
+                assert_close(getattr(plan, name), recorded[name][t], what=f"{name} at tick {t}")
+            assert plan.cost == pytest.approx(float(recorded["cost"][t]), rel=1e-9)

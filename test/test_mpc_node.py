@@ -29,7 +29,7 @@ pytest.importorskip("rbd_deriv.msg")
 
 import rbd_deriv as rd  # noqa: E402
 from rbd_deriv.control import SinusoidReference  # noqa: E402
-from rbd_deriv.demo import DAMPING_PER_EFFORT, FRICTION_PER_EFFORT  # noqa: E402
+from rbd_deriv.demo.arm import demo_parameters  # noqa: E402
 from rbd_deriv.messages import feedback_policy_arrays, feedback_policy_fields, fill_message, set_stamp, stamp_to_ns  # noqa: E402,E501
 from rbd_deriv.nodes.processes import ros_parameters, stop_processes  # noqa: E402
 from rbd_deriv.nodes.spin import PolledSubscription  # noqa: E402
@@ -414,10 +414,10 @@ def test_closed_loop_tracking_on_the_simulator(ros, arm):
     model, _ = arm
     center = np.array([0.0, 0.5, 0.0, -1.2, 0.0, 0.8, 0.0])
     reference = SinusoidReference(center, 0.3, np.linspace(0.2, 0.5, 7), ramp=1.0)
-    limit = np.asarray(model.effort_limit)
+    plant = demo_parameters()["sim_node"]  # the demo's plant: damping and friction of config/demo.yaml
     start("rbd_deriv.nodes.sim_node", {
-        "urdf_path": URDF, "backend": "mujoco", "damping": (DAMPING_PER_EFFORT * limit).tolist(),
-        "friction": (FRICTION_PER_EFFORT * limit).tolist(), "initial_positions": center.tolist()})
+        "urdf_path": URDF, "backend": "mujoco", "damping": list(plant["damping"]),
+        "friction": list(plant["friction"]), "initial_positions": center.tolist()})
     start("rbd_deriv.nodes.mpc_node", {"urdf_path": URDF, "mode": "relinearize", "rate_hz": 200.0,
                                        "diagnostics_period": 0.5})
     listener = Listener(node)

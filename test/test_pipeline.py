@@ -15,7 +15,7 @@ import pytest
 import rbd_deriv as rd
 from rbd_deriv.joint_state_map import PLAUSIBLE, JointStateError
 from rbd_deriv.pipeline import (DERIVATIVES, DynamicsPipeline, OutputSelection, PipelineError, Throughput,
-                                replace_robot, warm_up)
+                                read_description, replace_robot, warm_up)
 from rbd_deriv.testing import assert_close
 from rbd_deriv.testing.robots import bundled_urdf
 
@@ -244,6 +244,15 @@ def test_bad_descriptions_are_refused(arm_text):
         with pytest.raises(PipelineError, match=match) as caught:
             DynamicsPipeline(text)
         assert caught.value.reason == "bad_description"
+
+
+def test_the_description_the_parameters_name(arm_text, tmp_path):
+    assert read_description("<robot name='x'/>", str(ARM)) == "<robot name='x'/>"  # the XML comes first
+    assert read_description("", str(ARM)) == arm_text
+    assert read_description("", "") == ""  # none yet: the node waits for the topic
+    with pytest.raises(PipelineError, match="cannot read urdf_path") as caught:
+        read_description("", str(tmp_path / "missing.urdf"))
+    assert caught.value.reason == "bad_description"
 
 
 def test_replacing_the_robot(arm_text):

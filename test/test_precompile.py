@@ -94,6 +94,9 @@ def test_an_mpc_loads_its_solver_kernels_from_the_build():
 def test_a_lazy_kernel_compiles_at_its_first_call_and_says_so(tmp_path):
     # A copy of this environment's cache without nonlinear_effects' machine code: its first call compiles it, once.
     cache = tmp_path / "cache"
+    arm = rd.load_urdf(rd.bundled_urdf("rbd_arm7"))
+    # Its machine code is in this environment's cache once some process has called it: this one, here.
+    rd.nonlinear_effects(arm, arm.create_data(), rd.neutral(arm), np.zeros(arm.nv))
     shutil.copytree(jit_cache.STATE.folder, cache / jit_cache.STATE.key, copy_function=os.link)
     removed = [path for path in (cache / jit_cache.STATE.key / "core").glob("rnea._nle_kernel*")]
     assert removed
@@ -105,7 +108,6 @@ def test_a_lazy_kernel_compiles_at_its_first_call_and_says_so(tmp_path):
     environment.pop(jit_cache.ROLE_VARIABLE, None)
     runs = [subprocess.run([sys.executable, "-c", call], env=environment, capture_output=True, text=True,
                            timeout=600) for _ in range(2)]
-    arm = rd.load_urdf(rd.bundled_urdf("rbd_arm7"))
     gravity = rd.gravity_torques(arm, arm.create_data(), rd.neutral(arm)).tolist()  # nle at rest
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]

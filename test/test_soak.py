@@ -1,37 +1,45 @@
-"""A short soak of the dynamics node (rbd_deriv/nodes/soak.py): the node as a process, joint_states at 1 kHz
-through DDS with broken messages and bursts beyond its queue, every message sent accounted for.
-
-The full soak (10 minutes) is a benchmark, ``./run bench soak``; its figures are in docs/ros.md.
-"""
+"""Tests of rbd_deriv.bench.soak, the soak benchmark's command line: its report and exit code, its JSON, on
+made-up results (the soak itself runs in test_dynamics_soak.py)."""
 
 from __future__ import annotations
 
-import pytest
+import json
 
-pytest.importorskip("rclpy")
-pytest.importorskip("rbd_deriv.msg", reason="rbd_deriv interfaces not built (pip install -e . or colcon build)")
-
-from rbd_deriv.nodes.soak import BAD_KINDS, report, run_soak  # noqa: E402
+from rbd_deriv.bench import SUBCOMMANDS, soak
+from rbd_deriv.nodes.dynamics_soak import SoakResult
 
 
-def test_a_short_soak_accounts_for_every_message():
-    # Bursts of 300 at once: more than the node's joint_states queue holds, so some are lost before it.
-    result = run_soak(duration=6.0, rate=1000.0, bad_every=25, burst=300, burst_period=2.0)
-    text = report(result)
-    assert result.node_alive, text
-    assert result.sent >= 6000 + 2 * 300, text
-    assert all(result.sent_bad[kind] > 0 for kind in BAD_KINDS), text
-    # Each broken message is refused under the reason it was broken for (unless it was lost before the node).
-    for kind in BAD_KINDS:
-        assert 0 < result.refused.get(kind, 0) <= result.sent_bad[kind], text
-    # Nothing else failed (a message delayed by the machine's load may still be refused as stale).
-    assert not {"internal_error", "non_finite_output", "unusable_state"} & set(result.refused), text
-    assert result.lost > 0, text  # the bursts overflow the queue: losses happen and are counted
-    assert result.sent == result.outputs + result.refused_total + result.lost, text
-    assert result.inputs == result.outputs + result.refused_total, text
-    assert result.balanced, text
-    # Every output reached this process or was counted lost on the way, and none carried NaN or inf.
-    for topic, count in result.received.items():
-        assert count > 0, text
-    assert result.received["bias_torques"] + result.received_lost >= result.outputs, text
-    assert result.non_finite_outputs == 0, text
+def balanced_result() -> SoakResult:
+    return SoakResult(duration_s=6.0, rate_hz=1000.0, sent=6600, sent_bad={"non_finite": 50, "future": 50},
+                      inputs=6400, outputs=6300, refused={"non_finite": 50, "future": 50}, lost=200,
+                      received={"linearization": 6300, "bias_torques": 6300}, rss_start=100 * 2**20,
+                      rss_end=101 * 2**20, rss_max=102 * 2**20)
+
+
+def test_report_gives_the_memory_the_counts_and_the_balance():
+    result = balanced_result()
+    text = soak.report(result)
+    assert result.balanced
+    assert "node RSS: start 100.0 MiB, end 101.0 MiB, max 102.0 MiB" in text
+    assert "sent 6600 joint_states (100 broken: non_finite 50, future 50)" in text
+    assert "6400 taken, 6300 answered with outputs, 100 refused (future 50, non_finite 50), 200 lost" in text
+    assert "6600 = 6300 + 100 + 200: holds" in text
+    result.lost = 199
+    assert "DOES NOT HOLD" in soak.report(result)
+
+
+def test_command_line_writes_the_figures_and_fails_on_a_broken_balance(tmp_path, monkeypatch, capsys):
+    assert SUBCOMMANDS["soak"] == "rbd_deriv.bench.soak"
+    results = [balanced_result()]
+    monkeypatch.setattr(soak, "run_soak", lambda *arguments, **options: results[-1])
+    path = tmp_path / "soak.json"
+    assert soak.main(["--duration", "6", "--json", str(path)]) == 0
+    document = json.loads(path.read_text())
+    assert document["balanced"] is True and document["sent"] == 6600 and "machine" in document
+    assert "dynamics node soak: 6 s at 1000 Hz" in capsys.readouterr().out
+    results.append(balanced_result())
+    results[-1].node_alive = False
+    assert soak.main([]) == 1
+    results.append(balanced_result())
+    results[-1].outputs -= 1
+    assert soak.main([]) == 1

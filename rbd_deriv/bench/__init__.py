@@ -19,7 +19,7 @@ SUBCOMMANDS: Dict[str, str] = {
     "bag-play": "rbd_deriv.bench.bag_play",
     "fleet": "rbd_deriv.bench.fleet",
     "startup": "rbd_deriv.bench.startup",
-    "soak": "rbd_deriv.nodes.soak",
+    "soak": "rbd_deriv.bench.soak",
     "loaded-loop": "rbd_deriv.bench.loaded_loop",
     "contact": "rbd_deriv.bench.contact",
     "legged": "rbd_deriv.bench.legged",

@@ -65,15 +65,15 @@ _NS_PER_MS = 1_000_000
 def run_case(long_probability: float, short_ms: Tuple[float, float], seed: int, robot_side: str = "held",
              duration: float = 6.0) -> Tuple[float, float]:
     """One closed loop; returns (largest, RMS) tracking error [rad] over ``duration`` [s] of the reference."""
-    from rbd_deriv.demo import DAMPING_PER_EFFORT, FRICTION_PER_EFFORT
+    from rbd_deriv.demo.arm import demo_parameters
     from rbd_deriv.sim import make_plant
 
     rng = np.random.default_rng(seed)
     urdf = str(bundled_urdf("rbd_arm7"))
     model = rd.load_urdf(urdf)
-    limit = np.asarray(model.effort_limit, dtype=float)
-    plant = make_plant("mujoco", urdf, dt=1e-3, damping=DAMPING_PER_EFFORT * limit,
-                       friction=FRICTION_PER_EFFORT * limit, model=model)
+    sim = demo_parameters()["sim_node"]  # the demo's plant: its damping and friction
+    plant = make_plant("mujoco", urdf, dt=1e-3, damping=np.asarray(sim["damping"], dtype=float),
+                       friction=np.asarray(sim["friction"], dtype=float), model=model)
     plant.reset(CENTER)
     problem = MPCProblem.from_model(model, mode="relinearize")
     loop = ControlLoop(model, problem, LoopSettings())

@@ -126,7 +126,7 @@ def run_case(model: Any, horizon: int, mode: Mode, ticks: int, seed: int = 0) ->
         if not plan.ok:
             failures += 1
         else:
-            costs.append(plan.cost)
+            costs.append(controller.cost(plan))
         torque = plan.torque if plan.ok else rd.gravity_torques(model, data, q)
         try:
             plant.step(torque, steps_per_tick)

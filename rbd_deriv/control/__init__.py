@@ -1,9 +1,9 @@
 """Model predictive control on the package's rigid-body dynamics (no ROS in here).
 
-- :mod:`~rbd_deriv.control.problem`: the optimal control problem (what is solved).
-- :mod:`~rbd_deriv.control.workspace`: its matrices, built once and updated each tick (how).
-- :mod:`~rbd_deriv.control.riccati`: the numba box-constrained Riccati kernels.
-- :mod:`~rbd_deriv.control.mpc`: the facade, one ``solve`` per tick returning a plan.
+- :mod:`~rbd_deriv.control.problem`: the fixed-base tracking problem, built as the one optimal control
+  problem of :mod:`~rbd_deriv.control.ocp` and solved by :mod:`~rbd_deriv.control.solver`.
+- :mod:`~rbd_deriv.control.riccati`: the numba box QP and dense box-constrained Riccati kernels.
+- :mod:`~rbd_deriv.control.mpc`: the fixed-base facade, one ``solve`` per tick returning a plan.
 - :mod:`~rbd_deriv.control.observer`: estimate of the joint torques the model misses.
 - :mod:`~rbd_deriv.control.prediction`: the measured state carried over the loop's delay.
 - :mod:`~rbd_deriv.control.reference`: reference trajectories and their feedforward torques.

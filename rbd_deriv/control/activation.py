@@ -22,8 +22,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from rbd_deriv.control import gauss_newton
+from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.exceptions import InputError
 
 
@@ -82,18 +84,34 @@ class QuadraticBarrier:
         self.upper.setflags(write=False)
         self.weights = _weights("weights", weights, self.nr)
 
-    def _excess(self, r: np.ndarray) -> np.ndarray:
-        return np.maximum(0.0, r - self.upper) + np.minimum(0.0, r - self.lower)
+    def _evaluate(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        r = np.ascontiguousarray(r, dtype=float)
+        if r.ndim != 2 or r.shape[1] != self.nr:
+            raise InputError(f"residuals must be (K, {self.nr}), got {r.shape}")
+        value, gradient, hessian = np.empty(r.shape[0]), np.empty(r.shape), np.empty(r.shape)
+        _quadratic_barrier(r, self.lower, self.upper, self.weights, value, gradient, hessian)
+        return value, gradient, hessian
 
     def value(self, r: np.ndarray) -> np.ndarray:
         """(K,) cost of the residuals r (K, nr)."""
-        excess = self._excess(r)
-        return 0.5 * (excess * excess) @ self.weights
+        return self._evaluate(r)[0]
 
     def derivatives(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Gradient w * excess and Hessian diagonal w where a bound is passed (else 0), (K, nr)."""
-        excess = self._excess(r)
-        return excess * self.weights, np.where(excess != 0.0, self.weights, 0.0)
+        return self._evaluate(r)[1:]
+
+
+@njit(**JIT_OPTIONS)
+def _quadratic_barrier(r, lower, upper, weights, value, gradient, hessian):
+    """:class:`QuadraticBarrier` on r (K, nr) in one pass: value (K,), gradient and Hessian diagonal (K, nr)."""
+    for k in range(r.shape[0]):
+        total = 0.0
+        for i in range(r.shape[1]):
+            excess = max(0.0, r[k, i] - upper[i]) + min(0.0, r[k, i] - lower[i])
+            gradient[k, i] = weights[i] * excess
+            hessian[k, i] = weights[i] if excess != 0.0 else 0.0
+            total += weights[i] * excess * excess
+        value[k] = 0.5 * total
 
 
 class RelaxedLogBarrier:

@@ -1,4 +1,4 @@
-"""Tunable constants of the MPC solver, kept in one place.
+"""Tunable constants of the MPC: the solver's and the tick loops', kept in one place.
 
 Changing a value here changes every solver instance; per-problem choices (horizon, weights,
 limits) live in :class:`rbd_deriv.control.problem.MPCProblem` instead.
@@ -62,3 +62,59 @@ MERIT_ROUND_OFF = 1e-12
 #: pull the ground cannot give.
 CONE_ABSOLUTE_TOLERANCE = 0.1
 CONE_RELATIVE_TOLERANCE = 0.01
+
+# --- The fixed-base tick loop (rbd_deriv.control.loop) ---------------------------------------------------
+
+#: Samples kept for the percentiles of the tick loops' diagnostics (solve times, tick times, linearization ages).
+STATISTICS_WINDOW = 2000
+
+#: Distinct joint-name lists of compensation messages whose column order is remembered.
+LAYOUT_CACHE_SIZE = 16
+
+#: Largest compensation torque taken, as a multiple of each joint's effort limit: gravity may exceed what
+#: the drives give (the hold then saturates), but not by orders of magnitude.
+COMPENSATION_BOUND = 10.0
+
+# --- The robot side's policies (rbd_deriv.control.policy) ------------------------------------------------
+
+#: Policies the robot side keeps (the one in use and those waiting for their stamp; one per MPC tick, each
+#: at most ``max_stamp_lead`` ahead of the clock: a few are enough, the oldest is dropped past this).
+MAX_TAKEN = 8
+
+# --- The delay prediction (rbd_deriv.control.prediction) -------------------------------------------------
+
+#: Largest integration step of the prediction [s].
+PREDICTION_STEP = 1e-3
+
+# --- The legged tick loop (rbd_deriv.control.legged_loop) ------------------------------------------------
+
+#: Recent ticks whose durations give the adaptive latency (their 90th percentile).
+LATENCY_WINDOW = 20
+
+#: Largest base speed [m/s] and sway amplitude [m] a loop accepts (a command beyond is a mistake).
+MAX_BASE_SPEED = 2.0
+MAX_SWAY_AMPLITUDE = 0.5
+
+#: Gravity [m/s^2], for the speeds and accelerations a robot on its legs can follow.
+GRAVITY = 9.81
+
+#: Longest time [s] between a base pose and the last accepted one over which the jump between them is judged:
+#: a tick that stalls for a few tenths of a second still judges its first odometry (a second source cannot take
+#: the base over then); after a longer gap the base's state was stale anyway, and its next pose is taken as is.
+JUMP_WINDOW = 1.0
+
+#: A previous plan older than this fraction of the horizon when the next tick starts (a stalled tick) warm-starts
+#: ``start_iterations`` Gauss-Newton iterations instead of one.
+STALE_PLAN_FRACTION = 0.25
+
+# --- The legged MPC's real-time steps (rbd_deriv.control.legged) -----------------------------------------
+
+#: A real-time iteration's full step that changes a joint's velocity along the plan by more than this many times
+#: its URDF velocity limit, or the base's by more than :data:`STEP_BASE_SPEED` [m/s or rad/s], is halved until it
+#: does not, at most :data:`STEP_HALVINGS` times; a step still beyond (or not finite) is not taken and the solve
+#: fails. Far from the plan (a robot pushed, or moving after a stall) the full step of the linearized contact
+#: dynamics can overshoot by orders of magnitude; taken, its nominal overflows, the next linearization fails (as a
+#: mass matrix singular at some joint: the configuration is no longer finite there), and so does every later tick.
+STEP_VELOCITY_FACTOR = 10.0
+STEP_BASE_SPEED = 20.0
+STEP_HALVINGS = 8

@@ -46,7 +46,7 @@ from rbd_deriv.control import gauss_newton
 from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, diagonal,
                                          knot_factors, fold_force_derivatives,
                                          hessian_rows)
-from rbd_deriv.control.schedule import FORCE_ROWS
+from rbd_deriv.core.contact import FORCE_ROWS
 from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError
 

@@ -12,7 +12,8 @@ the N steps and gets back, per step k, in a :class:`KnotDynamics`:
   their Jacobians (3 rows per point contact, 6 per frame contact, zero rows past a knot's own
   contacts), which the force and friction-cone residuals read. m = 0 without contacts.
 
-:class:`FreeDynamics` is the provider without contacts, on ``rd.linearize_batch``;
+:class:`HeldDynamics` holds one linearization (the dynamics node's) for every knot, as a fixed-base MPC in
+held mode uses it; :class:`FreeDynamics` is the provider without contacts, on ``rd.linearize_batch``;
 :class:`ContactDynamics` is the provider with contacts: each knot's step runs the contact
 dynamics of the contacts a schedule closes at that knot, for the whole horizon in one
 ``rd.linearize_batch(..., contacts=sets, force_derivatives=True)``. A
@@ -26,10 +27,13 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
+import numba as nb
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.core.contact import contact_data
+from rbd_deriv.control import euler_riccati
+from rbd_deriv.control.constants import EULER_STEP_TOLERANCE
+from rbd_deriv.core.contact import FORCE_ROWS, contact_data
 from rbd_deriv.exceptions import InputError, ModelError
 
 #: Name of the free-flyer joint (unactuated) in models with a floating base.
@@ -52,6 +56,9 @@ class KnotDynamics:
         self.F = np.zeros((horizon, force_rows))
         self.dF_dx = np.zeros((horizon, force_rows, ndx))
         self.dF_du = np.zeros((horizon, force_rows, nu))
+        #: True when every step is a semi-implicit Euler step (:func:`is_euler_step`): the solver's structured
+        #: Riccati pass reads their velocity rows only. A provider of other steps sets it False.
+        self.euler_step = True
 
     @property
     def force_rows(self) -> int:
@@ -96,6 +103,68 @@ def actuated_indices(model: Any, actuated: Sequence[str] | None = None) -> np.nd
     return np.array(indices, dtype=np.int64)
 
 
+def is_euler_step(A: np.ndarray, B: np.ndarray, dt: float) -> bool:
+    """True if (A, B) is a semi-implicit Euler step of a vector space to EULER_STEP_TOLERANCE.
+
+    With v+ = v + dt a and q+ = q + dt v+, the position rows are A_q = [I, 0] + dt A_v and
+    B_q = dt B_v (A_v, B_v the velocity rows); see :func:`rbd_deriv.control.euler_riccati.is_euler_step`.
+
+    Args:
+        A: (nx, nx) state Jacobian, nx = 2 nv; B: (nx, nu) input Jacobian; dt: step [s].
+    """
+    return bool(euler_riccati.is_euler_step(A, B, float(dt), EULER_STEP_TOLERANCE))
+
+
+@nb.njit(cache=True)
+def _held_steps(A, B, x_lin, u_lin, x_plus, X, U, A_out, B_out, X_next):
+    """Every knot k: A_out[k] = A, B_out[k] = B, X_next[k] = x+ + A (X[k] - x_lin) + B (U[k] - u_lin)."""
+    horizon = U.shape[0]
+    nx = A.shape[0]
+    nu = B.shape[1]
+    for k in range(horizon):
+        for i in range(nx):
+            s = x_plus[i]
+            for j in range(nx):
+                A_out[k, i, j] = A[i, j]
+                s += A[i, j] * (X[k, j] - x_lin[j])
+            for a in range(nu):
+                B_out[k, i, a] = B[i, a]
+                s += B[i, a] * (U[k, a] - u_lin[a])
+            X_next[k, i] = s
+
+
+class HeldDynamics:
+    """One linearization for every step: x' = x+ + A (x - x_lin) + B (u - u_lin), on a vector space.
+
+    The dynamics node publishes it at the measured state; a fixed-base MPC in held mode plans the whole
+    horizon on it (:meth:`hold` each tick, then the solver's :meth:`linearize`). The steps are Euler steps
+    when (A, B) has their structure (:func:`is_euler_step`, checked once per :meth:`hold`).
+
+    Args:
+        dt: Step [s] of the linearizations.
+    """
+
+    force_rows = 0
+
+    def __init__(self, dt: float) -> None:
+        self.dt = float(dt)
+        self.A = self.B = self.x = self.u = self.x_next = None
+        self.euler_step = False
+
+    def hold(self, A: np.ndarray, B: np.ndarray, x: np.ndarray, u: np.ndarray, x_next: np.ndarray) -> None:
+        """Plan on this linearization from now on: A (nx, nx), B (nx, nu) taken at the state x (nx,) and
+        torques u (nu,) [N m], x_next = f(x, u) (nx,). Kept, not copied."""
+        self.A, self.B, self.x, self.u, self.x_next = A, B, x, u, x_next
+        self.euler_step = is_euler_step(A, B, self.dt)
+
+    def linearize(self, X: np.ndarray, U: np.ndarray, out: KnotDynamics) -> None:
+        """A, B and X_next of every step from the held linearization; no forces."""
+        if self.A is None:
+            raise InputError("no linearization held: call hold() first")
+        _held_steps(self.A, self.B, self.x, self.u, self.x_next, X, U, out.A, out.B, out.X_next)
+        out.euler_step = self.euler_step
+
+
 class FreeDynamics:
     """The dynamics without contacts: ``rd.linearize_batch`` at every knot.
 
@@ -114,6 +183,7 @@ class FreeDynamics:
         self.dt = float(dt)
         self.actuated = actuated_indices(model, actuated)
         self.nu = self.actuated.size
+        self._all_actuated = bool(np.array_equal(self.actuated, np.arange(model.nv)))
         #: Torques (nv,) added to S^T u at every knot (a disturbance estimate), zero by default.
         self.bias = np.zeros(model.nv)
         self._tau: np.ndarray | None = None
@@ -128,9 +198,12 @@ class FreeDynamics:
         self._tau[:, self.actuated] += U
         A, B, X_next = rd.linearize_batch(model, np.ascontiguousarray(X[:, :nq]),
                                           np.ascontiguousarray(X[:, nq:]), self._tau, self.dt)
-        out.A[:] = A
-        np.take(B, self.actuated, axis=2, out=out.B)
-        out.X_next[:] = X_next
+        # The batch's arrays are new: handed over, not copied (a few hundred microseconds for a humanoid).
+        out.A, out.X_next = A, X_next
+        if self._all_actuated:
+            out.B = B
+        else:
+            np.take(B, self.actuated, axis=2, out=out.B)
 
 
 def compose_impulse(out: KnotDynamics, knot: int, Phi_x: np.ndarray) -> None:
@@ -180,7 +253,6 @@ class ContactDynamics:
     def __init__(self, model: Any, dt: float, schedule: Any,
                  actuated: Sequence[str] | None = None, impulses: bool = True,
                  restitution: float = 0.0) -> None:
-        from rbd_deriv.control.schedule import FORCE_ROWS
         self.model = model
         self.dt = float(dt)
         self.data = model.create_data()

@@ -35,8 +35,8 @@ into its output and reading blocks in place, the symmetric rank-k update dsyrk, 
 dtrsm); matrix-vector products go to BLAS through ``np.dot`` once they are large enough to be worth
 a call (``SMALL_PRODUCT`` multiply-adds), and everything of size nu^2 or less stays in plain loops.
 All kernels take plain contiguous float64 arrays and write into preallocated outputs owned by
-:mod:`rbd_deriv.control.solver` (the legged problems) or :mod:`rbd_deriv.control.workspace` (the fixed-base MPC, whose linearizations have the
-same structure with an empty free-flyer block). The stage box QP and the warm start are
+:mod:`rbd_deriv.control.solver` (the fixed-base MPC's linearizations have the same structure with an
+empty free-flyer block). The stage box QP and the warm start are
 :mod:`rbd_deriv.control.riccati`'s.
 """
 

@@ -61,6 +61,7 @@ from typing import Any, Sequence
 import numpy as np
 
 import rbd_deriv as rd
+from rbd_deriv.control.constants import STEP_BASE_SPEED, STEP_HALVINGS, STEP_VELOCITY_FACTOR
 from rbd_deriv.control.activation import Quadratic, RelaxedLogBarrier
 from rbd_deriv.control.constraints import FrictionConeConstraint
 from rbd_deriv.control.contact_force import (ForceStackResidual, FrictionConeResidual,
@@ -69,7 +70,8 @@ from rbd_deriv.control.cost import Cost
 from rbd_deriv.control.dynamics import ContactDynamics
 from rbd_deriv.control.ocp import OptimalControlProblem, check_state
 from rbd_deriv.control.residuals import ControlResidual, StateResidual
-from rbd_deriv.control.schedule import FORCE_ROWS, Gait
+from rbd_deriv.control.schedule import Gait
+from rbd_deriv.core.contact import FORCE_ROWS
 from rbd_deriv.control.euler_riccati import STATUS_NOT_FINITE, STATUS_OK
 from rbd_deriv.control.solver import RiccatiSolver, SolveResult
 from rbd_deriv.control.state_space import FREE_FLYER_DOF, ConfigurationSpace
@@ -84,16 +86,6 @@ from rbd_deriv.exceptions import InputError
 #: costs' Gauss-Newton derivatives; the Riccati backward and forward passes; the first knot's
 #: forces and cone check.
 TIMING_PARTS = ("schedule", "linearization", "costs", "riccati", "cone check")
-
-#: A real-time iteration's full step that changes a joint's velocity along the plan by more than this many times
-#: its URDF velocity limit, or the base's by more than :data:`STEP_BASE_SPEED` [m/s or rad/s], is halved until it
-#: does not, at most :data:`STEP_HALVINGS` times; a step still beyond (or not finite) is not taken and the solve
-#: fails. Far from the plan (a robot pushed, or moving after a stall) the full step of the linearized contact
-#: dynamics can overshoot by orders of magnitude; taken, its nominal overflows, the next linearization fails (as a
-#: mass matrix singular at some joint: the configuration is no longer finite there), and so does every later tick.
-STEP_VELOCITY_FACTOR = 10.0
-STEP_BASE_SPEED = 20.0
-STEP_HALVINGS = 8
 
 
 @dataclass(frozen=True)
@@ -367,8 +359,6 @@ class LeggedMPC:
         #: (nv - 6,) the joints' speed bound of a real-time step [rad/s or m/s] (none where the URDF gives none).
         self._speed_bound = np.where(np.isfinite(limit) & (limit > 0.0), STEP_VELOCITY_FACTOR * limit, np.inf)
         self._started = False
-        #: A step was taken whose multiplier update waits for the forces of its nominal.
-        self._stepped = False
         #: The base's path and the time [s] of the horizon's first knot on its clock (None: in place).
         self.path: BasePath | None = None
         self.time = 0.0
@@ -530,7 +520,6 @@ class LeggedMPC:
         if not self._started:
             solver.cold_start(x0, np.tile(self.u_static, (self.horizon, 1)))
             self._started = True
-            self._stepped = False
         else:
             if elapsed is None:
                 elapsed = (self.phase - previous) * self.dt
@@ -545,9 +534,8 @@ class LeggedMPC:
             solver.linearize()
             middle = clock()
             timings["linearization"] += middle - start
-            if self._stepped:
+            if solver.multipliers_pending:
                 solver.update_multipliers()
-                self._stepped = False
             solver.cost_derivatives()
             if iteration == 1 and evaluate_cost:
                 # Read while the kinematics of the nominal's knots are at hand.
@@ -560,7 +548,7 @@ class LeggedMPC:
                 largest = solver.forward()
                 if self._bound_step(solver):
                     solver.accept()
-                    self._stepped = True
+                    solver.multipliers_pending = True
                 else:
                     status = STATUS_NOT_FINITE
             timings["riccati"] += clock() - start

@@ -45,9 +45,11 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 import rbd_deriv as rd
+from rbd_deriv.control.constants import (GRAVITY, JUMP_WINDOW, LATENCY_WINDOW, MAX_BASE_SPEED, MAX_SWAY_AMPLITUDE,
+                                         MAX_TAKEN, STALE_PLAN_FRACTION, STATISTICS_WINDOW)
 from rbd_deriv.control.legged import BasePath, LeggedMPC, LeggedPlan, static_torques
 from rbd_deriv.control.loop import time_percentiles
-from rbd_deriv.control.policy import (MAX_TAKEN, FeedbackPolicy, constant_policy, keep_taken, policy_from_plan,
+from rbd_deriv.control.policy import (FeedbackPolicy, constant_policy, keep_taken, policy_from_plan,
                                       policy_in_use)
 from rbd_deriv.control.prediction import predict_on_contacts
 from rbd_deriv.control.schedule import Gait
@@ -58,24 +60,6 @@ from rbd_deriv.stamps import ns_to_seconds
 from rbd_deriv.refusals import Refusals
 
 __all__ = ["GAITS", "LeggedLoop", "LeggedLoopSettings", "LeggedSource", "LeggedTick", "base_link", "make_gait"]
-
-#: Samples kept for the percentiles of the diagnostics.
-STATISTICS_WINDOW = 2000
-
-#: Recent ticks whose durations give the adaptive latency (their 90th percentile).
-LATENCY_WINDOW = 20
-
-#: Largest base speed [m/s] and sway amplitude [m] a loop accepts (a command beyond is a mistake).
-MAX_BASE_SPEED = 2.0
-MAX_SWAY_AMPLITUDE = 0.5
-
-#: Gravity [m/s^2], for the speeds and accelerations a robot on its legs can follow.
-GRAVITY = 9.81
-
-#: Longest time [s] between a base pose and the last accepted one over which the jump between them is judged:
-#: a tick that stalls for a few tenths of a second still judges its first odometry (a second source cannot take
-#: the base over then); after a longer gap the base's state was stale anyway, and its next pose is taken as is.
-JUMP_WINDOW = 1.0
 
 #: Gait names a configuration may ask for: the patterns of :class:`~rbd_deriv.control.schedule.Gait`, and
 #: ``pattern``, one period spelt knot by knot.
@@ -141,10 +125,6 @@ class LeggedSource(str, Enum):
     SOLVE_FAILURE = "solve_failure"
     CONE_REFUSAL = "cone_refusal"
 
-
-#: A previous plan older than this fraction of the horizon when the next tick starts (a stalled tick) warm-starts
-#: ``start_iterations`` Gauss-Newton iterations instead of one.
-STALE_PLAN_FRACTION = 0.25
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 import rbd_deriv as rd
+from rbd_deriv.control.constants import COMPENSATION_BOUND, LAYOUT_CACHE_SIZE, STATISTICS_WINDOW
 from rbd_deriv.control.mpc import HeldLinearization, ModelPredictiveController, Plan
 from rbd_deriv.control.observer import DisturbanceObserver
 from rbd_deriv.control.policy import FeedbackPolicy, constant_policy, policy_from_plan
@@ -44,16 +45,6 @@ from rbd_deriv.stamps import ns_to_seconds
 from rbd_deriv.refusals import Refusals
 
 __all__ = ["ControlLoop", "LoopSettings", "TickResult"]
-
-#: Samples kept for the percentiles of the diagnostics (solve times, tick times, linearization ages).
-STATISTICS_WINDOW = 2000
-
-#: Distinct joint-name lists of compensation messages whose column order is remembered.
-LAYOUT_CACHE_SIZE = 16
-
-#: Largest compensation torque taken, as a multiple of each joint's effort limit: gravity may exceed what
-#: the drives give (the hold then saturates), but not by orders of magnitude.
-COMPENSATION_BOUND = 10.0
 
 
 @dataclass(frozen=True)
@@ -553,7 +544,7 @@ class ControlLoop:
         if self.last_plan is not None:
             plan = self.last_plan
             values.update({"status": plan.status.value, "iterations": str(plan.iterations),
-                           "qp_iterations": str(plan.qp_iterations), "cost": f"{plan.cost:.6g}",
+                           "qp_iterations": str(plan.qp_iterations), "cost": f"{self.controller.cost(plan):.6g}",
                            "active_torque_bounds": str(plan.clamped)})
         values["reference_pulled"] = str(self.reference_pulled)
         for source in CommandSource:

@@ -1,4 +1,9 @@
-"""The controller facade: one call per tick returning a :class:`Plan`.
+"""The fixed-base controller facade: one call per tick returning a :class:`Plan`.
+
+The problem is :func:`rbd_deriv.control.problem.tracking_problem`'s, solved by the package's one solver
+(:class:`rbd_deriv.control.solver.RiccatiSolver`) with real-time iterations warm-started from the previous
+plan; its dynamics are the dynamics node's held linearization (:class:`~rbd_deriv.control.dynamics.HeldDynamics`)
+or the free dynamics relinearized at every knot (:class:`~rbd_deriv.control.dynamics.FreeDynamics`).
 
 Typical use::
 
@@ -19,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-import rbd_deriv as rd
 from rbd_deriv.control import riccati
-from rbd_deriv.control.constants import CONTROL_STEP_TOLERANCE, DIVERGENCE_BOUND
-from rbd_deriv.control.problem import Mode, MPCProblem
-from rbd_deriv.control.workspace import RiccatiWorkspace
+from rbd_deriv.control.constants import DIVERGENCE_BOUND
+from rbd_deriv.control.dynamics import FreeDynamics, HeldDynamics
+from rbd_deriv.control.problem import Mode, MPCProblem, tracking_problem
+from rbd_deriv.control.solver import RiccatiSolver
 from rbd_deriv.exceptions import InputError, ModelError
 
 
@@ -62,7 +67,9 @@ class Plan:
     Attributes:
         torque: (nu,) command for now [N m]; inside the torque box whenever ``ok``.
         states: (N+1, nx) predicted states; torques: (N, nu) planned torques.
-        cost: MPC cost of the plan under the model used this tick.
+        cost: MPC cost of the plan under the model used this tick when the solve was asked for it
+            (``evaluate_cost``), else NaN: a tick does not need it (:meth:`ModelPredictiveController.cost`
+            evaluates it later).
         iterations: Riccati passes; qp_iterations: stage box-QP iterations in total.
         clamped: Number of (knot, joint) torques on a bound.
         solve_time: Wall time of the tick in [s].
@@ -104,12 +111,16 @@ _STATUS = {riccati.STATUS_OK: SolveStatus.OK, riccati.STATUS_NOT_CONVEX: SolveSt
 
 
 class ModelPredictiveController:
-    """Box-constrained Riccati MPC, warm-started from its previous plan.
+    """Box-constrained Riccati MPC of a fixed-base robot, warm-started from its previous plan.
 
     Args:
         problem: Horizon, weights and limits.
         model: Robot model from :func:`rbd_deriv.load_urdf`; required in
             :attr:`Mode.RELINEARIZE`, unused in :attr:`Mode.HELD`.
+
+    Attributes:
+        solver: The :class:`~rbd_deriv.control.solver.RiccatiSolver` of the problem (its X, U, K are the
+            last plan's).
 
     Raises:
         ModelError: Re-linearization mode without a model, or a model that does not match.
@@ -121,29 +132,33 @@ class ModelPredictiveController:
                 raise ModelError("re-linearization mode needs the robot model")
             if tuple(model.joint_names) != problem.joint_names or model.nq != model.nv:
                 raise ModelError("model joints differ from the problem's joints")
+            self.dynamics = FreeDynamics(model, problem.dt)
+        else:
+            self.dynamics = HeldDynamics(problem.dt)
         self.problem = problem
         self.model = model
-        self.workspace = RiccatiWorkspace(problem)
+        N, nv = problem.horizon, problem.nv
+        #: (N+1, nx) reference states and (N, nu) torques in command terms (the model's minus the disturbance).
+        self.X_ref = np.zeros((N + 1, problem.nx))
+        self.U_ref = np.zeros((N, nv))
+        self.solver = RiccatiSolver(tracking_problem(problem, self.X_ref, self.U_ref, self.dynamics))
         self._last_time: float | None = None
-        self._U_ref_model = np.zeros_like(self.workspace.U_ref)
-        self._no_disturbance = np.zeros(problem.nv)
-        self._u_lin = np.zeros(problem.nv)
-        self._torques = np.zeros_like(self.workspace.U)
+        self._U_ref_model = np.zeros((N, nv))
+        self._no_disturbance = np.zeros(nv)
+        self._u_lin = np.zeros(nv)
 
     def reset(self) -> None:
         """Forget the previous plan: the next tick starts cold."""
         self._last_time = None
-        self.workspace.k_ff[:] = 0.0
 
     def set_reference(self, X_ref: np.ndarray, U_ref: np.ndarray) -> None:
         """Reference states (N+1, nx) [rad, rad/s] and the torques (N, nu) [N m] the model needs."""
-        w = self.workspace
-        w.X_ref[:] = _checked("X_ref", X_ref, w.X_ref.shape)
-        self._U_ref_model[:] = _checked("U_ref", U_ref, w.U_ref.shape)
+        self.X_ref[:] = _checked("X_ref", X_ref, self.X_ref.shape)
+        self._U_ref_model[:] = _checked("U_ref", U_ref, self.U_ref.shape)
 
     def solve(self, x0: np.ndarray, time: float,
               linearization: HeldLinearization | None = None,
-              disturbance: np.ndarray | None = None) -> Plan:
+              disturbance: np.ndarray | None = None, evaluate_cost: bool = False) -> Plan:
         """Solve the tick problem from the measured state.
 
         Args:
@@ -153,6 +168,7 @@ class ModelPredictiveController:
             disturbance: (nu,) torque [N m] acting on the joints besides the command, held over
                 the horizon (see :class:`rbd_deriv.control.observer.DisturbanceObserver`);
                 the plan's torques are the commands that achieve the motion despite it.
+            evaluate_cost: Give the plan its cost (else NaN).
 
         Returns:
             The plan. A solver failure is reported in ``plan.status``, never raised; the next
@@ -163,7 +179,7 @@ class ModelPredictiveController:
         """
         start = _time.perf_counter()
         p = self.problem
-        w = self.workspace
+        solver = self.solver
         x0 = _checked("x0", x0, (p.nx,))
         if not np.isfinite(time):
             raise InputError(f"time must be finite, got {time!r}")
@@ -173,53 +189,38 @@ class ModelPredictiveController:
                        else _checked("disturbance", disturbance, (p.nv,)))
         # The model sees command + disturbance: in command terms, its reference torque and its
         # linearization point move by -disturbance.
-        np.subtract(self._U_ref_model, disturbance, out=w.U_ref)
-        if linearization is not None:
+        np.subtract(self._U_ref_model, disturbance, out=self.U_ref)
+        if p.mode is Mode.HELD:
             np.subtract(linearization.u, disturbance, out=self._u_lin)
-        if self._last_time is None:
-            w.cold_start(x0)
+            self.dynamics.hold(linearization.A, linearization.B, linearization.x, self._u_lin,
+                               linearization.x_next)
         else:
-            w.warm_start(w.X, w.U, max(0.0, time - self._last_time), x0)
-        status = riccati.STATUS_OK
-        iterations = qp_iterations = clamped = 0
-        for iterations in range(1, p.max_iterations + 1):
-            if p.mode is Mode.HELD:
-                w.set_held_dynamics(linearization.A, linearization.B, linearization.x,
-                                    self._u_lin, linearization.x_next)
-            else:
-                self._relinearize(disturbance)
-            status, stage_iterations, clamped, largest = w.iterate()
-            qp_iterations += stage_iterations
-            if status != riccati.STATUS_OK:
-                break
-            w.accept()
-            if largest <= CONTROL_STEP_TOLERANCE:
-                break
-        solve_status = _STATUS[status]
+            self.dynamics.bias[:] = disturbance
+        if self._last_time is None:
+            solver.cold_start(x0, self.U_ref)
+        else:
+            solver.warm_start(max(0.0, time - self._last_time), x0)
+        result = solver.solve(x0, p.max_iterations, line_search=False, evaluate_cost=evaluate_cost)
+        solve_status = _STATUS[result.status]
         if solve_status is SolveStatus.OK and not (
-                np.isfinite(w.U).all() and np.isfinite(w.X).all()
-                and np.abs(w.X).max() < DIVERGENCE_BOUND):
+                np.isfinite(solver.U).all() and np.isfinite(solver.X).all()
+                and np.abs(solver.X).max() < DIVERGENCE_BOUND):
             solve_status = SolveStatus.NOT_FINITE
         if solve_status is SolveStatus.OK:
             self._last_time = float(time)
-            cost = w.cost(w.X, w.U)
+            cost = result.cost
         else:
             self.reset()
             cost = np.nan
-        torques = w.U.copy()
-        return Plan(torque=torques[0].copy(), states=w.X.copy(), torques=torques, cost=cost,
-                    iterations=iterations, qp_iterations=qp_iterations, clamped=clamped,
-                    solve_time=_time.perf_counter() - start, status=solve_status, gain=w.K[0].copy())
+        torques = solver.U.copy()
+        return Plan(torque=torques[0].copy(), states=solver.X.copy(), torques=torques, cost=cost,
+                    iterations=result.iterations, qp_iterations=result.qp_iterations, clamped=result.clamped,
+                    solve_time=_time.perf_counter() - start, status=solve_status, gain=solver.K[0].copy())
 
-    def _relinearize(self, disturbance: np.ndarray) -> None:
-        w = self.workspace
-        nv = self.problem.nv
-        np.copyto(w.Q_knots, w.X[:-1, :nv])
-        np.copyto(w.V_knots, w.X[:-1, nv:])
-        np.add(w.U, disturbance, out=self._torques)
-        A, B, X_next = rd.linearize_batch(self.model, w.Q_knots, w.V_knots, self._torques,
-                                          self.problem.dt)
-        w.set_knot_dynamics(A, B, X_next)
+    def cost(self, plan: Plan) -> float:
+        """The cost of a plan's states and torques under the current references and disturbance (those of
+        the last solve until the next :meth:`set_reference` and :meth:`solve`)."""
+        return self.solver.cost(plan.states, plan.torques)
 
     def check_linearization(self, linearization: HeldLinearization | None) -> HeldLinearization:
         """The linearization with float arrays, if its shapes, values and dt fit the problem.
@@ -243,13 +244,14 @@ class ModelPredictiveController:
 
 
 def precompile_kernels() -> None:
-    """Compile the solver's kernels (rbd_deriv.control.riccati, rbd_deriv.control.euler_riccati) into the
+    """Compile the solver's kernels (rbd_deriv.control.riccati, rbd_deriv.control.euler_riccati,
+    rbd_deriv.control.dynamics' held steps) into the
     kernel cache; the package's build (rbd_deriv.precompile) runs it, so that an MPC node's first tick loads
     them instead of compiling.
 
     Two ticks of a 2-joint problem in held-linearization mode, cold then warm-started, with a linearization
     that is not an Euler step (the dense pass) then with one that is (the structured pass), call every
-    kernel with the argument types a tick passes (the workspace's arrays, Python floats and ints)."""
+    kernel with the argument types a tick passes (the solver's arrays, Python floats and ints)."""
     nv, nx = 2, 4
     problem = MPCProblem(
         joint_names=("a", "b"), horizon=3, dt=0.05, torque_lower=-np.ones(nv), torque_upper=np.ones(nv),
@@ -263,7 +265,7 @@ def precompile_kernels() -> None:
     euler = HeldLinearization(A=np.block([[identity, dt * identity], [0 * identity, identity]]),
                               B=np.vstack([dt * dt * identity, dt * identity]), x=np.zeros(nx),
                               u=np.zeros(nv), x_next=np.zeros(nx), dt=dt)
-    controller.workspace.structured_pass = True
+    controller.solver.structured_pass = True
     for held in (dense, euler):
         controller.reset()
         for time in (0.0, dt / 2):

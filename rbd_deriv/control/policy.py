@@ -39,15 +39,12 @@ from typing import Any, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 import rbd_deriv as rd
+from rbd_deriv.control.constants import MAX_TAKEN
 from rbd_deriv.exceptions import InputError, MessageError, RbdDerivError
 from rbd_deriv.refusals import Refusals
 
 __all__ = ["Actuation", "FeedbackPolicy", "PolicyExecutor", "constant_policy", "keep_taken", "policy_from_plan",
            "policy_in_use"]
-
-#: Policies the robot side keeps (the one in use and those waiting for their stamp; one per MPC tick, each
-#: at most ``max_stamp_lead`` ahead of the clock: a few are enough, the oldest is dropped past this).
-MAX_TAKEN = 8
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 import rbd_deriv as rd
-
-#: Largest integration step of the prediction [s].
-PREDICTION_STEP = 1e-3
+from rbd_deriv.control.constants import PREDICTION_STEP
 
 
 class CommandHistory:

@@ -1,4 +1,4 @@
-"""The optimal control problem solved by the MPC at every tick (the *what*).
+"""The fixed-base tracking problem: its settings (:class:`MPCProblem`) and its builder (:func:`tracking_problem`).
 
 Over a horizon of N steps of length dt, with state :math:`x = (q, v)` and torque input
 :math:`u = \\tau`, the controller minimises
@@ -17,6 +17,11 @@ positions and velocities inside the URDF limits where that is cheap (a diagonal 
 Only robots whose configuration space is a vector space (fixed base; continuous joints carry one
 angle in this package) are accepted: a floating base driven by joint torques alone needs a contact
 model, which this controller does not have.
+
+:func:`tracking_problem` writes it as the package's one optimal control problem
+(:class:`~rbd_deriv.control.ocp.OptimalControlProblem`, the one the legged MPC composes too): the
+tracking terms are a state and a control residual under quadratic activations, the soft limits a
+quadratic barrier on the state, the dynamics a held linearization or the batched free dynamics.
 """
 
 from __future__ import annotations
@@ -27,6 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from rbd_deriv.control.activation import Quadratic, QuadraticBarrier
+from rbd_deriv.control.cost import Cost
+from rbd_deriv.control.dynamics import DynamicsProvider
+from rbd_deriv.control.ocp import OptimalControlProblem
+from rbd_deriv.control.residuals import ControlResidual, StateResidual
+from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.exceptions import InputError, ModelError
 
 
@@ -186,3 +197,29 @@ class MPCProblem:
             position_weight=position_weight, velocity_weight=velocity_weight,
             torque_weight=torque_weight, terminal_scale=terminal_scale,
             limit_weight=limit_weight, mode=mode, max_iterations=max_iterations)
+
+
+def tracking_problem(problem: MPCProblem, X_ref: np.ndarray, U_ref: np.ndarray,
+                     dynamics: DynamicsProvider) -> OptimalControlProblem:
+    """The optimal control problem of the module docstring for ``problem``'s settings.
+
+    Args:
+        problem: Horizon, weights and limits.
+        X_ref: (N+1, nx) reference states [rad, rad/s]; U_ref: (N, nu) reference torques [N m]. Kept, not
+            copied: writing into them moves the references of the costs.
+        dynamics: The provider of the steps' dynamics (:class:`~rbd_deriv.control.dynamics.HeldDynamics`
+            or :class:`~rbd_deriv.control.dynamics.FreeDynamics`).
+    """
+    p = problem
+    N, nv = p.horizon, p.nv
+    space = VectorSpace(nv)
+    state_weight = np.concatenate([p.position_weight, p.velocity_weight])
+    running = [Cost(StateResidual(space, X_ref[:N]), Quadratic(state_weight, space.ndx), name="tracking"),
+               Cost(ControlResidual(space, nv, U_ref), Quadratic(p.torque_weight, nv), name="torque")]
+    terminal = [Cost(StateResidual(space, X_ref[N:]), Quadratic(p.terminal_scale * state_weight, space.ndx),
+                     name="final tracking")]
+    if p.limit_weight > 0.0 and (np.isfinite(p.state_lower).any() or np.isfinite(p.state_upper).any()):
+        for costs in (running, terminal):
+            costs.append(Cost(StateResidual(space, np.zeros(space.nx)),
+                              QuadraticBarrier(p.state_lower, p.state_upper, p.limit_weight), name="state limits"))
+    return OptimalControlProblem(space, N, p.dt, p.torque_lower, p.torque_upper, running, terminal, dynamics)

@@ -214,17 +214,19 @@ class StateResidual(Residual):
                       out: Derivatives) -> bool:
         """The value and the products of :meth:`gauss_newton` in one compiled pass
         (:func:`rbd_deriv.control.gauss_newton.state_quadratic`) on a model's configuration
-        space; False on a plain vector space."""
+        space, :func:`rbd_deriv.control.gauss_newton.identity_quadratic` on a plain vector space."""
         model = getattr(self.space, "model", None)
-        if model is None:
-            return False
         K = knots.count
-        if self._r is None or self._r.shape[0] != K:
-            self._r = np.empty((K, self.nr))
         reference = self._reference(K)
         X = knots.X
         if X.shape[1:] != (self.space.nx,):
             raise InputError(f"states must have {self.space.nx} entries, got {X.shape}", "X")
+        if model is None:  # on a plain vector space r = x - x_ref has the identity for Jacobian
+            gauss_newton.identity_quadratic(X, reference.reshape(-1, self.space.nx), weights,
+                                            knot_factors(knot_weights), out.Lx, out.Lxx)
+            return True
+        if self._r is None or self._r.shape[0] != K:
+            self._r = np.empty((K, self.nr))
         bad = gauss_newton.state_quadratic(model.mi, model.continuous,
                                            reference.reshape(-1, self.space.nx), X, self.space.nq,
                                            self.space.block, weights, knot_factors(knot_weights),

@@ -8,16 +8,21 @@ linear-quadratic problem in the deviations :math:`\\delta x_k, \\delta u_k`
     \\delta x_{k+1} = A_k \\delta x_k + B_k \\delta u_k + d_k, \\quad \\delta x_0 = 0, \\quad
     \\tau_{lo} \\le \\bar u_k + \\delta u_k \\le \\tau_{hi},
 
-with diagonal stage Hessians. The backward pass is the discrete Riccati recursion with the gap
+with the stage Hessians of the costs (Gauss-Newton). The backward pass is the discrete Riccati recursion with the gap
 :math:`d_k` (multiple shooting, as in Crocoddyl's FDDP) and, at every stage, the torque box
 handled by a projected-Newton QP (Bertsekas 1982; Tassa, Mansard and Todorov, ICRA 2014, the
 "BoxDDP" of Crocoddyl): the feedback gain acts on the free torques only. The forward pass rolls
 the affine model out with the feedback law and clamps torques to the box.
 
-All kernels take plain contiguous float64 arrays and write into preallocated outputs; the Python
-side (:mod:`rbd_deriv.control.workspace`) owns every buffer. The backward pass's O(nx^3) products are BLAS
-calls (numba's ``np.dot`` into preallocated outputs, no allocation); the rest are loops whose inner index is
-contiguous.
+This is the dense pass: any (A, B), every product of size nx. The solver
+(:class:`rbd_deriv.control.solver.RiccatiSolver`) takes it for dynamics that are not semi-implicit Euler steps
+(a held linearization of another integrator) and for small arms, where it is the faster one; the structured
+pass of :mod:`rbd_deriv.control.euler_riccati` serves the rest. Both share the stage box QP (:func:`box_qp`)
+and the warm start (:func:`shift_plan`) defined here.
+
+All kernels take plain contiguous float64 arrays and write into preallocated outputs; the solver owns every
+buffer. The backward pass's O(nx^3) products are BLAS calls (numba's ``np.dot`` into preallocated outputs, no
+allocation); the rest are loops whose inner index is contiguous.
 """
 
 from __future__ import annotations
@@ -202,70 +207,15 @@ def box_qp(H, g_lin, lower, upper, x, free, index, L, work):
 
 
 @nb.njit(cache=True)
-def stage_cost_derivatives(X, U, X_ref, U_ref, state_weight, torque_weight, terminal_scale,
-                           state_lower, state_upper, limit_weight, Wx, gx, gu):
-    """Gauss-Newton Hessian diagonals and gradients of the cost at the nominal (X, U).
-
-    Args:
-        X: Nominal states (N+1, nx); U: nominal torques (N, nu).
-        X_ref, U_ref: Reference (N+1, nx), (N, nu).
-        state_weight: Diagonal of W (nx,); torque_weight: diagonal of R (nu,).
-        terminal_scale: Factor on W at knot N.
-        state_lower, state_upper: Soft state bounds (nx,), infinite where absent.
-        limit_weight: Weight of the soft bounds.
-        Wx: Output Hessian diagonals (N+1, nx); gx: output state gradients (N+1, nx);
-        gu: output torque gradients (N, nu).
-    """
-    horizon = U.shape[0]
-    nx = X.shape[1]
-    for k in range(horizon + 1):
-        scale = terminal_scale if k == horizon else 1.0
-        for i in range(nx):
-            w = scale * state_weight[i]
-            g = w * (X[k, i] - X_ref[k, i])
-            if X[k, i] > state_upper[i]:
-                w += limit_weight
-                g += limit_weight * (X[k, i] - state_upper[i])
-            elif X[k, i] < state_lower[i]:
-                w += limit_weight
-                g += limit_weight * (X[k, i] - state_lower[i])
-            Wx[k, i] = w
-            gx[k, i] = g
-    for k in range(horizon):
-        for i in range(U.shape[1]):
-            gu[k, i] = torque_weight[i] * (U[k, i] - U_ref[k, i])
-
-
-@nb.njit(cache=True)
-def trajectory_cost(X, U, X_ref, U_ref, state_weight, torque_weight, terminal_scale,
-                    state_lower, state_upper, limit_weight):
-    """Value of the MPC cost (see :mod:`rbd_deriv.control.problem`) along (X, U)."""
-    horizon = U.shape[0]
-    nx = X.shape[1]
-    cost = 0.0
-    for k in range(horizon + 1):
-        scale = terminal_scale if k == horizon else 1.0
-        for i in range(nx):
-            e = X[k, i] - X_ref[k, i]
-            cost += 0.5 * scale * state_weight[i] * e * e
-            excess = max(0.0, X[k, i] - state_upper[i]) + max(0.0, state_lower[i] - X[k, i])
-            cost += 0.5 * limit_weight * excess * excess
-    for k in range(horizon):
-        for i in range(U.shape[1]):
-            e = U[k, i] - U_ref[k, i]
-            cost += 0.5 * torque_weight[i] * e * e
-    return cost
-
-
-@nb.njit(cache=True)
-def backward_pass(A, B, d, Wx, gx, torque_weight, gu, U, torque_lower, torque_upper, K, k_ff, free, P, p, PA, PB, Qxx, Quu, Qux, Qx, Qu,
-                  index, L, work, vector):
-    """Box-constrained Riccati recursion from knot N down to 0.
+def backward_pass(A, B, d, Lxx, Lx, Luu, Lux, Lu, U, torque_lower, torque_upper, K, k_ff, free, P, p, PA, PB, Qxx, Quu,
+                  Qux, Qx, Qu, index, L, work, vector):
+    """Box-constrained Riccati recursion from knot N down to 0, on dense (A, B).
 
     Args:
         A: (N, nx, nx), B: (N, nx, nu), d: (N, nx) affine dynamics of the deviations.
-        Wx, gx: (N+1, nx) state Hessian diagonals and gradients; torque_weight: (nu,) diagonal of R.
-        gu: (N, nu) torque gradients. U: (N, nu) nominal torques (inside the box).
+        Lxx, Lx: (N+1, nx, nx), (N+1, nx) state Hessians and gradients of the cost; Luu, Lux, Lu: (N, nu, nu),
+            (N, nu, nx), (N, nu) its control Hessians, cross terms and gradients (Gauss-Newton, at the nominal).
+        U: (N, nu) nominal torques (inside the box).
         torque_lower, torque_upper: (nu,) torque box.
         K: Output feedback gains (N, nu, nx); k_ff: output feedforward (N, nu), also the warm start
             of each stage QP on entry; free: output free masks (N, nu).
@@ -280,9 +230,8 @@ def backward_pass(A, B, d, Wx, gx, torque_weight, gu, U, torque_lower, torque_up
     # Value function at the last knot.
     for i in range(nx):
         for j in range(nx):
-            P[i, j] = 0.0
-        P[i, i] = Wx[horizon, i]
-        p[i] = gx[horizon, i]
+            P[i, j] = Lxx[horizon, i, j]
+        p[i] = Lx[horizon, i]
     qp_iterations = 0
     clamped = 0
     lower = work[4]
@@ -296,7 +245,7 @@ def backward_pass(A, B, d, Wx, gx, torque_weight, gu, U, torque_lower, torque_up
             for j in range(nx):
                 s += P[i, j] * d[k, j]
             vector[i] = s
-        # PA = P A_k, PB = P B_k; Qxx = W + A^T P A, Qux = B^T P A, Quu = R + B^T P B, Qx, Qu: BLAS
+        # PA = P A_k, PB = P B_k; Qxx = Lxx + A^T P A, Qux = Lux + B^T P A, Quu = Luu + B^T P B, Qx, Qu: BLAS
         # products (the O(nx^3) part of the tick).
         np.dot(P, Ak, PA)
         np.dot(P, Bk, PB)
@@ -306,15 +255,17 @@ def backward_pass(A, B, d, Wx, gx, torque_weight, gu, U, torque_lower, torque_up
         np.dot(Ak.T, vector, Qx)
         np.dot(Bk.T, vector, Qu)
         for i in range(nx):
-            Qx[i] += gx[k, i]
+            Qx[i] += Lx[k, i]
+            for j in range(nx):
+                Qxx[i, j] += Lxx[k, i, j]
         for i in range(nu):
-            Qu[i] += gu[k, i]
-        for i in range(nx):
-            Qxx[i, i] += Wx[k, i]
-        for i in range(nu):
-            # R > 0 (checked by MPCProblem) keeps Quu positive definite with no regularization,
-            # which would otherwise bias the plan.
-            Quu[i, i] += torque_weight[i]
+            Qu[i] += Lu[k, i]
+            # A control cost with Luu > 0 keeps Quu positive definite with no regularization, which would
+            # otherwise bias the plan; an indefinite Quu is reported by the stage QP.
+            for j in range(nu):
+                Quu[i, j] += Luu[k, i, j]
+            for j in range(nx):
+                Qux[i, j] += Lux[k, i, j]
         # An overflow upstream shows here first; it is not a convexity problem.
         for i in range(nu):
             if not np.isfinite(Qu[i]):
@@ -414,27 +365,6 @@ def forward_pass(A, B, d, K, k_ff, X, U, torque_lower, torque_upper, X_out, U_ou
             dx[i] = dx_next[i]
             X_out[k + 1, i] = X[k + 1, i] + dx[i]
     return largest
-
-
-@nb.njit(cache=True)
-def held_dynamics(A, B, x_lin, u_lin, x_plus, X, U, A_out, B_out, d_out):
-    """Fill the horizon with one linearization: x' = x+ + A (x - x_lin) + B (u - u_lin).
-
-    The gap at knot k is that model evaluated at the nominal (X[k], U[k]) minus X[k+1].
-    """
-    horizon = U.shape[0]
-    nx = A.shape[0]
-    nu = B.shape[1]
-    for k in range(horizon):
-        for i in range(nx):
-            s = x_plus[i] - X[k + 1, i]
-            for j in range(nx):
-                A_out[k, i, j] = A[i, j]
-                s += A[i, j] * (X[k, j] - x_lin[j])
-            for a in range(nu):
-                B_out[k, i, a] = B[i, a]
-                s += B[i, a] * (U[k, a] - u_lin[a])
-            d_out[k, i] = s
 
 
 @nb.njit(cache=True)

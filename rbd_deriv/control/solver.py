@@ -6,10 +6,15 @@ per tick):
 1. dynamics of every step at the nominal (X, U) from the provider (or set by the caller), and
    the gaps :math:`d_k = f(x_k, u_k) \\ominus x_{k+1}`;
 2. Gauss-Newton derivatives of the costs at the nominal, and of the augmented-Lagrangian terms of the
-   problem's constraints (:mod:`rbd_deriv.control.constraints`; their multipliers are updated after
-   each step, shifted by a warm start, zeroed by a cold start);
-3. the box-constrained Riccati backward pass (:func:`rbd_deriv.control.euler_riccati.backward_pass`):
-   feedforward k, feedback K;
+   problem's constraints (:mod:`rbd_deriv.control.constraints`; their multipliers are updated for each
+   full step at the next linearization of its nominal, shifted by a warm start, zeroed by a cold start);
+3. the box-constrained Riccati backward pass: feedforward k, feedback K. Two kernels compute it: the
+   structured pass (:func:`rbd_deriv.control.euler_riccati.backward_pass`) for semi-implicit Euler steps,
+   which works on their velocity rows, and the dense pass (:func:`rbd_deriv.control.riccati.backward_pass`)
+   for any other (A, B) (a held linearization of another integrator) on a plain vector space, and for
+   robots under STRUCTURED_PASS_MIN_JOINTS joints without a free flyer, where its few large BLAS calls
+   are faster than the structured pass's many small ones. The same problem either way, the same plan to
+   round-off;
 4. the rollout of the linear model with that policy, controls clamped to the box, giving the
    tangent deviations DX, then :math:`X \\oplus DX` (the gaps close in one step on the linear
    model, as in Crocoddyl's FDDP with a full step).
@@ -24,10 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rbd_deriv.control import euler_riccati
-from rbd_deriv.control.riccati import shift_plan
+from rbd_deriv.control import euler_riccati, riccati
 from rbd_deriv.control.constants import (CONTROL_STEP_TOLERANCE, LINE_SEARCH_MIN_STEP as MIN_STEP,
-                                         MERIT_ROUND_OFF)
+                                         MERIT_ROUND_OFF, STRUCTURED_PASS_MIN_JOINTS)
 from rbd_deriv.control.cost import total
 from rbd_deriv.control.dynamics import KnotDynamics
 from rbd_deriv.control.ocp import OptimalControlProblem, check_state
@@ -75,6 +79,11 @@ class RiccatiSolver:
         Lxx, Lx: (N+1, ndx, ndx), (N+1, ndx); Luu, Lux, Lu: (N, nu, nu), (N, nu, ndx), (N, nu).
         K, k_ff: Feedback (N, nu, ndx) and feedforward (N, nu) of the last backward pass.
         free: (N, nu) controls not held by a bound at the last backward pass.
+        multipliers_pending: A full step was taken whose multiplier update waits for the forces of its
+            nominal (:meth:`update_multipliers` at the next linearization there).
+        structured_pass: Whether Euler steps go through the structured pass (by default with a free flyer
+            or from STRUCTURED_PASS_MIN_JOINTS controls); False sends every problem without a free flyer
+            through the dense pass.
     """
 
     def __init__(self, ocp: OptimalControlProblem) -> None:
@@ -112,12 +121,20 @@ class RiccatiSolver:
         self._flat = np.zeros(euler_riccati.flat_size(ndx, nu))
         self._index = np.zeros(nu, dtype=np.int64)
         self._forward_work = np.zeros((2, size))
+        self.structured_pass = b > 0 or nu >= STRUCTURED_PASS_MIN_JOINTS
+        if b == 0:  # the dense pass's workspaces (it needs a plain vector space)
+            self._PA, self._PB = np.zeros((ndx, ndx)), np.zeros((ndx, nu))
+            self._Qxx, self._Quu, self._Qux = np.zeros((ndx, ndx)), np.zeros((nu, nu)), np.zeros((nu, ndx))
+            self._Qx, self._Qu, self._L = np.zeros(ndx), np.zeros(nu), np.zeros((nu, nu))
+            self._dense_work = np.zeros((6, nu))
+            self._vector, self._dx, self._dx_next = np.zeros(ndx), np.zeros(ndx), np.zeros(ndx)
         #: Force-space derivatives (N, m, m), (N, m) of the running costs (see Derivatives).
         self.Lff = np.zeros((N, m, m)) if m else None
         self.Lf = np.zeros((N, m)) if m else None
         self._running = Derivatives(self.Lxx[:N], self.Lx[:N], self.Luu, self.Lux, self.Lu,
                                     self.Lff, self.Lf)
         self._terminal = Derivatives(self.Lxx[N:], self.Lx[N:])
+        self.multipliers_pending = False
 
     # ------------------------------------------------------------------------------ nominal
     def cold_start(self, x0: np.ndarray, U: np.ndarray | None = None) -> None:
@@ -129,6 +146,7 @@ class RiccatiSolver:
         else:
             np.clip(U, self.control_lower, self.control_upper, out=self.U)
         self.k_ff[:] = 0.0
+        self.multipliers_pending = False
         for constraint in self.ocp.constraints:
             constraint.reset()
 
@@ -136,7 +154,7 @@ class RiccatiSolver:
         """Nominal = the current plan read ``elapsed`` [s] later (linear between knots), X[0] = x0;
         the constraints' multipliers read as much later."""
         x0 = check_state("x0", x0, self.space)
-        shift_plan(self.X, self.U, float(elapsed), self.ocp.dt, x0, self.control_lower,
+        riccati.shift_plan(self.X, self.U, float(elapsed), self.ocp.dt, x0, self.control_lower,
                            self.control_upper, self.X, self.U)
         self.space.normalize(self.X)
         for constraint in self.ocp.constraints:
@@ -196,11 +214,26 @@ class RiccatiSolver:
 
     def update_multipliers(self) -> None:
         """The constraints' multiplier update at the nominal, lambda <- max(0, lambda + rho g), the
-        dynamics (forces) linearized there (after a step: :meth:`solve` calls it)."""
+        dynamics (forces) linearized there: after a full step, at the next linearization of its nominal
+        (:attr:`multipliers_pending`; :meth:`solve` calls it)."""
+        self.multipliers_pending = False
         if self.ocp.constraints:
             running = self.running_knots(self.X, self.U)
             for constraint in self.ocp.constraints:
                 constraint.update(running)
+
+    def dense(self) -> bool:
+        """Whether the passes at the current dynamics are the dense ones (see the module docstring).
+
+        Raises:
+            InputError: Dynamics that are not Euler steps on a state space with a free flyer.
+        """
+        if self.dynamics.euler_step:
+            return self.space.block == 0 and not self.structured_pass
+        if self.space.block:
+            raise InputError("the dynamics are not semi-implicit Euler steps: with a free flyer the "
+                             "solver needs them")
+        return True
 
     def backward(self) -> tuple[int, int, int]:
         """Riccati backward pass at the current derivatives: (status, QP iterations, clamped)."""
@@ -208,6 +241,12 @@ class RiccatiSolver:
         # The previous feedforward, read at the new nominal, is a good first guess of the QP.
         np.clip(self.k_ff, self.control_lower - self.U, self.control_upper - self.U,
                 out=self.k_ff)
+        if self.dense():
+            return riccati.backward_pass(
+                dynamics.A, dynamics.B, self.d, self.Lxx, self.Lx, self.Luu, self.Lux, self.Lu, self.U,
+                self.control_lower, self.control_upper, self.K, self.k_ff, self.free, self.P, self.p, self._PA,
+                self._PB, self._Qxx, self._Quu, self._Qux, self._Qx, self._Qu, self._index, self._L,
+                self._dense_work, self._vector)
         return euler_riccati.backward_pass(
             dynamics.A, dynamics.B, self.d, self.Jq, self.Jv, self.ocp.dt, self.Lxx, self.Lux,
             self.Luu, self.Lx, self.Lu, self.U, self.control_lower, self.control_upper, self.K,
@@ -215,8 +254,16 @@ class RiccatiSolver:
             self._index)
 
     def forward(self) -> float:
-        """Rollout of the linear model with the last policy into X_new, U_new; largest update."""
+        """Rollout of the linear model with the last policy into X_new, U_new (DX the step); largest update."""
         dynamics = self.dynamics
+        if self.dense():
+            largest = riccati.forward_pass(dynamics.A, dynamics.B, self.d, self.K, self.k_ff, self.X, self.U,
+                                           self.control_lower, self.control_upper, self.X_new, self.U_new,
+                                           self._dx, self._dx_next)
+            np.subtract(self.X_new, self.X, out=self.DX)
+            if hasattr(self.space, "model"):  # a model's joints may wrap: X (+) DX on its configuration space
+                self.space.integrate(self.X, self.DX, self.X_new)
+            return largest
         largest = euler_riccati.forward_pass(
             dynamics.A, dynamics.B, self.d, self.Jq, self.Jv, self.ocp.dt, self.K, self.k_ff,
             self.U, self.control_lower, self.control_upper, self.DX, self.U_new,
@@ -247,10 +294,14 @@ class RiccatiSolver:
         return self.cost(X, U) + weight * float(np.abs(self.d).sum())
 
     def solve(self, x0: np.ndarray, max_iterations: int = 1,
-              tolerance: float = CONTROL_STEP_TOLERANCE, line_search: bool = True
-              ) -> SolveResult:
-        """Iterate from the current nominal with X[0] = x0 until the controls stop changing; after
-        each full step the constraints' multipliers are updated at the new nominal.
+              tolerance: float = CONTROL_STEP_TOLERANCE, line_search: bool = True,
+              evaluate_cost: bool = True) -> SolveResult:
+        """Iterate from the current nominal with X[0] = x0 until the controls stop changing.
+
+        The constraints' multipliers are updated for each full step (alpha = 1: the step's subproblem
+        gives them only at its own solution) once the forces of its nominal are known, at the next
+        linearization there: this solve's next iteration, or the next solve's first (after a warm start
+        moved them with the plan).
 
         With ``line_search``, each step is scaled back (alpha = 1, 1/2, 1/4, ...) until it lowers
         the exact-penalty merit :math:`J + \\mu \\sum_k \\|d_k\\|_1` with :math:`\\mu` twice
@@ -263,6 +314,7 @@ class RiccatiSolver:
             max_iterations: Gauss-Newton iterations at most (1 is a real-time iteration).
             tolerance: Stop once the largest control update is below it.
             line_search: Scale the steps back until the merit decreases.
+            evaluate_cost: Give the result the cost of the solution (else NaN).
 
         Returns:
             The :class:`SolveResult`; the solution is in X, U, the policy in k_ff, K.
@@ -276,22 +328,22 @@ class RiccatiSolver:
         largest = np.inf
         self.linearize()
         for iterations in range(1, max_iterations + 1):
+            if self.multipliers_pending:
+                self.update_multipliers()
             status, stage_iterations, clamped, largest = self.iterate()
             qp_iterations += stage_iterations
             if status != euler_riccati.STATUS_OK:
                 break
-            alpha = 1.0
             if line_search:
-                alpha = self._line_search()
+                self.multipliers_pending = self._line_search() == 1.0
             else:
                 self.accept()
-                self.linearize()
-            if alpha == 1.0:
-                # The step's subproblem gives the multipliers only at its own solution (a full step).
-                self.update_multipliers()
+                self.multipliers_pending = True
             if largest <= tolerance:
                 break
-        cost = self.cost(self.X, self.U) if status == euler_riccati.STATUS_OK else np.nan
+            if not line_search and iterations < max_iterations:
+                self.linearize()
+        cost = self.cost(self.X, self.U) if status == euler_riccati.STATUS_OK and evaluate_cost else np.nan
         return SolveResult(status, iterations, qp_iterations, clamped, largest, cost)
 
     def _line_search(self) -> float:

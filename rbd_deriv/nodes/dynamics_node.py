@@ -42,6 +42,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Header, String
 
+from rbd_deriv.dynamics_status import dynamics_status
 from rbd_deriv.exceptions import InputError, RbdDerivError
 from rbd_deriv.messages import (DynamicsMessages, answer_fields, fill_message, ns_to_seconds, odometry_arrays,
                                 set_stamp, stamp_to_ns)
@@ -50,7 +51,7 @@ from rbd_deriv.nodes.parameters import DYNAMICS_NODE as PARAMETERS
 from rbd_deriv.nodes.parameters import declare_parameters, updated_values
 from rbd_deriv.nodes.spin import StateInputs, guard, run_node
 from rbd_deriv.pipeline import (DERIVATIVES, DynamicsPipeline, OutputSelection, PipelineError, Throughput,
-                                contact_set, replace_robot)
+                                contact_set, read_description, replace_robot)
 from rbd_deriv.refusals import Refusals, shorten
 from rbd_deriv.srv import ComputeDerivatives
 
@@ -105,9 +106,9 @@ class DynamicsNode(Node):
         self._latest_frame = ""
         self._contacts = (tuple(self._p["contact_frames"]), tuple(self._p["contact_kinds"]))  # the active set
 
-        self._pub_linearization = self.create_publisher(Linearization, "linearization", OUTPUT_QOS)
-        self._pub_minv = self.create_publisher(Matrix, "mass_matrix_inverse", OUTPUT_QOS)
-        self._pub_torques = self.create_publisher(JointState, "bias_torques", OUTPUT_QOS)
+        self._output_publishers = {topic: self.create_publisher(message_type, topic, OUTPUT_QOS) for topic, message_type
+                                   in (("linearization", Linearization), ("mass_matrix_inverse", Matrix),
+                                       ("bias_torques", JointState))}
         self._pub_diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
 
         initial = self._description(self._p)
@@ -148,14 +149,11 @@ class DynamicsNode(Node):
 
     # ------------------------------------------------------------------------------------- the model
     def _description(self, p: dict) -> Optional[str]:
-        """The description the parameters name: the XML, else the file's text (None if unreadable), else ""."""
-        if p["robot_description"] or not p["urdf_path"]:
-            return p["robot_description"]
+        """The description the parameters name (:func:`read_description`); None (counted, logged) if unreadable."""
         try:
-            with open(p["urdf_path"], encoding="utf-8") as stream:
-                return stream.read()
-        except OSError as error:
-            self._refuse("bad_description", f"cannot read urdf_path {p['urdf_path']!r}: {error}", error=True)
+            return read_description(p["robot_description"], p["urdf_path"])
+        except PipelineError as error:
+            self._refuse(error.reason, str(error), error=True)
             return None
 
     def _build(self, description: str, source: str, p: dict, contacts: Optional[tuple] = None
@@ -248,10 +246,7 @@ class DynamicsNode(Node):
         if pipeline is not None:
             self._install(pipeline, allow_change=True)  # an explicit parameter change may change the robot
         if self._robot is not None:
-            state = self._robot.pipeline.state
-            state.strict = p["strict_joint_names"]
-            state.max_age_ns = int(round(p["max_state_age"] * 1e9))
-            state.max_lead = p["max_stamp_lead"]
+            self._robot.pipeline.state.set_checks(p["strict_joint_names"], p["max_state_age"], p["max_stamp_lead"])
         self._configure_inputs()
         self._diagnostics_timer.timer_period_ns = int(p["diagnostics_period"] * 1e9)
 
@@ -331,36 +326,24 @@ class DynamicsNode(Node):
         robot = self._robot
         if robot is None or robot.pipeline.state.stamp_ns < 0:
             return
-        state = robot.pipeline.state
-        now_ns = self._now_ns()
-        age_ns = now_ns - state.stamp_ns
-        if state.max_age_ns and age_ns > state.max_age_ns:
-            self._refuse("stale", f"latest state is {age_ns * 1e-9:.3f} s old")
-            return
-        self._compute_and_publish(robot, Header(stamp=set_stamp(Time(), state.stamp_ns), frame_id=self._latest_frame),
-                                  now_ns)
+        header = Header(stamp=set_stamp(Time(), robot.pipeline.state.stamp_ns), frame_id=self._latest_frame)
+        self._compute_and_publish(robot, header, self._now_ns(), check_age=True)
 
     # ------------------------------------------------------------------------------------- outputs
-    def _compute_and_publish(self, robot: _Robot, header: Header, now_ns: int) -> None:
-        """Outputs at the assembled state, published stamped ``header``; ``now_ns`` is when the input arrived."""
+    def _compute_and_publish(self, robot: _Robot, header: Header, now_ns: int, check_age: bool = False) -> None:
+        """Outputs at the assembled state, published stamped ``header``; ``now_ns`` is when the input arrived (or
+        the timer's tick, when the state must not be older than max_state_age: ``check_age``)."""
         started = time.perf_counter()
         try:
+            if check_age:
+                robot.pipeline.state.check_fresh(now_ns)
             outputs = robot.pipeline.outputs_from_state(self._selection)
         except InputError as error:  # incomplete or stale state; non-finite results, with their input
             self._refuse(error.reason, str(error), error=error.reason == "non_finite_output")
             return
         # The pipeline's arrays go straight into the kept messages' numbers (views of their fields).
-        messages = robot.messages
-        if outputs.torques is not None:
-            messages.effort[:] = outputs.torques
-            messages.torques.header = header
-            self._pub_torques.publish(messages.torques)
-        if outputs.mass_matrix_inverse is not None:
-            messages.minv_data[:] = outputs.mass_matrix_inverse
-            messages.minv.header = header
-            self._pub_minv.publish(messages.minv)
-        if outputs.linearization is not None:
-            self._pub_linearization.publish(messages.write_linearization(outputs.linearization, header))
+        for topic, message in robot.messages.write_outputs(outputs, header):
+            self._output_publishers[topic].publish(message)
         elapsed = time.perf_counter() - started
         self._throughput.sent(elapsed, ns_to_seconds(now_ns, stamp_to_ns(header.stamp)) + elapsed)
 
@@ -395,25 +378,11 @@ class DynamicsNode(Node):
         now = time.monotonic()
         period = max(now - self._last_diagnostics, 1e-9)
         self._last_diagnostics = now
-        robot = self._robot
-        model = robot.pipeline.model if robot else None
-        status = DiagnosticStatus(name=f"{self.get_fully_qualified_name()}: dynamics",
-                                  hardware_id=model.name if model else "")
-        values = {"robot": model.name if model else "", "nq": model.nq if model else 0, "nv": model.nv if model else 0,
-                  **self._throughput.report(period)}
-        values["lost_joint_states"], values["lost_odom"] = self._lost()
-        values["contacts"] = ", ".join(robot.pipeline.contact_frames) if robot else ""
-        values["rejected_total"] = self._refusals.total
-        values.update({f"rejected_{reason}": count for reason, count in sorted(self._refusals.counts.items())})
-        status.values = [KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v))
-                         for k, v in values.items()]
-        if robot is None:
-            status.level, status.message = DiagnosticStatus.ERROR, "no robot description"
-        elif not robot.pipeline.state.complete:
-            status.level = DiagnosticStatus.WARN
-            status.message = f"waiting for joints: {', '.join(robot.pipeline.state.missing()[:5])}"
-        else:
-            status.level, status.message = DiagnosticStatus.OK, "running"
+        level, text, values = dynamics_status(None if self._robot is None else self._robot.pipeline,
+                                              self._throughput.report(period), self._lost(), self._refusals)
+        status = DiagnosticStatus(name=f"{self.get_fully_qualified_name()}: dynamics", hardware_id=values["robot"],
+                                  level=bytes((level,)), message=text,
+                                  values=[KeyValue(key=k, value=v) for k, v in values.items()])
         self._pub_diagnostics.publish(DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()),
                                                       status=[status]))
 

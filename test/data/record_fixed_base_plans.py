@@ -36,7 +36,7 @@ TICK_RATE = 100.0
 CASES = {
     "arm_held": ("arm", 20, Mode.HELD, 12, 1.0, 1, 0.0),
     "arm_relinearize": ("arm", 20, Mode.RELINEARIZE, 12, 1.0, 1, 0.0),
-    "arm_held_box": ("arm", 20, Mode.HELD, 12, 0.3, 1, 0.5),
+    "arm_held_box": ("arm", 20, Mode.HELD, 12, 0.6, 1, 0.5),
     "panda_relinearize": ("panda", 15, Mode.RELINEARIZE, 10, 1.0, 1, 0.2),
     "arm_relinearize_iterations": ("arm", 20, Mode.RELINEARIZE, 8, 0.5, 3, 0.3),
     "panda_held": ("panda", 15, Mode.HELD, 10, 1.0, 1, 0.0),
@@ -72,8 +72,8 @@ def record(name: str) -> dict:
     upper = np.minimum(model.upper_position_limit, np.pi)
     center = 0.5 * (lower + upper)
     reference = SinusoidReference(center, 0.1 * (upper - lower), rng.uniform(0.3, 0.8, model.nv),
-                                  ramp=0.05)
-    plant.reset(center + 0.05 * (upper - lower) * rng.uniform(-1.0, 1.0, model.nv))
+                                  ramp=0.3)
+    plant.reset(center + 0.02 * (upper - lower) * rng.uniform(-1.0, 1.0, model.nv))
     nv, nx = model.nv, 2 * model.nv
     X_ref = np.zeros((horizon + 1, nx))
     U_ref = np.zeros((horizon, nv))
@@ -121,7 +121,8 @@ def main() -> None:
         arrays = record(name)
         np.savez_compressed(FOLDER / f"{name}.npz", **arrays)
         print(f"{name}: {len(arrays['time'])} ticks, clamped {arrays['clamped'].tolist()}, "
-              f"status {sorted(set(arrays['status'].tolist()))}")
+              f"status {sorted(set(arrays['status'].tolist()))}, largest |state| "
+              f"{np.abs(arrays['states']).max():.3g}, cost up to {np.nanmax(arrays['cost']):.3g}")
 
 
 if __name__ == "__main__":

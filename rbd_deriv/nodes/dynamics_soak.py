@@ -1,7 +1,7 @@
-"""Soak of the dynamics node: joint_states at 1 kHz through real DDS for minutes, every message accounted for.
+"""A soak run of the dynamics node: joint_states at 1 kHz through real DDS for minutes, every message accounted for.
 
-    python -m rbd_deriv.bench soak                         # 10 minutes at 1 kHz, the bundled 7-dof arm
-    python -m rbd_deriv.bench soak --duration 60 --json soak.json
+The benchmark that runs it, prints its figures and writes them as JSON is :mod:`rbd_deriv.bench.soak`
+(``./run bench soak``); this module holds the run itself, which talks to the node through rclpy.
 
 The dynamics node runs as a process of its own (its console entry point, or ``python -m
 rbd_deriv.nodes.dynamics_node``) on a private ROS domain, in ``on_message`` mode with its default outputs.
@@ -11,32 +11,30 @@ reaches, a stamp an hour ahead, unknown joints, mismatched lengths), and every `
 ``burst`` messages go out at once, more than the node's queue holds, so that some are lost before the node.
 It reads back every output the node publishes and checks each number, and reads the node's /diagnostics.
 
-Reported: the node's resident memory at the start, at the end and its largest; what was sent; the node's
-totals (inputs, outputs, refused by reason, lost before the node); and the balance, which must hold
-exactly: sent = outputs + refused + lost. Outputs that are not finite, and a node that died, are reported
+Measured (:class:`SoakResult`): the node's resident memory at the start, at the end and its largest; what was
+sent; the node's totals (inputs, outputs, refused by reason, lost before the node); and the balance, which must
+hold exactly: sent = outputs + refused + lost. Outputs that are not finite, and a node that died, are measured
 too. Nothing here fails on a figure: the caller judges them (the test suite runs a short soak and asserts
 the balance).
 """
 
 from __future__ import annotations
 
-import argparse
 import array
 import math
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Dict, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Dict, Optional
 
 import numpy as np
 
 from rbd_deriv.nodes.processes import node_command, resident_memory, stop_processes
 
-__all__ = ["BAD_KINDS", "SoakResult", "main", "run_soak"]
+__all__ = ["BAD_KINDS", "OUTPUT_TOPICS", "SoakResult", "run_soak"]
 
 #: The broken messages the soak sends, by the reason under which the node must refuse each.
 BAD_KINDS = ("non_finite", "implausible", "future", "unknown_joints", "length_mismatch")
@@ -183,7 +181,7 @@ class _Outputs:
 def run_soak(duration: float = 600.0, rate: float = 1000.0, bad_every: int = 50, burst: int = 200,
              burst_period: float = 20.0, urdf: Optional[str] = None, domain: Optional[int] = None,
              startup_timeout: float = 900.0, progress: bool = False) -> SoakResult:
-    """Run one soak; see the module's docstring.
+    """Run one soak (see the module's docstring) and return what it measured.
 
     Args:
         duration: Publishing time [s]. rate: joint_states rate [Hz].
@@ -294,49 +292,3 @@ def run_soak(duration: float = 600.0, rate: float = 1000.0, bad_every: int = 50,
 def _refused(totals: Dict[str, str]) -> Dict[str, int]:
     return {key[len("rejected_"):]: int(value) for key, value in totals.items()
             if key.startswith("rejected_") and key != "rejected_total"}
-
-
-def report(result: SoakResult) -> str:
-    """The soak's figures as text."""
-    mib = 2.0**-20
-    lines = [
-        f"dynamics node soak: {result.duration_s:g} s at {result.rate_hz:g} Hz, node alive at the end: "
-        f"{result.node_alive}",
-        f"  node RSS: start {result.rss_start * mib:.1f} MiB, end {result.rss_end * mib:.1f} MiB, "
-        f"max {result.rss_max * mib:.1f} MiB",
-        f"  sent {result.sent} joint_states ({sum(result.sent_bad.values())} broken: "
-        + ", ".join(f"{kind} {count}" for kind, count in result.sent_bad.items()) + ")",
-        f"  node: {result.inputs} taken, {result.outputs} answered with outputs, {result.refused_total} refused ("
-        + ", ".join(f"{reason} {count}" for reason, count in sorted(result.refused.items())) + f"), "
-        f"{result.lost} lost before the node",
-        f"  balance sent = outputs + refused + lost: {result.sent} = {result.outputs} + {result.refused_total} + "
-        f"{result.lost}: {'holds' if result.balanced else 'DOES NOT HOLD'}",
-        "  outputs received here: " + ", ".join(f"{topic} {count}" for topic, count in result.received.items())
-        + f"; lost on the way back {result.received_lost}; with NaN or inf: {result.non_finite_outputs}",
-    ]
-    return "\n".join(lines)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Command line: run one soak, print its figures, optionally write them as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m rbd_deriv.bench soak", description=__doc__.split("\n")[0])
-    parser.add_argument("--duration", type=float, default=600.0, help="publishing time [s]")
-    parser.add_argument("--rate", type=float, default=1000.0, help="joint_states rate [Hz]")
-    parser.add_argument("--bad-every", type=int, default=50, help="one broken message in this many (0: none)")
-    parser.add_argument("--burst", type=int, default=200, help="messages sent at once in each burst (0: none)")
-    parser.add_argument("--burst-period", type=float, default=20.0, help="time between bursts [s]")
-    parser.add_argument("--urdf", default=None, help="URDF file (default: the bundled 7-dof arm)")
-    parser.add_argument("--json", default=None, help="write the figures to this JSON file")
-    options = parser.parse_args(argv)
-    result = run_soak(options.duration, options.rate, options.bad_every, options.burst, options.burst_period,
-                      options.urdf, progress=True)
-    print(report(result))
-    if options.json:
-        from rbd_deriv.bench.timing import machine_info, write_json
-
-        write_json(options.json, {"machine": machine_info(), **asdict(result), "balanced": result.balanced})
-    return 0 if result.balanced and result.node_alive and not result.non_finite_outputs else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
