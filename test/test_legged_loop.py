@@ -19,7 +19,8 @@ import pytest
 
 import rbd_deriv as rd
 from rbd_deriv.control.legged import LeggedMPC, LeggedWeights, static_torques
-from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, LeggedSource, make_gait
+from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, make_gait
+from rbd_deriv.control.safety import CommandSource
 from rbd_deriv.control.policy import PolicyExecutor
 from rbd_deriv.control.schedule import Gait
 from rbd_deriv.control.srdf import reference_posture
@@ -79,7 +80,7 @@ def test_assembles_the_state_and_sends_the_plan_policy(solo):
     started = time.perf_counter()
     tick = loop.tick(START + MS)
     took = int((time.perf_counter() - started) * 1e9)
-    assert tick.source is LeggedSource.PLAN and tick.plan.sendable
+    assert tick.source is CommandSource.PLAN and tick.plan.sendable
     assert within(tick.command, loop)
     np.testing.assert_array_equal(tick.command, np.clip(tick.plan.torque, loop.lower, loop.upper))
     policy = tick.policy
@@ -100,7 +101,7 @@ def test_the_policy_carries_the_riccati_gains_of_its_first_knots(solo):
         loop = LeggedLoop(model, mpcs, "trot", LeggedLoopSettings(gain_knots=gain_knots))
         feed(loop, model, posture, np.zeros(model.nv), START)
         tick = loop.tick(START + MS)
-        assert tick.source is LeggedSource.PLAN
+        assert tick.source is CommandSource.PLAN
         gains = tick.policy.gains
         assert gains.shape == (expected, model.nv - 6, 2 * model.nv)
         np.testing.assert_array_equal(gains, mpcs["trot"].solver.K[:expected])
@@ -128,7 +129,7 @@ def test_gait_phase_and_plan_stamps_follow_the_knot_grid(solo):
         feed(loop, model, x[:model.nq], x[model.nq:], stamp)
         sent_before = list(loop._sent)  # the policies the last tick's prediction ran under
         tick = loop.tick(stamp)
-        assert tick.source is LeggedSource.PLAN, (k, tick.source, tick.trouble)
+        assert tick.source is CommandSource.PLAN, (k, tick.source, tick.trouble)
         phases.append(loop.mpc.phase)
         stamps.append(tick.policy.stamp_ns)
     # The first plan started the gait when it was solved; each next one at the first knot at or after its
@@ -155,7 +156,7 @@ def test_gait_phase_and_plan_stamps_follow_the_knot_grid(solo):
     loop.set_gait("stand")
     later = START + (ticks * 7 + 100) * MS
     feed(loop, model, x[:model.nq], x[model.nq:], later)
-    assert loop.tick(later).source is LeggedSource.PLAN and loop.mpc is mpcs["stand"]
+    assert loop.tick(later).source is CommandSource.PLAN and loop.mpc is mpcs["stand"]
     with pytest.raises(InputError, match="gallop"):
         loop.set_gait("gallop")
     assert loop.gait == "stand"
@@ -233,7 +234,7 @@ def test_solo12_trots_and_walks_in_mujoco_with_ticks_off_the_gait_grid():
     events = {0.3: lambda loop: loop.set_gait("trot"), 1.3: lambda loop: loop.set_base_velocity((0.2, 0.0))}
     base, sources, fell = run_in_mujoco(model, loop, 2.8, events, stall=(0.8, 1.05))
     assert not fell
-    assert all(source is LeggedSource.PLAN for source in sources), set(sources)
+    assert all(source is CommandSource.PLAN for source in sources), set(sources)
     assert np.abs(base[:, 2] - base[0, 2]).max() < 0.01, "no hop: the base keeps its height within 1 cm"
     trotting = base[40:130]  # 0.4 s to 1.3 s
     assert np.abs(trotting[:, :2] - base[0, :2]).max() < 0.02, "trotting in place"
@@ -248,7 +249,7 @@ def test_stale_state_holds_the_last_policy_then_the_static_torques(solo):
     q, v = posture.copy(), np.zeros(model.nv)
     feed(loop, model, q, v, START)
     good = loop.tick(START)
-    assert good.source is LeggedSource.PLAN
+    assert good.source is CommandSource.PLAN
     # The joints keep coming, the base state stops: stale after 50 ms.
     q_moved = q.copy()
     q_moved[7:] += 0.02
@@ -257,14 +258,14 @@ def test_stale_state_holds_the_last_policy_then_the_static_torques(solo):
                                START + k * 20 * MS)
     now = START + 60 * MS
     held = loop.tick(now)
-    assert held.source is LeggedSource.STALE_STATE and held.plan is None
+    assert held.source is CommandSource.STALE_STATE and held.plan is None
     assert held.policy is good.policy, "the last good policy is held while valid"
     expected = good.policy.torque(model, q_moved, v, now, loop.lower, loop.upper)
     np.testing.assert_array_equal(held.command, expected)
     # Past the policy's validity: the statics of the measured posture on the four feet.
     now = good.policy.expires_ns + 50 * MS  # (the first plan is stamped after its solve: START + its time)
     fallback = loop.tick(now)
-    assert fallback.source is LeggedSource.STALE_STATE
+    assert fallback.source is CommandSource.STALE_STATE
     # Sent as a policy that holds the measured posture at rest under the last good plan's final gain (the robot
     # side keeps feedback), stamped like the last one sent (the robot side refuses older stamps), valid for
     # policy_validity from now.
@@ -301,7 +302,7 @@ def test_safe_command_never_over_a_limit_nor_nan(solo):
         for k in range(1, 5):
             feed(loop, model, posture, np.zeros(model.nv), START + k * 20 * MS)
             tick = loop.tick(START + k * 20 * MS)
-            assert tick.source is LeggedSource.SOLVE_FAILURE
+            assert tick.source is CommandSource.SOLVER_FAILURE
             commands.append(tick.command)
     finally:
         mpc.solve = original
@@ -322,7 +323,7 @@ def test_cone_refusal_is_counted_and_not_sent(solo):
     loop = LeggedLoop(model, {"stand": mpc}, "stand")
     feed(loop, model, posture, np.zeros(model.nv), START)
     tick = loop.tick(START)
-    assert tick.source is LeggedSource.CONE_REFUSAL and not tick.plan.cone_ok
+    assert tick.source is CommandSource.CONE_REFUSAL and not tick.plan.cone_ok
     assert not tick.policy.gain.any(), "the refused plan's policy is not sent"
     assert within(tick.command, loop)
     assert loop.refusals.counts["cone_refusal"] == 1
@@ -352,7 +353,7 @@ def test_bad_input_is_refused_and_nothing_is_stored(solo):
         loop.take_odometry(q[:3], q[3:7], [np.inf, 0.0, 0.0], v[3:6], START + MS, START + MS)
     np.testing.assert_array_equal(loop.state.q, q)
     tick = loop.tick(START + MS)
-    assert tick.source is LeggedSource.PLAN and within(tick.command, loop)
+    assert tick.source is CommandSource.PLAN and within(tick.command, loop)
     assert loop.diagnostics(1.0)[2]["refused_joint_states/non_finite"] == "1"
     with pytest.raises(InputError, match="no foot on the ground"):
         make_gait("pattern", feet, ["point"] * 4, pattern=["1111", "0000"])
@@ -377,14 +378,14 @@ def test_a_failed_solve_restarts_the_plan_from_scratch(solo):
     loop = LeggedLoop(model, mpcs, "stand")
     x = np.r_[posture, np.zeros(model.nv)]
     feed(loop, model, x[:model.nq], x[model.nq:], START)
-    assert loop.tick(START).source is LeggedSource.PLAN
+    assert loop.tick(START).source is CommandSource.PLAN
     mpcs["stand"].solver.X[:] = np.nan
     feed(loop, model, x[:model.nq], x[model.nq:], START + 20 * MS)
     failed = loop.tick(START + 20 * MS)
-    assert failed.source is LeggedSource.SOLVE_FAILURE and within(failed.command, loop)
+    assert failed.source is CommandSource.SOLVER_FAILURE and within(failed.command, loop)
     feed(loop, model, x[:model.nq], x[model.nq:], START + 40 * MS)
     again = loop.tick(START + 40 * MS)
-    assert again.source is LeggedSource.PLAN and np.isfinite(again.policy.x_ref).all()
+    assert again.source is CommandSource.PLAN and np.isfinite(again.policy.x_ref).all()
     assert again.policy.stamp_ns >= failed.policy.stamp_ns >= START, "stamps never go backwards"
 
 
@@ -460,15 +461,15 @@ def test_a_clock_that_stands_still_gives_the_safe_command(solo):
     loop = LeggedLoop(model, {"stand": mpcs["stand"]}, "stand", LeggedLoopSettings(state_timeout=0.05))
     q, v = posture.copy(), np.zeros(model.nv)
     feed(loop, model, q, v, START)
-    assert loop.tick(START, monotonic_ns=0).source is LeggedSource.PLAN
+    assert loop.tick(START, monotonic_ns=0).source is CommandSource.PLAN
     # The clock reads 0 (simulated time before /clock), or the same time for longer than state_timeout.
     feed(loop, model, q, v, START + 10 * MS)
     stalled = loop.tick(0, monotonic_ns=10 * MS)
-    assert stalled.source is LeggedSource.STALE_CLOCK and within(stalled.command, loop)
+    assert stalled.source is CommandSource.STALE_CLOCK and within(stalled.command, loop)
     loop.tick(START + 20 * MS, monotonic_ns=20 * MS)
-    assert loop.tick(START + 20 * MS, monotonic_ns=60 * MS).source is not LeggedSource.STALE_CLOCK
+    assert loop.tick(START + 20 * MS, monotonic_ns=60 * MS).source is not CommandSource.STALE_CLOCK
     held = loop.tick(START + 20 * MS, monotonic_ns=71 * MS)
-    assert held.source is LeggedSource.STALE_CLOCK and held.plan is None
+    assert held.source is CommandSource.STALE_CLOCK and held.plan is None
     assert loop.diagnostics(1.0)[2]["commands_stale_clock"] == "2"
 
 
@@ -499,7 +500,7 @@ def test_the_stop_command_holds_the_posture_on_its_feet_under_the_last_gain(solo
     loop = LeggedLoop(model, mpcs, "stand")
     feed(loop, model, posture, v, START)
     first = loop.tick(START + MS)
-    assert first.source is LeggedSource.PLAN
+    assert first.source is CommandSource.PLAN
     torque, policy = loop.stop_command(START + 2 * MS)
     assert within(torque, loop)
     np.testing.assert_array_equal(torque, loop.static_command(posture))

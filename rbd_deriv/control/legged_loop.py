@@ -39,7 +39,6 @@ import collections
 import math
 import time
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -48,18 +47,18 @@ import rbd_deriv as rd
 from rbd_deriv.control.constants import (GRAVITY, JUMP_WINDOW, LATENCY_WINDOW, MAX_BASE_SPEED, MAX_SWAY_AMPLITUDE,
                                          MAX_TAKEN, STALE_PLAN_FRACTION, STATISTICS_WINDOW)
 from rbd_deriv.control.legged import BasePath, LeggedMPC, LeggedPlan, static_torques
-from rbd_deriv.control.loop import time_percentiles
+from rbd_deriv.control.loop import TickResult, time_percentiles
 from rbd_deriv.control.policy import (FeedbackPolicy, constant_policy, keep_taken, policy_from_plan,
                                       policy_in_use)
 from rbd_deriv.control.prediction import predict_on_contacts
 from rbd_deriv.control.schedule import Gait
-from rbd_deriv.control.safety import ClockWatch, clamp_torque, hold_command, is_stale
+from rbd_deriv.control.safety import ClockWatch, CommandSource, clamp_torque, hold_command, is_stale
 from rbd_deriv.exceptions import InputError, MessageError, RbdDerivError
 from rbd_deriv.joint_state_map import JointStateMap, describe
 from rbd_deriv.stamps import ns_to_seconds
 from rbd_deriv.refusals import Refusals
 
-__all__ = ["GAITS", "LeggedLoop", "LeggedLoopSettings", "LeggedSource", "LeggedTick", "base_link", "make_gait"]
+__all__ = ["GAITS", "LeggedLoop", "LeggedLoopSettings", "base_link", "make_gait"]
 
 #: Gait names a configuration may ask for: the patterns of :class:`~rbd_deriv.control.schedule.Gait`, and
 #: ``pattern``, one period spelt knot by knot.
@@ -113,18 +112,6 @@ def _finite_or_none(effort: Any) -> Any:
     """``effort``, or none when not all finite: a message whose efforts are NaN (ros2_control's joints without
     an effort interface) still gives positions and velocities."""
     return effort if np.isfinite(np.asarray(effort, float)).all() else ()
-
-
-class LeggedSource(str, Enum):
-    """Why a legged tick sent its command."""
-
-    PLAN = "plan"
-    NO_STATE = "no_state"
-    STALE_STATE = "stale_state"
-    STALE_CLOCK = "stale_clock"
-    SOLVE_FAILURE = "solve_failure"
-    CONE_REFUSAL = "cone_refusal"
-
 
 
 @dataclass(frozen=True)
@@ -193,28 +180,6 @@ class LeggedLoopSettings:
                 raise InputError(f"{name} must be >= 0, got {value!r}", name)
 
 
-@dataclass(frozen=True)
-class LeggedTick:
-    """What one tick decided.
-
-    Attributes:
-        command: Actuated torques (nu,) [N m]: finite, inside the effort limits.
-        source: Why this command; ``PLAN`` when it is this tick's plan.
-        previous_source: The previous tick's source (a change is worth a log line).
-        policy: The feedback policy to send: this tick's plan's, the last good one held (same stamp),
-            or the safe command as a policy without gain. Finite.
-        plan: This tick's plan when a solve ran, else None (sendable or not).
-        trouble: A log line when the tick refused or failed something (once per log period and reason).
-    """
-
-    command: np.ndarray
-    source: LeggedSource
-    previous_source: LeggedSource
-    policy: FeedbackPolicy
-    plan: Optional[LeggedPlan]
-    trouble: Optional[str] = None
-
-
 class LeggedLoop:
     """The tick policy of a legged MPC: state assembly, freshness, gait phase, solve, safe command.
 
@@ -228,6 +193,11 @@ class LeggedLoop:
     Raises:
         InputError: A fixed-base model, no MPC, an unknown gait, MPCs on other feet or another model's size.
     """
+
+    #: The sources of its commands (:class:`~rbd_deriv.control.safety.CommandSource`) and what its safe command is.
+    SOURCES = (CommandSource.PLAN, CommandSource.NO_STATE, CommandSource.STALE_STATE, CommandSource.STALE_CLOCK,
+               CommandSource.SOLVER_FAILURE, CommandSource.CONE_REFUSAL)
+    SAFE_COMMAND = "last good policy, else the statics of the measured posture"
 
     def __init__(self, model: Any, mpcs: Mapping[str, LeggedMPC], gait: str,
                  settings: LeggedLoopSettings = LeggedLoopSettings(), log_period: float = 1.0) -> None:
@@ -274,7 +244,7 @@ class LeggedLoop:
         self.set_gait(gait)
         self.good_policy: Optional[FeedbackPolicy] = None
         self.last_command: Optional[np.ndarray] = None
-        self.last_source = LeggedSource.NO_STATE
+        self.last_source = CommandSource.NO_STATE
         self.last_plan: Optional[LeggedPlan] = None
         self.solve_times: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
         self.cone_violations: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
@@ -520,7 +490,7 @@ class LeggedLoop:
         return predict_on_contacts(model, self._data, q, v, end - start, torque,
                                    lambda elapsed: self.contacts_at(start + elapsed), self.actuated)
 
-    def tick(self, now_ns: int, monotonic_ns: Optional[int] = None) -> Optional[LeggedTick]:
+    def tick(self, now_ns: int, monotonic_ns: Optional[int] = None) -> Optional[TickResult]:
         """Decide the command at ``now_ns`` [ns] (the caller's clock).
 
         Args:
@@ -534,8 +504,8 @@ class LeggedLoop:
         """
         previous = self.last_source
         if not self.state.complete:
-            self.sources[LeggedSource.NO_STATE] += 1
-            self.last_source = LeggedSource.NO_STATE
+            self.sources[CommandSource.NO_STATE] += 1
+            self.last_source = CommandSource.NO_STATE
             return None
         q, v = self.state.q.copy(), self.state.v.copy()
         clock = self.clock.advancing(now_ns, time.monotonic_ns() if monotonic_ns is None else monotonic_ns)
@@ -548,7 +518,7 @@ class LeggedLoop:
         state_ns = min(self._joints_ns, self._base_ns)
         fresh = clock and not (is_stale(self._seconds(self._joints_ns), now, timeout)
                                or is_stale(self._seconds(self._base_ns), now, timeout))
-        plan, trouble, source = None, None, LeggedSource.STALE_STATE if clock else LeggedSource.STALE_CLOCK
+        plan, trouble, source = None, None, CommandSource.STALE_STATE if clock else CommandSource.STALE_CLOCK
         if fresh:
             state_time = self._seconds(state_ns)
             mpc = self.mpc
@@ -595,30 +565,30 @@ class LeggedLoop:
                     self.tick_times.append(time.perf_counter() - started)
                 self._last_knot = knot
             except RbdDerivError as error:
-                trouble, source = self.refuse("solve_input", error), LeggedSource.SOLVE_FAILURE
+                trouble, source = self.refuse("solve_input", error), CommandSource.SOLVER_FAILURE
             except Exception as error:  # noqa: BLE001 - a controller must still send a safe command
                 trouble = self.refuse("internal_error", f"{type(error).__name__}: {error}")
-                source = LeggedSource.SOLVE_FAILURE
+                source = CommandSource.SOLVER_FAILURE
             if plan is not None:
                 self.last_plan = plan
                 self.cone_violations.append(plan.cone_violation)
                 if not plan.result.ok:
                     trouble = self.refuse("solver_failure", f"solver status {plan.result.status}")
-                    source = LeggedSource.SOLVE_FAILURE
+                    source = CommandSource.SOLVER_FAILURE
                 elif not plan.cone_ok:
                     trouble = self.refuse("cone_refusal", f"first knot's forces {plan.cone_violation:.3g} N "
                                           f"outside the friction cone")
-                    source = LeggedSource.CONE_REFUSAL
+                    source = CommandSource.CONE_REFUSAL
                 else:
                     policy = self._plan_policy(mpc, self._epoch_ns + int(round(start_time * 1e9)))
                     if policy is not None:
-                        source = LeggedSource.PLAN
+                        source = CommandSource.PLAN
                         command = clamp_torque(plan.torque, self.lower, self.upper)
                     else:
                         trouble = self.refuse("solver_failure", "a plan with NaN or inf")
-                        source = LeggedSource.SOLVE_FAILURE
-        if source is not LeggedSource.PLAN:
-            if source is LeggedSource.SOLVE_FAILURE:
+                        source = CommandSource.SOLVER_FAILURE
+        if source is not CommandSource.PLAN:
+            if source is CommandSource.SOLVER_FAILURE:
                 # A failed iteration may leave NaN or a diverged nominal behind: warm-started from it, every
                 # later solve would fail too.
                 self._last_knot = None
@@ -631,7 +601,7 @@ class LeggedLoop:
         self.last_source = source
         self.ticks += 1
         self._window_ticks += 1
-        return LeggedTick(command, source, previous, policy, plan, trouble)
+        return TickResult(command, source, previous, plan, policy.stamp_ns if plan is not None else 0, trouble, policy)
 
     def _remember(self, policy: FeedbackPolicy) -> None:
         """Keep ``policy`` as the robot side does (one stamped like the newest replaces it; an older one is
@@ -728,8 +698,8 @@ class LeggedLoop:
         """(healthy, summary, key -> value) over the ``elapsed`` [s] since the previous call, as
         :meth:`rbd_deriv.control.loop.ControlLoop.diagnostics` reports (the node publishes either)."""
         rate, self._window_ticks = (self._window_ticks / elapsed if elapsed > 0.0 else 0.0), 0
-        healthy = self.last_source is LeggedSource.PLAN
-        message = "tracking" if healthy else f"safe command: {self.last_source.value}"
+        healthy = self.last_source is CommandSource.PLAN
+        message = "tracking" if healthy else f"safe command ({self.SAFE_COMMAND}): {self.last_source.value}"
         values = {"rate_hz": f"{rate:.1f}", "gait": self.gait, "phase": str(self.mpc.phase),
                   "horizon": str(self.mpc.horizon), "command_source": self.last_source.value,
                   "held_policy_ticks": str(self.held_policy_ticks)}
@@ -739,9 +709,9 @@ class LeggedLoop:
         if self.last_plan is not None:  # the last plan's first knot against the pyramid the solver keeps
             values["cone_constraint_violation_n"] = f"{self.last_plan.constraint_violation:.4g}"
         safe = sum(count for source, count in self.sources.items()
-                   if source not in (LeggedSource.PLAN, LeggedSource.NO_STATE))
+                   if source not in (CommandSource.PLAN, CommandSource.NO_STATE))
         values["safe_commands"] = str(safe)
-        for source in LeggedSource:
+        for source in self.SOURCES:
             values[f"commands_{source.value}"] = str(self.sources[source])
         values.update(self.refusals.report())
         return healthy, message, values

@@ -102,19 +102,21 @@ class LoopSettings:
 
 @dataclass(frozen=True)
 class TickResult:
-    """What one tick decided.
+    """What one tick of a loop decided (:class:`ControlLoop`, :class:`~rbd_deriv.control.legged_loop.LeggedLoop`).
 
     Attributes:
         command: Torques (nu,) [N m or N] to send now: finite, inside the problem's torque box.
         source: Why this command (:class:`CommandSource`); ``PLAN`` when it is the plan's.
         previous_source: The source of the previous tick's command (a change is worth a log line).
-        plan: The plan when the solver succeeded this tick, else None.
+        plan: The plan when the solver succeeded this tick (a legged loop: when a solve ran, sendable or not),
+            else None.
         plan_start_ns: Time [ns] of the plan's first knot (the state it was solved from, predicted to
             when the command acts); meaningful with ``plan`` only.
         trouble: A log line when this tick's solve was refused or failed (at most one per log period
             and reason), else None.
         policy: The feedback policy for the robot side: the plan's (stamped ``plan_start_ns``) with
-            ``source`` PLAN, else ``command`` as a policy without gain. Finite, torques inside the box.
+            ``source`` PLAN, else the safe command as a policy (a legged loop may hold its last good policy).
+            Finite, torques inside the box.
     """
 
     command: np.ndarray
@@ -157,6 +159,10 @@ class ControlLoop:
         refusals: Refused inputs and tick failures by reason.
         sources: Commands by source.
     """
+
+    #: The sources of its commands (:class:`~rbd_deriv.control.safety.CommandSource`) and what its safe command is.
+    SOURCES = tuple(source for source in CommandSource if source is not CommandSource.CONE_REFUSAL)
+    SAFE_COMMAND = "hold with gravity compensation"
 
     def __init__(self, model: Any, problem: MPCProblem, settings: LoopSettings = LoopSettings(),
                  log_period: float = 1.0) -> None:
@@ -530,8 +536,7 @@ class ControlLoop:
         rate = self._window_ticks / elapsed if elapsed > 0.0 else 0.0
         self._window_ticks = 0
         healthy = self.last_source is CommandSource.PLAN
-        message = ("tracking" if healthy else
-                   f"safe command (hold with gravity compensation): {self.last_source.value}")
+        message = "tracking" if healthy else f"safe command ({self.SAFE_COMMAND}): {self.last_source.value}"
         values = {"rate_hz": f"{rate:.1f}", "mode": self.problem.mode.value,
                   "horizon": str(self.problem.horizon), "command_source": self.last_source.value}
         values.update(time_percentiles("solve_time", self.solve_times))
@@ -547,7 +552,7 @@ class ControlLoop:
                            "qp_iterations": str(plan.qp_iterations), "cost": f"{self.controller.cost(plan):.6g}",
                            "active_torque_bounds": str(plan.clamped)})
         values["reference_pulled"] = str(self.reference_pulled)
-        for source in CommandSource:
+        for source in self.SOURCES:
             values[f"commands_{source.value}"] = str(self.sources[source])
         values.update(self.refusals.report())
         return healthy, message, values

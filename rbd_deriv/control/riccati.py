@@ -30,6 +30,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from rbd_deriv.core.cholesky import cholesky, cholesky_solve
 from rbd_deriv.control.constants import (BOUND_TOLERANCE, BOX_QP_ARMIJO, BOX_QP_MAX_ITERATIONS,
                                          BOX_QP_MIN_STEP, BOX_QP_TOLERANCE)
 
@@ -37,42 +38,6 @@ from rbd_deriv.control.constants import (BOUND_TOLERANCE, BOX_QP_ARMIJO, BOX_QP_
 STATUS_OK = 0
 STATUS_NOT_CONVEX = 1
 STATUS_NOT_FINITE = 2
-
-
-@nb.njit(cache=True, fastmath={"reassoc"})
-def _cholesky_subset(H, index, m, L):
-    """Lower Cholesky factor of H[index[:m], index[:m]] into L[:m, :m]; False if not positive definite.
-
-    The dot products of rows of L may be summed in any order (``reassoc``), which lets them use
-    vector instructions; NaN and inf keep their meaning.
-    """
-    for i in range(m):
-        for j in range(i + 1):
-            s = H[index[i], index[j]]
-            for p in range(j):
-                s -= L[i, p] * L[j, p]
-            if i == j:
-                if not s > 0.0:  # also catches NaN
-                    return False
-                L[i, i] = np.sqrt(s)
-            else:
-                L[i, j] = s / L[j, j]
-    return True
-
-
-@nb.njit(cache=True)
-def _cholesky_solve(L, m, b):
-    """Solve (L L^T) y = b in place on b[:m]."""
-    for i in range(m):
-        s = b[i]
-        for p in range(i):
-            s -= L[i, p] * b[p]
-        b[i] = s / L[i, i]
-    for i in range(m - 1, -1, -1):
-        s = b[i]
-        for p in range(i + 1, m):
-            s -= L[p, i] * b[p]
-        b[i] = s / L[i, i]
 
 
 @nb.njit(cache=True)
@@ -106,7 +71,10 @@ def _factor_free_set(H, free, index, L):
         if free[i]:
             index[m] = i
             m += 1
-    return m, _cholesky_subset(H, index, m, L)
+    for a in range(m):
+        for b in range(a + 1):
+            L[a, b] = H[index[a], index[b]]
+    return m, cholesky(L, m, 0.0) < 0
 
 
 @nb.njit(cache=True)
@@ -174,7 +142,7 @@ def box_qp(H, g_lin, lower, upper, x, free, index, L, work):
         rhs = work[3]
         for a in range(m):
             rhs[a] = -gradient[index[a]]
-        _cholesky_solve(L, m, rhs)
+        cholesky_solve(L, m, work[3:4, :m].T)  # rhs as a column
         for i in range(n):
             step[i] = 0.0
         for a in range(m):
@@ -290,7 +258,7 @@ def backward_pass(A, B, d, Lxx, Lx, Luu, Lux, Lu, U, torque_lower, torque_upper,
         for j in range(nx):
             for a in range(m):
                 column[a] = -Qux[index[a], j]
-            _cholesky_solve(L, m, column)
+            cholesky_solve(L, m, work[3:4, :m].T)  # column as a column
             for a in range(m):
                 K[k, index[a], j] = column[a]
         # Value update: P = Qxx + Qux^T K (K^T Quu K and K^T Qux cancel for this K),

@@ -13,7 +13,11 @@ import numpy as np
 
 
 class CommandSource(str, Enum):
-    """Why a command was chosen; reported in diagnostics."""
+    """Why a tick sent its command, for every MPC (fixed-base and legged); reported in diagnostics.
+
+    ``STALE_LINEARIZATION`` and ``NOT_FINITE`` arise in the fixed-base loop only (a held linearization, a
+    plan checked entry by entry), ``CONE_REFUSAL`` in a loop on contacts only.
+    """
 
     PLAN = "plan"
     NO_STATE = "no_state"
@@ -22,6 +26,7 @@ class CommandSource(str, Enum):
     SOLVER_FAILURE = "solver_failure"
     NOT_FINITE = "not_finite"
     STALE_CLOCK = "stale_clock"
+    CONE_REFUSAL = "cone_refusal"
 
 
 class ClockWatch:

@@ -70,6 +70,7 @@ from rbd_deriv.core.calling import (
     status,
 )
 from rbd_deriv.core import linearization
+from rbd_deriv.core.cholesky import cholesky, cholesky_solve
 from rbd_deriv.core.constants import JIT_OPTIONS, UINT
 from rbd_deriv.core.crba import crba_into
 from rbd_deriv.core.frames import (
@@ -319,50 +320,6 @@ def ltdl_solve(mi, H, X):
 
 
 @njit(**JIT_OPTIONS)
-def cholesky(G, m):
-    """G[:m, :m] = C C^T in place (C in the lower triangle). Returns -1, or the first row whose pivot falls
-    below CONTACT_RANK_TOLERANCE of its diagonal entry (G loses rank there)."""
-    for r in range(m):
-        for c in range(r + 1):
-            s = G[r, c]
-            for k in range(c):
-                s -= G[r, k] * G[c, k]
-            if r == c:
-                if not s > CONTACT_RANK_TOLERANCE * G[r, r]:
-                    return r
-                G[r, r] = math.sqrt(s)
-            else:
-                G[r, c] = s / G[c, c]
-    return -1
-
-
-@njit(**JIT_OPTIONS)
-def cholesky_solve(G, m, X):
-    """X (m, c) <- G^-1 X for G = C C^T factored by :func:`cholesky`, row updates over the columns."""
-    c = X.shape[1]
-    for r in range(m):
-        Xr = X[r]
-        for k in range(r):
-            g = G[r, k]
-            Xk = X[k]
-            for col in range(UINT(0), UINT(c)):
-                Xr[col] -= g * Xk[col]
-        d = 1.0 / G[r, r]
-        for col in range(UINT(0), UINT(c)):
-            Xr[col] *= d
-    for r in range(m - 1, -1, -1):
-        Xr = X[r]
-        for k in range(r + 1, m):
-            g = G[k, r]
-            Xk = X[k]
-            for col in range(UINT(0), UINT(c)):
-                Xr[col] -= g * Xk[col]
-        d = 1.0 / G[r, r]
-        for col in range(UINT(0), UINT(c)):
-            Xr[col] *= d
-
-
-@njit(**JIT_OPTIONS)
 def _contact_row(ci, row):
     """The contact whose force rows include ``row``."""
     first = 0
@@ -464,7 +421,7 @@ def _factor_and_jacobian(mi, mf, ws, ci, cf, cws, m, with_motion, argument):
             for s in range(r):
                 G[s, r] = G[r, s]
         row += kind
-    failed = cholesky(G, m)
+    failed = cholesky(G, m, CONTACT_RANK_TOLERANCE)
     if failed >= 0:
         return status(STATUS_CONTACT_RANK, argument, _contact_row(ci, failed))
     return 0

@@ -61,7 +61,6 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 import rbd_deriv as rd
 from rbd_deriv.control import CommandSource, FeedbackPolicy, Plan
-from rbd_deriv.control.legged_loop import LeggedSource
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.messages import (feedback_policy_fields, fill_message, linearization_arrays, odometry_arrays, set_stamp,
                                 stamp_to_ns)
@@ -225,7 +224,7 @@ class MpcNode(LifecycleNode):
                 self, Linearization, p["linearization_topic"], INPUT_QOS), self._on_linearization, None))
         self._entities = [self.command_publisher, self.plan_publisher, self.policy_publisher,
                           self.diagnostics_publisher]
-        self._start_timers(self._tick_legged if self.legged else self._tick)
+        self._start_timers(self._tick)
 
     def _release(self) -> None:
         """Remove what configure made; the node is then unconfigured."""
@@ -427,30 +426,16 @@ class MpcNode(LifecycleNode):
             return
         result = self.loop.tick(self._now_ns())
         if result is None:
-            return  # nothing is known about the robot: no command is better than a guess
+            return  # nothing is known about the robot yet: no command is better than a guess
         self._log(result.trouble)
         if result.source is not CommandSource.PLAN and result.source is not result.previous_source:
-            self.get_logger().warning(f"safe command (hold with gravity compensation): {result.source.value}")
+            self.get_logger().warning(f"safe command ({self.loop.SAFE_COMMAND}): {result.source.value}")
         if self.policy_publisher is not None and result.policy is not None:
             self._publish_policy(result.policy)
         self.command_publisher.publish(Float64MultiArray(data=result.command.tolist()))
-        if result.plan is not None and self.loop.ticks % self._p["plan_decimation"] == 0:
+        if (self.plan_publisher is not None and isinstance(result.plan, Plan)
+                and self.loop.ticks % self._p["plan_decimation"] == 0):
             self._publish_plan(result.plan, result.plan_start_ns)
-
-    def _tick_legged(self) -> None:
-        self._read_inputs()
-        if not self.active:
-            return
-        result = self.loop.tick(self._now_ns())
-        if result is None:
-            return  # the base or a joint never heard of: no command is better than a guess
-        self._log(result.trouble)
-        if result.source is not LeggedSource.PLAN and result.source is not result.previous_source:
-            self.get_logger().warning(f"safe command (last good policy, else the statics of the measured "
-                                      f"posture): {result.source.value}")
-        if self.policy_publisher is not None:
-            self._publish_policy(result.policy)
-        self.command_publisher.publish(Float64MultiArray(data=result.command.tolist()))
 
     def _publish_plan(self, plan: Plan, start_ns: int) -> None:
         if not (np.isfinite(plan.states).all() and np.isfinite(plan.torques).all()):

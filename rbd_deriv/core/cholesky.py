@@ -1,0 +1,69 @@
+"""The Cholesky factorization of a small dense symmetric matrix, in place, and its solve: the package's one.
+
+Two users: the Delassus matrix of the contacts (:mod:`rbd_deriv.core.contact`, m x m with m the contact rows,
+where a small pivot means the contact Jacobian has lost rank) and the stage QPs of the Riccati passes
+(:mod:`rbd_deriv.control.riccati`, the free controls' Hessian, where a pivot <= 0 means it is not convex).
+
+Row-oriented, :math:`G = C C^T` with
+
+.. math::
+
+    C_{rc} = \Big(G_{rc} - \sum_{k<c} C_{rk} C_{ck}\Big) / C_{cc}, \qquad
+    C_{rr} = \sqrt{G_{rr} - \sum_{k<r} C_{rk}^2},
+
+written over G's lower triangle; the solve is the forward then backward substitution, a row update over the
+right-hand side's columns at a time.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+from rbd_deriv.core.constants import JIT_OPTIONS, UINT
+
+
+@njit(**JIT_OPTIONS)
+def cholesky(G, m, tolerance):
+    """G[:m, :m] = C C^T in place (C in the lower triangle; G's lower triangle is read). Returns -1, or the
+    first row whose pivot is not above ``tolerance`` times its diagonal entry (0: not positive definite; a
+    relative tolerance: G loses rank there); NaN fails it."""
+    for r in range(m):
+        for c in range(r + 1):
+            s = G[r, c]
+            for k in range(c):
+                s -= G[r, k] * G[c, k]
+            if r == c:
+                if not s > tolerance * G[r, r]:
+                    return r
+                G[r, r] = math.sqrt(s)
+            else:
+                G[r, c] = s / G[c, c]
+    return -1
+
+
+@njit(**JIT_OPTIONS)
+def cholesky_solve(G, m, X):
+    """X (m, c) <- G^-1 X for G = C C^T factored by :func:`cholesky`, row updates over the columns."""
+    c = X.shape[1]
+    for r in range(m):
+        Xr = X[r]
+        for k in range(r):
+            g = G[r, k]
+            Xk = X[k]
+            for col in range(UINT(0), UINT(c)):
+                Xr[col] -= g * Xk[col]
+        d = 1.0 / G[r, r]
+        for col in range(UINT(0), UINT(c)):
+            Xr[col] *= d
+    for r in range(m - 1, -1, -1):
+        Xr = X[r]
+        for k in range(r + 1, m):
+            g = G[k, r]
+            Xk = X[k]
+            for col in range(UINT(0), UINT(c)):
+                Xr[col] -= g * Xk[col]
+        d = 1.0 / G[r, r]
+        for col in range(UINT(0), UINT(c)):
+            Xr[col] *= d
