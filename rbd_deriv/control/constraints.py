@@ -90,8 +90,10 @@ from rbd_deriv.exceptions import InputError
 @njit(**JIT_OPTIONS)
 def lagrangian_derivatives(r, multipliers, penalty, gradient, hessian, modelled):
     """With trial = lambda + rho g = lambda - rho r at every row (K, nr): where trial > 0, dphi/dr = -trial,
-    d2phi/dr2 = rho and the row is modelled (active); elsewhere 0, 0 and not modelled."""
+    d2phi/dr2 = rho and the row is modelled (active); elsewhere 0, 0 and not modelled. Returns the number of
+    active rows."""
     K, nr = r.shape
+    active = 0
     for k in range(K):
         for i in range(nr):
             trial = multipliers[k, i] - penalty * r[k, i]
@@ -99,10 +101,12 @@ def lagrangian_derivatives(r, multipliers, penalty, gradient, hessian, modelled)
                 gradient[k, i] = -trial
                 hessian[k, i] = penalty
                 modelled[k, i] = True
+                active += 1
             else:
                 gradient[k, i] = 0.0
                 hessian[k, i] = 0.0
                 modelled[k, i] = False
+    return active
 
 
 @njit(**JIT_OPTIONS)
@@ -245,21 +249,28 @@ class InequalityConstraint:
 
     def add_derivatives(self, knots: Knots, out: Derivatives) -> None:
         """Add phi's gradient and Gauss-Newton Hessian to ``out`` through the residual (dphi/dr =
-        -max(0, lambda + rho g), d2phi/dr2 = rho on the active rows, which become the modelled ones)."""
+        -max(0, lambda + rho g), d2phi/dr2 = rho on the active rows, which become the modelled ones; nothing
+        to add when none is: the commonest tick, every force inside with zero multipliers)."""
         r = self._residual(knots)
-        lagrangian_derivatives(r, self.multipliers, self.penalty, self._gradient, self._hessian,
-                               self.modelled)
-        self.residual.gauss_newton(knots, r, self._gradient, self._hessian, out)
+        if lagrangian_derivatives(r, self.multipliers, self.penalty, self._gradient, self._hessian,
+                                  self.modelled):
+            self.residual.gauss_newton(knots, r, self._gradient, self._hessian, out)
 
     def update(self, knots: Knots) -> None:
         """lambda <- min(lambda_max, max(0, lambda + rho g)) at the knots (the nominal after a step) on the
         modelled rows, 0 on the others (see the module docstring)."""
+        if not self.modelled.any():
+            self.multipliers.fill(0.0)
+            return
         update_multipliers(self._residual(knots), self.penalty, self.largest_multiplier, self.modelled,
                            self.multipliers)
 
     def shift(self, elapsed: float, dt: float) -> None:
         """The multipliers (and modelled rows) read ``elapsed`` [s] later, linear between knots (past the
-        end: the last knot's), as the warm start reads the plan; the absent rows of the new knots zeroed."""
+        end: the last knot's), as the warm start reads the plan; the absent rows of the new knots zeroed
+        (nothing to move while every multiplier is 0 and no row modelled, the commonest tick)."""
+        if not (self.modelled.any() or self.multipliers.any()):
+            return
         self._previous[:] = self.multipliers
         self._previous_modelled[:] = self.modelled
         shift_multipliers(self._previous, self._previous_modelled, float(elapsed) / float(dt), self.rows(),
