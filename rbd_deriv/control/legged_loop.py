@@ -429,6 +429,28 @@ class LeggedLoop:
                 f"{self.settings.motion_margin:g} of its bounds)", "motion")
         self._motion = (tuple(value), float(amplitude), float(period))
 
+    def set_parameters(self, values: Mapping[str, Any], names: set) -> Optional[str]:
+        """Take the run-time parameters among ``names`` (changed) from ``values`` (all the node's): ``gait``,
+        ``base_velocity``, ``sway_amplitude``, ``sway_period``, the motion checked as a whole before anything
+        changes. Returns why they are refused, or None."""
+        if "gait" in names and values["gait"] not in self.mpcs:
+            return f"gait {values['gait']!r} is not one of {sorted(self.mpcs)}"
+        try:
+            if names & {"base_velocity", "sway_amplitude", "sway_period"}:
+                self.set_motion(values["base_velocity"], values["sway_amplitude"], values["sway_period"])
+            if "gait" in names:
+                self.set_gait(values["gait"])
+        except RbdDerivError as error:
+            return str(error)
+        return None
+
+    def describe(self) -> str:
+        """One line on what the loop controls and how, for the node's log."""
+        mpc = self.mpc
+        return (f"legged MPC on {self.model.name!r}: nv={self.model.nv}, feet {list(self.feet)} "
+                f"({', '.join(self.kinds)}), gaits {sorted(self.mpcs)}, now {self.gait!r}, N={mpc.horizon}, "
+                f"dt={mpc.dt} s, mu={mpc.mu}")
+
     def refuse(self, kind: str, error: Any) -> Optional[str]:
         """Count a refused input (or a failed tick) of ``kind``; the line to log, or None within the log
         period of that reason."""

@@ -343,6 +343,21 @@ class ControlLoop:
                              "goal")
         self.reference = TrajectoryReference([0.0], goal[None, :])
 
+    def set_parameters(self, values: Mapping[str, Any], names: set) -> Optional[str]:
+        """Take the run-time parameters among ``names`` (changed) from ``values`` (all the node's): the goal
+        (``goal_positions``). Returns why they are refused, or None."""
+        if "goal_positions" in names:
+            try:
+                self.set_goal(values["goal_positions"])
+            except RbdDerivError as error:
+                return f"goal_positions: {error}"
+        return None
+
+    def describe(self) -> str:
+        """One line on what the loop controls and how, for the node's log."""
+        p = self.problem
+        return f"MPC on {self.model.name!r}: {p.nv} joints, N={p.horizon}, dt={p.dt} s, mode {p.mode.value}"
+
     def refuse(self, kind: str, error: Any) -> Optional[str]:
         """Count a refused input (or a failed tick) of ``kind``, under ``kind/reason`` when the error has a
         ``reason``; return the line to log, or None within the log period of that key."""
