@@ -16,7 +16,8 @@ This module holds the interface and the two residuals every problem has:
 - :class:`ControlResidual`: :math:`u - u_{ref}`.
 
 Task residuals (frame position, center of mass) are in :mod:`rbd_deriv.control.task_residuals`,
-contact forces and friction cones in :mod:`rbd_deriv.control.contact_force`.
+a frame's orientation in :mod:`rbd_deriv.control.orientation_residual`, contact forces and
+friction cones in :mod:`rbd_deriv.control.contact_force`.
 
 The products are small and repeated at every knot: done with numpy, one call per product and per
 cost, the calls, not the arithmetic, would take the time. So each residual family has a compiled
