@@ -40,7 +40,8 @@ from rbd_deriv.control.safety import (CommandSource, clamp_torque, hold_command,
                                       select_command)
 from rbd_deriv.control.policy import (Actuation, FeedbackPolicy, PolicyExecutor, constant_policy,
                                       policy_from_plan)
-from rbd_deriv.control.loop import ControlLoop, LoopSettings, TickResult
+from rbd_deriv.control.loop import ControlLoop, LoopSettings
+from rbd_deriv.control.tick_loop import TickResult
 
 __all__ = ["CommandHistory", "predict_state", "DisturbanceObserver", "HeldLinearization",
            "ModelPredictiveController", "Plan", "SolveStatus", "Mode", "MPCProblem", "SinusoidReference",

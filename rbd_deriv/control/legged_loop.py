@@ -46,17 +46,15 @@ import numpy as np
 import rbd_deriv as rd
 from rbd_deriv.control.constants import (GRAVITY, JUMP_WINDOW, LATENCY_WINDOW, MAX_BASE_SPEED, MAX_SWAY_AMPLITUDE,
                                          MAX_TAKEN, STALE_PLAN_FRACTION, STATISTICS_WINDOW)
-from rbd_deriv.control.legged import BasePath, LeggedMPC, LeggedPlan, static_torques
-from rbd_deriv.control.loop import TickResult, time_percentiles
+from rbd_deriv.control.legged import BasePath, LeggedMPC, static_torques
+from rbd_deriv.control.tick_loop import TickLoop, TickResult
 from rbd_deriv.control.policy import (FeedbackPolicy, constant_policy, keep_taken, policy_from_plan,
                                       policy_in_use)
 from rbd_deriv.control.prediction import predict_on_contacts
 from rbd_deriv.control.schedule import Gait
-from rbd_deriv.control.safety import ClockWatch, CommandSource, clamp_torque, hold_command, is_stale
+from rbd_deriv.control.safety import CommandSource, clamp_torque, hold_command, is_stale
 from rbd_deriv.exceptions import InputError, MessageError, RbdDerivError
-from rbd_deriv.joint_state_map import JointStateMap, describe
-from rbd_deriv.stamps import ns_to_seconds
-from rbd_deriv.refusals import Refusals
+from rbd_deriv.joint_state_map import describe
 
 __all__ = ["GAITS", "LeggedLoop", "LeggedLoopSettings", "base_link", "make_gait"]
 
@@ -106,12 +104,6 @@ def base_link(model: Any) -> str:
     odometry names as its child frame."""
     names = list(model.frame_names)
     return names[names.index(rd.FREE_FLYER_JOINT) + 1]
-
-
-def _finite_or_none(effort: Any) -> Any:
-    """``effort``, or none when not all finite: a message whose efforts are NaN (ros2_control's joints without
-    an effort interface) still gives positions and velocities."""
-    return effort if np.isfinite(np.asarray(effort, float)).all() else ()
 
 
 @dataclass(frozen=True)
@@ -180,7 +172,7 @@ class LeggedLoopSettings:
                 raise InputError(f"{name} must be >= 0, got {value!r}", name)
 
 
-class LeggedLoop:
+class LeggedLoop(TickLoop):
     """The tick policy of a legged MPC: state assembly, freshness, gait phase, solve, safe command.
 
     Args:
@@ -209,20 +201,15 @@ class LeggedLoop:
         for name, mpc in mpcs.items():
             if mpc.model.nv != model.nv or mpc.feet != first.feet:
                 raise InputError(f"the MPC of gait {name!r} is on other feet or another model", "mpcs")
-        self.model, self.mpcs, self.settings = model, dict(mpcs), settings
+        self._start(model, settings.max_stamp_lead, settings.state_timeout, log_period)
+        self.mpcs, self.settings = dict(mpcs), settings
         self.feet, self.kinds = first.feet, first.kinds
         self.actuated = first.dynamics.actuated
-        self.actuated_joint_names = tuple(model.actuated_joint_names)
         self.upper = np.asarray(first.ocp.control_upper, dtype=float).copy()
         self.lower = np.asarray(first.ocp.control_lower, dtype=float).copy()
-        self.state = JointStateMap(model, max_lead=settings.max_stamp_lead)
-        self.clock = ClockWatch(settings.state_timeout)
         self._base_q, self._base_v = model.idx_q[rd.FREE_FLYER_JOINT], model.idx_v[rd.FREE_FLYER_JOINT]
         self._joints_ns: Optional[int] = None
         self._base_ns: Optional[int] = None
-        # Times inside the loop are seconds from the first stamp it sees (float seconds since 1970 would
-        # keep only a fraction of a microsecond).
-        self._epoch_ns: Optional[int] = None
         self.gait = ""
         self.mpc = first
         self._gait_start: Optional[float] = None
@@ -243,39 +230,16 @@ class LeggedLoop:
         self.max_speed, self.max_sway_acceleration = self.motion_bounds(first)
         self.set_gait(gait)
         self.good_policy: Optional[FeedbackPolicy] = None
-        self.last_command: Optional[np.ndarray] = None
-        self.last_source = CommandSource.NO_STATE
-        self.last_plan: Optional[LeggedPlan] = None
-        self.solve_times: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
         self.cone_violations: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
-        self.sources: collections.Counter = collections.Counter()
         self.held_policy_ticks = 0
-        self.refusals = Refusals(log_period)
-        self.ticks = 0
-        self._window_ticks = 0
 
     # ------------------------------------------------------------------------------------- inputs
-    def _seconds(self, ns: int) -> float:
-        if self._epoch_ns is None:
-            self._epoch_ns = int(ns)
-        return ns_to_seconds(ns, self._epoch_ns)
-
     def take_joint_states(self, names: Sequence[str], position: Any, velocity: Any, effort: Any,
                           stamp_ns: int, now_ns: Optional[int] = None) -> None:
-        """One joint_states message of the actuated joints (any order; joints the model lacks are ignored).
-
-        Raises:
-            JointStateError: refused whole (NaN, inf or implausible values, no joint of the model, a stamp
-                out of order or ahead of the clock by more than ``max_stamp_lead``).
-        """
-        self.state.update(names, position, velocity, _finite_or_none(effort), stamp_ns, now_ns)
+        """:meth:`TickLoop.take_joint_states <rbd_deriv.control.tick_loop.TickLoop.take_joint_states>` of the
+        actuated joints, the newest stamp kept for the state's age."""
+        super().take_joint_states(names, position, velocity, effort, stamp_ns, now_ns)
         self._joints_ns = int(stamp_ns) if self._joints_ns is None else max(self._joints_ns, int(stamp_ns))
-
-    def check_joint_states(self, names: Sequence[str], position: Any, velocity: Any, effort: Any,
-                           stamp_ns: int, now_ns: Optional[int] = None) -> None:
-        """Raise what :meth:`take_joint_states` would for a message superseded by a newer one (its values and
-        its lead on the clock, not its order); nothing is stored."""
-        self.state.check(names, position, velocity, _finite_or_none(effort), stamp_ns, now_ns)
 
     def take_odometry(self, position: Any, orientation: Any, linear: Any, angular: Any, stamp_ns: int,
                       now_ns: Optional[int] = None, frames: Optional[Tuple[str, str]] = None) -> None:
@@ -451,11 +415,6 @@ class LeggedLoop:
                 f"({', '.join(self.kinds)}), gaits {sorted(self.mpcs)}, now {self.gait!r}, N={mpc.horizon}, "
                 f"dt={mpc.dt} s, mu={mpc.mu}")
 
-    def refuse(self, kind: str, error: Any) -> Optional[str]:
-        """Count a refused input (or a failed tick) of ``kind``; the line to log, or None within the log
-        period of that reason."""
-        return self.refusals.count_error(kind, error)
-
     # --------------------------------------------------------------------------------------- tick
     def knot(self, when: float) -> int:
         """The first knot of the gait's grid at or after ``when`` [s] (counted from the gait's start, not
@@ -526,8 +485,7 @@ class LeggedLoop:
         """
         previous = self.last_source
         if not self.state.complete:
-            self.sources[CommandSource.NO_STATE] += 1
-            self.last_source = CommandSource.NO_STATE
+            self._count(CommandSource.NO_STATE)
             return None
         q, v = self.state.q.copy(), self.state.v.copy()
         clock = self.clock.advancing(now_ns, time.monotonic_ns() if monotonic_ns is None else monotonic_ns)
@@ -618,11 +576,7 @@ class LeggedLoop:
         else:
             self.good_policy = policy
         self._remember(policy)
-        self.last_command = command
-        self.sources[source] += 1
-        self.last_source = source
-        self.ticks += 1
-        self._window_ticks += 1
+        self._count(source, command)
         return TickResult(command, source, previous, plan, policy.stamp_ns if plan is not None else 0, trouble, policy)
 
     def _remember(self, policy: FeedbackPolicy) -> None:
@@ -716,22 +670,12 @@ class LeggedLoop:
         for mpc in self.mpcs.values():
             mpc.solve(mpc.x_ref.copy(), phase=0)
 
-    def diagnostics(self, elapsed: float) -> Tuple[bool, str, Dict[str, str]]:
-        """(healthy, summary, key -> value) over the ``elapsed`` [s] since the previous call, as
-        :meth:`rbd_deriv.control.loop.ControlLoop.diagnostics` reports (the node publishes either)."""
-        rate, self._window_ticks = (self._window_ticks / elapsed if elapsed > 0.0 else 0.0), 0
-        healthy = self.last_source is CommandSource.PLAN
-        message = "tracking" if healthy else f"safe command ({self.SAFE_COMMAND}): {self.last_source.value}"
-        values = {"rate_hz": f"{rate:.1f}", "gait": self.gait, "phase": str(self.mpc.phase),
-                  "horizon": str(self.mpc.horizon), "command_source": self.last_source.value,
-                  "held_policy_ticks": str(self.held_policy_ticks)}
-        values.update(time_percentiles("solve_time", self.solve_times))
+    def _report(self, values: Dict[str, str]) -> None:
+        """The legged values of :meth:`diagnostics`: gait, phase, horizon, ticks on a held policy, the largest
+        cone violation of the first knots, safe commands."""
+        values.update({"gait": self.gait, "phase": str(self.mpc.phase), "horizon": str(self.mpc.horizon),
+                       "held_policy_ticks": str(self.held_policy_ticks)})
         if self.cone_violations:
             values["cone_violation_max_n"] = f"{max(self.cone_violations):.4g}"
-        safe = sum(count for source, count in self.sources.items()
-                   if source not in (CommandSource.PLAN, CommandSource.NO_STATE))
-        values["safe_commands"] = str(safe)
-        for source in self.SOURCES:
-            values[f"commands_{source.value}"] = str(self.sources[source])
-        values.update(self.refusals.report())
-        return healthy, message, values
+        values["safe_commands"] = str(sum(count for source, count in self.sources.items()
+                                          if source not in (CommandSource.PLAN, CommandSource.NO_STATE)))
