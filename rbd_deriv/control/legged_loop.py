@@ -38,139 +38,24 @@ from __future__ import annotations
 import collections
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.control.constants import (GRAVITY, JUMP_WINDOW, LATENCY_WINDOW, MAX_BASE_SPEED, MAX_SWAY_AMPLITUDE,
-                                         MAX_TAKEN, STALE_PLAN_FRACTION, STATISTICS_WINDOW)
+from rbd_deriv.control.constants import LATENCY_WINDOW, MAX_TAKEN, STALE_PLAN_FRACTION, STATISTICS_WINDOW
 from rbd_deriv.control.legged import BasePath, LeggedMPC, static_torques
 from rbd_deriv.control.tick_loop import TickLoop, TickResult
 from rbd_deriv.control.policy import (FeedbackPolicy, constant_policy, keep_taken, policy_from_plan,
                                       policy_in_use)
 from rbd_deriv.control.prediction import predict_on_contacts
-from rbd_deriv.control.schedule import Gait
+from rbd_deriv.control.base_motion import checked_motion, motion_bounds
+from rbd_deriv.control.legged_settings import LeggedLoopSettings
+from rbd_deriv.control.odometry import check_frames, check_jump, check_twist
 from rbd_deriv.control.safety import CommandSource, clamp_torque, hold_command, is_stale
-from rbd_deriv.exceptions import InputError, MessageError, RbdDerivError
-from rbd_deriv.joint_state_map import describe
+from rbd_deriv.exceptions import InputError, RbdDerivError
 
-__all__ = ["GAITS", "LeggedLoop", "LeggedLoopSettings", "base_link", "make_gait"]
-
-#: Gait names a configuration may ask for: the patterns of :class:`~rbd_deriv.control.schedule.Gait`, and
-#: ``pattern``, one period spelt knot by knot.
-GAITS = ("stand", "trot", "walk", "pattern")
-
-
-def make_gait(name: str, feet: Sequence[str], kinds: Sequence[str], swing: int = 8, support: int = 2,
-              pattern: Sequence[str] = ()) -> Gait:
-    """The gait called ``name`` on ``feet``.
-
-    Args:
-        name: One of :data:`GAITS`.
-        feet: Contact frames (a trot takes FL, FR, HL, HR in that order; a walk swings them in order).
-        kinds: ``"point"`` or ``"frame"`` per foot.
-        swing, support: Knots a foot stays in the air, knots with every foot down between two swings.
-        pattern: For ``pattern``: one string per knot of the period, a ``1`` per closed foot and ``0`` per
-            open one (``["1111", "0110", ...]``).
-
-    Raises:
-        InputError: An unknown name, a trot without four feet, bad knot counts, a pattern of the wrong
-            shape or with a knot where no foot touches the ground (the robot cannot fly).
-    """
-    kinds = tuple(kinds)
-    if name == "stand":
-        return Gait.standing(feet, kinds)
-    if name == "trot":
-        return Gait.trot(feet, swing, support, kinds)
-    if name == "walk":
-        return Gait.walk(feet, swing, support, kinds)
-    if name != "pattern":
-        raise InputError(f"gait {name!r} is not one of {', '.join(GAITS)}", "gait")
-    rows = [str(row) for row in pattern]
-    if not rows or any(len(row) != len(feet) or set(row) - {"0", "1"} for row in rows):
-        raise InputError(f"a gait pattern needs one string of {len(feet)} characters 0 or 1 per knot, got "
-                         f"{rows[:4]!r}", "pattern")
-    table = np.array([[c == "1" for c in row] for row in rows])
-    flying = np.flatnonzero(~table.any(axis=1))
-    if flying.size:
-        raise InputError(f"knots {flying.tolist()} of the gait pattern have no foot on the ground", "pattern")
-    return Gait(tuple(feet), table, kinds)
-
-
-def base_link(model: Any) -> str:
-    """The URDF's root link of a floating-base model: the base, the frame a simulator's or an estimator's
-    odometry names as its child frame."""
-    names = list(model.frame_names)
-    return names[names.index(rd.FREE_FLYER_JOINT) + 1]
-
-
-@dataclass(frozen=True)
-class LeggedLoopSettings:
-    """How the loop treats time.
-
-    Attributes:
-        state_timeout: Joint states or a base state older than this [s] give the safe command, > 0.
-        policy_validity: How long [s] after its first knot the robot side may apply a plan's policy, > 0;
-            the safe command holds the last good policy as long.
-        max_stamp_lead: Inputs stamped ahead of the clock by more than this [s] are refused, >= 0.
-        start_iterations: Gauss-Newton iterations of a plan started from scratch (the first tick of a
-            gait, after a failed solve), >= 1; every other tick runs one (a real-time iteration).
-        latency: Time [s] from the end of a tick to the robot side holding its policy (transport), >= 0.
-        adaptive_latency: Add the 90th percentile of the recent ticks' durations to ``latency`` when
-            choosing the knot a plan starts at.
-        predict: Carry the measured state to the plan's first knot (:meth:`LeggedLoop.predict`); False:
-            plan from the measured state, from the first knot at or after its time (a standing robot,
-            whose contacts do not switch, with joints too light to integrate its feedback explicitly).
-        gain_knots: The policy carries the Riccati gains of its first this many knots (1: knot 0's gain for
-            every knot), >= 1. A robot side left on one policy for several knots (a tick that stalls) then
-            applies at each knot the feedback of that knot's contacts, not that of knot 0's.
-        odom_frame, base_frame: The frames odometry must name (``header.frame_id``, ``child_frame_id``); an
-            empty name accepts any.
-        jump_margin, jump_angle_margin: A base pose farther [m] or turned more [rad] from the last accepted
-            one than its twist explains over the time between them, by more than these, is refused (``jump``),
-            > 0.
-        max_base_speed, max_base_rate: Odometry whose twist claims a faster base [m/s], or a faster turn
-            [rad/s], is refused (``twist``), > 0: no legged robot moves so, and a twist a source may choose
-            freely would let it explain any jump.
-        motion_margin: The fraction, in (0, 1], of the robot's bounds (:meth:`LeggedLoop.motion_bounds`) that
-            a base velocity and a sway may use together.
-    """
-
-    state_timeout: float = 0.05
-    policy_validity: float = 0.1
-    max_stamp_lead: float = 0.1
-    start_iterations: int = 3
-    latency: float = 0.002
-    adaptive_latency: bool = True
-    predict: bool = True
-    gain_knots: int = 1
-    odom_frame: str = ""
-    base_frame: str = ""
-    jump_margin: float = 0.05
-    jump_angle_margin: float = 0.2
-    max_base_speed: float = 10.0
-    max_base_rate: float = 20.0
-    motion_margin: float = 0.5
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.motion_margin, (int, float)) and 0.0 < self.motion_margin <= 1.0):
-            raise InputError(f"motion_margin must be in (0, 1], got {self.motion_margin!r}", "motion_margin")
-        for name in ("state_timeout", "policy_validity", "jump_margin", "jump_angle_margin", "max_base_speed",
-                     "max_base_rate"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0.0):
-                raise InputError(f"{name} must be > 0, got {value!r}", name)
-        for name in ("start_iterations", "gain_knots"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
-                raise InputError(f"{name} must be an integer >= 1, got {value!r}", name)
-        for name in ("max_stamp_lead", "latency"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0.0):
-                raise InputError(f"{name} must be >= 0, got {value!r}", name)
-
+__all__ = ["LeggedLoop"]
 
 class LeggedLoop(TickLoop):
     """The tick policy of a legged MPC: state assembly, freshness, gait phase, solve, safe command.
@@ -255,7 +140,7 @@ class LeggedLoop(TickLoop):
                 ``future``.
             MessageError: ``frame`` (another frame than the settings'), ``twist`` (faster than
                 ``max_base_speed`` or ``max_base_rate``), ``jump`` (a pose its twist does not explain,
-                :meth:`_check_jump`).
+                :func:`~rbd_deriv.control.odometry.check_jump`).
         """
         self.check_odometry(position, orientation, linear, angular, stamp_ns, now_ns, frames)
         self.state.update_base(position, orientation, linear, angular, stamp_ns, now_ns)
@@ -264,53 +149,16 @@ class LeggedLoop(TickLoop):
     def check_odometry(self, position: Any, orientation: Any, linear: Any, angular: Any, stamp_ns: int,
                        now_ns: Optional[int] = None, frames: Optional[Tuple[str, str]] = None) -> None:
         """Raise what :meth:`take_odometry` would for this base state but for the order of its stamp; nothing
-        is stored. The message itself first (frames, values, twist), then its pose against the last accepted."""
-        self._check_frames(frames)
+        is stored. The message itself first (frames, values, twist), then its pose against the last accepted
+        (:mod:`rbd_deriv.control.odometry`)."""
+        settings = self.settings
+        check_frames(frames, settings.odom_frame, settings.base_frame)
         self.state.check_base(position, orientation, linear, angular, stamp_ns, now_ns)
-        speed, rate = float(np.linalg.norm(linear)), float(np.linalg.norm(angular))
-        if speed > self.settings.max_base_speed or rate > self.settings.max_base_rate:
-            raise MessageError(f"odometry twist of {speed:.3g} m/s and {rate:.3g} rad/s, beyond the "
-                               f"{self.settings.max_base_speed:g} m/s and {self.settings.max_base_rate:g} rad/s "
-                               "a base moves at", "twist")
+        check_twist(linear, angular, settings.max_base_speed, settings.max_base_rate)
         if self._base_ns is None or stamp_ns > self._base_ns:  # an older one is out of order, not a jump
-            self._check_jump(position, orientation, stamp_ns)
-
-    def _check_frames(self, frames: Optional[Tuple[str, str]]) -> None:
-        """Refuse (``frame``) odometry naming another world or base frame than the settings'."""
-        if frames is None:
-            return
-        for kind, expected, got in (("frame_id", self.settings.odom_frame, frames[0]),
-                                    ("child_frame_id", self.settings.base_frame, frames[1])):
-            if expected and got != expected:
-                raise MessageError(f"odometry {kind} {describe([got])!r}, expected {expected!r}", "frame")
-
-    def _check_jump(self, position: Any, orientation: Any, stamp_ns: int) -> None:
-        """Refuse (``jump``) a base pose that the last accepted one does not explain.
-
-        A pose is judged against the last accepted one when that one is at most :data:`JUMP_WINDOW` apart
-        (older, the robot's state was stale anyway and there is nothing recent to compare with): its distance
-        must stay within :math:`|v| \\, |\\Delta t|` + ``jump_margin`` and its rotation within
-        :math:`|\\omega| \\, |\\Delta t|` + ``jump_angle_margin``, v and omega the accepted one's twist. A second
-        source of odometry (another publisher, a stale replay) then cannot take the base over. A pose that is not
-        a finite position and quaternion is left to :meth:`JointStateMap.update_base` to refuse.
-        """
-        if self._base_ns is None or abs(stamp_ns - self._base_ns) > JUMP_WINDOW * 1e9:
-            return
-        position, quaternion = np.asarray(position, dtype=float), np.asarray(orientation, dtype=float)
-        norm = float(np.linalg.norm(quaternion)) if quaternion.shape == (4,) else 0.0
-        if position.shape != (3,) or not (np.isfinite(position).all() and math.isfinite(norm) and norm > 0.0):
-            return
-        elapsed = abs(stamp_ns - self._base_ns) * 1e-9
-        iq, iv = self._base_q, self._base_v
-        q, v = self.state.q, self.state.v
-        distance = float(np.linalg.norm(position - q[iq : iq + 3]))
-        reach = float(np.linalg.norm(v[iv : iv + 3])) * elapsed + self.settings.jump_margin
-        angle = 2.0 * math.acos(min(1.0, abs(float(quaternion @ q[iq + 3 : iq + 7])) / norm))
-        turn = float(np.linalg.norm(v[iv + 3 : iv + 6])) * elapsed + self.settings.jump_angle_margin
-        if distance > reach or angle > turn:
-            raise MessageError(f"base pose {distance:.3g} m and {angle:.3g} rad from the last accepted one "
-                               f"{elapsed * 1e3:.3g} ms apart, whose twist explains {reach:.3g} m and "
-                               f"{turn:.3g} rad", "jump")
+            iq, iv = self._base_q, self._base_v
+            check_jump(position, orientation, stamp_ns, self._base_ns, self.state.q[iq:iq + 7],
+                       self.state.v[iv:iv + 6], settings.jump_margin, settings.jump_angle_margin)
 
     def set_gait(self, gait: str) -> None:
         """Follow ``gait`` (a key of the loop's MPCs) from the next tick on, from its first knot.
@@ -326,22 +174,9 @@ class LeggedLoop(TickLoop):
             self._last_knot = None  # its plan is not this robot's recent past: start it from scratch
 
     def motion_bounds(self, mpc: LeggedMPC) -> Tuple[float, float]:
-        """The base speed [m/s] and sway acceleration [m/s^2] the robot can follow, times ``motion_margin``.
-
-        With h the height of the base above its feet and w the smallest sideways distance from the base to a
-        foot in the MPC's reference posture: a speed of :math:`\\sqrt{g h}` (a Froude number of 1, where a
-        walker's feet leave the ground), and a sideways acceleration of :math:`g w / h` (the most the feet's
-        forces can give the base before their centre of pressure leaves the support)."""
-        q = mpc.x_ref[: self.model.nq]
-        rd.forward_kinematics(self.model, self._data, q)
-        feet = np.array([rd.frame_placement(self.model, self._data, foot)[:3, 3] for foot in self.feet])
-        height = float(q[self._base_q + 2] - feet[:, 2].mean())
-        width = float(np.abs(feet[:, 1] - q[self._base_q + 1]).min())
-        margin = self.settings.motion_margin
-        if not (height > 0.0 and width > 0.0):
-            raise InputError(f"the reference posture's base is {height:.3g} m above its feet and {width:.3g} m "
-                             "beside the nearest: no motion bound can be drawn from it", "posture")
-        return margin * math.sqrt(GRAVITY * height), margin * GRAVITY * width / height
+        """The base speed [m/s] and sway acceleration [m/s^2] the robot can follow in ``mpc``'s reference posture,
+        times ``motion_margin`` (:func:`~rbd_deriv.control.base_motion.motion_bounds`)."""
+        return motion_bounds(self.model, self._data, mpc.x_ref[: self.model.nq], self.feet, self.settings.motion_margin)
 
     def set_base_velocity(self, velocity: Sequence[float]) -> None:
         """Walk: the base's reference moves at ``velocity`` (vx, vy) [m/s] in the world frame from the next
@@ -358,7 +193,7 @@ class LeggedLoop(TickLoop):
         the next plan's first knot (0: no sway).
 
         Raises:
-            InputError: an amplitude outside [0, :data:`MAX_SWAY_AMPLITUDE`], a period that is not > 0, or with
+            InputError: an amplitude outside [0, :data:`~rbd_deriv.control.constants.MAX_SWAY_AMPLITUDE`], a period that is not > 0, or with
                 the base velocity a motion the robot cannot follow (:meth:`set_motion`); nothing changes.
         """
         self.set_motion(self._motion[0], amplitude, period)
@@ -373,25 +208,8 @@ class LeggedLoop(TickLoop):
             InputError: a value out of its range (``base_velocity``, ``sway_amplitude``, ``sway_period``) or a
                 motion the robot cannot follow (``motion``); nothing changes.
         """
-        value = np.asarray(velocity, dtype=float)
-        if value.shape != (2,) or not np.isfinite(value).all() or np.linalg.norm(value) > MAX_BASE_SPEED:
-            raise InputError(f"base velocity must be (vx, vy), finite, at most {MAX_BASE_SPEED} m/s, got "
-                             f"{velocity!r}", "base_velocity")
-        if not (math.isfinite(amplitude) and 0.0 <= amplitude <= MAX_SWAY_AMPLITUDE):
-            raise InputError(f"sway amplitude must be in [0, {MAX_SWAY_AMPLITUDE}] m, got {amplitude!r}",
-                             "sway_amplitude")
-        if not (math.isfinite(period) and period > 0.0):
-            raise InputError(f"sway period must be > 0 s, got {period!r}", "sway_period")
-        omega = 2.0 * math.pi / period
-        speed = float(np.linalg.norm(value)) + amplitude * omega
-        acceleration = amplitude * omega ** 2
-        if speed > self.max_speed or acceleration > self.max_sway_acceleration:
-            raise InputError(
-                f"base velocity {value.tolist()} m/s with a sway of {amplitude:g} m over {period:g} s peaks at "
-                f"{speed:.3g} m/s and {acceleration:.3g} m/s^2 sideways; this robot follows at most "
-                f"{self.max_speed:.3g} m/s and {self.max_sway_acceleration:.3g} m/s^2 (motion_margin "
-                f"{self.settings.motion_margin:g} of its bounds)", "motion")
-        self._motion = (tuple(value), float(amplitude), float(period))
+        self._motion = checked_motion(velocity, amplitude, period, self.max_speed, self.max_sway_acceleration,
+                                      self.settings.motion_margin)
 
     def set_parameters(self, values: Mapping[str, Any], names: set) -> Optional[str]:
         """Take the run-time parameters among ``names`` (changed) from ``values`` (all the node's): ``gait``,
