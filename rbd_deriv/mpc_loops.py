@@ -11,7 +11,8 @@ import numpy as np
 import rbd_deriv as rd
 from rbd_deriv.control import ControlLoop, LoopSettings, MPCProblem
 from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
-from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, base_link, make_gait
+from rbd_deriv.control.legged_loop import LeggedLoop
+from rbd_deriv.control.legged_settings import LeggedLoopSettings, base_link, make_gait
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.sim.ground import Ground, rest_on_floor

@@ -8,6 +8,8 @@ forces balancing gravity, checked through rd.contact_dynamics again).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ import rbd_deriv as rd
 from rbd_deriv.control.contact_force import cone_violation
 from rbd_deriv.control.dynamics import actuated_indices
 from rbd_deriv.control.legged import BasePath, LeggedMPC, LeggedWeights, static_torques
+from rbd_deriv.control.residuals import Knots
 from rbd_deriv.control.schedule import Gait
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.exceptions import InputError
@@ -85,6 +88,21 @@ def test_standing_solve_holds_the_posture(name):
     rows = 3 if kind == "point" else 6
     assert_close(forces[2::rows].sum(), weight, rtol=1e-2, what="the feet carry the weight")
     assert not cone_violation(forces, plan.offsets, mpc.mu).any()
+
+
+def test_torso_orientation_cost_only_with_its_weight(talos):
+    """No such cost at the default weight 0; with a weight, the torso frame's orientation error is
+    zero at the posture (its reference) and the standing problem still solves."""
+    model, feet, kind, q = talos
+    gait = Gait.standing(feet, kind)
+    plain = LeggedMPC(model, feet, gait, q, horizon=5, weights=weights("talos"))
+    assert "torso orientation" not in [cost.name for cost in plain.ocp.running_costs]
+    mpc = LeggedMPC(model, feet, gait, q, horizon=5, torso="torso_2_link",
+                    weights=replace(weights("talos"), torso_orientation=100.0))
+    cost = next(cost for cost in mpc.ocp.running_costs if cost.name == "torso orientation")
+    x0 = np.r_[q, np.zeros(model.nv)]
+    assert np.abs(cost.residual.value(Knots(x0[None]))).max() < 1e-12
+    assert mpc.solve(x0).result.ok
 
 
 def test_trot_ticks(solo):

@@ -19,7 +19,8 @@ import pytest
 
 import rbd_deriv as rd
 from rbd_deriv.control.legged import LeggedMPC, LeggedWeights, static_torques
-from rbd_deriv.control.legged_loop import LeggedLoop, LeggedLoopSettings, make_gait
+from rbd_deriv.control.legged_loop import LeggedLoop
+from rbd_deriv.control.legged_settings import LeggedLoopSettings, make_gait
 from rbd_deriv.control.safety import CommandSource
 from rbd_deriv.control.policy import PolicyExecutor
 from rbd_deriv.control.schedule import Gait

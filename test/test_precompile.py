@@ -152,8 +152,10 @@ def test_kernels_are_found_and_none_is_in_a_module_left_out_of_the_key(tmp_path)
     # One task per C entry of a kernel that is not lazy, and the MPC solvers' hooks; the lazy kernels are left out.
     built = {f"rbd_deriv.core.{name.split('.')[0]}.{name.split('.')[1]}_entry"
              for name, lazy in report["lazy"].items() if not lazy}
-    assert set(report["tasks"]) == built | {"hook:rbd_deriv.control.mpc", "hook:rbd_deriv.control.euler_riccati",
-                                            "hook:rbd_deriv.control.gauss_newton"}
+    hooks = {f"hook:rbd_deriv.control.{module}" for module in (
+        "mpc", "euler_riccati", "state_space", "residuals", "task_residuals", "orientation_residual",
+        "contact_force", "activation")}
+    assert set(report["tasks"]) == built | hooks
     assert {"rnea._rnea_kernel", "linearization._linearize_kernel", "contact._contact_kernel",
             "contact._impulse_kernel", "configuration._difference_kernel"} <= {
         name for name, lazy in report["lazy"].items() if not lazy}

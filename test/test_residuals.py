@@ -2,7 +2,9 @@
 
 Oracles: the generic Gauss-Newton accumulation (dense Jacobians, numpy products) against the
 residuals' structured ones, the state residual's Jacobian against finite differences on the
-manifold, and the cost value against the activation of the residual by hand.
+manifold and its free-flyer block against numpy's inverse of the core's rd.dintegrate_dv, the fold
+of the force-space derivatives against the products written out with einsum on every row of the
+stack, and the cost value against the activation of the residual by hand.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import rbd_deriv as rd
 from rbd_deriv.control.activation import Quadratic, QuadraticBarrier
 from rbd_deriv.control.cost import Cost, total
 from rbd_deriv.control.residuals import (ControlResidual, Derivatives, Knots, Residual,
-                                         StateResidual)
+                                         StateResidual, fold_force_derivatives)
 from rbd_deriv.control.state_space import ConfigurationSpace, VectorSpace
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.testing import assert_close
@@ -143,3 +145,53 @@ def test_one_pass_quadratics_equal_the_general_path(solo, floating):
     # Both spaces have a one-pass form (a compiled kernel on the model's configuration space, the identity
     # Jacobian's on a plain vector space): the comparison above tested it against the general path.
     assert residuals[0].add_quadratic(knots, np.ones(space.ndx), None, empty(K, space.ndx, nu))
+
+
+
+@pytest.mark.parametrize("ndx, nu, m", [(8, 2, 6), (36, 12, 12), (100, 44, 12)])
+def test_fold_is_the_dense_product_with_the_idle_rows_left_out(ndx, nu, m):
+    """F^T L_ff F and F^T L_f at knots with rows of no force (past the closed contacts) and rows of
+    no cost, against the products over every row."""
+    rng = np.random.default_rng(ndx)
+    K = 4
+    Fx, Fu = rng.standard_normal((K, m, ndx)), rng.standard_normal((K, m, nu))
+    Fx[1, m // 2:] = Fu[1, m // 2:] = 0.0            # a knot with half the contacts open
+    G = rng.standard_normal((K, m, m))
+    Lff = G @ G.transpose(0, 2, 1)
+    Lf = rng.standard_normal((K, m))
+    Lff[2, :3], Lff[2, :, :3], Lf[2, :3] = 0.0, 0.0, 0.0  # rows without cost
+    Lff[3], Lf[3] = 0.0, 0.0                              # a knot without force cost
+    start = [rng.standard_normal(shape) for shape in ((K, ndx, ndx), (K, ndx), (K, nu, nu), (K, nu, ndx),
+                                                      (K, nu))]
+    out = Derivatives(*(a.copy() for a in start), Lff, Lf)
+    fold_force_derivatives(Knots(np.zeros((K, ndx)), dF_dx=Fx, dF_du=Fu), out)
+    assert_close(out.Lx, start[1] + np.einsum("kmi,km->ki", Fx, Lf), what="Lx")
+    assert_close(out.Lxx, start[0] + np.einsum("kri,krs,ksj->kij", Fx, Lff, Fx), what="Lxx")
+    assert_close(out.Lu, start[4] + np.einsum("kma,km->ka", Fu, Lf), what="Lu")
+    assert_close(out.Luu, start[2] + np.einsum("kra,krs,ksb->kab", Fu, Lff, Fu), what="Luu")
+    assert_close(out.Lux, start[3] + np.einsum("kra,krs,ksj->kaj", Fu, Lff, Fx), what="Lux")
+
+
+def test_state_products_with_a_hessian_shared_or_per_knot(solo):
+    """L_x += J^T a', L_xx += J^T diag(a'') J with J the identity but the free-flyer block (the
+    inverse right Jacobian), a'' given once or per knot; knots with zero derivatives on the block
+    untouched there."""
+    rng = np.random.default_rng(2)
+    K, ndx = 4, 36
+    r = rng.uniform(-1, 1, (K, ndx))
+    gradient = rng.uniform(-1, 1, (K, ndx))
+    gradient[1, :6] = 0.0
+    J = np.tile(np.eye(ndx), (K, 1, 1))
+    for k in range(K):
+        right = rd.dintegrate_dv(solo, rd.neutral(solo), r[k, :18])[:6, :6]
+        J[k, :6, :6] = np.linalg.inv(right)
+    residual = StateResidual(ConfigurationSpace(solo))
+    for hessian in (rng.uniform(0, 2, (1, ndx)), rng.uniform(0, 2, (K, ndx))):
+        hessian = hessian.copy()
+        if hessian.shape[0] == K:
+            hessian[1, :6] = 0.0
+        out = Derivatives(np.zeros((K, ndx, ndx)), np.zeros((K, ndx)))
+        residual.gauss_newton(Knots(states(solo, rng, K)), r, gradient, hessian, out)
+        H = np.broadcast_to(hessian, (K, ndx))
+        assert_close(out.Lx, np.einsum("kri,kr->ki", J, gradient), what="Lx")
+        assert_close(out.Lxx, np.einsum("kri,kr,krj->kij", J, H, J), what="Lxx")

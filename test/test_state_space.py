@@ -3,7 +3,8 @@ Jacobian blocks the solver uses.
 
 Oracles: rd.difference / rd.integrate knot by knot (the definitions), finite differences of the
 difference and of the Euler step's integrator taken on the manifold (perturbations through
-rd.integrate), and the identity X0 (+) (X1 (-) X0) == X1.
+rd.integrate), the inverse of the right Jacobian of SE(3) by numpy's inverse of the core's
+rd.dintegrate_dv, and the identity X0 (+) (X1 (-) X0) == X1.
 """
 
 from __future__ import annotations
@@ -139,3 +140,17 @@ def test_step_jacobian_blocks_are_the_core_integrate_jacobians(solo, scale):
         v = np.r_[twists[k], rng.uniform(-1, 1, 12)]
         assert_close(Jv[k], rd.dintegrate_dv(solo, X[k, :19], v)[:6, :6], rtol=1e-13, what="J_r")
         assert_close(Jq[k], rd.dintegrate_dq(solo, X[k, :19], v)[:6, :6], rtol=1e-13, what="Ad")
+
+
+def test_difference_blocks_invert_the_right_jacobian(solo):
+    """Near zero rotation and just under the series threshold too."""
+    rng = np.random.default_rng(1)
+    D = np.zeros((5, 36))
+    D[:, :6] = rng.uniform(-1.5, 1.5, (5, 6))
+    D[0, 3:6] *= 1e-9
+    D[1, 3:6] *= 0.009 / np.linalg.norm(D[1, 3:6])
+    blocks = ConfigurationSpace(solo).difference_jacobian_blocks(random_states(solo, rng, 5), D)
+    q = rd.neutral(solo)
+    for k in range(5):
+        right = rd.dintegrate_dv(solo, q, D[k, :18])[:6, :6]
+        assert_close(blocks[k], np.linalg.inv(right), rtol=1e-12, what=f"knot {k}")

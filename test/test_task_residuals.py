@@ -1,7 +1,8 @@
 """Tests of rbd_deriv.control.task_residuals on the core library's kinematics.
 
 Oracles: positions from rd.frame_placement and their Jacobians by central differences on the
-manifold (perturbations through rd.integrate), on a floating base too; the center of mass as the
+manifold (perturbations through rd.integrate), on a floating base too, and rd.frame_jacobian knot
+by knot for the (knot, frame) pairs asked; the center of mass as the
 mass-weighted mean of the bodies' centers computed here from the URDF; a reaching problem solved
 to convergence, checked by the gradient of single-shooting rollouts.
 """
@@ -276,3 +277,27 @@ def test_one_pass_quadratic_equals_the_general_path():
             assert_close(outs[0].Lx, outs[1].Lx, what="Lx")
             assert_close(outs[0].Lxx, outs[1].Lxx, what="Lxx")
             assert outs[0].Lx.any()
+
+
+def test_frame_kinematics_are_the_core_frame_functions():
+    """Positions and Jacobian rows at the asked knots and frames only, against rd.frame_placement
+    and rd.frame_jacobian; the others zero; nothing recomputed at the same states."""
+    solo = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    rng = np.random.default_rng(3)
+    X = np.array([np.r_[rd.random_configuration(solo, rng), np.zeros(18)] for _ in range(4)])
+    feet = ("FL_FOOT", "HR_FOOT")
+    wanted = np.array([[True, False], [True, True], [False, False], [False, True]])
+    kinematics = RobotKinematics(solo)
+    positions, jacobians = kinematics.frame_positions(X, feet, wanted)
+    oracle = solo.create_data()
+    for k in range(4):
+        for p, foot in enumerate(feet):
+            if not wanted[k, p]:
+                assert not positions[k, p].any() and not jacobians[k, p].any()
+                continue
+            rd.forward_kinematics(solo, oracle, X[k, :19])
+            assert_close(positions[k, p], rd.frame_placement(solo, oracle, foot)[:3, 3])
+            assert_close(jacobians[k, p], rd.frame_jacobian(solo, oracle, X[k, :19], foot)[:3])
+    positions[1, 0] = -1.0
+    again, _ = kinematics.frame_positions(X.copy(), feet, wanted)
+    assert (again[1, 0] == -1.0).all()

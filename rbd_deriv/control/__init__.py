@@ -17,8 +17,9 @@ Floating base and contacts (a problem assembled from small parts, as in Crocoddy
 
 - :mod:`~rbd_deriv.control.state_space`: x = (q, v) on the manifold, deviations in the tangent space.
 - :mod:`~rbd_deriv.control.residuals`, :mod:`~rbd_deriv.control.task_residuals`,
-  :mod:`~rbd_deriv.control.contact_force`: residuals (state, control, frame position, center of mass,
-  contact forces, friction cones) and the cone check of a plan.
+  :mod:`~rbd_deriv.control.orientation_residual`, :mod:`~rbd_deriv.control.contact_force`: residuals
+  (state, control, frame position, center of mass, frame orientation, contact forces, friction cones),
+  each with its compiled kernels, and the cone check of a plan.
 - :mod:`~rbd_deriv.control.activation`, :mod:`~rbd_deriv.control.cost`: how a residual becomes a cost.
 - :mod:`~rbd_deriv.control.dynamics`: the knots' dynamics, free or on the contacts of a schedule.
 - :mod:`~rbd_deriv.control.schedule`, :mod:`~rbd_deriv.control.srdf`: gaits and reference postures.
@@ -39,7 +40,8 @@ from rbd_deriv.control.safety import (CommandSource, clamp_torque, hold_command,
                                       select_command)
 from rbd_deriv.control.policy import (Actuation, FeedbackPolicy, PolicyExecutor, constant_policy,
                                       policy_from_plan)
-from rbd_deriv.control.loop import ControlLoop, LoopSettings, TickResult
+from rbd_deriv.control.loop import ControlLoop, LoopSettings
+from rbd_deriv.control.tick_loop import TickResult
 
 __all__ = ["CommandHistory", "predict_state", "DisturbanceObserver", "HeldLinearization",
            "ModelPredictiveController", "Plan", "SolveStatus", "Mode", "MPCProblem", "SinusoidReference",

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from rbd_deriv.control import gauss_newton
 from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.exceptions import InputError
 
@@ -114,6 +113,21 @@ def _quadratic_barrier(r, lower, upper, weights, value, gradient, hessian):
         value[k] = 0.5 * total
 
 
+@njit(**JIT_OPTIONS)
+def _relaxed_log_barrier(r, weight, delta, gradient, hessian):
+    """gradient, hessian (K, nr) = w b'(r), w b''(r) of the relaxed logarithmic barrier: -ln s for
+    s >= delta, its quadratic continuation below (see :class:`RelaxedLogBarrier`)."""
+    for k in range(r.shape[0]):
+        for i in range(r.shape[1]):
+            s = r[k, i]
+            if s >= delta:
+                gradient[k, i] = -weight / s
+                hessian[k, i] = weight / (s * s)
+            else:
+                gradient[k, i] = weight * (s - 2.0 * delta) / (delta * delta)
+                hessian[k, i] = weight / (delta * delta)
+
+
 class RelaxedLogBarrier:
     """a(r) = sum_i w b(r_i) with b(s) = -ln s for s >= delta, its quadratic continuation below.
 
@@ -147,10 +161,17 @@ class RelaxedLogBarrier:
 
     def derivatives(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Gradient and Hessian diagonal, (K, nr); the Hessian is positive everywhere
-        (:func:`rbd_deriv.control.gauss_newton.relaxed_log_barrier`)."""
+        (:func:`_relaxed_log_barrier`)."""
         r = np.ascontiguousarray(r, dtype=float)
         if r.ndim != 2:
             raise InputError(f"residuals must be (K, nr), got {r.shape}")
         gradient, hessian = np.empty(r.shape), np.empty(r.shape)
-        gauss_newton.relaxed_log_barrier(r, self.weight, self.delta, gradient, hessian)
+        _relaxed_log_barrier(r, self.weight, self.delta, gradient, hessian)
         return gradient, hessian
+
+
+def precompile_kernels() -> None:
+    """Compile the kernels into the cache with the argument types the barriers pass (the package's
+    build runs it)."""
+    RelaxedLogBarrier(1.0, 0.1, 2).derivatives(np.ones((2, 2)))
+    QuadraticBarrier(-np.ones(2), np.ones(2), 1.0).derivatives(np.ones((2, 2)))

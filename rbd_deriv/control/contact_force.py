@@ -32,6 +32,11 @@ dF/dx, dF/du. Which rows belong to which contact at knot k comes from the schedu
   violations shrink as its weight grows but do not vanish).
 - :func:`cone_violation` and :func:`forces_within_cone`: the check a tick makes before sending
   a plan, on the exact circular cone, with a stated tolerance.
+
+The compiled kernels below work on the 3 force rows of each closed contact: the pyramid's value,
+its gradient :math:`C^T a'` and 3 x 3 Hessian blocks :math:`C^T \\mathrm{diag}(a'') C` in force
+space (folded once through the forces' Jacobians,
+:func:`~rbd_deriv.control.residuals.fold_force_derivatives`), and the exact cone check.
 """
 
 from __future__ import annotations
@@ -40,18 +45,85 @@ import math
 from typing import Sequence
 
 import numpy as np
+from numba import njit
 
 from rbd_deriv.control.constants import CONE_ABSOLUTE_TOLERANCE, CONE_RELATIVE_TOLERANCE
-from rbd_deriv.control import gauss_newton
 from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, diagonal,
                                          knot_factors, fold_force_derivatives,
-                                         hessian_rows)
+                                         hessian_rows, identity_quadratic)
 from rbd_deriv.core.contact import FORCE_ROWS
 from rbd_deriv.control.state_space import VectorSpace
+from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.exceptions import InputError
 
 #: Rows of the friction-cone residual per contact: four pyramid faces and the normal force.
 CONE_ROWS = 5
+
+
+@njit(**JIT_OPTIONS)
+def _cone_residual(F, offsets, cones, shift, r):
+    """r[k] (5 nc) = C_c f_c - shift for each contact c closed at knot k (f_c its 3 force rows from
+    offsets[k, c]), 1 for an open one."""
+    K, contacts = offsets.shape
+    rows = cones.shape[1]
+    for k in range(K):
+        for c in range(contacts):
+            o = offsets[k, c]
+            for i in range(rows):
+                if o < 0:
+                    r[k, c * rows + i] = 1.0
+                    continue
+                C = cones[c, i]
+                r[k, c * rows + i] = C[0] * F[k, o] + C[1] * F[k, o + 1] + C[2] * F[k, o + 2] - shift[i]
+
+
+@njit(**JIT_OPTIONS)
+def _cone_force_derivatives(offsets, cones, gradient, hessian, Lf, Lff):
+    """The friction pyramid's a' (K, 5 nc) and a'' (K or 1, 5 nc) turned into the force stack's
+    derivatives: for each closed contact, Lf[rows] += C^T a' and Lff[rows, rows] += C^T diag(a'') C on
+    its 3 force rows."""
+    K, contacts = offsets.shape
+    rows = cones.shape[1]
+    shared = hessian.shape[0] == 1
+    for k in range(K):
+        h = hessian[0] if shared else hessian[k]
+        for c in range(contacts):
+            o = offsets[k, c]
+            if o < 0:
+                continue
+            C = cones[c]
+            for i in range(rows):
+                g, w = gradient[k, c * rows + i], h[c * rows + i]
+                for a in range(3):
+                    Lf[k, o + a] += C[i, a] * g
+                    wa = w * C[i, a]
+                    for b in range(3):
+                        Lff[k, o + a, o + b] += wa * C[i, b]
+
+
+@njit(**JIT_OPTIONS)
+def _cone_violations(forces, offsets, normals, mu, absolute_tolerance, relative_tolerance, out):
+    """out[c] = max(0, |f_t| - mu f_n, -f_n) [N] of each closed contact's force f (its 3 rows from
+    offsets[c]) against the cone of unit normal normals[c]; 0 for an open contact, inf for a force that is
+    not finite. Returns whether every violation is at most absolute_tolerance + relative_tolerance |f|."""
+    within = True
+    for c in range(offsets.shape[0]):
+        o = offsets[c]
+        if o < 0:
+            out[c] = 0.0
+            continue
+        nx, ny, nz = normals[c, 0], normals[c, 1], normals[c, 2]
+        fx, fy, fz = forces[o], forces[o + 1], forces[o + 2]
+        if not (math.isfinite(fx) and math.isfinite(fy) and math.isfinite(fz)):
+            out[c] = math.inf
+            within = False
+            continue
+        normal = fx * nx + fy * ny + fz * nz
+        tx, ty, tz = fx - normal * nx, fy - normal * ny, fz - normal * nz
+        out[c] = max(0.0, math.sqrt(tx * tx + ty * ty + tz * tz) - mu * normal, -normal)
+        if out[c] > absolute_tolerance + relative_tolerance * math.sqrt(fx * fx + fy * fy + fz * fz):
+            within = False
+    return within
 
 
 def _offsets(offsets: np.ndarray, contacts: int) -> np.ndarray:
@@ -157,14 +229,14 @@ class ForceStackResidual(Residual):
     def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
                       out: Derivatives) -> bool:
         """L_f += w (F - F_ref), diag(L_ff) += w in one compiled pass when ``out`` has force-space
-        derivatives (:func:`rbd_deriv.control.gauss_newton.identity_quadratic`)."""
+        derivatives (:func:`~rbd_deriv.control.residuals.identity_quadratic`)."""
         if out.Lff is None:
             return False
         _check_forces(knots)
         if knots.F.shape != self.reference.shape:
             raise InputError(f"forces {knots.F.shape} for a reference {self.reference.shape}")
-        gauss_newton.identity_quadratic(knots.F, self.reference, weights,
-                                        knot_factors(knot_weights), out.Lf, out.Lff)
+        identity_quadratic(knots.F, self.reference, weights, knot_factors(knot_weights), out.Lf,
+                           out.Lff)
         return True
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
@@ -254,11 +326,10 @@ class FrictionConeResidual(Residual):
         return closed, rows
 
     def value(self, knots: Knots) -> np.ndarray:
-        """r (K, 5 nc) (:func:`rbd_deriv.control.gauss_newton.cone_residual`)."""
+        """r (K, 5 nc) (:func:`_cone_residual`)."""
         offsets = self._checked_offsets(knots)
         r = np.empty((knots.count, self.nr))
-        gauss_newton.cone_residual(np.ascontiguousarray(knots.F, dtype=float), offsets, self.cones,
-                                   self.shift, r)
+        _cone_residual(np.ascontiguousarray(knots.F, dtype=float), offsets, self.cones, self.shift, r)
         return r
 
     def jacobians(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
@@ -285,12 +356,11 @@ class FrictionConeResidual(Residual):
         gradient = np.ascontiguousarray(gradient, dtype=float)
         hessian = hessian_rows(hessian, self.nr)
         if out.Lff is not None:
-            gauss_newton.cone_force_derivatives(offsets, self.cones, gradient, hessian, out.Lf,
-                                                out.Lff)
+            _cone_force_derivatives(offsets, self.cones, gradient, hessian, out.Lf, out.Lff)
             return
         K, m = knots.F.shape
         G, gF = np.zeros((K, m, m)), np.zeros((K, m))
-        gauss_newton.cone_force_derivatives(offsets, self.cones, gradient, hessian, gF, G)
+        _cone_force_derivatives(offsets, self.cones, gradient, hessian, gF, G)
         fold_force_derivatives(knots, Derivatives(out.Lxx, out.Lx, out.Luu, out.Lux, out.Lu, G, gF))
 
 
@@ -334,8 +404,8 @@ def _cone_check(forces: np.ndarray, offsets: np.ndarray, mu: float,
         n = np.array(normals, dtype=float).reshape(offsets.size, 3)
         n /= np.linalg.norm(n, axis=1, keepdims=True)
     violation = np.empty(offsets.size)
-    within = gauss_newton.cone_violations(forces, offsets, n, float(mu), float(absolute_tolerance),
-                                          float(relative_tolerance), violation)
+    within = _cone_violations(forces, offsets, n, float(mu), float(absolute_tolerance),
+                              float(relative_tolerance), violation)
     return violation, within
 
 
@@ -368,3 +438,20 @@ def forces_within_cone(forces: np.ndarray, offsets: np.ndarray, mu: float,
     violation, within = _cone_check(forces, offsets, mu, normals, absolute_tolerance,
                                     relative_tolerance)
     return within, float(violation.max()) if violation.size else 0.0
+
+
+def precompile_kernels() -> None:
+    """Compile the kernels into the cache with the argument types the residuals pass (the package's
+    build runs it): one contact, two knots, the force-space derivatives collected."""
+    K = 2
+    space = VectorSpace(1)
+    offsets = np.zeros((K, 1), dtype=np.int64)
+    knots = Knots(np.zeros((K, 2)), np.zeros((K, 1)), np.zeros((K, 3)), np.zeros((K, 3, 2)),
+                  np.zeros((K, 3, 1)))
+    out = Derivatives(np.zeros((K, 2, 2)), np.zeros((K, 2)), Lff=np.zeros((K, 3, 3)), Lf=np.zeros((K, 3)))
+    cone = FrictionConeResidual(space, 1, offsets, 0.5)
+    cone.gauss_newton(knots, cone.value(knots), np.zeros((K, cone.nr)), np.ones((K, cone.nr)), out)
+    weights = np.ones(3)
+    weights.setflags(write=False)
+    ForceStackResidual(space, 1, np.zeros((K, 3))).add_quadratic(knots, weights, None, out)
+    forces_within_cone(np.zeros(3), offsets[0], 0.5)

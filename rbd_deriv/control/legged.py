@@ -14,14 +14,16 @@ follow a :class:`~rbd_deriv.control.schedule.Gait`:
       \\tfrac12 \\|x \\ominus x^r\\|^2_{W_x} + \\tfrac12 w_c \\|c_{xy}(q) - c^r_{xy}\\|^2
       + \\tfrac12 w_u \\|u - u^s\\|^2 + \\sum_{feet} \\big(\\tfrac12 w_f \\|f_c - f^r_c\\|^2
       [\\text{closed}] + \\tfrac12 w_s \\|p_c(q) - p^r_{c,k}\\|^2 [\\text{open}]\\big)
-      + w_b \\sum \\mathrm{barrier}(C f_c)
+      + w_b \\sum \\mathrm{barrier}(C f_c) + \\tfrac12 w_o \\|\\log_3(R^{r\\,T}_o R_o(q))\\|^2
 
   with x^r the reference posture (an SRDF group_state, :mod:`rbd_deriv.control.srdf`) at rest,
   u^s the static torques that hold it (:func:`static_torques`), f^r the robot's weight shared by
   the closed feet of the knot, p^r a swing foot's placement over its stance position lifted by
   :math:`h \\sin^2(\\pi s)` (s in [0, 1] along the swing: it leaves and reaches the ground
-  with no vertical speed, so a touchdown a little off its knot is a gentle one), and a relaxed log
-  barrier on the friction pyramid (:mod:`rbd_deriv.control.contact_force`);
+  with no vertical speed, so a touchdown a little off its knot is a gentle one), a relaxed log
+  barrier on the friction pyramid (:mod:`rbd_deriv.control.contact_force`), and, when its weight is
+  set, the torso frame's orientation R_o kept at the posture's
+  (:mod:`rbd_deriv.control.orientation_residual`);
 - constraint: the friction pyramid (mu of the MPC) with unilaterality of every closed foot,
   :math:`C f_c \\ge 0`, kept by the solver's augmented Lagrangian (:mod:`rbd_deriv.control.constraints`,
   penalty ``weights.cone_penalty``), its multipliers carried from tick to tick with the plan.
@@ -69,6 +71,7 @@ from rbd_deriv.control.contact_force import (ForceStackResidual, FrictionConeRes
 from rbd_deriv.control.cost import Cost
 from rbd_deriv.control.dynamics import ContactDynamics
 from rbd_deriv.control.ocp import OptimalControlProblem, check_state
+from rbd_deriv.control.orientation_residual import FrameOrientationResidual
 from rbd_deriv.control.residuals import ControlResidual, StateResidual
 from rbd_deriv.control.schedule import Gait
 from rbd_deriv.core.contact import FORCE_ROWS
@@ -107,6 +110,7 @@ class LeggedWeights:
         cone_penalty: Penalty rho of the friction-cone constraint's augmented Lagrangian [1/N^2]
             (:mod:`rbd_deriv.control.constraints`); its multipliers are bounded by rho times the
             robot's weight (the multiplier a violation by the whole weight would give in one update).
+        torso_orientation: On the torso frame's orientation error [1/rad^2] (0: no such cost).
     """
 
     base_position: float = 100.0
@@ -122,6 +126,7 @@ class LeggedWeights:
     cone: float = 1e-3
     cone_delta: float = 0.05
     cone_penalty: float = 1.0
+    torso_orientation: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -262,6 +267,7 @@ class LeggedMPC:
         impulses: Compose the touchdown impulses (see :class:`ContactDynamics`).
         effort: (nu,) torque limits [N m] (default the URDF's, which must be finite).
         actuated: Actuated joints in control order (default all but the free flyer).
+        torso: The frame of the torso orientation cost (``weights.torso_orientation``).
 
     Raises:
         InputError: A fixed-base model, a foot frame the model does not have, a posture of the
@@ -272,7 +278,7 @@ class LeggedMPC:
                  horizon: int = 20, dt: float = 0.02, mu: float = 0.7,
                  weights: LeggedWeights = LeggedWeights(), swing_height: float = 0.05,
                  impulses: bool = True, effort: np.ndarray | None = None,
-                 actuated: Sequence[str] | None = None) -> None:
+                 actuated: Sequence[str] | None = None, torso: str = "base_link") -> None:
         if not model.has_floating_base:
             raise InputError("a legged MPC needs a model with a floating base", "model")
         feet = tuple(feet)
@@ -350,6 +356,9 @@ class LeggedMPC:
         #: The friction pyramid and unilaterality of the closed feet, a constraint of the problem.
         self.cone_constraint = FrictionConeConstraint(self.cone, w.cone_penalty,
                                                       w.cone_penalty * self.weight)
+        if w.torso_orientation > 0.0:  # the orientation at the posture (forward_kinematics above)
+            running.append(Cost(FrameOrientationResidual(space, kinematics, torso, rd.frame_placement(
+                model, data, torso)[:3, :3]), Quadratic(w.torso_orientation, 3), name="torso orientation"))
         terminal = [Cost(StateResidual(space, self.final_reference),
                          Quadratic(w.terminal * state_weight, space.ndx), name="final posture")]
         self.ocp = OptimalControlProblem(space, N, dt, -effort, effort, running, terminal,

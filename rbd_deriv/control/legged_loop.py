@@ -38,149 +38,26 @@ from __future__ import annotations
 import collections
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.control.constants import (GRAVITY, JUMP_WINDOW, LATENCY_WINDOW, MAX_BASE_SPEED, MAX_SWAY_AMPLITUDE,
-                                         MAX_TAKEN, STALE_PLAN_FRACTION, STATISTICS_WINDOW)
-from rbd_deriv.control.legged import BasePath, LeggedMPC, LeggedPlan, static_torques
-from rbd_deriv.control.loop import TickResult, time_percentiles
+from rbd_deriv.control.constants import LATENCY_WINDOW, MAX_TAKEN, STALE_PLAN_FRACTION, STATISTICS_WINDOW
+from rbd_deriv.control.legged import BasePath, LeggedMPC, static_torques
+from rbd_deriv.control.tick_loop import TickLoop, TickResult
 from rbd_deriv.control.policy import (FeedbackPolicy, constant_policy, keep_taken, policy_from_plan,
                                       policy_in_use)
 from rbd_deriv.control.prediction import predict_on_contacts
-from rbd_deriv.control.schedule import Gait
-from rbd_deriv.control.safety import ClockWatch, CommandSource, clamp_torque, hold_command, is_stale
-from rbd_deriv.exceptions import InputError, MessageError, RbdDerivError
-from rbd_deriv.joint_state_map import JointStateMap, describe
-from rbd_deriv.stamps import ns_to_seconds
-from rbd_deriv.refusals import Refusals
+from rbd_deriv.control.base_motion import checked_motion, motion_bounds
+from rbd_deriv.control.legged_settings import LeggedLoopSettings
+from rbd_deriv.control.odometry import check_frames, check_jump, check_twist
+from rbd_deriv.control.safety import CommandSource, clamp_torque, hold_command, is_stale
+from rbd_deriv.exceptions import InputError, RbdDerivError
 
-__all__ = ["GAITS", "LeggedLoop", "LeggedLoopSettings", "base_link", "make_gait"]
+__all__ = ["LeggedLoop"]
 
-#: Gait names a configuration may ask for: the patterns of :class:`~rbd_deriv.control.schedule.Gait`, and
-#: ``pattern``, one period spelt knot by knot.
-GAITS = ("stand", "trot", "walk", "pattern")
-
-
-def make_gait(name: str, feet: Sequence[str], kinds: Sequence[str], swing: int = 8, support: int = 2,
-              pattern: Sequence[str] = ()) -> Gait:
-    """The gait called ``name`` on ``feet``.
-
-    Args:
-        name: One of :data:`GAITS`.
-        feet: Contact frames (a trot takes FL, FR, HL, HR in that order; a walk swings them in order).
-        kinds: ``"point"`` or ``"frame"`` per foot.
-        swing, support: Knots a foot stays in the air, knots with every foot down between two swings.
-        pattern: For ``pattern``: one string per knot of the period, a ``1`` per closed foot and ``0`` per
-            open one (``["1111", "0110", ...]``).
-
-    Raises:
-        InputError: An unknown name, a trot without four feet, bad knot counts, a pattern of the wrong
-            shape or with a knot where no foot touches the ground (the robot cannot fly).
-    """
-    kinds = tuple(kinds)
-    if name == "stand":
-        return Gait.standing(feet, kinds)
-    if name == "trot":
-        return Gait.trot(feet, swing, support, kinds)
-    if name == "walk":
-        return Gait.walk(feet, swing, support, kinds)
-    if name != "pattern":
-        raise InputError(f"gait {name!r} is not one of {', '.join(GAITS)}", "gait")
-    rows = [str(row) for row in pattern]
-    if not rows or any(len(row) != len(feet) or set(row) - {"0", "1"} for row in rows):
-        raise InputError(f"a gait pattern needs one string of {len(feet)} characters 0 or 1 per knot, got "
-                         f"{rows[:4]!r}", "pattern")
-    table = np.array([[c == "1" for c in row] for row in rows])
-    flying = np.flatnonzero(~table.any(axis=1))
-    if flying.size:
-        raise InputError(f"knots {flying.tolist()} of the gait pattern have no foot on the ground", "pattern")
-    return Gait(tuple(feet), table, kinds)
-
-
-def base_link(model: Any) -> str:
-    """The URDF's root link of a floating-base model: the base, the frame a simulator's or an estimator's
-    odometry names as its child frame."""
-    names = list(model.frame_names)
-    return names[names.index(rd.FREE_FLYER_JOINT) + 1]
-
-
-def _finite_or_none(effort: Any) -> Any:
-    """``effort``, or none when not all finite: a message whose efforts are NaN (ros2_control's joints without
-    an effort interface) still gives positions and velocities."""
-    return effort if np.isfinite(np.asarray(effort, float)).all() else ()
-
-
-@dataclass(frozen=True)
-class LeggedLoopSettings:
-    """How the loop treats time.
-
-    Attributes:
-        state_timeout: Joint states or a base state older than this [s] give the safe command, > 0.
-        policy_validity: How long [s] after its first knot the robot side may apply a plan's policy, > 0;
-            the safe command holds the last good policy as long.
-        max_stamp_lead: Inputs stamped ahead of the clock by more than this [s] are refused, >= 0.
-        start_iterations: Gauss-Newton iterations of a plan started from scratch (the first tick of a
-            gait, after a failed solve), >= 1; every other tick runs one (a real-time iteration).
-        latency: Time [s] from the end of a tick to the robot side holding its policy (transport), >= 0.
-        adaptive_latency: Add the 90th percentile of the recent ticks' durations to ``latency`` when
-            choosing the knot a plan starts at.
-        predict: Carry the measured state to the plan's first knot (:meth:`LeggedLoop.predict`); False:
-            plan from the measured state, from the first knot at or after its time (a standing robot,
-            whose contacts do not switch, with joints too light to integrate its feedback explicitly).
-        gain_knots: The policy carries the Riccati gains of its first this many knots (1: knot 0's gain for
-            every knot), >= 1. A robot side left on one policy for several knots (a tick that stalls) then
-            applies at each knot the feedback of that knot's contacts, not that of knot 0's.
-        odom_frame, base_frame: The frames odometry must name (``header.frame_id``, ``child_frame_id``); an
-            empty name accepts any.
-        jump_margin, jump_angle_margin: A base pose farther [m] or turned more [rad] from the last accepted
-            one than its twist explains over the time between them, by more than these, is refused (``jump``),
-            > 0.
-        max_base_speed, max_base_rate: Odometry whose twist claims a faster base [m/s], or a faster turn
-            [rad/s], is refused (``twist``), > 0: no legged robot moves so, and a twist a source may choose
-            freely would let it explain any jump.
-        motion_margin: The fraction, in (0, 1], of the robot's bounds (:meth:`LeggedLoop.motion_bounds`) that
-            a base velocity and a sway may use together.
-    """
-
-    state_timeout: float = 0.05
-    policy_validity: float = 0.1
-    max_stamp_lead: float = 0.1
-    start_iterations: int = 3
-    latency: float = 0.002
-    adaptive_latency: bool = True
-    predict: bool = True
-    gain_knots: int = 1
-    odom_frame: str = ""
-    base_frame: str = ""
-    jump_margin: float = 0.05
-    jump_angle_margin: float = 0.2
-    max_base_speed: float = 10.0
-    max_base_rate: float = 20.0
-    motion_margin: float = 0.5
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.motion_margin, (int, float)) and 0.0 < self.motion_margin <= 1.0):
-            raise InputError(f"motion_margin must be in (0, 1], got {self.motion_margin!r}", "motion_margin")
-        for name in ("state_timeout", "policy_validity", "jump_margin", "jump_angle_margin", "max_base_speed",
-                     "max_base_rate"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0.0):
-                raise InputError(f"{name} must be > 0, got {value!r}", name)
-        for name in ("start_iterations", "gain_knots"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
-                raise InputError(f"{name} must be an integer >= 1, got {value!r}", name)
-        for name in ("max_stamp_lead", "latency"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0.0):
-                raise InputError(f"{name} must be >= 0, got {value!r}", name)
-
-
-class LeggedLoop:
+class LeggedLoop(TickLoop):
     """The tick policy of a legged MPC: state assembly, freshness, gait phase, solve, safe command.
 
     Args:
@@ -209,20 +86,15 @@ class LeggedLoop:
         for name, mpc in mpcs.items():
             if mpc.model.nv != model.nv or mpc.feet != first.feet:
                 raise InputError(f"the MPC of gait {name!r} is on other feet or another model", "mpcs")
-        self.model, self.mpcs, self.settings = model, dict(mpcs), settings
+        self._start(model, settings.max_stamp_lead, settings.state_timeout, log_period)
+        self.mpcs, self.settings = dict(mpcs), settings
         self.feet, self.kinds = first.feet, first.kinds
         self.actuated = first.dynamics.actuated
-        self.actuated_joint_names = tuple(model.actuated_joint_names)
         self.upper = np.asarray(first.ocp.control_upper, dtype=float).copy()
         self.lower = np.asarray(first.ocp.control_lower, dtype=float).copy()
-        self.state = JointStateMap(model, max_lead=settings.max_stamp_lead)
-        self.clock = ClockWatch(settings.state_timeout)
         self._base_q, self._base_v = model.idx_q[rd.FREE_FLYER_JOINT], model.idx_v[rd.FREE_FLYER_JOINT]
         self._joints_ns: Optional[int] = None
         self._base_ns: Optional[int] = None
-        # Times inside the loop are seconds from the first stamp it sees (float seconds since 1970 would
-        # keep only a fraction of a microsecond).
-        self._epoch_ns: Optional[int] = None
         self.gait = ""
         self.mpc = first
         self._gait_start: Optional[float] = None
@@ -243,39 +115,16 @@ class LeggedLoop:
         self.max_speed, self.max_sway_acceleration = self.motion_bounds(first)
         self.set_gait(gait)
         self.good_policy: Optional[FeedbackPolicy] = None
-        self.last_command: Optional[np.ndarray] = None
-        self.last_source = CommandSource.NO_STATE
-        self.last_plan: Optional[LeggedPlan] = None
-        self.solve_times: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
         self.cone_violations: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
-        self.sources: collections.Counter = collections.Counter()
         self.held_policy_ticks = 0
-        self.refusals = Refusals(log_period)
-        self.ticks = 0
-        self._window_ticks = 0
 
     # ------------------------------------------------------------------------------------- inputs
-    def _seconds(self, ns: int) -> float:
-        if self._epoch_ns is None:
-            self._epoch_ns = int(ns)
-        return ns_to_seconds(ns, self._epoch_ns)
-
     def take_joint_states(self, names: Sequence[str], position: Any, velocity: Any, effort: Any,
                           stamp_ns: int, now_ns: Optional[int] = None) -> None:
-        """One joint_states message of the actuated joints (any order; joints the model lacks are ignored).
-
-        Raises:
-            JointStateError: refused whole (NaN, inf or implausible values, no joint of the model, a stamp
-                out of order or ahead of the clock by more than ``max_stamp_lead``).
-        """
-        self.state.update(names, position, velocity, _finite_or_none(effort), stamp_ns, now_ns)
+        """:meth:`TickLoop.take_joint_states <rbd_deriv.control.tick_loop.TickLoop.take_joint_states>` of the
+        actuated joints, the newest stamp kept for the state's age."""
+        super().take_joint_states(names, position, velocity, effort, stamp_ns, now_ns)
         self._joints_ns = int(stamp_ns) if self._joints_ns is None else max(self._joints_ns, int(stamp_ns))
-
-    def check_joint_states(self, names: Sequence[str], position: Any, velocity: Any, effort: Any,
-                           stamp_ns: int, now_ns: Optional[int] = None) -> None:
-        """Raise what :meth:`take_joint_states` would for a message superseded by a newer one (its values and
-        its lead on the clock, not its order); nothing is stored."""
-        self.state.check(names, position, velocity, _finite_or_none(effort), stamp_ns, now_ns)
 
     def take_odometry(self, position: Any, orientation: Any, linear: Any, angular: Any, stamp_ns: int,
                       now_ns: Optional[int] = None, frames: Optional[Tuple[str, str]] = None) -> None:
@@ -291,7 +140,7 @@ class LeggedLoop:
                 ``future``.
             MessageError: ``frame`` (another frame than the settings'), ``twist`` (faster than
                 ``max_base_speed`` or ``max_base_rate``), ``jump`` (a pose its twist does not explain,
-                :meth:`_check_jump`).
+                :func:`~rbd_deriv.control.odometry.check_jump`).
         """
         self.check_odometry(position, orientation, linear, angular, stamp_ns, now_ns, frames)
         self.state.update_base(position, orientation, linear, angular, stamp_ns, now_ns)
@@ -300,53 +149,16 @@ class LeggedLoop:
     def check_odometry(self, position: Any, orientation: Any, linear: Any, angular: Any, stamp_ns: int,
                        now_ns: Optional[int] = None, frames: Optional[Tuple[str, str]] = None) -> None:
         """Raise what :meth:`take_odometry` would for this base state but for the order of its stamp; nothing
-        is stored. The message itself first (frames, values, twist), then its pose against the last accepted."""
-        self._check_frames(frames)
+        is stored. The message itself first (frames, values, twist), then its pose against the last accepted
+        (:mod:`rbd_deriv.control.odometry`)."""
+        settings = self.settings
+        check_frames(frames, settings.odom_frame, settings.base_frame)
         self.state.check_base(position, orientation, linear, angular, stamp_ns, now_ns)
-        speed, rate = float(np.linalg.norm(linear)), float(np.linalg.norm(angular))
-        if speed > self.settings.max_base_speed or rate > self.settings.max_base_rate:
-            raise MessageError(f"odometry twist of {speed:.3g} m/s and {rate:.3g} rad/s, beyond the "
-                               f"{self.settings.max_base_speed:g} m/s and {self.settings.max_base_rate:g} rad/s "
-                               "a base moves at", "twist")
+        check_twist(linear, angular, settings.max_base_speed, settings.max_base_rate)
         if self._base_ns is None or stamp_ns > self._base_ns:  # an older one is out of order, not a jump
-            self._check_jump(position, orientation, stamp_ns)
-
-    def _check_frames(self, frames: Optional[Tuple[str, str]]) -> None:
-        """Refuse (``frame``) odometry naming another world or base frame than the settings'."""
-        if frames is None:
-            return
-        for kind, expected, got in (("frame_id", self.settings.odom_frame, frames[0]),
-                                    ("child_frame_id", self.settings.base_frame, frames[1])):
-            if expected and got != expected:
-                raise MessageError(f"odometry {kind} {describe([got])!r}, expected {expected!r}", "frame")
-
-    def _check_jump(self, position: Any, orientation: Any, stamp_ns: int) -> None:
-        """Refuse (``jump``) a base pose that the last accepted one does not explain.
-
-        A pose is judged against the last accepted one when that one is at most :data:`JUMP_WINDOW` apart
-        (older, the robot's state was stale anyway and there is nothing recent to compare with): its distance
-        must stay within :math:`|v| \\, |\\Delta t|` + ``jump_margin`` and its rotation within
-        :math:`|\\omega| \\, |\\Delta t|` + ``jump_angle_margin``, v and omega the accepted one's twist. A second
-        source of odometry (another publisher, a stale replay) then cannot take the base over. A pose that is not
-        a finite position and quaternion is left to :meth:`JointStateMap.update_base` to refuse.
-        """
-        if self._base_ns is None or abs(stamp_ns - self._base_ns) > JUMP_WINDOW * 1e9:
-            return
-        position, quaternion = np.asarray(position, dtype=float), np.asarray(orientation, dtype=float)
-        norm = float(np.linalg.norm(quaternion)) if quaternion.shape == (4,) else 0.0
-        if position.shape != (3,) or not (np.isfinite(position).all() and math.isfinite(norm) and norm > 0.0):
-            return
-        elapsed = abs(stamp_ns - self._base_ns) * 1e-9
-        iq, iv = self._base_q, self._base_v
-        q, v = self.state.q, self.state.v
-        distance = float(np.linalg.norm(position - q[iq : iq + 3]))
-        reach = float(np.linalg.norm(v[iv : iv + 3])) * elapsed + self.settings.jump_margin
-        angle = 2.0 * math.acos(min(1.0, abs(float(quaternion @ q[iq + 3 : iq + 7])) / norm))
-        turn = float(np.linalg.norm(v[iv + 3 : iv + 6])) * elapsed + self.settings.jump_angle_margin
-        if distance > reach or angle > turn:
-            raise MessageError(f"base pose {distance:.3g} m and {angle:.3g} rad from the last accepted one "
-                               f"{elapsed * 1e3:.3g} ms apart, whose twist explains {reach:.3g} m and "
-                               f"{turn:.3g} rad", "jump")
+            iq, iv = self._base_q, self._base_v
+            check_jump(position, orientation, stamp_ns, self._base_ns, self.state.q[iq:iq + 7],
+                       self.state.v[iv:iv + 6], settings.jump_margin, settings.jump_angle_margin)
 
     def set_gait(self, gait: str) -> None:
         """Follow ``gait`` (a key of the loop's MPCs) from the next tick on, from its first knot.
@@ -362,22 +174,9 @@ class LeggedLoop:
             self._last_knot = None  # its plan is not this robot's recent past: start it from scratch
 
     def motion_bounds(self, mpc: LeggedMPC) -> Tuple[float, float]:
-        """The base speed [m/s] and sway acceleration [m/s^2] the robot can follow, times ``motion_margin``.
-
-        With h the height of the base above its feet and w the smallest sideways distance from the base to a
-        foot in the MPC's reference posture: a speed of :math:`\\sqrt{g h}` (a Froude number of 1, where a
-        walker's feet leave the ground), and a sideways acceleration of :math:`g w / h` (the most the feet's
-        forces can give the base before their centre of pressure leaves the support)."""
-        q = mpc.x_ref[: self.model.nq]
-        rd.forward_kinematics(self.model, self._data, q)
-        feet = np.array([rd.frame_placement(self.model, self._data, foot)[:3, 3] for foot in self.feet])
-        height = float(q[self._base_q + 2] - feet[:, 2].mean())
-        width = float(np.abs(feet[:, 1] - q[self._base_q + 1]).min())
-        margin = self.settings.motion_margin
-        if not (height > 0.0 and width > 0.0):
-            raise InputError(f"the reference posture's base is {height:.3g} m above its feet and {width:.3g} m "
-                             "beside the nearest: no motion bound can be drawn from it", "posture")
-        return margin * math.sqrt(GRAVITY * height), margin * GRAVITY * width / height
+        """The base speed [m/s] and sway acceleration [m/s^2] the robot can follow in ``mpc``'s reference posture,
+        times ``motion_margin`` (:func:`~rbd_deriv.control.base_motion.motion_bounds`)."""
+        return motion_bounds(self.model, self._data, mpc.x_ref[: self.model.nq], self.feet, self.settings.motion_margin)
 
     def set_base_velocity(self, velocity: Sequence[float]) -> None:
         """Walk: the base's reference moves at ``velocity`` (vx, vy) [m/s] in the world frame from the next
@@ -394,7 +193,7 @@ class LeggedLoop:
         the next plan's first knot (0: no sway).
 
         Raises:
-            InputError: an amplitude outside [0, :data:`MAX_SWAY_AMPLITUDE`], a period that is not > 0, or with
+            InputError: an amplitude outside [0, :data:`~rbd_deriv.control.constants.MAX_SWAY_AMPLITUDE`], a period that is not > 0, or with
                 the base velocity a motion the robot cannot follow (:meth:`set_motion`); nothing changes.
         """
         self.set_motion(self._motion[0], amplitude, period)
@@ -409,30 +208,30 @@ class LeggedLoop:
             InputError: a value out of its range (``base_velocity``, ``sway_amplitude``, ``sway_period``) or a
                 motion the robot cannot follow (``motion``); nothing changes.
         """
-        value = np.asarray(velocity, dtype=float)
-        if value.shape != (2,) or not np.isfinite(value).all() or np.linalg.norm(value) > MAX_BASE_SPEED:
-            raise InputError(f"base velocity must be (vx, vy), finite, at most {MAX_BASE_SPEED} m/s, got "
-                             f"{velocity!r}", "base_velocity")
-        if not (math.isfinite(amplitude) and 0.0 <= amplitude <= MAX_SWAY_AMPLITUDE):
-            raise InputError(f"sway amplitude must be in [0, {MAX_SWAY_AMPLITUDE}] m, got {amplitude!r}",
-                             "sway_amplitude")
-        if not (math.isfinite(period) and period > 0.0):
-            raise InputError(f"sway period must be > 0 s, got {period!r}", "sway_period")
-        omega = 2.0 * math.pi / period
-        speed = float(np.linalg.norm(value)) + amplitude * omega
-        acceleration = amplitude * omega ** 2
-        if speed > self.max_speed or acceleration > self.max_sway_acceleration:
-            raise InputError(
-                f"base velocity {value.tolist()} m/s with a sway of {amplitude:g} m over {period:g} s peaks at "
-                f"{speed:.3g} m/s and {acceleration:.3g} m/s^2 sideways; this robot follows at most "
-                f"{self.max_speed:.3g} m/s and {self.max_sway_acceleration:.3g} m/s^2 (motion_margin "
-                f"{self.settings.motion_margin:g} of its bounds)", "motion")
-        self._motion = (tuple(value), float(amplitude), float(period))
+        self._motion = checked_motion(velocity, amplitude, period, self.max_speed, self.max_sway_acceleration,
+                                      self.settings.motion_margin)
 
-    def refuse(self, kind: str, error: Any) -> Optional[str]:
-        """Count a refused input (or a failed tick) of ``kind``; the line to log, or None within the log
-        period of that reason."""
-        return self.refusals.count_error(kind, error)
+    def set_parameters(self, values: Mapping[str, Any], names: set) -> Optional[str]:
+        """Take the run-time parameters among ``names`` (changed) from ``values`` (all the node's): ``gait``,
+        ``base_velocity``, ``sway_amplitude``, ``sway_period``, the motion checked as a whole before anything
+        changes. Returns why they are refused, or None."""
+        if "gait" in names and values["gait"] not in self.mpcs:
+            return f"gait {values['gait']!r} is not one of {sorted(self.mpcs)}"
+        try:
+            if names & {"base_velocity", "sway_amplitude", "sway_period"}:
+                self.set_motion(values["base_velocity"], values["sway_amplitude"], values["sway_period"])
+            if "gait" in names:
+                self.set_gait(values["gait"])
+        except RbdDerivError as error:
+            return str(error)
+        return None
+
+    def describe(self) -> str:
+        """One line on what the loop controls and how, for the node's log."""
+        mpc = self.mpc
+        return (f"legged MPC on {self.model.name!r}: nv={self.model.nv}, feet {list(self.feet)} "
+                f"({', '.join(self.kinds)}), gaits {sorted(self.mpcs)}, now {self.gait!r}, N={mpc.horizon}, "
+                f"dt={mpc.dt} s, mu={mpc.mu}")
 
     # --------------------------------------------------------------------------------------- tick
     def knot(self, when: float) -> int:
@@ -504,8 +303,7 @@ class LeggedLoop:
         """
         previous = self.last_source
         if not self.state.complete:
-            self.sources[CommandSource.NO_STATE] += 1
-            self.last_source = CommandSource.NO_STATE
+            self._count(CommandSource.NO_STATE)
             return None
         q, v = self.state.q.copy(), self.state.v.copy()
         clock = self.clock.advancing(now_ns, time.monotonic_ns() if monotonic_ns is None else monotonic_ns)
@@ -596,11 +394,7 @@ class LeggedLoop:
         else:
             self.good_policy = policy
         self._remember(policy)
-        self.last_command = command
-        self.sources[source] += 1
-        self.last_source = source
-        self.ticks += 1
-        self._window_ticks += 1
+        self._count(source, command)
         return TickResult(command, source, previous, plan, policy.stamp_ns if plan is not None else 0, trouble, policy)
 
     def _remember(self, policy: FeedbackPolicy) -> None:
@@ -694,24 +488,14 @@ class LeggedLoop:
         for mpc in self.mpcs.values():
             mpc.solve(mpc.x_ref.copy(), phase=0)
 
-    def diagnostics(self, elapsed: float) -> Tuple[bool, str, Dict[str, str]]:
-        """(healthy, summary, key -> value) over the ``elapsed`` [s] since the previous call, as
-        :meth:`rbd_deriv.control.loop.ControlLoop.diagnostics` reports (the node publishes either)."""
-        rate, self._window_ticks = (self._window_ticks / elapsed if elapsed > 0.0 else 0.0), 0
-        healthy = self.last_source is CommandSource.PLAN
-        message = "tracking" if healthy else f"safe command ({self.SAFE_COMMAND}): {self.last_source.value}"
-        values = {"rate_hz": f"{rate:.1f}", "gait": self.gait, "phase": str(self.mpc.phase),
-                  "horizon": str(self.mpc.horizon), "command_source": self.last_source.value,
-                  "held_policy_ticks": str(self.held_policy_ticks)}
-        values.update(time_percentiles("solve_time", self.solve_times))
+    def _report(self, values: Dict[str, str]) -> None:
+        """The legged values of :meth:`diagnostics`: gait, phase, horizon, ticks on a held policy, the largest
+        cone violation of the first knots, the last plan's first-knot violation of the pyramid, safe commands."""
+        values.update({"gait": self.gait, "phase": str(self.mpc.phase), "horizon": str(self.mpc.horizon),
+                       "held_policy_ticks": str(self.held_policy_ticks)})
         if self.cone_violations:
             values["cone_violation_max_n"] = f"{max(self.cone_violations):.4g}"
         if self.last_plan is not None:  # the last plan's first knot against the pyramid the solver keeps
             values["cone_constraint_violation_n"] = f"{self.last_plan.constraint_violation:.4g}"
-        safe = sum(count for source, count in self.sources.items()
-                   if source not in (CommandSource.PLAN, CommandSource.NO_STATE))
-        values["safe_commands"] = str(safe)
-        for source in self.SOURCES:
-            values[f"commands_{source.value}"] = str(self.sources[source])
-        values.update(self.refusals.report())
-        return healthy, message, values
+        values["safe_commands"] = str(sum(count for source, count in self.sources.items()
+                                          if source not in (CommandSource.PLAN, CommandSource.NO_STATE)))

@@ -38,13 +38,12 @@ from rbd_deriv.control.policy import FeedbackPolicy, constant_policy, policy_fro
 from rbd_deriv.control.prediction import CommandHistory, predict_state
 from rbd_deriv.control.problem import Mode, MPCProblem
 from rbd_deriv.control.reference import TrajectoryReference, bound_reference_error, horizon_reference
-from rbd_deriv.control.safety import ClockWatch, CommandSource, hold_command, is_stale, select_command
-from rbd_deriv.exceptions import InputError, MessageError, RbdDerivError
-from rbd_deriv.joint_state_map import JointStateMap, implausible
+from rbd_deriv.control.safety import CommandSource, hold_command, is_stale, select_command
+from rbd_deriv.control.tick_loop import TickLoop, TickResult
 from rbd_deriv.stamps import ns_to_seconds
-from rbd_deriv.refusals import Refusals
+from rbd_deriv.exceptions import InputError, MessageError, RbdDerivError
 
-__all__ = ["ControlLoop", "LoopSettings", "TickResult"]
+__all__ = ["ControlLoop", "LoopSettings"]
 
 
 @dataclass(frozen=True)
@@ -100,52 +99,7 @@ class LoopSettings:
                 raise InputError(f"{name} must be >= 0, got {getattr(self, name)!r}", name)
 
 
-@dataclass(frozen=True)
-class TickResult:
-    """What one tick of a loop decided (:class:`ControlLoop`, :class:`~rbd_deriv.control.legged_loop.LeggedLoop`).
-
-    Attributes:
-        command: Torques (nu,) [N m or N] to send now: finite, inside the problem's torque box.
-        source: Why this command (:class:`CommandSource`); ``PLAN`` when it is the plan's.
-        previous_source: The source of the previous tick's command (a change is worth a log line).
-        plan: The plan when the solver succeeded this tick (a legged loop: when a solve ran, sendable or not),
-            else None.
-        plan_start_ns: Time [ns] of the plan's first knot (the state it was solved from, predicted to
-            when the command acts); meaningful with ``plan`` only.
-        trouble: A log line when this tick's solve was refused or failed (at most one per log period
-            and reason), else None.
-        policy: The feedback policy for the robot side: the plan's (stamped ``plan_start_ns``) with
-            ``source`` PLAN, else the safe command as a policy (a legged loop may hold its last good policy).
-            Finite, torques inside the box.
-    """
-
-    command: np.ndarray
-    source: CommandSource
-    previous_source: CommandSource
-    plan: Optional[Plan]
-    plan_start_ns: int
-    trouble: Optional[str] = None
-    policy: Optional[FeedbackPolicy] = None
-
-
-def time_percentiles(name: str, seconds: Sequence[float]) -> Dict[str, str]:
-    """``<name>_p50_us``, ``<name>_p99_us`` and ``<name>_max_us`` of durations [s], for /diagnostics (empty
-    without a sample)."""
-    if len(seconds) == 0:
-        return {}
-    times = np.asarray(seconds) * 1e6
-    return {f"{name}_p50_us": f"{np.percentile(times, 50):.1f}", f"{name}_p99_us": f"{np.percentile(times, 99):.1f}",
-            f"{name}_max_us": f"{times.max():.1f}"}
-
-
-def _usable_effort(effort: Any) -> Any:
-    """``effort``, or none when not all of it is plausible: efforts only feed the observer, and a message whose
-    efforts are not all finite (ros2_control fills NaN for joints without an effort interface) still gives
-    positions and velocities."""
-    return () if implausible(np.asarray(effort, dtype=float), "effort").any() else effort
-
-
-class ControlLoop:
+class ControlLoop(TickLoop):
     """The tick policy of an MPC: freshness, observer, prediction, solve, safe command, counters.
 
     Args:
@@ -166,12 +120,12 @@ class ControlLoop:
 
     def __init__(self, model: Any, problem: MPCProblem, settings: LoopSettings = LoopSettings(),
                  log_period: float = 1.0) -> None:
-        self.model, self.problem, self.settings = model, problem, settings
+        self._start(model, settings.max_stamp_lead, settings.state_timeout, log_period)
+        self.problem, self.settings = problem, settings
         self.data = model.create_data()
         self.controller = ModelPredictiveController(problem, model)
         self.held = problem.mode is Mode.HELD
         self.joint_names = tuple(model.joint_names)
-        self.actuated_joint_names = tuple(model.actuated_joint_names)
         self.lower, self.upper = problem.torque_lower, problem.torque_upper
         self._X_ref = np.zeros((problem.horizon + 1, problem.nx))
         self._U_ref = np.zeros((problem.horizon, problem.nv))
@@ -183,14 +137,9 @@ class ControlLoop:
         # Enough commands to cover the longest prediction (a state as old as state_timeout).
         self.history = CommandHistory(
             int(np.ceil((settings.state_timeout + settings.command_delay) * settings.rate_hz)) + 4)
-        self.state = JointStateMap(model, max_lead=settings.max_stamp_lead)
-        self.clock = ClockWatch(settings.state_timeout)
         self._max_lead_ns = int(round(settings.max_stamp_lead * 1e9))
         self._compensation_bound = COMPENSATION_BOUND * np.asarray(model.effort_limit, dtype=float)[
             [model.idx_v[n] for n in self.actuated_joint_names]]
-        # Times inside the loop are seconds from the first stamp it sees: float seconds since 1970 would
-        # keep only a fraction of a microsecond, and a simulated clock may start anywhere.
-        self._epoch_ns: Optional[int] = None
         self.reference: Any = None
         self.linearization: Optional[HeldLinearization] = None
         self._linearization_stamp_ns = 0
@@ -198,51 +147,17 @@ class ControlLoop:
         self._compensation_stamp_ns = 0
         self._policy_stamp_ns = 0  # the newest policy's: the robot side refuses one stamped before it
         self._compensation_layouts: Dict[Tuple[str, ...], np.ndarray] = {}
-        self.last_command: Optional[np.ndarray] = None
-
-        self.solve_times: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
         self.tick_times: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
         # Age of each linearization when it arrives: the latency of joint_states -> dynamics node -> here,
         # which is what the plan is late by.
         self.linearization_ages: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
-        self.sources: collections.Counter = collections.Counter()
-        self.refusals = Refusals(log_period)
-        self.last_source = CommandSource.NO_STATE
-        self.last_plan: Optional[Plan] = None
-        self.ticks = 0
-        self._window_ticks = 0
         self.reference_pulled = 0
-
-    # ------------------------------------------------------------------------------------------ time
-    def _seconds(self, ns: int) -> float:
-        if self._epoch_ns is None:
-            self._epoch_ns = int(ns)
-        return ns_to_seconds(ns, self._epoch_ns)
 
     # ---------------------------------------------------------------------------------------- inputs
     def _check_lead(self, stamp_ns: int, now_ns: Optional[int]) -> None:
         if now_ns and stamp_ns - now_ns > self._max_lead_ns:  # 0: simulated time not started (no /clock yet)
             raise MessageError(f"stamp {stamp_ns * 1e-9:.6f} s is {(stamp_ns - now_ns) * 1e-9:.6g} s ahead of the "
                                f"clock (max_stamp_lead {self.settings.max_stamp_lead:g} s)", "future")
-
-    def take_joint_states(self, names: Sequence[str], position: Any, velocity: Any, effort: Any,
-                          stamp_ns: int, now_ns: Optional[int] = None) -> None:
-        """One joint_states message: names (n,), position, velocity, effort (n,) or empty, stamp [ns].
-
-        Args:
-            now_ns: The clock [ns], to refuse a stamp from the future; None skips that check.
-
-        Raises:
-            JointStateError: Refused whole (see :class:`JointStateMap`): NaN, inf or implausible
-                magnitudes, a stamp out of order or ahead of the clock by more than ``max_stamp_lead``.
-        """
-        self.state.update(names, position, velocity, _usable_effort(effort), stamp_ns, now_ns)
-
-    def check_joint_states(self, names: Sequence[str], position: Any, velocity: Any, effort: Any,
-                           stamp_ns: int, now_ns: Optional[int] = None) -> None:
-        """Raise what :meth:`take_joint_states` would for a message superseded by a newer one (its values and
-        its lead on the clock, not its order); nothing is stored."""
-        self.state.check(names, position, velocity, _usable_effort(effort), stamp_ns, now_ns)
 
     def take_compensation(self, names: Sequence[str], effort: Any, stamp_ns: int, now_ns: Optional[int] = None) -> None:
         """The dynamics node's compensation torques RNEA(q, v, 0) of the actuated joints, by name.
@@ -343,10 +258,20 @@ class ControlLoop:
                              "goal")
         self.reference = TrajectoryReference([0.0], goal[None, :])
 
-    def refuse(self, kind: str, error: Any) -> Optional[str]:
-        """Count a refused input (or a failed tick) of ``kind``, under ``kind/reason`` when the error has a
-        ``reason``; return the line to log, or None within the log period of that key."""
-        return self.refusals.count_error(kind, error)
+    def set_parameters(self, values: Mapping[str, Any], names: set) -> Optional[str]:
+        """Take the run-time parameters among ``names`` (changed) from ``values`` (all the node's): the goal
+        (``goal_positions``). Returns why they are refused, or None."""
+        if "goal_positions" in names:
+            try:
+                self.set_goal(values["goal_positions"])
+            except RbdDerivError as error:
+                return f"goal_positions: {error}"
+        return None
+
+    def describe(self) -> str:
+        """One line on what the loop controls and how, for the node's log."""
+        p = self.problem
+        return f"MPC on {self.model.name!r}: {p.nv} joints, N={p.horizon}, dt={p.dt} s, mode {p.mode.value}"
 
     # ------------------------------------------------------------------------------------------ tick
     def tick(self, now_ns: int, monotonic_ns: Optional[int] = None) -> Optional[TickResult]:
@@ -366,8 +291,7 @@ class ControlLoop:
         started = time.perf_counter()
         previous = self.last_source
         if not self.state.complete:
-            self.sources[CommandSource.NO_STATE] += 1
-            self.last_source = CommandSource.NO_STATE
+            self._count(CommandSource.NO_STATE)
             return None
         settings = self.settings
         q, v = self.state.q.copy(), self.state.v.copy()
@@ -409,11 +333,7 @@ class ControlLoop:
             None if plan is None else plan.torque, plan is not None and plan.ok, state_fresh, linearization_fresh,
             self._compensation_or_gravity(q, now), self.lower, self.upper)
         self.history.record(now, command)
-        self.last_command = command
-        self.sources[source] += 1
-        self.last_source = source
-        self.ticks += 1
-        self._window_ticks += 1
+        self._count(source, command)
         self.tick_times.append(time.perf_counter() - started)
         good = plan if plan is not None and plan.ok else None
         start_ns = self._epoch_ns + int(round(solve_from * 1e9))
@@ -441,10 +361,7 @@ class ControlLoop:
         if self.observer is not None:
             self.observer.reset()
         command, policy = self._hold(q, v, self.state.stamp_ns)
-        self.sources[CommandSource.STALE_CLOCK] += 1
-        self.last_source = CommandSource.STALE_CLOCK
-        self.ticks += 1
-        self._window_ticks += 1
+        self._count(CommandSource.STALE_CLOCK, command)
         return TickResult(command, CommandSource.STALE_CLOCK, previous, None, policy.stamp_ns, None, policy)
 
     def _hold(self, q: np.ndarray, v: np.ndarray, at_ns: int,
@@ -524,22 +441,10 @@ class ControlLoop:
         self.controller.solve(np.r_[q, v], 0.0, linearization if self.held else None)
         self.controller.reset()
 
-    def diagnostics(self, elapsed: float) -> Tuple[bool, str, Dict[str, str]]:
-        """The loop's report, and the start of a new reporting window.
-
-        Args:
-            elapsed: Time [s] since the previous report, for the tick rate.
-
-        Returns:
-            (healthy: the last command was the plan's, a one-line summary, key -> value).
-        """
-        rate = self._window_ticks / elapsed if elapsed > 0.0 else 0.0
-        self._window_ticks = 0
-        healthy = self.last_source is CommandSource.PLAN
-        message = "tracking" if healthy else f"safe command ({self.SAFE_COMMAND}): {self.last_source.value}"
-        values = {"rate_hz": f"{rate:.1f}", "mode": self.problem.mode.value,
-                  "horizon": str(self.problem.horizon), "command_source": self.last_source.value}
-        values.update(time_percentiles("solve_time", self.solve_times))
+    def _report(self, values: Dict[str, str]) -> None:
+        """The fixed-base values of :meth:`diagnostics`: mode, horizon, linearization ages, tick time, the last
+        plan's status, iterations, cost and active bounds, references pulled to the state."""
+        values.update({"mode": self.problem.mode.value, "horizon": str(self.problem.horizon)})
         if self.linearization_ages:
             ages = np.asarray(self.linearization_ages) * 1e3
             values.update({"linearization_age_p50_ms": f"{np.percentile(ages, 50):.3f}",
@@ -552,7 +457,3 @@ class ControlLoop:
                            "qp_iterations": str(plan.qp_iterations), "cost": f"{self.controller.cost(plan):.6g}",
                            "active_torque_bounds": str(plan.clamped)})
         values["reference_pulled"] = str(self.reference_pulled)
-        for source in self.SOURCES:
-            values[f"commands_{source.value}"] = str(self.sources[source])
-        values.update(self.refusals.report())
-        return healthy, message, values

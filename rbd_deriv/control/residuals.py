@@ -16,16 +16,31 @@ This module holds the interface and the two residuals every problem has:
 - :class:`ControlResidual`: :math:`u - u_{ref}`.
 
 Task residuals (frame position, center of mass) are in :mod:`rbd_deriv.control.task_residuals`,
-contact forces and friction cones in :mod:`rbd_deriv.control.contact_force`.
+a frame's orientation in :mod:`rbd_deriv.control.orientation_residual`, contact forces and
+friction cones in :mod:`rbd_deriv.control.contact_force`.
+
+The products are small and repeated at every knot: done with numpy, one call per product and per
+cost, the calls, not the arithmetic, would take the time. So each residual family has a compiled
+kernel beside its class that loops over the knots and writes into the solver's buffers in place,
+the class checking its inputs and handing it plain arrays. Here: the state residual's, with the
+structure of its Jacobian used (the identity but the free flyer's block, the inverse of the right
+Jacobian of SE(3) at the residual, :func:`rbd_deriv.control.state_space.difference_block`); the
+quadratic of a residual whose Jacobian is the identity on the variable it reads
+(:func:`identity_quadratic`: controls, forces); and the fold of the force-space derivatives,
+:math:`L_{xx} \\mathrel{+}= F_x^T L_{ff} F_x` on the rows of the closed contacts only
+(:func:`fold_force_derivatives`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-import numpy as np
 
-from rbd_deriv.control import gauss_newton
-from rbd_deriv.control.state_space import VectorSpace
+import numpy as np
+from numba import njit
+
+from rbd_deriv.control.state_space import (FREE_FLYER_DOF, VectorSpace, difference_batch,
+                                           difference_block)
+from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING, UINT
 from rbd_deriv.exceptions import InputError
 
 
@@ -78,10 +93,88 @@ class Derivatives:
 def fold_force_derivatives(knots: Knots, out: Derivatives) -> None:
     """Add the force-space derivatives through the forces' Jacobians F_x, F_u:
     :math:`L_x \\mathrel{+}= F_x^T L_f`, :math:`L_{xx} \\mathrel{+}= F_x^T L_{ff} F_x`,
-    likewise for u and ux (:func:`rbd_deriv.control.gauss_newton.fold_force_derivatives`: the rows
-    of the stack that carry no cost or no force left out)."""
-    gauss_newton.fold_force_derivatives(knots.dF_dx, knots.dF_du, out.Lff, out.Lf, out.Lx, out.Lxx,
-                                        out.Lu, out.Luu, out.Lux)
+    likewise for u and ux (:func:`_fold`: the rows of the stack that carry no cost or no force left
+    out)."""
+    _fold(knots.dF_dx, knots.dF_du, out.Lff, out.Lf, out.Lx, out.Lxx, out.Lu, out.Luu, out.Lux)
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def _fold(Fx, Fu, Lff, Lf, Lx, Lxx, Lu, Luu, Lux):
+    """Force-space derivatives through the forces' Jacobians at every knot: with F = [F_x, F_u] (m, ndx
+    + nu), L_x += F_x^T L_f, L_u += F_u^T L_f and the blocks of F^T L_ff F into L_xx, L_ux, L_uu.
+
+    Only the rows r of the stack that carry something enter the products: L_f[r] or a row of L_ff not
+    zero, and a row of F not zero (the rows past a knot's closed contacts carry nothing). The product is
+    a rank-c update of the derivatives' rows (c the rows kept), row by row."""
+    K, m, ndx = Fx.shape
+    nu = Fu.shape[2]
+    n = ndx + nu
+    used = np.empty(m, dtype=np.int64)
+    F = np.empty((m, n))
+    GF = np.empty((m, n))
+    for k in range(K):
+        count = 0
+        for r in range(m):
+            carries = Lf[k, r] != 0.0
+            for s in range(m):
+                if Lff[k, r, s] != 0.0:
+                    carries = True
+            if not carries:
+                continue
+            moves = False
+            for j in range(ndx):
+                if Fx[k, r, j] != 0.0:
+                    moves = True
+            for j in range(nu):
+                if Fu[k, r, j] != 0.0:
+                    moves = True
+            if moves:
+                used[count] = r
+                count += 1
+        for a in range(count):
+            r = used[a]
+            F[a, :ndx] = Fx[k, r]
+            F[a, ndx:] = Fu[k, r]
+            gradient = Lf[k, r]
+            if gradient != 0.0:
+                for j in range(UINT(0), UINT(ndx)):
+                    Lx[k, j] += gradient * Fx[k, r, j]
+                for j in range(UINT(0), UINT(nu)):
+                    Lu[k, j] += gradient * Fu[k, r, j]
+        # GF = L_ff F on the kept rows.
+        for a in range(count):
+            GF[a, :] = 0.0
+            for b in range(count):
+                w = Lff[k, used[a], used[b]]
+                if w != 0.0:
+                    for j in range(UINT(0), UINT(n)):
+                        GF[a, j] += w * F[b, j]
+        # Row i of F^T GF is sum_a F[a, i] GF[a]: x rows into L_xx, u rows into L_ux and L_uu.
+        for i in range(ndx):
+            _add_combination(F, count, i, GF, 0, ndx, Lxx[k, i])
+        for u in range(nu):
+            _add_combination(F, count, ndx + u, GF, 0, ndx, Lux[k, u])
+            _add_combination(F, count, ndx + u, GF, ndx, n, Luu[k, u])
+
+
+@njit(**JIT_OPTIONS)
+def _add_combination(F, count, i, G, start, stop, row):
+    """row += sum_a F[a, i] G[a, start:stop] over the first count rows, four rows of G per pass over
+    row (one load and store of row for four multiply-adds). G is taken whole and sliced row by row
+    here, so that the rows are contiguous to the compiler and the inner loop vectorizes."""
+    a = 0
+    while a + 4 <= count:
+        c0, c1, c2, c3 = F[a, i], F[a + 1, i], F[a + 2, i], F[a + 3, i]
+        g0, g1 = G[a, start:stop], G[a + 1, start:stop]
+        g2, g3 = G[a + 2, start:stop], G[a + 3, start:stop]
+        for j in range(UINT(0), UINT(stop - start)):
+            row[j] += c0 * g0[j] + c1 * g1[j] + c2 * g2[j] + c3 * g3[j]
+        a += 4
+    while a < count:
+        c0, g0 = F[a, i], G[a, start:stop]
+        for j in range(UINT(0), UINT(stop - start)):
+            row[j] += c0 * g0[j]
+        a += 1
 
 
 _NO_KNOT_WEIGHTS = np.zeros(0)
@@ -155,10 +248,92 @@ class Residual:
             out.Lux += np.matmul(Ru.transpose(0, 2, 1), weighted_x)
 
 
+@njit(**JIT_OPTIONS)
+def identity_quadratic(Y, reference, weights, knot_weights, gradient, hessian):
+    """Gauss-Newton derivatives of 0.5 sum_i w_i r_i^2 (times the knot weight, knot_weights (K,) or empty
+    for 1) of r = Y - reference (reference of 1 or K rows), a residual whose Jacobian is the identity on
+    the variable it reads (controls, forces): gradient (K, nr) += w r, the diagonals of hessian
+    (K, nr, nr) += w."""
+    shared = reference.shape[0] == 1
+    for k in range(Y.shape[0]):
+        factor = 1.0 if knot_weights.shape[0] == 0 else knot_weights[k]
+        if factor == 0.0:
+            continue
+        y, ref = Y[k], reference[0] if shared else reference[k]
+        for i in range(Y.shape[1]):
+            w = factor * weights[i]
+            gradient[k, i] += w * (y[i] - ref[i])
+            hessian[k, i, i] += w
+
+
 def diagonal(matrices: np.ndarray) -> np.ndarray:
     """Writable view (K, n) of the diagonals of matrices (K, n, n) (C-contiguous)."""
     K, n, _ = matrices.shape
     return matrices.reshape(K, n * n)[:, :: n + 1]
+
+
+@njit(**JIT_OPTIONS)
+def _state_knot(block, r, g, h, work, J, Lx, Lxx):
+    """One knot of :func:`_state_gauss_newton`: r, g, h (ndx,), Lx (ndx,), Lxx (ndx, ndx)."""
+    for i in range(block, r.shape[0]):
+        Lx[i] += g[i]
+        Lxx[i, i] += h[i]
+    if block == 0:
+        return
+    active = False
+    for i in range(FREE_FLYER_DOF):
+        if g[i] != 0.0 or h[i] != 0.0:
+            active = True
+    if not active:
+        return
+    difference_block(r, work, J)
+    for j in range(FREE_FLYER_DOF):
+        s = 0.0
+        for i in range(FREE_FLYER_DOF):
+            s += J[i, j] * g[i]
+        Lx[j] += s
+    for a in range(FREE_FLYER_DOF):
+        for b in range(FREE_FLYER_DOF):
+            s = 0.0
+            for i in range(FREE_FLYER_DOF):
+                s += J[i, a] * h[i] * J[i, b]
+            Lxx[a, b] += s
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def _state_gauss_newton(block, r, gradient, hessian, Lx, Lxx):
+    """Gauss-Newton products of r = X (-) X_ref at K knots, gradient a' (K, ndx), Hessian diagonal a''
+    (K or 1, ndx): the identity rows past the free-flyer block (``block`` = 6 or 0) add a' and a''
+    directly; the block's rows J = Jr(r[:6])^-1 add J^T a' and J^T diag(a'') J, at knots where a' or a''
+    is not zero there."""
+    shared = hessian.shape[0] == 1
+    work, J = np.empty((10, 3, 3)), np.empty((FREE_FLYER_DOF, FREE_FLYER_DOF))
+    for k in range(r.shape[0]):
+        _state_knot(block, r[k], gradient[k], hessian[0] if shared else hessian[k], work, J, Lx[k],
+                    Lxx[k])
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def _state_quadratic(mi, continuous, reference, X, nq, block, weights, knot_weights, r, Lx, Lxx):
+    """:func:`~rbd_deriv.control.state_space.difference_batch` into r (r = X (-) reference), then
+    :func:`_state_gauss_newton` of the activation 0.5 sum_i w_i r_i^2 times the knot weight
+    (knot_weights (K,), or empty for 1): a' = w r, a'' = w, in one pass. Returns what
+    ``difference_batch`` returns."""
+    bad = difference_batch(mi, continuous, reference, X, nq, r)
+    if bad >= 0:
+        return bad
+    ndx = r.shape[1]
+    work, J = np.empty((10, 3, 3)), np.empty((FREE_FLYER_DOF, FREE_FLYER_DOF))
+    g, h = np.empty(ndx), np.empty(ndx)
+    for k in range(r.shape[0]):
+        factor = 1.0 if knot_weights.shape[0] == 0 else knot_weights[k]
+        if factor == 0.0:
+            continue
+        for i in range(ndx):
+            h[i] = factor * weights[i]
+            g[i] = h[i] * r[k, i]
+        _state_knot(block, r[k], g, h, work, J, Lx[k], Lxx[k])
+    return -1
 
 
 class StateResidual(Residual):
@@ -213,8 +388,8 @@ class StateResidual(Residual):
     def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
                       out: Derivatives) -> bool:
         """The value and the products of :meth:`gauss_newton` in one compiled pass
-        (:func:`rbd_deriv.control.gauss_newton.state_quadratic`) on a model's configuration
-        space, :func:`rbd_deriv.control.gauss_newton.identity_quadratic` on a plain vector space."""
+        (:func:`_state_quadratic`) on a model's configuration space, :func:`identity_quadratic` on a plain
+        vector space (whose Jacobian is the identity)."""
         model = getattr(self.space, "model", None)
         K = knots.count
         reference = self._reference(K)
@@ -222,15 +397,14 @@ class StateResidual(Residual):
         if X.shape[1:] != (self.space.nx,):
             raise InputError(f"states must have {self.space.nx} entries, got {X.shape}", "X")
         if model is None:  # on a plain vector space r = x - x_ref has the identity for Jacobian
-            gauss_newton.identity_quadratic(X, reference.reshape(-1, self.space.nx), weights,
-                                            knot_factors(knot_weights), out.Lx, out.Lxx)
+            identity_quadratic(X, reference.reshape(-1, self.space.nx), weights, knot_factors(knot_weights),
+                               out.Lx, out.Lxx)
             return True
         if self._r is None or self._r.shape[0] != K:
             self._r = np.empty((K, self.nr))
-        bad = gauss_newton.state_quadratic(model.mi, model.continuous,
-                                           reference.reshape(-1, self.space.nx), X, self.space.nq,
-                                           self.space.block, weights, knot_factors(knot_weights),
-                                           self._r, out.Lx, out.Lxx)
+        bad = _state_quadratic(model.mi, model.continuous, reference.reshape(-1, self.space.nx), X,
+                               self.space.nq, self.space.block, weights, knot_factors(knot_weights),
+                               self._r, out.Lx, out.Lxx)
         if bad >= 0:
             which, row = ("X", bad) if bad < K else ("reference", bad - K)
             raise InputError(f"{which}: the quaternion of state {row} is not of unit norm", which)
@@ -240,10 +414,10 @@ class StateResidual(Residual):
                      hessian: np.ndarray, out: Derivatives) -> None:
         """Diagonal terms in O(ndx); the free-flyer block (6 x 6) densely, at the knots where the
         activation's derivatives are not zero on it
-        (:func:`rbd_deriv.control.gauss_newton.state_gauss_newton`)."""
-        gauss_newton.state_gauss_newton(self.space.block, np.ascontiguousarray(r, dtype=float),
-                                        np.ascontiguousarray(gradient, dtype=float),
-                                        hessian_rows(hessian, self.nr), out.Lx, out.Lxx)
+        (:func:`_state_gauss_newton`)."""
+        _state_gauss_newton(self.space.block, np.ascontiguousarray(r, dtype=float),
+                            np.ascontiguousarray(gradient, dtype=float), hessian_rows(hessian, self.nr),
+                            out.Lx, out.Lxx)
 
 
 class ControlResidual(Residual):
@@ -278,14 +452,13 @@ class ControlResidual(Residual):
     def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
                       out: Derivatives) -> bool:
         """L_u += w (u - u_ref), diag(L_uu) += w in one compiled pass
-        (:func:`rbd_deriv.control.gauss_newton.identity_quadratic`)."""
+        (:func:`identity_quadratic`)."""
         if knots.U is None or out.Lu is None:
             return False
         reference = self.reference.reshape(-1, self.nr)
         if knots.U.shape != (knots.count, self.nr) or reference.shape[0] not in (1, knots.count):
             raise InputError(f"controls {knots.U.shape} for a reference {self.reference.shape}")
-        gauss_newton.identity_quadratic(knots.U, reference, weights,
-                                        knot_factors(knot_weights), out.Lu, out.Luu)
+        identity_quadratic(knots.U, reference, weights, knot_factors(knot_weights), out.Lu, out.Luu)
         return True
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
@@ -293,3 +466,25 @@ class ControlResidual(Residual):
         """Diagonal terms in O(nu)."""
         out.Lu += gradient
         diagonal(out.Luu)[:] += hessian
+
+
+def precompile_kernels() -> None:
+    """Compile the kernels into the cache with the argument types the residuals pass (the package's
+    build runs it): on the bundled arm with a floating base, two knots, the weights read-only as an
+    activation keeps them."""
+    import rbd_deriv as rd
+    from rbd_deriv.control.state_space import ConfigurationSpace
+    space = ConfigurationSpace(rd.load_urdf(str(rd.bundled_urdf("rbd_arm7")), floating_base=True))
+    K, ndx, nu = 2, space.ndx, space.nv - FREE_FLYER_DOF
+    X = np.tile(space.zero(), (K, 1))
+    out = Derivatives(np.zeros((K, ndx, ndx)), np.zeros((K, ndx)), np.zeros((K, nu, nu)),
+                      np.zeros((K, nu, ndx)), np.zeros((K, nu)), np.zeros((K, 3, 3)), np.zeros((K, 3)))
+    knots = Knots(X, np.zeros((K, nu)), np.zeros((K, 3)), np.zeros((K, 3, ndx)), np.zeros((K, 3, nu)))
+    state, control = StateResidual(space, X[0].copy()), ControlResidual(space, nu)
+    for residual in (state, control):
+        weights = np.ones(residual.nr)
+        weights.setflags(write=False)
+        for knot_weights in (None, np.ones(K)):
+            residual.add_quadratic(knots, weights, knot_weights, out)
+    state.gauss_newton(knots, state.value(knots), np.zeros((K, ndx)), np.ones(ndx), out)
+    fold_force_derivatives(knots, out)

@@ -9,6 +9,14 @@ a frame: the world-frame velocity of its origin).
 - :class:`FramePositionResidual`: :math:`p_f(q) - p^r` on selected axes (a foot's placement,
   a swing foot's height with ``axes=(2,)``, a hand's target);
 - :class:`CenterOfMassResidual`: :math:`c(q) - c^r` on selected axes (balance, COM sway).
+
+Their compiled kernels reuse the core's joint placements and motion subspaces
+(``joint_placement``, ``motion_subspace``: its forward pass without the inertias,
+:func:`placement_pass`), frame origin and LOCAL_WORLD_ALIGNED Jacobian (``frame_origin``,
+``lwa_jacobian_into``). The Gauss-Newton products use the structure of the Jacobian, nonzero on the
+q columns only: row by row, :math:`L_x[:n_v] \\mathrel{+}= a'_i J_i` and
+:math:`L_{xx}[:n_v, :n_v] \\mathrel{+}= a''_i J_i J_i^T` (:func:`position_gauss_newton`,
+:func:`position_quadratic`, which any residual of q alone with such rows can use).
 """
 
 from __future__ import annotations
@@ -16,13 +24,115 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+from numba import njit
 
 import rbd_deriv as rd
-from rbd_deriv.control import gauss_newton
 from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, knot_factors,
                                          hessian_rows)
 from rbd_deriv.control.state_space import VectorSpace
+from rbd_deriv.core.constants import JIT_OPTIONS, UINT
+from rbd_deriv.core.frames import frame_origin, lwa_jacobian_into
+from rbd_deriv.core.kinematics import joint_placement, motion_subspace
+from rbd_deriv.core.layout import MI_NJ, MI_NVTOT, MI_PARENT, R_OMI, R_S, region2, region3
 from rbd_deriv.exceptions import InputError
+
+
+@njit(**JIT_OPTIONS)
+def placement_pass(mi, mf, ws, q):
+    """The joint placements oMi and motion subspaces S of the core's forward pass at q into ws, without
+    the body inertias, which frame placements and Jacobians do not need."""
+    nj, nv = mi[0, MI_NJ], mi[0, MI_NVTOT]
+    oMi = region3(mi, ws, R_OMI, nj, 4, 4)
+    S = region2(mi, ws, R_S, nv, 6)
+    for i in range(1, nj):
+        joint_placement(mi, mf, q, i, oMi[mi[i, MI_PARENT]], oMi[i])
+        motion_subspace(mi, mf, i, oMi[i], S)
+
+
+@njit(**JIT_OPTIONS)
+def _frame_kinematics(mi, mf, ws, X, joints, placements, wanted, positions, jacobians, done):
+    """For every knot k with a frame p such that wanted[k, p] and not done[k, p]: one forward pass at q_k,
+    then each such frame's origin positions[k, p] (3,) in the world and the linear rows of its
+    LOCAL_WORLD_ALIGNED Jacobian jacobians[k, p] (3, nv); done[k, p] set. ws: a Data workspace of the
+    model (its placements are overwritten). A frame p is fixed to joint
+    joints[p] at placements[p] (12,: rotation row-major, translation)."""
+    K, P = wanted.shape
+    for k in range(K):
+        needed = False
+        for p in range(P):
+            if wanted[k, p] and not done[k, p]:
+                needed = True
+        if not needed:
+            continue
+        placement_pass(mi, mf, ws, X[k])
+        for p in range(P):
+            if not wanted[k, p] or done[k, p]:
+                continue
+            px, py, pz = frame_origin(mi, ws, joints[p], placements[p])
+            positions[k, p, 0], positions[k, p, 1], positions[k, p, 2] = px, py, pz
+            lwa_jacobian_into(mi, ws, joints[p], px, py, pz, 3, jacobians[k, p], 0)
+            done[k, p] = True
+
+
+@njit(**JIT_OPTIONS)
+def _add_row(J, g, w, Lx, Lxx):
+    """One residual row of Jacobian J (nv,) on the q columns: Lx[:nv] += g J, Lxx[:nv, :nv] += w J J^T."""
+    nv = J.shape[0]
+    if g != 0.0:
+        for i in range(nv):
+            Lx[i] += g * J[i]
+    if w == 0.0:
+        return
+    for i in range(nv):
+        c = w * J[i]
+        if c == 0.0:
+            continue
+        row = Lxx[i]
+        for j in range(UINT(0), UINT(nv)):
+            row[j] += c * J[j]
+
+
+@njit(**JIT_OPTIONS)
+def position_gauss_newton(jacobians, axes, mask, gradient, hessian, Lx, Lxx):
+    """Gauss-Newton products of r = p_i(q)[axes] - reference for P points (rows point-major, len(axes)
+    per point) at the knots and points where mask (K, P) holds: with J the point's Jacobian rows (nv,),
+    L_x[:nv] += J a' and L_xx[:nv, :nv] += a'' J J^T, row by row. hessian is (K or 1, nr)."""
+    K, P = mask.shape
+    width = axes.shape[0]
+    shared = hessian.shape[0] == 1
+    for k in range(K):
+        h = hessian[0] if shared else hessian[k]
+        for p in range(P):
+            if not mask[k, p]:
+                continue
+            for a in range(width):
+                row = p * width + a
+                _add_row(jacobians[k, p, axes[a]], gradient[k, row], h[row], Lx[k], Lxx[k])
+
+
+@njit(**JIT_OPTIONS)
+def position_quadratic(positions, jacobians, axes, mask, reference, weights, knot_weights, Lx, Lxx):
+    """:func:`position_gauss_newton` of the activation 0.5 sum_i w_i r_i^2 (times the knot weight,
+    knot_weights (K,) or empty for 1) with its residual r = positions[k, p, axes] - reference (reference
+    of 1 or K rows, nr = P len(axes) entries) formed on the way: a' = w r, a'' = w."""
+    K, P = mask.shape
+    width = axes.shape[0]
+    shared = reference.shape[0] == 1
+    for k in range(K):
+        factor = 1.0 if knot_weights.shape[0] == 0 else knot_weights[k]
+        if factor == 0.0:
+            continue
+        ref = reference[0] if shared else reference[k]
+        for p in range(P):
+            if not mask[k, p]:
+                continue
+            for a in range(width):
+                row = p * width + a
+                w = factor * weights[row]
+                if w == 0.0:
+                    continue
+                _add_row(jacobians[k, p, axes[a]], w * (positions[k, p, axes[a]] - ref[row]), w,
+                         Lx[k], Lxx[k])
 
 
 class RobotKinematics:
@@ -30,7 +140,7 @@ class RobotKinematics:
 
     Frame positions and their Jacobians (LOCAL_WORLD_ALIGNED: the linear rows map the tangent dq to
     the world velocity of the frame's origin) come from one compiled call for all the knots and
-    frames asked (:func:`rbd_deriv.control.gauss_newton.frame_kinematics`: the core's forward pass
+    frames asked (:func:`_frame_kinematics`: the core's forward pass
     once per knot, then its frame origin and Jacobian per frame); the center of mass from
     ``rd.center_of_mass`` and ``rd.com_jacobian``. Several residuals read the same knots in one
     evaluation (a swing height per foot, the COM): the results of the last states asked are kept
@@ -103,8 +213,8 @@ class RobotKinematics:
                                             np.zeros((K, P), dtype=bool))
         positions, jacobians, done = entry
         model = self.model
-        gauss_newton.frame_kinematics(model.mi, model.mf, self.data.ws, X, joints, placements, mask,
-                                      positions, jacobians, done)
+        _frame_kinematics(model.mi, model.mf, self.data.ws, X, joints, placements, mask, positions,
+                          jacobians, done)
         return positions, jacobians
 
     def frame_position(self, X: np.ndarray, frame: str, rows: np.ndarray | None = None
@@ -207,7 +317,7 @@ class _PositionResidual(Residual):
     def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
                       out: Derivatives) -> bool:
         """The value and the products of :meth:`gauss_newton` in one compiled pass
-        (:func:`rbd_deriv.control.gauss_newton.position_quadratic`)."""
+        (:func:`position_quadratic`)."""
         K = knots.count
         mask = self._mask(K)
         positions, jacobians = self._positions(knots.X, mask)
@@ -216,21 +326,20 @@ class _PositionResidual(Residual):
         if reference.shape[0] not in (1, K):
             raise InputError(f"reference of {reference.shape[0]} knots, the cost is evaluated on "
                              f"{K}", "reference")
-        gauss_newton.position_quadratic(positions, jacobians, self.axes, mask, reference, weights,
-                                        knot_factors(knot_weights), out.Lx, out.Lxx)
+        position_quadratic(positions, jacobians, self.axes, mask, reference, weights,
+                           knot_factors(knot_weights), out.Lx, out.Lxx)
         return True
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
         """Products on the q columns of the computed knots only (dr/dv = 0 and the rows left
-        out are zero): :func:`rbd_deriv.control.gauss_newton.position_gauss_newton`."""
+        out are zero): :func:`position_gauss_newton`."""
         K = knots.count
         mask = self._mask(K)
         _, jacobian = self._positions(knots.X, mask)
         mask = np.ones((K, self.points), dtype=bool) if mask is None else np.ascontiguousarray(mask)
-        gauss_newton.position_gauss_newton(jacobian, self.axes, mask,
-                                           np.ascontiguousarray(gradient, dtype=float),
-                                           hessian_rows(hessian, self.nr), out.Lx, out.Lxx)
+        position_gauss_newton(jacobian, self.axes, mask, np.ascontiguousarray(gradient, dtype=float),
+                              hessian_rows(hessian, self.nr), out.Lx, out.Lxx)
 
 
 class FramePositionResidual(_PositionResidual):
@@ -281,3 +390,22 @@ class CenterOfMassResidual(_PositionResidual):
                    ) -> tuple[np.ndarray, np.ndarray]:
         position, jacobian = self.kinematics.center_of_mass(X)
         return position[:, None], jacobian[:, None]
+
+
+def precompile_kernels() -> None:
+    """Compile the kernels into the cache with the argument types the residuals pass (the package's
+    build runs it): a frame of the bundled arm with a floating base, two knots, the weights read-only
+    as an activation keeps them."""
+    from rbd_deriv.control.state_space import ConfigurationSpace
+    model = rd.load_urdf(str(rd.bundled_urdf("rbd_arm7")), floating_base=True)
+    space = ConfigurationSpace(model)
+    K = 2
+    X = np.tile(space.zero(), (K, 1))
+    out = Derivatives(np.zeros((K, space.ndx, space.ndx)), np.zeros((K, space.ndx)))
+    residual = FramePositionResidual(space, RobotKinematics(model), model.frame_names[-1],
+                                     knots=np.ones(K, dtype=bool))
+    weights = np.ones(residual.nr)
+    weights.setflags(write=False)
+    for knot_weights in (None, np.ones(K)):
+        residual.add_quadratic(Knots(X), weights, knot_weights, out)
+    residual.gauss_newton(Knots(X), residual.value(Knots(X)), np.zeros((K, 3)), np.ones(3), out)

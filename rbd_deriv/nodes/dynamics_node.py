@@ -49,7 +49,7 @@ from rbd_deriv.messages import (DynamicsMessages, answer_fields, fill_message, n
 from rbd_deriv.msg import ContactSet, Linearization, Matrix
 from rbd_deriv.nodes.parameters import DYNAMICS_NODE as PARAMETERS
 from rbd_deriv.nodes.parameters import declare_parameters, updated_values
-from rbd_deriv.nodes.spin import StateInputs, guard, run_node
+from rbd_deriv.nodes.spin import STATE_RELIABILITY, StateInputs, guard, run_node
 from rbd_deriv.pipeline import (DERIVATIVES, DynamicsPipeline, OutputSelection, PipelineError, Throughput,
                                 contact_set, read_description, replace_robot)
 from rbd_deriv.refusals import Refusals, shorten
@@ -65,7 +65,6 @@ DESCRIPTION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
 # 1 s of a 1 kHz robot. Their reliability is the parameter state_qos: best effort (the default) matches reliable and
 # best-effort publishers both, reliable only reliable ones (REP 2003: drivers publish sensor data best effort).
 STATE_DEPTH, POLLED_STATE_DEPTH = 50, 1000
-STATE_RELIABILITY = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
 OUTPUT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
 # rclpy's default service QoS keeps 10 requests: of 50 concurrent calls, 40 were never answered. The
 # requests wait here while the executor answers them one by one, and the replies wait likewise.

@@ -20,7 +20,7 @@ from rclpy.exceptions import ParameterUninitializedException
 from rclpy.parameter import Parameter
 
 from rbd_deriv.control.legged import LeggedWeights
-from rbd_deriv.control.legged_loop import GAITS
+from rbd_deriv.control.legged_settings import GAITS
 from rbd_deriv.control.problem import Mode
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.joint_state_map import PLAUSIBLE

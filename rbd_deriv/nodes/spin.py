@@ -17,9 +17,15 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.qos import ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
+
+
+#: The state_qos parameter of the nodes: how joint_states and odometry are subscribed (best effort matches
+#: reliable and best-effort publishers, REP 2003).
+STATE_RELIABILITY = {"best_effort": ReliabilityPolicy.BEST_EFFORT, "reliable": ReliabilityPolicy.RELIABLE}
 
 
 class StopRequested(BaseException):

@@ -1,0 +1,76 @@
+"""How fast a legged robot's base may be asked to move: the bounds its posture allows, and a motion checked
+against them.
+
+A base walking at a velocity and swaying sideways (the motion a :class:`~rbd_deriv.control.legged_loop.LeggedLoop`
+is given, :class:`~rbd_deriv.control.legged.BasePath`) is followed only within what its legs can give:
+:func:`motion_bounds` draws a speed and a sideways acceleration from the reference posture, :func:`checked_motion`
+refuses a motion beyond them (or beyond :data:`~rbd_deriv.control.constants.MAX_BASE_SPEED` and
+:data:`~rbd_deriv.control.constants.MAX_SWAY_AMPLITUDE`, which no robot follows).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence, Tuple
+
+import numpy as np
+
+import rbd_deriv as rd
+from rbd_deriv.control.constants import GRAVITY, MAX_BASE_SPEED, MAX_SWAY_AMPLITUDE
+from rbd_deriv.exceptions import InputError
+
+__all__ = ["checked_motion", "motion_bounds"]
+
+
+def motion_bounds(model: Any, data: Any, q: np.ndarray, feet: Sequence[str], margin: float) -> Tuple[float, float]:
+    """The base speed [m/s] and sway acceleration [m/s^2] a robot standing at q (nq,) on ``feet`` can follow,
+    times ``margin``.
+
+    With h the height of the base above its feet and w the smallest sideways distance from the base to a foot:
+    a speed of :math:`\\sqrt{g h}` (a Froude number of 1, where a walker's feet leave the ground), and a
+    sideways acceleration of :math:`g w / h` (the most the feet's forces can give the base before their centre of
+    pressure leaves the support).
+
+    Raises:
+        InputError: A posture whose base is not above its feet, or has a foot straight under it (``posture``).
+    """
+    base = model.idx_q[rd.FREE_FLYER_JOINT]
+    rd.forward_kinematics(model, data, q)
+    positions = np.array([rd.frame_placement(model, data, foot)[:3, 3] for foot in feet])
+    height = float(q[base + 2] - positions[:, 2].mean())
+    width = float(np.abs(positions[:, 1] - q[base + 1]).min())
+    if not (height > 0.0 and width > 0.0):
+        raise InputError(f"the reference posture's base is {height:.3g} m above its feet and {width:.3g} m "
+                         "beside the nearest: no motion bound can be drawn from it", "posture")
+    return margin * math.sqrt(GRAVITY * height), margin * GRAVITY * width / height
+
+
+def checked_motion(velocity: Sequence[float], amplitude: float, period: float, max_speed: float,
+                   max_acceleration: float, margin: float) -> Tuple[Tuple[float, float], float, float]:
+    """(velocity, amplitude, period) if a robot can follow the base velocity (vx, vy) [m/s] and a sideways sway of
+    ``amplitude`` [m] over ``period`` [s] together: the walk's speed plus the sway's peak speed
+    :math:`2 \\pi A / T` within ``max_speed``, the sway's peak acceleration :math:`4 \\pi^2 A / T^2` within
+    ``max_acceleration`` (``margin`` is the fraction of the robot's bounds they are, for the message).
+
+    Raises:
+        InputError: A value out of its range (``base_velocity``, ``sway_amplitude``, ``sway_period``) or a motion
+            the robot cannot follow (``motion``).
+    """
+    value = np.asarray(velocity, dtype=float)
+    if value.shape != (2,) or not np.isfinite(value).all() or np.linalg.norm(value) > MAX_BASE_SPEED:
+        raise InputError(f"base velocity must be (vx, vy), finite, at most {MAX_BASE_SPEED} m/s, got "
+                         f"{velocity!r}", "base_velocity")
+    if not (math.isfinite(amplitude) and 0.0 <= amplitude <= MAX_SWAY_AMPLITUDE):
+        raise InputError(f"sway amplitude must be in [0, {MAX_SWAY_AMPLITUDE}] m, got {amplitude!r}",
+                         "sway_amplitude")
+    if not (math.isfinite(period) and period > 0.0):
+        raise InputError(f"sway period must be > 0 s, got {period!r}", "sway_period")
+    omega = 2.0 * math.pi / period
+    speed = float(np.linalg.norm(value)) + amplitude * omega
+    acceleration = amplitude * omega ** 2
+    if speed > max_speed or acceleration > max_acceleration:
+        raise InputError(
+            f"base velocity {value.tolist()} m/s with a sway of {amplitude:g} m over {period:g} s peaks at "
+            f"{speed:.3g} m/s and {acceleration:.3g} m/s^2 sideways; this robot follows at most {max_speed:.3g} m/s "
+            f"and {max_acceleration:.3g} m/s^2 (motion_margin {margin:g} of its bounds)", "motion")
+    return (float(value[0]), float(value[1])), float(amplitude), float(period)
