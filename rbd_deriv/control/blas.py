@@ -25,6 +25,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import get_cython_function_address, intrinsic
 
+from rbd_deriv.core.constants import JIT_OPTIONS_ALLOCATING
+
 
 # ------------------------------------------------------------------------------ level-3 routines
 for _routine in ("dgemm", "dsyrk", "dtrsm"):
@@ -77,7 +79,7 @@ def _dtrsm(typingctx, side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb):
     return types.void(side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb), codegen
 
 
-@nb.njit(cache=True)
+@nb.njit(**JIT_OPTIONS_ALLOCATING)
 def _leading(a):
     """Row stride of a row-major array in elements (BLAS's leading dimension of its transpose)."""
     return max(1, a.strides[0] // a.itemsize)
@@ -87,7 +89,7 @@ _NO = ord("N")
 _YES = ord("T")
 
 
-@nb.njit(cache=True)
+@nb.njit(**JIT_OPTIONS_ALLOCATING)
 def gemm(alpha, A, transpose_a, B, transpose_b, beta, C):
     """C = alpha op(A) op(B) + beta C (dgemm), op(X) = X.T if transpose_x else X.
 
@@ -108,7 +110,7 @@ def gemm(alpha, A, transpose_a, B, transpose_b, beta, C):
            _leading(B), A, _leading(A), beta, C, _leading(C))
 
 
-@nb.njit(cache=True)
+@nb.njit(**JIT_OPTIONS_ALLOCATING)
 def syrk_lower(alpha, A, transpose, beta, C):
     """Lower triangle of C = alpha X X^T + beta C (dsyrk), X = A.T if transpose else A.
 
@@ -128,7 +130,7 @@ def syrk_lower(alpha, A, transpose, beta, C):
     _dsyrk(ord("U"), _NO if transpose else _YES, n, k, alpha, A, _leading(A), beta, C, _leading(C))
 
 
-@nb.njit(cache=True)
+@nb.njit(**JIT_OPTIONS_ALLOCATING)
 def solve_lower(L, transpose, alpha, X):
     """X = alpha L^-1 X, or alpha L^-T X if transpose (dtrsm), in place.
 

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
-import numba as nb
+from numba import njit
 import numpy as np
 
 import rbd_deriv as rd
+from rbd_deriv.core.constants import JIT_OPTIONS
 from rbd_deriv.control import euler_riccati
 from rbd_deriv.control.constants import EULER_STEP_TOLERANCE
 from rbd_deriv.core.contact import FORCE_ROWS, contact_data
@@ -115,7 +116,7 @@ def is_euler_step(A: np.ndarray, B: np.ndarray, dt: float) -> bool:
     return bool(euler_riccati.is_euler_step(A, B, float(dt), EULER_STEP_TOLERANCE))
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS)
 def _held_steps(A, B, x_lin, u_lin, x_plus, X, U, A_out, B_out, X_next):
     """Every knot k: A_out[k] = A, B_out[k] = B, X_next[k] = x+ + A (X[k] - x_lin) + B (U[k] - u_lin)."""
     horizon = U.shape[0]

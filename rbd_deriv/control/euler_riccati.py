@@ -42,9 +42,10 @@ empty free-flyer block). The stage box QP and the warm start are
 
 from __future__ import annotations
 
-import numba as nb
+from numba import njit
 import numpy as np
 
+from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING
 from rbd_deriv.control.constants import (REGULARIZATION_ATTEMPTS, REGULARIZATION_GROWTH,
                                          REGULARIZATION_START, SMALL_PRODUCT)
 from rbd_deriv.control.blas import gemm, solve_lower, syrk_lower
@@ -60,7 +61,7 @@ def flat_size(nx: int, nu: int) -> int:
     return nv * nu + nu * nx + nu * nu + 2 * nu * nx
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS)
 def is_euler_step(A, B, dt, tolerance):
     """True if (A, B) is a semi-implicit Euler step of a vector space, the structure
     :func:`backward_pass` reads with no free-flyer block.
@@ -71,10 +72,11 @@ def is_euler_step(A, B, dt, tolerance):
     """
     nv = A.shape[0] // 2
     scale = 1.0
-    for value in A.ravel():
-        scale = max(scale, abs(value))
-    for value in B.ravel():
-        scale = max(scale, abs(value))
+    for i in range(A.shape[0]):
+        for j in range(A.shape[1]):
+            scale = max(scale, abs(A[i, j]))
+        for j in range(B.shape[1]):
+            scale = max(scale, abs(B[i, j]))
     bound = tolerance * scale
     for i in range(nv):
         for j in range(2 * nv):
@@ -87,14 +89,14 @@ def is_euler_step(A, B, dt, tolerance):
     return True
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def _block(flat, offset, rows, cols):
     """The (rows, cols) C-contiguous view of ``flat`` at ``offset``, and the offset just after it."""
     end = offset + rows * cols
     return flat[offset:end].reshape((rows, cols)), end
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def _mv(A, x, out):
     """out = A @ x: BLAS for products worth its call, plain loops for small ones."""
     n, m = A.shape
@@ -108,7 +110,7 @@ def _mv(A, x, out):
         out[i] = s
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def _all_finite(a):
     for value in a.ravel():
         if not np.isfinite(value):
@@ -116,7 +118,7 @@ def _all_finite(a):
     return True
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def _transport_gradient(w, Jq, Jv, dt, out):
     """out = T^T w for the Euler step's T (vectors of ndx)."""
     nv = w.shape[0] // 2
@@ -134,7 +136,7 @@ def _transport_gradient(w, Jq, Jv, dt, out):
         out[nv + i] = dt * sv + w[nv + i]
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def _apply_step(Jq, Jv, dt, dq, dv_next, out):
     """out = T [dq; dv+] = [Jq dq + dt Jv dv+; dv+], the tangent deviation after the Euler step.
 
@@ -153,7 +155,7 @@ def _apply_step(Jq, Jv, dt, dq, dv_next, out):
         out[i] = sq + dt * sv
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def _transport_matrix(P, Jq, Jv, dt, S, out):
     """out = T^T P T for the Euler step's T = [[Jq, dt Jv], [0, I]] (see :func:`backward_pass`).
 
@@ -210,7 +212,7 @@ def _transport_matrix(P, Jq, Jv, dt, S, out):
                 out[nv + i, j] += cv * S[r, j]
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, control_upper,
                   K, k_ff, free, P, p, Vx, work, matrices, flat, index):
     """Box-constrained Riccati recursion from knot N down to 0.
@@ -398,7 +400,7 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
     return STATUS_OK, qp_iterations, clamped
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def forward_pass(A, B, d, Jq, Jv, dt, K, k_ff, U, control_lower, control_upper, DX, U_out,
                  work):
     """Roll the affine model out with u = U + k + K dx, clamped to the control box.

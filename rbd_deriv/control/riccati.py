@@ -27,9 +27,10 @@ allocation); the rest are loops whose inner index is contiguous.
 
 from __future__ import annotations
 
-import numba as nb
+from numba import njit
 import numpy as np
 
+from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING
 from rbd_deriv.core.cholesky import cholesky, cholesky_solve
 from rbd_deriv.control.constants import (BOUND_TOLERANCE, BOX_QP_ARMIJO, BOX_QP_MAX_ITERATIONS,
                                          BOX_QP_MIN_STEP, BOX_QP_TOLERANCE)
@@ -40,7 +41,7 @@ STATUS_NOT_CONVEX = 1
 STATUS_NOT_FINITE = 2
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS)
 def _free_set(H, g_lin, x, lower, upper, free, gradient):
     """Gradient H x + g_lin and the free set: a variable on a bound pushed outward is clamped.
 
@@ -63,7 +64,7 @@ def _free_set(H, g_lin, x, lower, upper, free, gradient):
     return norm
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS)
 def _factor_free_set(H, free, index, L):
     """List the free variables in index[:m] and factor H on them; returns (m, positive definite)."""
     m = 0
@@ -77,7 +78,7 @@ def _factor_free_set(H, free, index, L):
     return m, cholesky(L, m, 0.0) < 0
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS)
 def _same_free_set(free, index, m):
     """True if the free variables are exactly index[:m] (listed in increasing order)."""
     count = 0
@@ -89,7 +90,7 @@ def _same_free_set(free, index, m):
     return count == m
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS)
 def _quadratic(H, g_lin, x):
     value = 0.0
     n = x.shape[0]
@@ -101,7 +102,7 @@ def _quadratic(H, g_lin, x):
     return value
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS)
 def box_qp(H, g_lin, lower, upper, x, free, index, L, work):
     """Minimise 0.5 x^T H x + g_lin^T x subject to lower <= x <= upper by projected Newton.
 
@@ -174,7 +175,7 @@ def box_qp(H, g_lin, lower, upper, x, free, index, L, work):
     return iterations, m, STATUS_OK if convex else STATUS_NOT_CONVEX
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS_ALLOCATING)
 def backward_pass(A, B, d, Lxx, Lx, Luu, Lux, Lu, U, torque_lower, torque_upper, K, k_ff, free, P, p, PA, PB, Qxx, Quu,
                   Qux, Qx, Qu, index, L, work, vector):
     """Box-constrained Riccati recursion from knot N down to 0, on dense (A, B).
@@ -290,7 +291,7 @@ def backward_pass(A, B, d, Lxx, Lx, Luu, Lux, Lu, U, torque_lower, torque_upper,
     return STATUS_OK, qp_iterations, clamped
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS)
 def forward_pass(A, B, d, K, k_ff, X, U, torque_lower, torque_upper, X_out, U_out, dx, dx_next):
     """Roll the affine model out with u = U + k + K dx, clamped to the torque box.
 
@@ -335,7 +336,7 @@ def forward_pass(A, B, d, K, k_ff, X, U, torque_lower, torque_upper, X_out, U_ou
     return largest
 
 
-@nb.njit(cache=True)
+@njit(**JIT_OPTIONS)
 def shift_plan(X_prev, U_prev, elapsed, dt, x0, torque_lower, torque_upper, X, U):
     """Warm start: the previous plan read ``elapsed`` seconds later, linear between knots.
 
