@@ -11,6 +11,8 @@ The problem and its solver (composed as Crocoddyl composes one):
   (state, control, frame position, center of mass, frame orientation, contact forces, friction cones),
   each with its compiled kernels, and the cone check of a plan.
 - :mod:`~rbd_deriv.control.activation`, :mod:`~rbd_deriv.control.cost`: how a residual becomes a cost.
+- :mod:`~rbd_deriv.control.constraints`: how a residual becomes an inequality constraint of the problem (the
+  friction cone), kept by an augmented Lagrangian whose multipliers live across the real-time iterations.
 - :mod:`~rbd_deriv.control.dynamics`: the knots' dynamics: a held linearization, the free dynamics, the
   contact dynamics of a schedule.
 - :mod:`~rbd_deriv.control.solver`: the one solver, Gauss-Newton with the box-constrained Riccati pass, whose
