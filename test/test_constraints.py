@@ -219,7 +219,7 @@ def test_real_time_ticks_bring_demanded_friction_back_into_the_cone():
         first = []
         for tick in range(40):
             plan = mpc.solve(x, elapsed=None if tick == 0 else mpc.dt)
-            assert plan.result.ok
+            assert plan.ok
             first.append(plan.constraint_violation)
             x = mpc.solver.X[1].copy()
         violations[constrained] = first

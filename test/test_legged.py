@@ -16,7 +16,9 @@ import pytest
 import rbd_deriv as rd
 from rbd_deriv.control.contact_force import cone_violation
 from rbd_deriv.control.dynamics import actuated_indices
-from rbd_deriv.control.legged import BasePath, LeggedMPC, LeggedWeights, static_torques
+from rbd_deriv.control.base_motion import BasePath
+from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
+from rbd_deriv.control.statics import static_torques
 from rbd_deriv.control.residuals import Knots
 from rbd_deriv.control.schedule import Gait
 from rbd_deriv.control.srdf import reference_posture
@@ -78,8 +80,8 @@ def test_standing_solve_holds_the_posture(name):
     costs = []
     for _ in range(4):
         plan = mpc.solve(x0, evaluate_cost=True)
-        assert plan.result.ok and plan.sendable
-        costs.append(plan.result.cost)
+        assert plan.ok and plan.sendable
+        costs.append(plan.cost)
     assert all(b <= a + 1e-9 * abs(a) for a, b in zip(costs, costs[1:])), costs
     ddq, forces = _held_acceleration(model, feet, kind, q, plan.torque)
     assert np.abs(ddq).max() < STANDING_ACCELERATION, np.abs(ddq).max()
@@ -102,7 +104,7 @@ def test_torso_orientation_cost_only_with_its_weight(talos):
     cost = next(cost for cost in mpc.ocp.running_costs if cost.name == "torso orientation")
     x0 = np.r_[q, np.zeros(model.nv)]
     assert np.abs(cost.residual.value(Knots(x0[None]))).max() < 1e-12
-    assert mpc.solve(x0).result.ok
+    assert mpc.solve(x0).ok
 
 
 def test_trot_ticks(solo):
@@ -112,12 +114,12 @@ def test_trot_ticks(solo):
     model, feet, kind, q = solo
     mpc = LeggedMPC(model, feet, Gait.trot(feet, swing=8, support=2), q, horizon=20, dt=0.02)
     x = np.r_[q, np.zeros(model.nv)]
-    costs = [mpc.solve(x, phase=0, evaluate_cost=True).result.cost for _ in range(4)]
+    costs = [mpc.solve(x, phase=0, evaluate_cost=True).cost for _ in range(4)]
     assert costs[-1] < 0.5 * costs[0] and costs[2] <= costs[1], costs
     for tick in range(1, 8):
         x = mpc.solver.X[1].copy()
         plan = mpc.solve(x, phase=tick)
-        assert plan.result.ok and plan.sendable, (tick, plan.cone_violation)
+        assert plan.ok and plan.sendable, (tick, plan.cone_violation)
         active = mpc.dynamics.active
         assert ((plan.offsets >= 0) == active[0]).all()
         for k in range(mpc.horizon):
@@ -142,7 +144,7 @@ def test_first_knot_check_refuses_a_plan_outside_the_cone(solo):
     mpc = LeggedMPC(model, feet, Gait.standing(feet), q, horizon=10, dt=0.02, mu=0.05,
                     effort=np.full(12, 1e-3))
     plan = mpc.solve(np.r_[q, np.zeros(model.nv)])
-    assert plan.result.ok
+    assert plan.ok
     expected = cone_violation(plan.forces, plan.offsets, 0.05).max()
     assert plan.cone_violation == pytest.approx(expected)
     assert expected > 0.1 and not plan.sendable

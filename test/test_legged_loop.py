@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import rbd_deriv as rd
-from rbd_deriv.control.legged import LeggedMPC, LeggedWeights, static_torques
+from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
+from rbd_deriv.control.statics import static_torques
 from rbd_deriv.control.legged_loop import LeggedLoop
 from rbd_deriv.control.legged_settings import LeggedLoopSettings, make_gait
 from rbd_deriv.control.safety import CommandSource

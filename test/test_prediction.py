@@ -13,7 +13,7 @@ import pytest
 
 import rbd_deriv as rd
 from rbd_deriv.control.dynamics import ContactDynamics, KnotDynamics
-from rbd_deriv.control.legged import static_torques
+from rbd_deriv.control.statics import static_torques
 from rbd_deriv.control.prediction import predict_on_contacts
 from rbd_deriv.control.schedule import ContactSchedule
 from rbd_deriv.control.srdf import reference_posture

@@ -125,8 +125,8 @@ def run_case(name: str, ticks: int, horizon: int = 20, dt: float = 0.02, warmup:
             measured.append(elapsed * 1e6)
             for part in TIMING_PARTS:
                 parts[part].append(plan.timings[part] * 1e6)
-            failures += not plan.result.ok
-            refusals += plan.result.ok and not plan.cone_ok
+            failures += not plan.ok
+            refusals += plan.ok and not plan.cone_ok
         x = mpc.solver.X[1].copy()
     median = float(np.median(measured))
     if crocoddyl_python:

@@ -1,5 +1,5 @@
-"""How fast a legged robot's base may be asked to move: the bounds its posture allows, and a motion checked
-against them.
+"""A legged robot's base in motion: its horizontal reference path (:class:`BasePath`), the bounds its posture
+allows, and a motion checked against them.
 
 A base walking at a velocity and swaying sideways (the motion a :class:`~rbd_deriv.control.legged_loop.LeggedLoop`
 is given, :class:`~rbd_deriv.control.legged.BasePath`) is followed only within what its legs can give:
@@ -11,6 +11,7 @@ refuses a motion beyond them (or beyond :data:`~rbd_deriv.control.constants.MAX_
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import Any, Sequence, Tuple
 
 import numpy as np
@@ -19,7 +20,53 @@ import rbd_deriv as rd
 from rbd_deriv.control.constants import GRAVITY, MAX_BASE_SPEED, MAX_SWAY_AMPLITUDE
 from rbd_deriv.exceptions import InputError
 
-__all__ = ["checked_motion", "motion_bounds"]
+__all__ = ["BasePath", "checked_motion", "motion_bounds"]
+
+
+@dataclass(frozen=True)
+class BasePath:
+    """The base's horizontal reference over time [s]: from ``origin`` (x, y) [m] at ``start``, moving at
+    ``velocity`` (vx, vy) [m/s] in the world frame, plus a lateral sway ``amplitude`` sin(2 pi (t - start) /
+    ``period``) along the world's y [m]; before ``start`` it stays at ``origin``.
+    """
+
+    origin: tuple = (0.0, 0.0)
+    start: float = 0.0
+    velocity: tuple = (0.0, 0.0)
+    amplitude: float = 0.0
+    period: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name, size in (("origin", 2), ("velocity", 2)):
+            value = np.asarray(getattr(self, name), dtype=float)
+            if value.shape != (size,) or not np.isfinite(value).all():
+                raise InputError(f"{name} must be {size} finite numbers, got {getattr(self, name)!r}", name)
+            object.__setattr__(self, name, tuple(float(x) for x in value))
+        if not (math.isfinite(self.amplitude) and self.amplitude >= 0.0):
+            raise InputError(f"amplitude must be >= 0 [m], got {self.amplitude!r}", "amplitude")
+        if not (math.isfinite(self.period) and self.period > 0.0):
+            raise InputError(f"period must be > 0 [s], got {self.period!r}", "period")
+
+    def at(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (K, 2) [m] and velocities (K, 2) [m/s] at ``times`` (K,) [s]."""
+        elapsed = np.maximum(np.asarray(times, dtype=float) - self.start, 0.0)
+        moving = (np.asarray(times, dtype=float) >= self.start)[:, None]
+        position = np.asarray(self.origin) + elapsed[:, None] * np.asarray(self.velocity)
+        velocity = np.where(moving, np.asarray(self.velocity), 0.0) * np.ones((elapsed.size, 1))
+        omega = 2.0 * np.pi / self.period
+        position[:, 1] += self.amplitude * np.sin(omega * elapsed)
+        velocity[:, 1] += np.where(moving[:, 0], self.amplitude * omega * np.cos(omega * elapsed), 0.0)
+        return position, velocity
+
+    def moved(self, time: float, velocity: Sequence[float] | None = None, amplitude: float | None = None,
+              period: float | None = None) -> "BasePath":
+        """This path until ``time`` [s], then the given velocity and sway (the others unchanged) from the
+        position it reached there (a sway restarts at its zero)."""
+        position, _ = self.at(np.array([time]))
+        return replace(self, origin=tuple(position[0]), start=float(time),
+                       velocity=self.velocity if velocity is None else tuple(velocity),
+                       amplitude=self.amplitude if amplitude is None else float(amplitude),
+                       period=self.period if period is None else float(period))
 
 
 def motion_bounds(model: Any, data: Any, q: np.ndarray, feet: Sequence[str], margin: float) -> Tuple[float, float]:

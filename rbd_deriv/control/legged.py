@@ -55,9 +55,8 @@ violation of the pyramid the solver keeps.
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -65,6 +64,7 @@ import numpy as np
 import rbd_deriv as rd
 from rbd_deriv.control.constants import STEP_BASE_SPEED, STEP_HALVINGS, STEP_VELOCITY_FACTOR
 from rbd_deriv.control.activation import Quadratic, RelaxedLogBarrier
+from rbd_deriv.control.base_motion import BasePath
 from rbd_deriv.control.constraints import FrictionConeConstraint
 from rbd_deriv.control.contact_force import (ForceStackResidual, FrictionConeResidual,
                                              forces_within_cone)
@@ -74,21 +74,19 @@ from rbd_deriv.control.ocp import OptimalControlProblem, check_state
 from rbd_deriv.control.orientation_residual import FrameOrientationResidual
 from rbd_deriv.control.residuals import ControlResidual, StateResidual
 from rbd_deriv.control.schedule import Gait
-from rbd_deriv.core.contact import FORCE_ROWS
-from rbd_deriv.control.euler_riccati import STATUS_NOT_FINITE, STATUS_OK
-from rbd_deriv.control.solver import RiccatiSolver, SolveResult
+from rbd_deriv.control.plan import Plan
+from rbd_deriv.control.solver import SOLVE_PARTS, RiccatiSolver
 from rbd_deriv.control.state_space import FREE_FLYER_DOF, ConfigurationSpace
+from rbd_deriv.control.statics import static_torques
 from rbd_deriv.control.task_residuals import (CenterOfMassResidual, FramePositionResidual,
                                               RobotKinematics)
 from rbd_deriv.core.configuration import rotation_of
 from rbd_deriv.exceptions import InputError
 
 
-#: The parts of a tick timed in :attr:`LeggedPlan.timings`: moving the schedule and the warm
-#: start; the contact linearization of the horizon with the gaps and integrator blocks; the
-#: costs' Gauss-Newton derivatives; the Riccati backward and forward passes; the first knot's
-#: forces and cone check.
-TIMING_PARTS = ("schedule", "linearization", "costs", "riccati", "cone check")
+#: The parts of a tick timed in its plan's ``timings``: moving the schedule and the warm start; the solver's
+#: (:data:`~rbd_deriv.control.solver.SOLVE_PARTS`); the first knot's forces and cone check.
+TIMING_PARTS = ("schedule",) + SOLVE_PARTS + ("cone check",)
 
 
 @dataclass(frozen=True)
@@ -127,127 +125,6 @@ class LeggedWeights:
     cone_delta: float = 0.05
     cone_penalty: float = 1.0
     torso_orientation: float = 0.0
-
-
-@dataclass(frozen=True)
-class BasePath:
-    """The base's horizontal reference over time [s]: from ``origin`` (x, y) [m] at ``start``, moving at
-    ``velocity`` (vx, vy) [m/s] in the world frame, plus a lateral sway ``amplitude`` sin(2 pi (t - start) /
-    ``period``) along the world's y [m]; before ``start`` it stays at ``origin``.
-    """
-
-    origin: tuple = (0.0, 0.0)
-    start: float = 0.0
-    velocity: tuple = (0.0, 0.0)
-    amplitude: float = 0.0
-    period: float = 2.0
-
-    def __post_init__(self) -> None:
-        for name, size in (("origin", 2), ("velocity", 2)):
-            value = np.asarray(getattr(self, name), dtype=float)
-            if value.shape != (size,) or not np.isfinite(value).all():
-                raise InputError(f"{name} must be {size} finite numbers, got {getattr(self, name)!r}", name)
-            object.__setattr__(self, name, tuple(float(x) for x in value))
-        if not (math.isfinite(self.amplitude) and self.amplitude >= 0.0):
-            raise InputError(f"amplitude must be >= 0 [m], got {self.amplitude!r}", "amplitude")
-        if not (math.isfinite(self.period) and self.period > 0.0):
-            raise InputError(f"period must be > 0 [s], got {self.period!r}", "period")
-
-    def at(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Positions (K, 2) [m] and velocities (K, 2) [m/s] at ``times`` (K,) [s]."""
-        elapsed = np.maximum(np.asarray(times, dtype=float) - self.start, 0.0)
-        moving = (np.asarray(times, dtype=float) >= self.start)[:, None]
-        position = np.asarray(self.origin) + elapsed[:, None] * np.asarray(self.velocity)
-        velocity = np.where(moving, np.asarray(self.velocity), 0.0) * np.ones((elapsed.size, 1))
-        omega = 2.0 * np.pi / self.period
-        position[:, 1] += self.amplitude * np.sin(omega * elapsed)
-        velocity[:, 1] += np.where(moving[:, 0], self.amplitude * omega * np.cos(omega * elapsed), 0.0)
-        return position, velocity
-
-    def moved(self, time: float, velocity: Sequence[float] | None = None, amplitude: float | None = None,
-              period: float | None = None) -> "BasePath":
-        """This path until ``time`` [s], then the given velocity and sway (the others unchanged) from the
-        position it reached there (a sway restarts at its zero)."""
-        position, _ = self.at(np.array([time]))
-        return replace(self, origin=tuple(position[0]), start=float(time),
-                       velocity=self.velocity if velocity is None else tuple(velocity),
-                       amplitude=self.amplitude if amplitude is None else float(amplitude),
-                       period=self.period if period is None else float(period))
-
-
-def contact_jacobians(model: Any, data: Any, q: np.ndarray, frames: Sequence[str],
-                      kinds: Sequence[str]) -> np.ndarray:
-    """Stacked contact Jacobians (m, nv), LOCAL_WORLD_ALIGNED: 3 linear rows per point contact,
-    6 rows per frame contact (the convention of the forces of ``rd.contact_dynamics``)."""
-    rows = [rd.frame_jacobian(model, data, q, frame)[:FORCE_ROWS[kind]]
-            for frame, kind in zip(frames, kinds)]
-    return np.vstack(rows)
-
-
-def static_torques(model: Any, q: np.ndarray, frames: Sequence[str], kinds: Sequence[str],
-                   actuated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Torques and contact forces that hold configuration q at rest on the given contacts.
-
-    At rest :math:`g(q) = S^T u + J^T f`: the free flyer's rows :math:`g_b = J_b^T f` fix f up to
-    the internal forces, taken closest to the weight shared equally by the contacts (vertical
-    force mg/n each); then :math:`u = (g - J^T f)` on the actuated joints.
-
-    Args:
-        model: A floating-base model.
-        q: (nq,) configuration.
-        frames, kinds: The contacts (frame names, ``"point"`` or ``"frame"``).
-        actuated: Velocity indices of the actuated joints (nu,).
-
-    Returns:
-        (u (nu,) [N m], f (m,) [N, N m] stacked in contact order, LOCAL_WORLD_ALIGNED).
-    """
-    data = model.create_data()
-    g = rd.gravity_torques(model, data, q).copy()
-    J = contact_jacobians(model, data, q, frames, kinds)
-    share = np.zeros(J.shape[0])
-    weight = float(np.linalg.norm(g[:3]))
-    row = 0
-    for kind in kinds:
-        share[row + 2] = weight / len(kinds)
-        row += FORCE_ROWS[kind]
-    Jb = J[:, :FREE_FLYER_DOF].T
-    f = share + np.linalg.lstsq(Jb, g[:FREE_FLYER_DOF] - Jb @ share, rcond=None)[0]
-    return (g - J.T @ f)[actuated], f
-
-
-@dataclass(frozen=True)
-class LeggedPlan:
-    """What a tick sends (or would send) from a :meth:`LeggedMPC.solve`.
-
-    Attributes:
-        result: The solver's outcome.
-        torque: First knot's torques u_0 (nu,) [N m].
-        gain: First knot's feedback K_0 (nu, ndx): u = u_0 + K_0 (x (-) x_0).
-        state: First knot's state x_0 (nx,).
-        forces: First knot's contact forces (m,) (zero rows past the closed contacts).
-        offsets: First force row of each foot at the first knot, -1 when open (nc,).
-        cone_ok: Every closed foot's force is inside the friction cone within the tolerance.
-        cone_violation: Largest excursion out of the cone [N].
-        constraint_violation: First knot's largest violation of the friction-cone constraint the
-            solver keeps (the inscribed pyramid's faces and unilaterality) at these forces [N], 0 inside.
-        timings: Seconds spent in each part of the tick (:data:`TIMING_PARTS`).
-    """
-
-    result: SolveResult
-    torque: np.ndarray
-    gain: np.ndarray
-    state: np.ndarray
-    forces: np.ndarray
-    offsets: np.ndarray
-    cone_ok: bool
-    cone_violation: float
-    constraint_violation: float
-    timings: dict
-
-    @property
-    def sendable(self) -> bool:
-        """The solve succeeded and the first knot's forces respect the cone."""
-        return self.result.ok and self.cone_ok
 
 
 class LeggedMPC:
@@ -493,17 +370,16 @@ class LeggedMPC:
         return False
 
     def solve(self, x0: np.ndarray, phase: int | None = None, elapsed: float | None = None,
-              iterations: int = 1, evaluate_cost: bool = False) -> LeggedPlan:
+              iterations: int = 1, evaluate_cost: bool = False) -> Plan:
         """One tick: move to the gait phase, warm-start, iterate, check the first knot's cone.
 
-        Each iteration relinearizes the contact dynamics at the nominal, takes the full
-        Riccati step (no line search: a real-time iteration), halved while it changes a velocity by more
-        than the step bounds (:data:`STEP_VELOCITY_FACTOR`; beyond them after :data:`STEP_HALVINGS` halvings
-        the solve fails with ``STATUS_NOT_FINITE`` and keeps its nominal) and makes it the nominal; the plan's
-        first-knot forces are those of ``rd.contact_dynamics`` at its first state and torques. The friction
-        cone's multipliers are updated for each step taken at the next linearization (this tick's next
-        iteration or the next tick's first, after the warm start moved them with the plan), where the forces
-        of the step's nominal are at hand: a relinearization after the last step would cost a second one.
+        The iterations are the solver's (:meth:`RiccatiSolver.solve <rbd_deriv.control.solver.RiccatiSolver.solve>`):
+        each relinearizes the contact dynamics at the nominal and takes the full Riccati step (no line search: a
+        real-time iteration), halved while it changes a velocity by more than the step bounds
+        (:data:`~rbd_deriv.control.constants.STEP_VELOCITY_FACTOR`; beyond them after
+        :data:`~rbd_deriv.control.constants.STEP_HALVINGS` halvings the solve fails ``not_finite`` and keeps its
+        nominal); the friction cone's multipliers are updated for each step taken at the next linearization. The
+        plan's first-knot forces are those of ``rd.contact_dynamics`` at its first state and torques.
 
         Args:
             x0: Measured state (nx,).
@@ -511,7 +387,7 @@ class LeggedMPC:
             elapsed: Time since the previous solve [s] (default: the phase change times dt);
                 the first solve starts from x0 held with the static torques.
             iterations: Real-time iterations (1 per tick in closed loop).
-            evaluate_cost: Report the cost of the nominal the first iteration started from
+            evaluate_cost: Give the plan the cost of the nominal the first iteration started from
                 (NaN otherwise: the tick does not need it).
 
         Raises:
@@ -519,7 +395,7 @@ class LeggedMPC:
         """
         x0 = check_state("x0", x0, self.space)
         clock = time.perf_counter
-        start = clock()
+        start = started = clock()
         previous = self.phase
         if phase is not None and int(phase) != self.phase:
             self.set_phase(phase)
@@ -533,40 +409,14 @@ class LeggedMPC:
             if elapsed is None:
                 elapsed = (self.phase - previous) * self.dt
             solver.warm_start(elapsed, x0)
-        solver.X[0] = x0
         timings = dict.fromkeys(TIMING_PARTS, 0.0)
         timings["schedule"] = clock() - start
-        status = qp_iterations = clamped = 0
-        largest, cost = np.inf, np.nan
-        for iteration in range(1, iterations + 1):
-            start = clock()
-            solver.linearize()
-            middle = clock()
-            timings["linearization"] += middle - start
-            if solver.multipliers_pending:
-                solver.update_multipliers()
-            solver.cost_derivatives()
-            if iteration == 1 and evaluate_cost:
-                # Read while the kinematics of the nominal's knots are at hand.
-                cost = solver.cost(solver.X, solver.U)
-            start = clock()
-            timings["costs"] += start - middle
-            status, stage, clamped = solver.backward()
-            qp_iterations += stage
-            if status == STATUS_OK:
-                largest = solver.forward()
-                if self._bound_step(solver):
-                    solver.accept()
-                    solver.multipliers_pending = True
-                else:
-                    status = STATUS_NOT_FINITE
-            timings["riccati"] += clock() - start
-            if status != STATUS_OK:
-                break
-        result = SolveResult(status, iteration, qp_iterations, clamped, largest, cost)
+        result = solver.solve(x0, iterations, tolerance=0.0, line_search=False,
+                              cost_of="start" if evaluate_cost else None, step_filter=self._bound_step,
+                              timings=timings)
         start = clock()
         offsets = self.dynamics.offsets[0].copy()
-        if status == STATUS_OK:
+        if result.ok:
             forces = self.dynamics.forces(solver.X[0], solver.U[0])
             ok, violation = forces_within_cone(forces, offsets, self.mu)
             constraint_violation = self.cone_constraint.stack_violation(forces)
@@ -574,5 +424,5 @@ class LeggedMPC:
             forces, ok, violation = np.full(self.dynamics.force_rows, np.nan), False, np.inf
             constraint_violation = np.inf
         timings["cone check"] = clock() - start
-        return LeggedPlan(result, solver.U[0].copy(), solver.K[0].copy(), solver.X[0].copy(),
-                          forces, offsets, ok, violation, constraint_violation, timings)
+        return Plan.of(solver, result, clock() - started, forces=forces, offsets=offsets, cone_ok=ok,
+                       cone_violation=violation, constraint_violation=constraint_violation, timings=timings)

@@ -28,9 +28,8 @@ the free flyer's v), and at every :meth:`~LeggedLoop.tick` at the clock's time:
    (:func:`~rbd_deriv.control.legged.static_torques`; none where they need more than the effort limits) under
    the last good plan's final gain, both inside the effort limits, never NaN.
 
-Refused inputs raise :class:`~rbd_deriv.exceptions.InputError` subclasses (nothing stored); the caller
-counts them with :meth:`~LeggedLoop.refuse`, beside what the tick counts itself (``solve_input``,
-``solver_failure``, ``cone_refusal``, ``internal_error``); :meth:`~LeggedLoop.diagnostics` reports both.
+Refused inputs raise :class:`~rbd_deriv.exceptions.InputError` subclasses, counted as every loop counts them
+(:class:`~rbd_deriv.control.tick_loop.TickLoop`) beside ``solve_input``, ``solver_failure``, ``cone_refusal``.
 """
 
 from __future__ import annotations
@@ -43,16 +42,17 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 import rbd_deriv as rd
+from rbd_deriv.control.base_motion import BasePath, checked_motion, motion_bounds
 from rbd_deriv.control.constants import LATENCY_WINDOW, MAX_TAKEN, STALE_PLAN_FRACTION, STATISTICS_WINDOW
-from rbd_deriv.control.legged import BasePath, LeggedMPC, static_torques
-from rbd_deriv.control.tick_loop import TickLoop, TickResult
+from rbd_deriv.control.legged import LeggedMPC
 from rbd_deriv.control.policy import (FeedbackPolicy, constant_policy, keep_taken, policy_from_plan,
                                       policy_in_use)
 from rbd_deriv.control.prediction import predict_on_contacts
-from rbd_deriv.control.base_motion import checked_motion, motion_bounds
 from rbd_deriv.control.legged_settings import LeggedLoopSettings
 from rbd_deriv.control.odometry import check_frames, check_jump, check_twist
 from rbd_deriv.control.safety import CommandSource, clamp_torque, hold_command, is_stale
+from rbd_deriv.control.statics import static_torques
+from rbd_deriv.control.tick_loop import TickLoop, TickResult
 from rbd_deriv.exceptions import InputError, RbdDerivError
 
 __all__ = ["LeggedLoop"]
@@ -370,8 +370,8 @@ class LeggedLoop(TickLoop):
             if plan is not None:
                 self.last_plan = plan
                 self.cone_violations.append(plan.cone_violation)
-                if not plan.result.ok:
-                    trouble = self.refuse("solver_failure", f"solver status {plan.result.status}")
+                if not plan.ok:
+                    trouble = self.refuse("solver_failure", f"solver status {plan.status.value}")
                     source = CommandSource.SOLVER_FAILURE
                 elif not plan.cone_ok:
                     trouble = self.refuse("cone_refusal", f"first knot's forces {plan.cone_violation:.3g} N "

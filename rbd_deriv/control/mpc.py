@@ -18,26 +18,17 @@ Typical use::
 from __future__ import annotations
 
 import time as _time
-from dataclasses import dataclass
-from enum import Enum
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from rbd_deriv.control import riccati
 from rbd_deriv.control.constants import DIVERGENCE_BOUND
 from rbd_deriv.control.dynamics import FreeDynamics, HeldDynamics
+from rbd_deriv.control.plan import Plan
 from rbd_deriv.control.problem import Mode, MPCProblem, tracking_problem
-from rbd_deriv.control.solver import RiccatiSolver
+from rbd_deriv.control.solver import RiccatiSolver, SolveStatus
 from rbd_deriv.exceptions import InputError, ModelError
-
-
-class SolveStatus(str, Enum):
-    """Outcome of one tick."""
-
-    OK = "ok"
-    NOT_CONVEX = "not_convex"
-    NOT_FINITE = "not_finite"
 
 
 @dataclass(frozen=True)
@@ -60,43 +51,6 @@ class HeldLinearization:
     dt: float
 
 
-@dataclass(frozen=True)
-class Plan:
-    """Result of one tick. Arrays are copies owned by the plan.
-
-    Attributes:
-        torque: (nu,) command for now [N m]; inside the torque box whenever ``ok``.
-        states: (N+1, nx) predicted states; torques: (N, nu) planned torques.
-        cost: MPC cost of the plan under the model used this tick when the solve was asked for it
-            (``evaluate_cost``), else NaN: a tick does not need it (:meth:`ModelPredictiveController.cost`
-            evaluates it later).
-        iterations: Riccati passes; qp_iterations: stage box-QP iterations in total.
-        clamped: Number of (knot, joint) torques on a bound.
-        solve_time: Wall time of the tick in [s].
-        status: :class:`SolveStatus`.
-        gain: (nu, nx) feedback gain K of the first knot from the last Riccati pass: the first torque at a
-            state x near ``states[0]`` is ``torque + gain (x - states[0])`` (clamped to the box), as the
-            pass's forward rollout applies it (:mod:`rbd_deriv.control.policy`); zero rows for torques on a
-            bound.
-    """
-
-    torque: np.ndarray
-    states: np.ndarray
-    torques: np.ndarray
-    cost: float
-    iterations: int
-    qp_iterations: int
-    clamped: int
-    solve_time: float
-    status: SolveStatus
-    gain: np.ndarray
-
-    @property
-    def ok(self) -> bool:
-        """True when the plan may be sent to the robot."""
-        return self.status is SolveStatus.OK
-
-
 def _checked(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
     array = np.asarray(value, dtype=float)
     if array.shape != shape:
@@ -105,9 +59,6 @@ def _checked(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
         raise InputError(f"{name} contains NaN or inf")
     return array
 
-
-_STATUS = {riccati.STATUS_OK: SolveStatus.OK, riccati.STATUS_NOT_CONVEX: SolveStatus.NOT_CONVEX,
-           riccati.STATUS_NOT_FINITE: SolveStatus.NOT_FINITE}
 
 
 class ModelPredictiveController:
@@ -200,22 +151,19 @@ class ModelPredictiveController:
             solver.cold_start(x0, self.U_ref)
         else:
             solver.warm_start(max(0.0, time - self._last_time), x0)
-        result = solver.solve(x0, p.max_iterations, line_search=False, evaluate_cost=evaluate_cost)
-        solve_status = _STATUS[result.status]
-        if solve_status is SolveStatus.OK and not (
+        result = solver.solve(x0, p.max_iterations, line_search=False,
+                              cost_of="solution" if evaluate_cost else None)
+        status = result.status
+        if status is SolveStatus.OK and not (
                 np.isfinite(solver.U).all() and np.isfinite(solver.X).all()
                 and np.abs(solver.X).max() < DIVERGENCE_BOUND):
-            solve_status = SolveStatus.NOT_FINITE
-        if solve_status is SolveStatus.OK:
+            status = SolveStatus.NOT_FINITE
+        if status is SolveStatus.OK:
             self._last_time = float(time)
-            cost = result.cost
         else:
             self.reset()
-            cost = np.nan
-        torques = solver.U.copy()
-        return Plan(torque=torques[0].copy(), states=solver.X.copy(), torques=torques, cost=cost,
-                    iterations=result.iterations, qp_iterations=result.qp_iterations, clamped=result.clamped,
-                    solve_time=_time.perf_counter() - start, status=solve_status, gain=solver.K[0].copy())
+        return Plan.of(solver, replace(result, status=status, cost=result.cost if status is SolveStatus.OK else np.nan),
+                       _time.perf_counter() - start)
 
     def cost(self, plan: Plan) -> float:
         """The cost of a plan's states and torques under the current references and disturbance (those of

@@ -25,7 +25,10 @@ provider's batched linearization and by the costs' residuals.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from enum import Enum
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -39,21 +42,38 @@ from rbd_deriv.control.residuals import Derivatives, Knots, fold_force_derivativ
 from rbd_deriv.exceptions import InputError
 
 
+class SolveStatus(str, Enum):
+    """Outcome of a solve, for every problem."""
+
+    OK = "ok"
+    NOT_CONVEX = "not_convex"
+    NOT_FINITE = "not_finite"
+
+
+#: The kernels' status codes (:mod:`rbd_deriv.control.riccati`) as :class:`SolveStatus`.
+STATUS = {riccati.STATUS_OK: SolveStatus.OK, riccati.STATUS_NOT_CONVEX: SolveStatus.NOT_CONVEX,
+          riccati.STATUS_NOT_FINITE: SolveStatus.NOT_FINITE}
+
+#: The parts of a solve timed in its ``timings`` (seconds, summed over the iterations): the dynamics of the
+#: horizon with the gaps and integrator blocks; the costs' and constraints' Gauss-Newton derivatives; the
+#: Riccati backward and forward passes with the step's acceptance.
+SOLVE_PARTS = ("linearization", "costs", "riccati")
+
+
 @dataclass(frozen=True)
 class SolveResult:
     """Outcome of :meth:`RiccatiSolver.solve`.
 
     Attributes:
-        status: A ``euler_riccati.STATUS_*`` code.
+        status: The :class:`SolveStatus`.
         iterations: Riccati passes done; qp_iterations: stage box-QP iterations in total.
         clamped: (knot, control) pairs on a bound at the last pass.
         largest_update: Largest control change of the last iteration.
-        cost: Cost of the final (X, U) (the gaps are not part of it) with the constraints'
-            augmented-Lagrangian terms; force costs read the forces of the last linearization,
-            taken before the last step.
+        cost: The cost asked for (``cost_of``), with the constraints' augmented-Lagrangian terms, else NaN;
+            force costs read the forces of the last linearization, taken before the last step.
     """
 
-    status: int
+    status: SolveStatus
     iterations: int
     qp_iterations: int
     clamped: int
@@ -63,7 +83,7 @@ class SolveResult:
     @property
     def ok(self) -> bool:
         """True when every pass succeeded."""
-        return self.status == euler_riccati.STATUS_OK
+        return self.status is SolveStatus.OK
 
 
 class RiccatiSolver:
@@ -271,18 +291,6 @@ class RiccatiSolver:
         self.space.integrate(self.X, self.DX, self.X_new)
         return largest
 
-    def iterate(self) -> tuple[int, int, int, float]:
-        """Derivatives, backward pass and rollout around the nominal (dynamics already set).
-
-        Returns:
-            (status, stage-QP iterations, clamped controls, largest control update).
-        """
-        self.cost_derivatives()
-        status, qp_iterations, clamped = self.backward()
-        if status != euler_riccati.STATUS_OK:
-            return status, qp_iterations, clamped, np.inf
-        return status, qp_iterations, clamped, self.forward()
-
     def accept(self) -> None:
         """Make the last rollout the nominal trajectory."""
         self.X, self.X_new = self.X_new, self.X
@@ -295,26 +303,34 @@ class RiccatiSolver:
 
     def solve(self, x0: np.ndarray, max_iterations: int = 1,
               tolerance: float = CONTROL_STEP_TOLERANCE, line_search: bool = True,
-              evaluate_cost: bool = True) -> SolveResult:
-        """Iterate from the current nominal with X[0] = x0 until the controls stop changing.
+              cost_of: Optional[str] = "solution", step_filter: Optional[Callable[["RiccatiSolver"], bool]] = None,
+              timings: Optional[dict] = None) -> SolveResult:
+        """Iterate from the current nominal with X[0] = x0 until the controls stop changing: the one
+        Gauss-Newton loop of every problem (the fixed-base and the legged MPC run it once per tick, a real-time
+        iteration, or a few from scratch).
 
-        The constraints' multipliers are updated for each full step (alpha = 1: the step's subproblem
-        gives them only at its own solution) once the forces of its nominal are known, at the next
-        linearization there: this solve's next iteration, or the next solve's first (after a warm start
-        moved them with the plan).
+        Each iteration relinearizes the dynamics at the nominal, takes the cost derivatives, the backward pass
+        and the rollout. With ``line_search``, each step is scaled back (alpha = 1, 1/2, 1/4, ...) until it
+        lowers the exact-penalty merit :math:`J + \\mu \\sum_k \\|d_k\\|_1` with :math:`\\mu` twice the
+        largest value gradient of the pass (a bound on the multipliers of the dynamics, Nocedal and Wright,
+        Numerical Optimization, sec. 15.4); without it every step is taken whole (what a real-time iteration
+        does), once ``step_filter`` accepts it (a step it refuses fails the solve, the nominal kept).
 
-        With ``line_search``, each step is scaled back (alpha = 1, 1/2, 1/4, ...) until it lowers
-        the exact-penalty merit :math:`J + \\mu \\sum_k \\|d_k\\|_1` with :math:`\\mu` twice
-        the largest value gradient of the pass (a bound on the multipliers of the dynamics,
-        Nocedal and Wright, Numerical Optimization, sec. 15.4); without it every step is taken
-        whole (what one real-time iteration per tick does).
+        The constraints' multipliers are updated for each full step (alpha = 1: the step's subproblem gives
+        them only at its own solution) once the forces of its nominal are known, at the next linearization
+        there: this solve's next iteration, or the next solve's first (after a warm start moved them with the
+        plan).
 
         Args:
             x0: Measured state (nx,).
             max_iterations: Gauss-Newton iterations at most (1 is a real-time iteration).
-            tolerance: Stop once the largest control update is below it.
+            tolerance: Stop once the largest control update is below it (0: run them all).
             line_search: Scale the steps back until the merit decreases.
-            evaluate_cost: Give the result the cost of the solution (else NaN).
+            cost_of: The cost the result gives: of the ``"solution"``, of the nominal it ``"start"``-ed from
+                (read while the first iteration's kinematics are at hand), or None (NaN).
+            step_filter: Called on a full step (X_new, U_new, DX beside X, U) before it is taken; it may scale
+                it in place; False refuses it.
+            timings: Add the seconds of each of :data:`SOLVE_PARTS` to this dictionary.
 
         Returns:
             The :class:`SolveResult`; the solution is in X, U, the policy in k_ff, K.
@@ -323,28 +339,47 @@ class RiccatiSolver:
             InputError: x0 has a wrong shape or is not finite.
         """
         self.X[0] = check_state("x0", x0, self.space)
+        clock = time.perf_counter
+        spent = dict.fromkeys(SOLVE_PARTS, 0.0)
         status = euler_riccati.STATUS_OK
         iterations = qp_iterations = clamped = 0
-        largest = np.inf
+        largest, cost = np.inf, np.nan
+        start = clock()
         self.linearize()
         for iterations in range(1, max_iterations + 1):
             if self.multipliers_pending:
                 self.update_multipliers()
-            status, stage_iterations, clamped, largest = self.iterate()
+            middle = clock()
+            spent["linearization"] += middle - start
+            self.cost_derivatives()
+            if iterations == 1 and cost_of == "start":
+                cost = self.cost(self.X, self.U)
+            start = clock()
+            spent["costs"] += start - middle
+            status, stage_iterations, clamped = self.backward()
             qp_iterations += stage_iterations
-            if status != euler_riccati.STATUS_OK:
-                break
-            if line_search:
-                self.multipliers_pending = self._line_search() == 1.0
-            else:
-                self.accept()
-                self.multipliers_pending = True
-            if largest <= tolerance:
+            if status == euler_riccati.STATUS_OK:
+                largest = self.forward()
+                if line_search:
+                    self.multipliers_pending = self._line_search() == 1.0
+                elif step_filter is None or step_filter(self):
+                    self.accept()
+                    self.multipliers_pending = True
+                else:
+                    status = euler_riccati.STATUS_NOT_FINITE
+            middle = clock()
+            spent["riccati"] += middle - start
+            start = middle
+            if status != euler_riccati.STATUS_OK or largest <= tolerance:
                 break
             if not line_search and iterations < max_iterations:
                 self.linearize()
-        cost = self.cost(self.X, self.U) if status == euler_riccati.STATUS_OK and evaluate_cost else np.nan
-        return SolveResult(status, iterations, qp_iterations, clamped, largest, cost)
+        if status == euler_riccati.STATUS_OK and cost_of == "solution":
+            cost = self.cost(self.X, self.U)
+        if timings is not None:
+            for part, seconds in spent.items():
+                timings[part] = timings.get(part, 0.0) + seconds
+        return SolveResult(STATUS[status], iterations, qp_iterations, clamped, largest, cost)
 
     def _line_search(self) -> float:
         """Take the largest step of the last pass (X_new, U_new) that lowers the merit.

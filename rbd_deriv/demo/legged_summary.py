@@ -16,7 +16,7 @@ def reference_path(base_times: np.ndarray, base: np.ndarray, motions: Sequence[t
     """(K, 3) the base's reference at ``base_times`` (K,) [s]: its first position, moved as the MPC node was
     told (``motions``: (time [s], MPC parameters set then), in time order) along a
     :class:`~rbd_deriv.control.legged.BasePath`. ``base``: (K, 7) base poses (position [m], quaternion)."""
-    from rbd_deriv.control.legged import BasePath
+    from rbd_deriv.control.base_motion import BasePath
 
     if not len(base):
         return np.zeros((0, 3))

@@ -254,8 +254,8 @@ class MpcNode(LifecycleNode):
         if self.policy_publisher is not None and result.policy is not None:
             self._publish_policy(result.policy)
         self.command_publisher.publish(Float64MultiArray(data=result.command.tolist()))
-        if (self.plan_publisher is not None and isinstance(result.plan, Plan)
-                and self.loop.ticks % self._p["plan_decimation"] == 0):
+        decimation = self._p["plan_decimation"]
+        if self.plan_publisher is not None and result.plan is not None and self.loop.ticks % decimation == 0:
             self._publish_plan(result.plan, result.plan_start_ns)
 
     def _publish_plan(self, plan: Plan, start_ns: int) -> None:
