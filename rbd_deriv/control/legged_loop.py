@@ -190,12 +190,7 @@ class LeggedLoop(TickLoop):
 
     def set_sway(self, amplitude: float, period: float) -> None:
         """Sway the base's reference sideways (world y) by ``amplitude`` [m] sin(2 pi t / ``period`` [s]) from
-        the next plan's first knot (0: no sway).
-
-        Raises:
-            InputError: an amplitude outside [0, :data:`~rbd_deriv.control.constants.MAX_SWAY_AMPLITUDE`], a period that is not > 0, or with
-                the base velocity a motion the robot cannot follow (:meth:`set_motion`); nothing changes.
-        """
+        the next plan's first knot (0: no sway). Raises InputError as :meth:`set_motion`; nothing changes then."""
         self.set_motion(self._motion[0], amplitude, period)
 
     def set_motion(self, velocity: Sequence[float], amplitude: float, period: float) -> None:
@@ -491,11 +486,11 @@ class LeggedLoop(TickLoop):
     def _report(self, values: Dict[str, str]) -> None:
         """The legged values of :meth:`diagnostics`: gait, phase, horizon, ticks on a held policy, the largest
         cone violation of the first knots, the last plan's first-knot violation of the pyramid, safe commands."""
-        values.update({"gait": self.gait, "phase": str(self.mpc.phase), "horizon": str(self.mpc.horizon),
-                       "held_policy_ticks": str(self.held_policy_ticks)})
+        values.update(gait=self.gait, phase=str(self.mpc.phase), horizon=str(self.mpc.horizon),
+                      held_policy_ticks=str(self.held_policy_ticks))
         if self.cone_violations:
             values["cone_violation_max_n"] = f"{max(self.cone_violations):.4g}"
-        if self.last_plan is not None:  # the last plan's first knot against the pyramid the solver keeps
+        if self.last_plan is not None:
             values["cone_constraint_violation_n"] = f"{self.last_plan.constraint_violation:.4g}"
         values["safe_commands"] = str(sum(count for source, count in self.sources.items()
                                           if source not in (CommandSource.PLAN, CommandSource.NO_STATE)))
