@@ -74,7 +74,7 @@ def legged_loop(model: Any, p: Mapping[str, Any]) -> LeggedLoop:
     for name in dict.fromkeys(list(p["gaits"]) + [p["gait"]]):
         gait = make_gait(name, feet, kinds, p["swing_knots"], p["support_knots"], p["gait_pattern"])
         mpcs[name] = LeggedMPC(model, feet, gait, posture, horizon=p["horizon"], dt=p["dt"], mu=p["mu"],
-                               weights=weights, swing_height=p["swing_height"])
+                               weights=weights, swing_height=p["swing_height"], torso=base_link(model))
     settings = LeggedLoopSettings(state_timeout=p["state_timeout"], policy_validity=p["policy_validity"],
                                   max_stamp_lead=p["max_stamp_lead"], latency=p["command_delay"],
                                   predict=p["predict_delay"], gain_knots=p["policy_gain_knots"],

@@ -162,6 +162,11 @@ def test_gait_phase_and_plan_stamps_follow_the_knot_grid(solo):
     with pytest.raises(InputError, match="gallop"):
         loop.set_gait("gallop")
     assert loop.gait == "stand"
+    # The node's run-time parameters: a known gait is taken, an unknown one and a fixed base's goal refused.
+    values = {"gait": "trot", "goal_positions": [0.0]}
+    assert loop.set_parameters(values, {"gait"}) is None and loop.gait == "trot"
+    assert "gallop" in loop.set_parameters({"gait": "gallop"}, {"gait"}) and loop.gait == "trot"
+    assert "fixed-base" in loop.set_parameters(values, {"goal_positions"})
 
 
 def run_in_mujoco(model, loop, seconds, events, seed=0, period=(0.02, 0.035), delay=0.008, stall=None):

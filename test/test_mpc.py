@@ -664,8 +664,10 @@ PLANS = Path(__file__).resolve().parent / "data" / "fixed_base_plans"
 @pytest.mark.parametrize("case", sorted(path.stem for path in PLANS.glob("*.npz")))
 def test_the_same_plans_as_the_fixed_base_stack_it_replaces(case):
     """Tick by tick, the recorded inputs give the recorded plans (1e-9 relative to each array's largest
-    entry): a closed loop's warm starts, both modes, a binding box, disturbances, several iterations, and
-    the failures (not convex, not finite) at the same ticks."""
+    entry) with the same statuses, iteration counts and clamped torques: a closed loop's warm starts (late
+    ticks read the previous plan between knots), both modes, both Riccati passes, binding boxes,
+    disturbances, three iterations per tick. Every recorded tick solved: the failures are the subject of
+    the tests above (an indefinite Hessian, a diverging linearization)."""
     sys.path.insert(0, str(PLANS.parent))
     try:
         from record_fixed_base_plans import load

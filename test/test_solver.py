@@ -210,6 +210,9 @@ def test_solver_refuses_bad_input(solo_zero_gravity):
         solver.solve(np.r_[x0[:-1], np.nan])
     with pytest.raises(InputError, match="x0"):
         solver.cold_start(x0[:5])
+    for count in (0, 1.5):  # no iteration would leave the nominal unsolved behind an "ok"
+        with pytest.raises(InputError, match="max_iterations"):
+            solver.solve(x0, max_iterations=count)
     bare = OptimalControlProblem(VectorSpace(2), 3, 0.1, -np.ones(2), np.ones(2))
     with pytest.raises(InputError, match="no dynamics provider"):
         RiccatiSolver(bare).solve(np.zeros(4))

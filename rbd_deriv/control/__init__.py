@@ -23,9 +23,10 @@ The problem and its solver (composed as Crocoddyl composes one):
 Its two builders and facades:
 
 - :mod:`~rbd_deriv.control.problem`, :mod:`~rbd_deriv.control.mpc`: the fixed-base tracking problem and its
-  facade, one ``solve`` per tick returning a plan.
+  facade, one ``solve`` per tick returning a plan (:mod:`~rbd_deriv.control.plan`, the plan of every MPC).
 - :mod:`~rbd_deriv.control.legged`: the whole-body MPC of a legged robot along a gait
-  (:mod:`~rbd_deriv.control.schedule`, :mod:`~rbd_deriv.control.srdf`: gaits and reference postures).
+  (:mod:`~rbd_deriv.control.schedule`, :mod:`~rbd_deriv.control.srdf`: gaits and reference postures;
+  :mod:`~rbd_deriv.control.statics`: a posture's static torques and forces on its contacts).
 
 The tick loops, what a controller node calls every tick:
 

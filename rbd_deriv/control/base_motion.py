@@ -2,7 +2,7 @@
 allows, and a motion checked against them.
 
 A base walking at a velocity and swaying sideways (the motion a :class:`~rbd_deriv.control.legged_loop.LeggedLoop`
-is given, :class:`~rbd_deriv.control.legged.BasePath`) is followed only within what its legs can give:
+is given, :class:`~rbd_deriv.control.base_motion.BasePath`) is followed only within what its legs can give:
 :func:`motion_bounds` draws a speed and a sideways acceleration from the reference posture, :func:`checked_motion`
 refuses a motion beyond them (or beyond :data:`~rbd_deriv.control.constants.MAX_BASE_SPEED` and
 :data:`~rbd_deriv.control.constants.MAX_SWAY_AMPLITUDE`, which no robot follows).

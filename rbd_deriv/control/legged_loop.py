@@ -25,7 +25,7 @@ the free flyer's v), and at every :meth:`~LeggedLoop.tick` at the clock's time:
 4. otherwise (a stale input, a refused state, a failed solve, a cone refusal) the safe command of a
    standing robot: the last good policy while it is valid (evaluated at the measured state), else
    the torques that hold the measured posture on the feet the gait has on the ground
-   (:func:`~rbd_deriv.control.legged.static_torques`; none where they need more than the effort limits) under
+   (:func:`~rbd_deriv.control.statics.static_torques`; none where they need more than the effort limits) under
    the last good plan's final gain, both inside the effort limits, never NaN.
 
 Refused inputs raise :class:`~rbd_deriv.exceptions.InputError` subclasses, counted as every loop counts them
@@ -210,6 +210,8 @@ class LeggedLoop(TickLoop):
         """Take the run-time parameters among ``names`` (changed) from ``values`` (all the node's): ``gait``,
         ``base_velocity``, ``sway_amplitude``, ``sway_period``, the motion checked as a whole before anything
         changes. Returns why they are refused, or None."""
+        if "goal_positions" in names:
+            return "goal_positions: a parameter of a fixed-base robot; a legged one moves by its base motion and gait"
         if "gait" in names and values["gait"] not in self.mpcs:
             return f"gait {values['gait']!r} is not one of {sorted(self.mpcs)}"
         try:
@@ -312,6 +314,7 @@ class LeggedLoop(TickLoop):
         fresh = clock and not (is_stale(self._seconds(self._joints_ns), now, timeout)
                                or is_stale(self._seconds(self._base_ns), now, timeout))
         plan, trouble, source = None, None, CommandSource.STALE_STATE if clock else CommandSource.STALE_CLOCK
+        plan_start_ns = 0
         if fresh:
             state_time = self._seconds(state_ns)
             mpc = self.mpc
@@ -364,6 +367,7 @@ class LeggedLoop(TickLoop):
                 source = CommandSource.SOLVER_FAILURE
             if plan is not None:
                 self.last_plan = plan
+                plan_start_ns = self._epoch_ns + int(round(start_time * 1e9))
                 self.cone_violations.append(plan.cone_violation)
                 if not plan.ok:
                     trouble = self.refuse("solver_failure", f"solver status {plan.status.value}")
@@ -373,7 +377,7 @@ class LeggedLoop(TickLoop):
                                           f"outside the friction cone")
                     source = CommandSource.CONE_REFUSAL
                 else:
-                    policy = self._plan_policy(mpc, self._epoch_ns + int(round(start_time * 1e9)))
+                    policy = self._plan_policy(mpc, plan_start_ns)
                     if policy is not None:
                         source = CommandSource.PLAN
                         command = clamp_torque(plan.torque, self.lower, self.upper)
@@ -390,7 +394,7 @@ class LeggedLoop(TickLoop):
             self.good_policy = policy
         self._remember(policy)
         self._count(source, command)
-        return TickResult(command, source, previous, plan, policy.stamp_ns if plan is not None else 0, trouble, policy)
+        return TickResult(command, source, previous, plan, plan_start_ns, trouble, policy)
 
     def _remember(self, policy: FeedbackPolicy) -> None:
         """Keep ``policy`` as the robot side does (one stamped like the newest replaces it; an older one is

@@ -60,7 +60,6 @@ def _checked(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
     return array
 
 
-
 class ModelPredictiveController:
     """Box-constrained Riccati MPC of a fixed-base robot, warm-started from its previous plan.
 

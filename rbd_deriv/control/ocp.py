@@ -10,8 +10,8 @@
 with x = (q, v) on the robot's state space (:mod:`rbd_deriv.control.state_space`), u the
 torques of the actuated joints, :math:`\\mathcal R` and :math:`\\mathcal T` lists of costs
 (:mod:`rbd_deriv.control.cost`) and :math:`f_k` the step of a dynamics provider
-(:mod:`rbd_deriv.control.dynamics`): free dynamics today, contact dynamics with a schedule, an
-impulse at a touchdown. :math:`\\mathcal C` is a list of inequality constraints of the running
+(:mod:`rbd_deriv.control.dynamics`): a held linearization (the fixed-base MPC's held mode), the free
+dynamics, the contact dynamics of a schedule with an impulse at a touchdown. :math:`\\mathcal C` is a list of inequality constraints of the running
 knots (:mod:`rbd_deriv.control.constraints`: the friction cone), which the solver keeps by an
 augmented Lagrangian whose multipliers the constraints hold. Built once; its references, weights and
 knot weights are arrays that the caller updates in place between ticks.
@@ -42,8 +42,8 @@ class OptimalControlProblem:
         control_lower, control_upper: (nu,) control box, finite.
         running_costs: Costs of the knots 0 to N-1 (knot weights, if any, of length N).
         terminal_costs: Costs of the knot N (no control; knot weights of length 1).
-        dynamics: The dynamics provider, or None when the caller sets the knot dynamics itself
-            (held linearization).
+        dynamics: The dynamics provider (the solver needs one to solve; None builds a problem whose knot
+            dynamics a caller sets itself, as the kernels' tests do).
         constraints: Inequality constraints of the knots 0 to N-1
             (:class:`~rbd_deriv.control.constraints.InequalityConstraint`, multipliers for N knots).
     """

@@ -316,8 +316,9 @@ class RiccatiSolver:
         Numerical Optimization, sec. 15.4); without it every step is taken whole (what a real-time iteration
         does), once ``step_filter`` accepts it (a step it refuses fails the solve, the nominal kept).
 
-        The constraints' multipliers are updated for each full step (alpha = 1: the step's subproblem gives
-        them only at its own solution) once the forces of its nominal are known, at the next linearization
+        The constraints' multipliers are updated for each step taken whole (alpha = 1 of the line search, or as
+        ``step_filter`` left it: the step's subproblem gives them only at its own solution) once the forces of its
+        nominal are known, at the next linearization
         there: this solve's next iteration, or the next solve's first (after a warm start moved them with the
         plan).
 
@@ -336,9 +337,11 @@ class RiccatiSolver:
             The :class:`SolveResult`; the solution is in X, U, the policy in k_ff, K.
 
         Raises:
-            InputError: x0 has a wrong shape or is not finite.
+            InputError: x0 has a wrong shape or is not finite, or ``max_iterations`` is not a positive integer.
         """
         self.X[0] = check_state("x0", x0, self.space)
+        if int(max_iterations) != max_iterations or max_iterations < 1:
+            raise InputError(f"max_iterations must be a positive integer, got {max_iterations!r}", "max_iterations")
         clock = time.perf_counter
         spent = dict.fromkeys(SOLVE_PARTS, 0.0)
         status = euler_riccati.STATUS_OK
@@ -367,6 +370,8 @@ class RiccatiSolver:
                     self.multipliers_pending = True
                 else:
                     status = euler_riccati.STATUS_NOT_FINITE
+            if status != euler_riccati.STATUS_OK:
+                largest = np.inf
             middle = clock()
             spent["riccati"] += middle - start
             start = middle

@@ -15,7 +15,7 @@ __all__ = ["legged_document", "reference_path", "summarize_legged"]
 def reference_path(base_times: np.ndarray, base: np.ndarray, motions: Sequence[tuple]) -> np.ndarray:
     """(K, 3) the base's reference at ``base_times`` (K,) [s]: its first position, moved as the MPC node was
     told (``motions``: (time [s], MPC parameters set then), in time order) along a
-    :class:`~rbd_deriv.control.legged.BasePath`. ``base``: (K, 7) base poses (position [m], quaternion)."""
+    :class:`~rbd_deriv.control.base_motion.BasePath`. ``base``: (K, 7) base poses (position [m], quaternion)."""
     from rbd_deriv.control.base_motion import BasePath
 
     if not len(base):
