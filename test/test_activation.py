@@ -75,3 +75,29 @@ def test_bad_parameters_are_refused():
         RelaxedLogBarrier(0.0, 0.1, 2)
     with pytest.raises(InputError):
         RelaxedLogBarrier(1.0, -0.1, 2)
+
+
+def test_barrier_on_an_identity_residual_adds_what_the_general_path_adds():
+    """QuadraticBarrier.add_identity (a state residual on a vector space, a reference per knot or shared, knot
+    weights with a zero) against value, derivatives and the residual's gauss_newton taken separately."""
+    from rbd_deriv.control.cost import Cost
+    from rbd_deriv.control.residuals import Derivatives, Knots, StateResidual
+    from rbd_deriv.control.state_space import VectorSpace
+    rng = np.random.default_rng(5)
+    space, K = VectorSpace(3), 5
+    X = rng.uniform(-2.0, 2.0, (K, 6))
+    lower, upper = -np.ones(6), np.r_[np.ones(3), np.full(3, np.inf)]
+    for reference in (rng.uniform(-0.5, 0.5, (K, 6)), rng.uniform(-0.5, 0.5, 6)):
+        for knot_weights in (None, np.array([1.0, 0.0, 2.0, 0.5, 3.0])):
+            residual = StateResidual(space, reference)
+            barrier = QuadraticBarrier(lower, upper, rng.uniform(1.0, 3.0, 6))
+            fast = Derivatives(np.zeros((K, 6, 6)), np.zeros((K, 6)))
+            Cost(residual, barrier, knot_weights).add_derivatives(Knots(X), fast)
+            general = Derivatives(np.zeros((K, 6, 6)), np.zeros((K, 6)))
+            r = residual.value(Knots(X))
+            gradient, hessian = barrier.derivatives(r)
+            factors = np.ones(K) if knot_weights is None else knot_weights
+            residual.gauss_newton(Knots(X), r, factors[:, None] * gradient, factors[:, None] * hessian, general)
+            assert np.abs(general.Lx).max() > 0.0, "some entries pass their bounds"
+            assert_close(fast.Lx, general.Lx, what="gradient")
+            assert_close(fast.Lxx, general.Lxx, what="Hessian")

@@ -99,6 +99,29 @@ class QuadraticBarrier:
         """Gradient w * excess and Hessian diagonal w where a bound is passed (else 0), (K, nr)."""
         return self._evaluate(r)[1:]
 
+    def add_identity(self, Y: np.ndarray, reference: np.ndarray, gradient: np.ndarray, hessian: np.ndarray,
+                     knot_weights: np.ndarray) -> None:
+        """Add the derivatives of the barrier of r = Y - reference (Y (K, nr), reference of 1 or K rows) to
+        gradient (K, nr) and the diagonals of hessian (K, nr, nr), times the knot weights ((K,), empty for 1): a
+        residual whose Jacobian is the identity (:meth:`~rbd_deriv.control.residuals.Residual.identity`)."""
+        _barrier_identity(Y, reference, self.lower, self.upper, self.weights, knot_weights, gradient, hessian)
+
+
+@njit(**JIT_OPTIONS)
+def _barrier_identity(Y, reference, lower, upper, weights, knot_weights, gradient, hessian):
+    """:meth:`QuadraticBarrier.add_identity`'s pass over the knots."""
+    shared = reference.shape[0] == 1
+    for k in range(Y.shape[0]):
+        factor = 1.0 if knot_weights.shape[0] == 0 else knot_weights[k]
+        ref = reference[0] if shared else reference[k]
+        for i in range(Y.shape[1]):
+            r = Y[k, i] - ref[i]
+            excess = max(0.0, r - upper[i]) + min(0.0, r - lower[i])
+            if excess != 0.0 and factor != 0.0:
+                w = factor * weights[i]
+                gradient[k, i] += w * excess
+                hessian[k, i, i] += w
+
 
 @njit(**JIT_OPTIONS)
 def _quadratic_barrier(r, lower, upper, weights, value, gradient, hessian):
@@ -174,4 +197,6 @@ def precompile_kernels() -> None:
     """Compile the kernels into the cache with the argument types the barriers pass (the package's
     build runs it)."""
     RelaxedLogBarrier(1.0, 0.1, 2).derivatives(np.ones((2, 2)))
-    QuadraticBarrier(-np.ones(2), np.ones(2), 1.0).derivatives(np.ones((2, 2)))
+    barrier = QuadraticBarrier(-np.ones(2), np.ones(2), 1.0)
+    barrier.derivatives(np.ones((2, 2)))
+    barrier.add_identity(np.ones((2, 2)), np.zeros((1, 2)), np.zeros((2, 2)), np.zeros((2, 2, 2)), np.zeros(0))

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rbd_deriv.control.activation import Quadratic
-from rbd_deriv.control.residuals import Derivatives, Knots, Residual
+from rbd_deriv.control.residuals import Derivatives, Knots, Residual, knot_factors
 from rbd_deriv.exceptions import InputError
 
 
@@ -68,6 +68,11 @@ class Cost:
         weights = self._weights(knots.count)
         if isinstance(self.activation, Quadratic) and self.residual.add_quadratic(
                 knots, self.activation.weights, weights, out):
+            return
+        add_identity = getattr(self.activation, "add_identity", None)
+        identity = None if add_identity is None else self.residual.identity(knots, out)
+        if identity is not None:
+            add_identity(*identity, knot_factors(weights))
             return
         r = self.residual.value(knots)
         gradient, hessian = self.activation.derivatives(r)

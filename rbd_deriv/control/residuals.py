@@ -19,16 +19,13 @@ Task residuals (frame position, center of mass) are in :mod:`rbd_deriv.control.t
 a frame's orientation in :mod:`rbd_deriv.control.orientation_residual`, contact forces and
 friction cones in :mod:`rbd_deriv.control.contact_force`.
 
-The products are small and repeated at every knot: done with numpy, one call per product and per
-cost, the calls, not the arithmetic, would take the time. So each residual family has a compiled
-kernel beside its class that loops over the knots and writes into the solver's buffers in place,
-the class checking its inputs and handing it plain arrays. Here: the state residual's, with the
-structure of its Jacobian used (the identity but the free flyer's block, the inverse of the right
-Jacobian of SE(3) at the residual, :func:`rbd_deriv.control.state_space.difference_block`); the
-quadratic of a residual whose Jacobian is the identity on the variable it reads
-(:func:`identity_quadratic`: controls, forces); and the fold of the force-space derivatives,
-:math:`L_{xx} \\mathrel{+}= F_x^T L_{ff} F_x` on the rows of the closed contacts only
-(:func:`fold_force_derivatives`).
+Each residual family has a compiled kernel beside its class, looping over the knots into the solver's
+buffers (with numpy, the calls, not the arithmetic, would take the time). Here: the state residual's, the
+identity but the free flyer's block in its Jacobian (the inverse of the right Jacobian of SE(3),
+:func:`rbd_deriv.control.state_space.difference_block`); the quadratic of a residual whose Jacobian is the
+identity on the variable it reads (:func:`identity_quadratic`; :meth:`Residual.identity` names that
+variable for other activations); the fold :math:`L_{xx} \\mathrel{+}= F_x^T L_{ff} F_x` of the force-space
+derivatives on the closed contacts' rows (:func:`fold_force_derivatives`).
 """
 
 from __future__ import annotations
@@ -226,6 +223,12 @@ class Residual:
         """
         return False
 
+    def identity(self, knots: Knots, out: Derivatives) -> tuple | None:
+        """(Y, Y_ref, gradient, hessian) when r = Y - Y_ref, Y (K, nr) a variable of the knots on which the Jacobian is
+        the identity, gradient and hessian the arrays of ``out`` for it (an activation then adds to them directly);
+        None otherwise."""
+        return None
+
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
         """Add the Gauss-Newton derivatives of a(r) to ``out``.
@@ -385,6 +388,12 @@ class StateResidual(Residual):
             J[:, :b, :b] = self.space.difference_jacobian_blocks(reference, r)
         return J, None
 
+    def identity(self, knots: Knots, out: Derivatives) -> tuple | None:
+        """(X, X_ref, L_x, L_xx) on a plain vector space (see :meth:`Residual.identity`), else None."""
+        if hasattr(self.space, "model"):
+            return None
+        return knots.X, self._reference(knots.count).reshape(-1, self.space.nx), out.Lx, out.Lxx
+
     def add_quadratic(self, knots: Knots, weights: np.ndarray, knot_weights: np.ndarray | None,
                       out: Derivatives) -> bool:
         """The value and the products of :meth:`gauss_newton` in one compiled pass
@@ -397,8 +406,7 @@ class StateResidual(Residual):
         if X.shape[1:] != (self.space.nx,):
             raise InputError(f"states must have {self.space.nx} entries, got {X.shape}", "X")
         if model is None:  # on a plain vector space r = x - x_ref has the identity for Jacobian
-            identity_quadratic(X, reference.reshape(-1, self.space.nx), weights, knot_factors(knot_weights),
-                               out.Lx, out.Lxx)
+            identity_quadratic(*self.identity(knots, out)[:2], weights, knot_factors(knot_weights), out.Lx, out.Lxx)
             return True
         if self._r is None or self._r.shape[0] != K:
             self._r = np.empty((K, self.nr))

@@ -31,7 +31,7 @@ from numba import njit
 import numpy as np
 
 from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING
-from rbd_deriv.core.cholesky import cholesky, cholesky_solve
+from rbd_deriv.core.cholesky import cholesky, cholesky_solve_vector
 from rbd_deriv.control.constants import (BOUND_TOLERANCE, BOX_QP_ARMIJO, BOX_QP_MAX_ITERATIONS,
                                          BOX_QP_MIN_STEP, BOX_QP_TOLERANCE)
 
@@ -143,7 +143,7 @@ def box_qp(H, g_lin, lower, upper, x, free, index, L, work):
         rhs = work[3]
         for a in range(m):
             rhs[a] = -gradient[index[a]]
-        cholesky_solve(L, m, work[3:4, :m].T)  # rhs as a column
+        cholesky_solve_vector(L, m, rhs)
         for i in range(n):
             step[i] = 0.0
         for a in range(m):
@@ -259,7 +259,7 @@ def backward_pass(A, B, d, Lxx, Lx, Luu, Lux, Lu, U, torque_lower, torque_upper,
         for j in range(nx):
             for a in range(m):
                 column[a] = -Qux[index[a], j]
-            cholesky_solve(L, m, work[3:4, :m].T)  # column as a column
+            cholesky_solve_vector(L, m, column)
             for a in range(m):
                 K[k, index[a], j] = column[a]
         # Value update: P = Qxx + Qux^T K (K^T Quu K and K^T Qux cancel for this K),

@@ -12,7 +12,8 @@ Row-oriented, :math:`G = C C^T` with
     C_{rr} = \sqrt{G_{rr} - \sum_{k<r} C_{rk}^2},
 
 written over G's lower triangle; the solve is the forward then backward substitution, a row update over the
-right-hand side's columns at a time.
+right-hand side's columns at a time (:func:`cholesky_solve`), or on one vector (:func:`cholesky_solve_vector`, the
+stage QPs' Newton steps and gain columns, a few entries each, many times per pass).
 """
 
 from __future__ import annotations
@@ -67,3 +68,18 @@ def cholesky_solve(G, m, X):
         d = 1.0 / G[r, r]
         for col in range(UINT(0), UINT(c)):
             Xr[col] *= d
+
+
+@njit(**JIT_OPTIONS)
+def cholesky_solve_vector(G, m, b):
+    """b (m or more,) <- G^-1 b on its first m entries, for G = C C^T factored by :func:`cholesky`."""
+    for r in range(m):
+        s = b[r]
+        for k in range(r):
+            s -= G[r, k] * b[k]
+        b[r] = s / G[r, r]
+    for r in range(m - 1, -1, -1):
+        s = b[r]
+        for k in range(r + 1, m):
+            s -= G[k, r] * b[k]
+        b[r] = s / G[r, r]
