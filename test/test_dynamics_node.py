@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -109,10 +110,27 @@ class NodeUnderTest:
 
     def spin_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
-        while not condition():
-            assert self.process.poll() is None, f"node died while waiting for {what}:\n{self.log_text()}"
-            assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}:\n{self.log_text()}"
-            self.executor.spin_once(timeout_sec=0.05)
+        # DDS's wait once missed its own 50 ms timeout in CI and stayed blocked (17 min, until the node under test
+        # changed state): a helper thread wakes the executor every 0.5 s, and 10 s past the deadline stops the node,
+        # so that a wait that never returns fails the test (node died) instead of hanging the suite.
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(0.5):
+                self.executor.wake()
+                if time.monotonic() > deadline + 10.0 and self.process.poll() is None:
+                    self.process.terminate()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            while not condition():
+                assert self.process.poll() is None, f"node died while waiting for {what}:\n{self.log_text()}"
+                assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}:\n{self.log_text()}"
+                self.executor.spin_once(timeout_sec=0.05)
+        finally:
+            done.set()
+            watcher.join()
 
     def log_text(self) -> str:
         self.log.flush()
