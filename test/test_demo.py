@@ -233,9 +233,11 @@ def test_logs_folder_and_the_nodes_that_exited(tmp_path):
 #: apart, per foot) outside the MPC's cone. Measured on 2 shared cores (load 4-5): solo12 (8 s) RMS 8.7 mm, 50 of
 #: 50 Hz, 16 samples outside mu; talos (4 s) RMS 8.2 mm, 25 of 25 Hz, none outside mu. solo12's trot puts 64
 #: samples of a 20 s run outside mu = 0.7 (up to the floor's 1.0: feet that slip), as many with the URDF's
-#: 1000 N m as with its 2.7 N m.
+#: 1000 N m as with its 2.7 N m. talos's push at 1.6 s takes a foot to 0.36-0.65 of mu on an idle machine
+#: (two runs); in 2 of 6 CI runs of 2026-11-27 (the cone a constraint of the problem, the machine compiling
+#: and testing beside it) one sample of 800 passed mu: a few are allowed, a leak lasting longer is not.
 LEGGED_BOUNDS = {"solo12": {"rate": 0.6, "base_rms": 0.015, "cone_samples": 50},
-                 "talos": {"rate": 0.6, "base_rms": 0.02, "cone_samples": 0}}
+                 "talos": {"rate": 0.6, "base_rms": 0.02, "cone_samples": 3}}
 
 
 @pytest.mark.parametrize("robot, arguments", [
