@@ -12,7 +12,7 @@ import rbd_deriv as rd
 from rbd_deriv.control import ControlLoop, LoopSettings, MPCProblem
 from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
 from rbd_deriv.control.legged_loop import LeggedLoop
-from rbd_deriv.control.legged_settings import LeggedLoopSettings, base_link, make_gait
+from rbd_deriv.control.legged_settings import LeggedLoopSettings, base_link, make_gait, parse_gait_table
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.sim.ground import Ground, rest_on_floor
@@ -53,11 +53,12 @@ def control_loop(model: Any, p: Mapping[str, Any]) -> ControlLoop:
 def legged_loop(model: Any, p: Mapping[str, Any]) -> LeggedLoop:
     """The floating-base loop: the reference posture (the SRDF's ``posture``, else the neutral configuration) put
     on the floor the way the simulator puts the robot (point feet ``foot_radius`` above it, soles on it), one legged
-    MPC per gait of ``gaits``, the motion of ``base_velocity`` and the sway.
+    MPC per gait of ``gaits`` (rows of ``gait_table``, its horizon at least one cycle of the gait), the sway.
 
     Raises:
         InputError: No foot, a foot the model lacks, an SRDF or posture that cannot be read, a gait that
-            cannot be made (a trot without four feet, a pattern knot without contact), ``gait`` not in ``gaits``.
+            cannot be made (a table row that does not parse, offsets for other feet, a knot without contact),
+            ``gait`` or ``idle_gait`` not in ``gaits``.
     """
     feet = list(p["contact_frames"])
     if not feet:
@@ -70,18 +71,23 @@ def legged_loop(model: Any, p: Mapping[str, Any]) -> LeggedLoop:
     posture = rest_on_floor(model, posture, Ground(tuple(feet), tuple(kinds), p["foot_radius"],
                                                    tuple(p["sole_size"])))
     weights = LeggedWeights(**{field: p[f"weight_{field}"] for field in LeggedWeights.__dataclass_fields__})
+    table = parse_gait_table(p["gait_table"])
     mpcs = {}
-    for name in dict.fromkeys(list(p["gaits"]) + [p["gait"]]):
-        gait = make_gait(name, feet, kinds, p["swing_knots"], p["support_knots"], p["gait_pattern"])
-        mpcs[name] = LeggedMPC(model, feet, gait, posture, horizon=p["horizon"], dt=p["dt"], mu=p["mu"],
-                               weights=weights, swing_height=p["swing_height"], torso=base_link(model))
+    for name in dict.fromkeys(list(p["gaits"]) + [p["gait"]] + ([p["idle_gait"]] if p["idle_gait"] else [])):
+        gait = make_gait(name, feet, kinds, table, p["dt"])
+        height = table[name].swing_height if name in table else None
+        mpcs[name] = LeggedMPC(model, feet, gait, posture, horizon=max(p["horizon"], gait.period), dt=p["dt"],
+                               mu=p["mu"], weights=weights, swing_height=p["swing_height"] if height is None else height,
+                               torso=base_link(model))
     settings = LeggedLoopSettings(state_timeout=p["state_timeout"], policy_validity=p["policy_validity"],
                                   max_stamp_lead=p["max_stamp_lead"], latency=p["command_delay"],
                                   predict=p["predict_delay"], gain_knots=p["policy_gain_knots"],
                                   odom_frame=p["odom_frame"], base_frame=p["base_frame"] or base_link(model),
                                   jump_margin=p["odom_jump_margin"], jump_angle_margin=p["odom_jump_angle_margin"],
                                   max_base_speed=p["odom_max_speed"], max_base_rate=p["odom_max_rate"],
-                                  motion_margin=p["motion_margin"])
+                                  motion_margin=p["motion_margin"], max_velocity=tuple(p["max_cmd_vel"]),
+                                  max_acceleration=tuple(p["max_cmd_acceleration"]), path_slack=p["path_slack"],
+                                  heading_slack=p["heading_slack"], idle_gait=p["idle_gait"])
     loop = LeggedLoop(model, mpcs, p["gait"], settings)
-    loop.set_motion(p["base_velocity"], p["sway_amplitude"], p["sway_period"])
+    loop.set_sway(p["sway_amplitude"], p["sway_period"])
     return loop

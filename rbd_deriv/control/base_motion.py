@@ -25,9 +25,15 @@ __all__ = ["BasePath", "checked_motion", "motion_bounds"]
 
 @dataclass(frozen=True)
 class BasePath:
-    """The base's horizontal reference over time [s]: from ``origin`` (x, y) [m] at ``start``, moving at
-    ``velocity`` (vx, vy) [m/s] in the world frame, plus a lateral sway ``amplitude`` sin(2 pi (t - start) /
-    ``period``) along the world's y [m]; before ``start`` it stays at ``origin``.
+    """The base's planar reference over time [s]: from ``origin`` (x, y) [m] and ``heading`` [rad] (yaw) at
+    ``start``, moving at ``velocity`` (vx, vy) [m/s] in its heading frame (x forward, y left: a velocity
+    command's ``linear``) while its heading turns at ``yaw_rate`` [rad/s]; plus a sideways sway ``amplitude``
+    sin(2 pi (t - sway_start) / ``period``) [m] along the heading frame's y (``sway_start`` None: ``start``).
+    Before ``start`` it stays at ``origin``.
+
+    With :math:`\theta(t) = \theta_0 + \omega t` (t from ``start``) the position is
+    :math:`p_0 + \int_0^t R(\theta(s))\,v\,ds = p_0 + t\,\mathrm{sinc}(\omega t / 2)\,R(\theta_0 + \omega t/2)\,v`
+    (an arc, a straight line when :math:`\omega = 0`).
     """
 
     origin: tuple = (0.0, 0.0)
@@ -35,6 +41,9 @@ class BasePath:
     velocity: tuple = (0.0, 0.0)
     amplitude: float = 0.0
     period: float = 2.0
+    heading: float = 0.0
+    yaw_rate: float = 0.0
+    sway_start: float | None = None
 
     def __post_init__(self) -> None:
         for name, size in (("origin", 2), ("velocity", 2)):
@@ -46,25 +55,63 @@ class BasePath:
             raise InputError(f"amplitude must be >= 0 [m], got {self.amplitude!r}", "amplitude")
         if not (math.isfinite(self.period) and self.period > 0.0):
             raise InputError(f"period must be > 0 [s], got {self.period!r}", "period")
+        for name in ("heading", "yaw_rate", "start"):
+            if not math.isfinite(getattr(self, name)):
+                raise InputError(f"{name} must be finite, got {getattr(self, name)!r}", name)
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.sway_start is None:
+            object.__setattr__(self, "sway_start", self.start)
 
     def at(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Positions (K, 2) [m] and velocities (K, 2) [m/s] at ``times`` (K,) [s]."""
-        elapsed = np.maximum(np.asarray(times, dtype=float) - self.start, 0.0)
-        moving = (np.asarray(times, dtype=float) >= self.start)[:, None]
-        position = np.asarray(self.origin) + elapsed[:, None] * np.asarray(self.velocity)
-        velocity = np.where(moving, np.asarray(self.velocity), 0.0) * np.ones((elapsed.size, 1))
-        omega = 2.0 * np.pi / self.period
-        position[:, 1] += self.amplitude * np.sin(omega * elapsed)
-        velocity[:, 1] += np.where(moving[:, 0], self.amplitude * omega * np.cos(omega * elapsed), 0.0)
+        """Positions (K, 2) [m] and velocities (K, 2) [m/s], in the world frame, at ``times`` (K,) [s]."""
+        position, velocity, _ = self.poses(times)
         return position, velocity
 
+    def poses(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Positions (K, 2) [m], velocities (K, 2) [m/s] in the world frame and headings (K,) [rad] at ``times``
+        (K,) [s]."""
+        times = np.asarray(times, dtype=float)
+        moving = times >= self.start
+        elapsed = np.where(moving, times - self.start, 0.0)
+        heading = self.heading + self.yaw_rate * elapsed
+        middle = self.heading + 0.5 * self.yaw_rate * elapsed
+        chord = elapsed * np.sinc(0.5 * self.yaw_rate * elapsed / np.pi)   # np.sinc(x) = sin(pi x) / (pi x)
+        vx, vy = self.velocity
+        cos, sin = np.cos(middle), np.sin(middle)
+        position = np.asarray(self.origin) + chord[:, None] * np.c_[cos * vx - sin * vy, sin * vx + cos * vy]
+        cos, sin = np.cos(heading), np.sin(heading)
+        velocity = np.where(moving[:, None], np.c_[cos * vx - sin * vy, sin * vx + cos * vy], 0.0)
+        omega = 2.0 * np.pi / self.period
+        swaying = np.where(moving, times - self.sway_start, 0.0)
+        sway = self.amplitude * np.sin(omega * swaying)
+        sway_rate = np.where(moving, self.amplitude * omega * np.cos(omega * swaying), 0.0)
+        lateral = np.c_[-sin, cos]                         # the heading frame's y in the world
+        position += sway[:, None] * lateral
+        # d/dt (s(t) lateral(theta(t))) = s' lateral - s omega_yaw (cos, sin)
+        velocity += sway_rate[:, None] * lateral - (sway * np.where(moving, self.yaw_rate, 0.0))[:, None] * np.c_[cos, sin]
+        return position, velocity, heading
+
     def moved(self, time: float, velocity: Sequence[float] | None = None, amplitude: float | None = None,
-              period: float | None = None) -> "BasePath":
-        """This path until ``time`` [s], then the given velocity and sway (the others unchanged) from the
-        position it reached there (a sway restarts at its zero)."""
-        position, _ = self.at(np.array([time]))
-        return replace(self, origin=tuple(position[0]), start=float(time),
+              period: float | None = None, yaw_rate: float | None = None,
+              origin: Sequence[float] | None = None, heading: float | None = None) -> "BasePath":
+        """This path until ``time`` [s], then the given velocity, turn rate and sway (the others unchanged) from the
+        pose it reached there, or from ``origin`` and ``heading`` when given. A new sway restarts at its zero; an
+        unchanged one goes on in its phase (``origin`` is then where the path is without it)."""
+        position, _, reached = self.poses(np.array([time]))
+        swaying = (amplitude is None or amplitude == self.amplitude) and (period is None or period == self.period)
+        sway_start = self.sway_start if swaying else float(time)
+        if origin is None:
+            origin = position[0]
+            if swaying:   # the sway is added on top of the path's own motion
+                theta = float(reached[0])
+                offset = self.amplitude * math.sin(2.0 * math.pi * (time - self.sway_start) / self.period)
+                origin = origin - offset * np.array([-math.sin(theta), math.cos(theta)])
+        elif swaying:
+            sway_start = float(time)
+        return replace(self, origin=tuple(origin), start=float(time), sway_start=sway_start,
+                       heading=float(reached[0]) if heading is None else float(heading),
                        velocity=self.velocity if velocity is None else tuple(velocity),
+                       yaw_rate=self.yaw_rate if yaw_rate is None else float(yaw_rate),
                        amplitude=self.amplitude if amplitude is None else float(amplitude),
                        period=self.period if period is None else float(period))
 

@@ -39,11 +39,14 @@ follow a :class:`~rbd_deriv.control.schedule.Gait`:
   test_constraints);
 - terminal cost: the posture term times ``weights.terminal``;
 - a moving base (:class:`BasePath`, :meth:`LeggedMPC.set_path`): the base's horizontal reference
-  p(t) and its velocity at each knot's time (walking at a commanded velocity, a lateral sway),
-  and each swing foot's placement moving from where its previous touchdown put it to where this
-  one puts it, :math:`p(t_{td}) + o_c + v(t_{td})\\,T_{st}/2` (o_c the foot's offset from the base
-  in the posture, T_st its stance time: Raibert's rule, which centres the stance under the hip);
-  feet in stance are where they landed (their contacts hold them, no reference).
+  p(t), its heading :math:`\\theta(t)` (the posture turned about the vertical) and their rates at
+  each knot's time (walking and turning at a commanded velocity, a lateral sway), and each swing
+  foot's placement moving from where its previous touchdown put it to where this one puts it,
+  :math:`p(t_{td}) + R_z(\\theta(t_{td}))\\,o_c + v(t_{td})\\,T_{st}/2 + \\sqrt{h/g}\\,(\\dot p - v)`
+  (o_c the foot's offset from the base in the posture, T_st its stance time: Raibert's rule, which
+  centres the stance under the hip; the last term the capture point's offset of the base's measured
+  velocity error, so that a pushed robot steps where its momentum goes); feet in stance are where
+  they landed (their contacts hold them, no reference).
 
 :class:`LeggedMPC` builds that problem and its :class:`~rbd_deriv.control.solver.RiccatiSolver`
 once; :meth:`LeggedMPC.solve` moves the schedule to the tick's gait phase (in place: the residuals
@@ -62,7 +65,7 @@ from typing import Any, Sequence
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.control.constants import STEP_BASE_SPEED, STEP_HALVINGS, STEP_VELOCITY_FACTOR
+from rbd_deriv.control.constants import GRAVITY, STEP_BASE_SPEED, STEP_HALVINGS, STEP_VELOCITY_FACTOR
 from rbd_deriv.control.activation import Quadratic, RelaxedLogBarrier
 from rbd_deriv.control.base_motion import BasePath
 from rbd_deriv.control.constraints import FrictionConeConstraint
@@ -105,9 +108,12 @@ class LeggedWeights:
         cone: Weight w_b of the friction-cone barrier.
         cone_delta: Relaxation threshold of the barrier, as a fraction of the weight share of a
             foot (the barrier turns quadratic below it).
-        cone_penalty: Penalty rho of the friction-cone constraint's augmented Lagrangian [1/N^2]
-            (:mod:`rbd_deriv.control.constraints`); its multipliers are bounded by rho times the
-            robot's weight (the multiplier a violation by the whole weight would give in one update).
+        cone_penalty: The friction-cone constraint's augmented-Lagrangian penalty times the robot's
+            weight squared, rho W^2 (dimensionless): rho = cone_penalty / W^2 [1/N^2]
+            (:mod:`rbd_deriv.control.constraints`), so that a violation by a given share of the weight
+            costs every robot alike (600: rho = 1 /N^2 on solo12's 24.5 N; a 95 kg humanoid with solo12's
+            rho refuses its first plans at 100 Hz and falls); its multipliers are bounded by rho W (the
+            multiplier a violation by the whole weight would give in one update).
         torso_orientation: On the torso frame's orientation error [1/rad^2] (0: no such cost).
     """
 
@@ -123,7 +129,7 @@ class LeggedWeights:
     terminal: float = 10.0
     cone: float = 1e-3
     cone_delta: float = 0.05
-    cone_penalty: float = 1.0
+    cone_penalty: float = 600.0
     torso_orientation: float = 0.0
 
 
@@ -145,6 +151,8 @@ class LeggedMPC:
         effort: (nu,) torque limits [N m] (default the URDF's, which must be finite).
         actuated: Actuated joints in control order (default all but the free flyer).
         torso: The frame of the torso orientation cost (``weights.torso_orientation``).
+        capture_point: Step beside Raibert's placement by the capture point's offset of the base's measured
+            velocity error (:meth:`_capture`) when the base moves along a path.
 
     Raises:
         InputError: A fixed-base model, a foot frame the model does not have, a posture of the
@@ -155,7 +163,8 @@ class LeggedMPC:
                  horizon: int = 20, dt: float = 0.02, mu: float = 0.7,
                  weights: LeggedWeights = LeggedWeights(), swing_height: float = 0.05,
                  impulses: bool = True, effort: np.ndarray | None = None,
-                 actuated: Sequence[str] | None = None, torso: str = "base_link") -> None:
+                 actuated: Sequence[str] | None = None, torso: str = "base_link",
+                 capture_point: bool = True) -> None:
         if not model.has_floating_base:
             raise InputError("a legged MPC needs a model with a floating base", "model")
         feet = tuple(feet)
@@ -193,6 +202,13 @@ class LeggedMPC:
         #: (nc, 2) each foot's horizontal offset from the base in the posture, (nc,) its stance time [s].
         self.foot_offsets = self.stance[:, :2] - posture[:2]
         self.stance_time = gait.pattern.sum(axis=0) * self.dt
+        #: sqrt(h / g) [s] of the posture (h its base's height above its feet) when ``capture_point``, else 0; (2,)
+        #: the step beside Raibert's placement of the current solve [m], at most half the nearest foot's distance
+        #: from the base (:meth:`_capture`).
+        height = float(posture[2] - self.stance[:, 2].mean())
+        self.capture_time = float(np.sqrt(max(height, 0.0) / GRAVITY)) if capture_point else 0.0
+        self.max_capture_offset = 0.5 * float(np.linalg.norm(self.foot_offsets, axis=1).min())
+        self.capture_offset = np.zeros(2)
 
         w = weights
         joints = nv - FREE_FLYER_DOF
@@ -231,8 +247,8 @@ class LeggedMPC:
         running.append(Cost(self.cone, RelaxedLogBarrier(w.cone, w.cone_delta * share,
                                                          self.cone.nr), name="friction cone"))
         #: The friction pyramid and unilaterality of the closed feet, a constraint of the problem.
-        self.cone_constraint = FrictionConeConstraint(self.cone, w.cone_penalty,
-                                                      w.cone_penalty * self.weight)
+        rho = w.cone_penalty / self.weight ** 2
+        self.cone_constraint = FrictionConeConstraint(self.cone, rho, rho * self.weight)
         if w.torso_orientation > 0.0:  # the orientation at the posture (forward_kinematics above)
             running.append(Cost(FrameOrientationResidual(space, kinematics, torso, rd.frame_placement(
                 model, data, torso)[:3, :3]), Quadratic(w.torso_orientation, 3), name="torso orientation"))
@@ -286,17 +302,31 @@ class LeggedMPC:
             self._move_references(knots)
 
     def _move_references(self, knots: np.ndarray) -> None:
-        """The state references' base and the swing feet's horizontal references along :attr:`path`."""
+        """The state references' base (position, heading, velocities) and the swing feet's horizontal references
+        along :attr:`path`."""
         N, nq, dt = self.horizon, self.model.nq, self.dt
         times = self.time + dt * np.arange(N + 1)
-        position, velocity = self.path.at(times)
-        # The base's linear velocity is in its own frame: the posture's orientation turns the world's.
-        rotation = rotation_of(self.x_ref[3:7])
-        base_velocity = np.c_[velocity, np.zeros(N + 1)] @ rotation
-        self.state_reference[:, :2] = position[:N]
-        self.state_reference[:, nq:nq + 3] = base_velocity[:N]
-        self.final_reference[:2] = position[N]
-        self.final_reference[nq:nq + 3] = base_velocity[N]
+        position, velocity, heading = self.path.poses(times)
+        turning = np.where(times >= self.path.start, self.path.yaw_rate, 0.0)
+        # The posture's orientation turned about the world's z by the heading: q = q_z(heading) q_posture.
+        half = 0.5 * heading
+        posture = self.x_ref[3:7]
+        turn = np.c_[np.zeros((N + 1, 2)), np.sin(half)]
+        orientation = np.empty((N + 1, 4))
+        orientation[:, 3] = np.cos(half) * posture[3] - turn @ posture[:3]
+        orientation[:, :3] = (np.cos(half)[:, None] * posture[:3] + posture[3] * turn
+                              + np.cross(turn, posture[:3]))
+        # The base's velocities are in its own frame, R = R_z(heading) R_posture: v_base = R_posture^T R_z^T v.
+        rotation = rotation_of(posture)
+        cos, sin = np.cos(heading), np.sin(heading)
+        local = np.c_[cos * velocity[:, 0] + sin * velocity[:, 1], -sin * velocity[:, 0] + cos * velocity[:, 1],
+                      np.zeros(N + 1)]
+        linear, angular = local @ rotation, np.c_[np.zeros((N + 1, 2)), turning] @ rotation
+        for reference, rows in ((self.state_reference, slice(0, N)), (self.final_reference, N)):
+            reference[..., :2] = position[rows]
+            reference[..., 3:7] = orientation[rows]
+            reference[..., nq:nq + 3] = linear[rows]
+            reference[..., nq + 3:nq + 6] = angular[rows]
         period = self.gait.period
         for c in range(len(self.feet)):
             rows = np.flatnonzero(self.swinging[:, c])
@@ -304,17 +334,35 @@ class LeggedMPC:
                 continue
             since, until = self._since[knots[rows], c], self._until[knots[rows], c]
             landing = times[rows] + until * dt
-            land = self._landing(landing, c)
+            land = self._landing(landing, c) + self.capture_offset
             lift_off = self._landing(landing - period * dt, c)
             s = since / (since + until)
             blend = (0.5 * (1.0 - np.cos(np.pi * s)))[:, None]
             self.swing_reference[rows, 3 * c:3 * c + 2] = lift_off + blend * (land - lift_off)
 
     def _landing(self, times: np.ndarray, foot: int) -> np.ndarray:
-        """(K, 2) where foot ``foot`` lands at ``times`` (K,) [s]: under its hip at the base's path, half its
-        stance's travel ahead."""
-        position, velocity = self.path.at(times)
-        return position + self.foot_offsets[foot] + 0.5 * self.stance_time[foot] * velocity
+        """(K, 2) where foot ``foot`` lands at ``times`` (K,) [s]: under its hip at the base's path (its offset
+        turned with the heading), half its stance's travel ahead."""
+        position, velocity, heading = self.path.poses(times)
+        cos, sin = np.cos(heading), np.sin(heading)
+        ox, oy = self.foot_offsets[foot]
+        hip = np.c_[cos * ox - sin * oy, sin * ox + cos * oy]
+        return position + hip + 0.5 * self.stance_time[foot] * velocity
+
+    def _capture(self, x0: np.ndarray) -> None:
+        """:attr:`capture_offset`: where the feet landing in the horizon step beside Raibert's placement to catch
+        the base's measured velocity error, :math:`\sqrt{h / g}\,(\dot p - \dot p^r)` (the capture point's
+        offset, h the posture's base height above its feet), at most :attr:`max_capture_offset` [m]."""
+        self.capture_offset[:] = 0.0
+        if self.path is None or self.capture_time == 0.0:
+            return
+        nq = self.model.nq
+        measured = (rotation_of(x0[3:7]) @ x0[nq:nq + 3])[:2]
+        _, reference = self.path.at(np.array([self.time]))
+        offset = self.capture_time * (measured - reference[0])
+        norm = float(np.linalg.norm(offset))
+        if np.isfinite(norm):
+            self.capture_offset[:] = offset * min(1.0, self.max_capture_offset / max(norm, 1e-12))
 
     def _lift_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(P, nc) sin^2(pi s) at each knot of the gait's period, s the fraction of the foot's swing
@@ -396,6 +444,7 @@ class LeggedMPC:
         x0 = check_state("x0", x0, self.space)
         clock = time.perf_counter
         start = started = clock()
+        self._capture(x0)
         previous = self.phase
         if phase is not None and int(phase) != self.phase:
             self.set_phase(phase)

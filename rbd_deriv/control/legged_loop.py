@@ -53,7 +53,8 @@ from rbd_deriv.control.odometry import check_frames, check_jump, check_twist
 from rbd_deriv.control.safety import CommandSource, clamp_torque, hold_command, is_stale
 from rbd_deriv.control.statics import static_torques
 from rbd_deriv.control.tick_loop import TickLoop, TickResult
-from rbd_deriv.exceptions import InputError, RbdDerivError
+from rbd_deriv.core.configuration import rotation_of
+from rbd_deriv.exceptions import InputError, MessageError, RbdDerivError
 
 __all__ = ["LeggedLoop"]
 
@@ -108,11 +109,24 @@ class LeggedLoop(TickLoop):
         self._contact_sets: Dict[Tuple[bool, ...], tuple] = {}
         self._data = model.create_data()
         self.tick_times: collections.deque = collections.deque(maxlen=LATENCY_WINDOW)
-        #: The base's horizontal reference on the loop's clock (seconds from its first stamp); changes asked by
-        #: set_base_velocity and set_sway take effect at the next plan's first knot.
+        #: The base's planar reference on the loop's clock (seconds from its first stamp): the velocity command and
+        #: the sway move it from the next plan's first knot (:meth:`_follow_command`).
         self.path = BasePath(origin=tuple(first.x_ref[:2]))
-        self._motion = (self.path.velocity, self.path.amplitude, self.path.period)
+        self._sway = (self.path.amplitude, self.path.period)
         self.max_speed, self.max_sway_acceleration = self.motion_bounds(first)
+        #: (3,) the velocity command (vx, vy [m/s] in the heading frame, wz [rad/s]) asked, within its bounds, and
+        #: the one the base's reference follows, ramped toward it at ``max_acceleration``.
+        self.command_target = np.zeros(3)
+        self.command = np.zeros(3)
+        self._command_time: Optional[float] = None
+        #: Velocity commands clamped to their bounds (or held at zero by a gait that does not step).
+        self.clamped_commands = 0
+        self._heading_of = rotation_of(first.x_ref[3:7])
+        self.asked_gait = ""
+        #: The gait followed while the command is zero ("": the asked one); settable (:meth:`set_parameters`).
+        self.idle_gait = settings.idle_gait
+        if self.idle_gait and self.idle_gait not in self.mpcs:
+            raise InputError(f"idle gait {self.idle_gait!r} is not one of {sorted(self.mpcs)}", "idle_gait")
         self.set_gait(gait)
         self.good_policy: Optional[FeedbackPolicy] = None
         self.cone_violations: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
@@ -161,64 +175,135 @@ class LeggedLoop(TickLoop):
                        self.state.v[iv:iv + 6], settings.jump_margin, settings.jump_angle_margin)
 
     def set_gait(self, gait: str) -> None:
-        """Follow ``gait`` (a key of the loop's MPCs) from the next tick on, from its first knot.
+        """Follow ``gait`` (a key of the loop's MPCs; while the velocity command is zero, the ``idle_gait`` setting
+        when it is set), from its first knot. The switch waits for a knot of the gait in use where every foot is on
+        the ground (it happens now when the gait in use stands, or before the first plan).
 
         Raises:
             InputError: an unknown gait; the gait in use stays.
         """
         if gait not in self.mpcs:
             raise InputError(f"gait {gait!r} is not one of {sorted(self.mpcs)}", "gait")
+        self.asked_gait = gait
+        if not self.gait or self._sent_ns is None or self.mpc.gait.pattern.all():
+            self._switch(self._wanted_gait())
+
+    def _wanted_gait(self) -> str:
+        """The asked gait, or the idle one while the command is zero and the base's reference at rest."""
+        idle = self.idle_gait
+        if idle and not (self.command_target.any() or self.command.any()):
+            return idle
+        return self.asked_gait
+
+    def _switch(self, gait: str) -> None:
         if gait != self.gait:
             self.gait, self.mpc = gait, self.mpcs[gait]
             self._gait_start = None
             self._last_knot = None  # its plan is not this robot's recent past: start it from scratch
+
+    def _follow_gait(self, when: float) -> None:
+        """Switch to the wanted gait (:meth:`_wanted_gait`) if the gait in use has every foot down at the knot at
+        or after ``when`` [s], or never has them all down."""
+        wanted = self._wanted_gait()
+        if wanted == self.gait:
+            return
+        pattern = self.mpc.gait.pattern
+        if self._gait_start is None or pattern[self.knot(when) % len(pattern)].all() or not pattern.all(axis=1).any():
+            self._switch(wanted)
+
+    def take_cmd_vel(self, linear_x: float, linear_y: float, angular_z: float) -> bool:
+        """The velocity command (geometry_msgs/Twist in the base frame, REP 103: ``linear.x`` forward, ``linear.y``
+        left [m/s], ``angular.z`` [rad/s]), followed from the next plan's first knot, ramped at
+        ``max_acceleration``. Each component is clamped to ``max_velocity``, the planar speed to what the robot
+        can follow with its sway (:meth:`motion_bounds`); a gait that does not step holds the base still. Returns
+        whether it was clamped (counted in :attr:`clamped_commands`).
+
+        Raises:
+            MessageError: a value that is not finite (``not_finite``); the command in use stays.
+        """
+        value = np.array([linear_x, linear_y, angular_z], dtype=float)
+        if not np.isfinite(value).all():
+            raise MessageError(f"cmd_vel {value.tolist()} is not finite", "not_finite")
+        bound = np.asarray(self.settings.max_velocity)
+        target = np.clip(value, -bound, bound)
+        amplitude, period = self._sway
+        speed = max(0.0, self.max_speed - 2.0 * math.pi * amplitude / period)
+        planar = float(np.hypot(*target[:2]))
+        if planar > speed:
+            target[:2] *= speed / planar
+        clamped = bool(np.abs(target - value).max() > 1e-9 * max(1.0, float(np.abs(value).max())))
+        self.clamped_commands += clamped
+        self.command_target = target
+        return clamped
+
+    def _follow_command(self, start: float, q0: np.ndarray) -> None:
+        """Move the base's reference at the plan's first knot ``start`` [s]: the command ramped toward its target
+        since the previous plan, the sway, and the reference kept within ``path_slack`` and ``heading_slack`` of
+        the robot's state q0 (nq,) there."""
+        settings = self.settings
+        if self._command_time is not None:
+            step = np.asarray(settings.max_acceleration) * max(0.0, start - self._command_time)
+            self.command += np.clip(self.command_target - self.command, -step, step)
+        self._command_time = start
+        if self.mpc.gait.pattern.all():   # no foot ever steps: the base cannot walk
+            self.clamped_commands += bool(self.command_target.any())
+            self.command[:] = 0.0
+            self.command_target[:] = 0.0
+        path = self.path
+        position, _, heading = path.poses(np.array([start]))
+        iq = self._base_q
+        base = q0[iq:iq + 2]
+        turned = rotation_of(q0[iq + 3:iq + 7]) @ self._heading_of.T
+        yaw = math.atan2(turned[1, 0], turned[0, 0])
+        origin = course = None
+        gap = position[0] - base
+        distance = float(np.hypot(*gap))
+        if distance > settings.path_slack:
+            origin = base + gap * (settings.path_slack / distance)
+        turn = math.remainder(float(heading[0]) - yaw, 2.0 * math.pi)
+        if abs(turn) > settings.heading_slack:
+            course = yaw + math.copysign(settings.heading_slack, turn)
+        velocity, rate = (float(self.command[0]), float(self.command[1])), float(self.command[2])
+        if (origin is not None or course is not None
+                or (velocity, rate, *self._sway) != (path.velocity, path.yaw_rate, path.amplitude, path.period)):
+            self.path = path.moved(start, velocity, *self._sway, yaw_rate=rate, origin=origin, heading=course)
 
     def motion_bounds(self, mpc: LeggedMPC) -> Tuple[float, float]:
         """The base speed [m/s] and sway acceleration [m/s^2] the robot can follow in ``mpc``'s reference posture,
         times ``motion_margin`` (:func:`~rbd_deriv.control.base_motion.motion_bounds`)."""
         return motion_bounds(self.model, self._data, mpc.x_ref[: self.model.nq], self.feet, self.settings.motion_margin)
 
-    def set_base_velocity(self, velocity: Sequence[float]) -> None:
-        """Walk: the base's reference moves at ``velocity`` (vx, vy) [m/s] in the world frame from the next
-        plan's first knot (the swing feet land along it; (0, 0) stops where the base has come).
-
-        Raises:
-            InputError: not two finite numbers, or with the sway faster than the robot follows
-                (:meth:`set_motion`); nothing changes.
-        """
-        self.set_motion(velocity, *self._motion[1:])
-
     def set_sway(self, amplitude: float, period: float) -> None:
-        """Sway the base's reference sideways (world y) by ``amplitude`` [m] sin(2 pi t / ``period`` [s]) from
-        the next plan's first knot (0: no sway). Raises InputError as :meth:`set_motion`; nothing changes then."""
-        self.set_motion(self._motion[0], amplitude, period)
-
-    def set_motion(self, velocity: Sequence[float], amplitude: float, period: float) -> None:
-        """The base velocity and the sway together (see :meth:`set_base_velocity`, :meth:`set_sway`), from the
-        next plan's first knot, if the robot can follow them: the walk's speed plus the sway's peak speed
-        :math:`2 \\pi A / T` within :attr:`max_speed`, the sway's peak acceleration :math:`4 \\pi^2 A / T^2`
-        within :attr:`max_sway_acceleration` (:meth:`motion_bounds`).
+        """Sway the base's reference sideways (the heading frame's y) by ``amplitude`` [m] sin(2 pi t / ``period``
+        [s]) from the next plan's first knot (0: no sway), if the robot can follow it with the velocity command
+        asked: the command's speed plus the sway's peak speed :math:`2 \\pi A / T` within :attr:`max_speed`, the
+        sway's peak acceleration :math:`4 \\pi^2 A / T^2` within :attr:`max_sway_acceleration`
+        (:meth:`motion_bounds`).
 
         Raises:
-            InputError: a value out of its range (``base_velocity``, ``sway_amplitude``, ``sway_period``) or a
-                motion the robot cannot follow (``motion``); nothing changes.
+            InputError: a value out of its range (``sway_amplitude``, ``sway_period``) or a motion the robot cannot
+                follow (``motion``); nothing changes.
         """
-        self._motion = checked_motion(velocity, amplitude, period, self.max_speed, self.max_sway_acceleration,
-                                      self.settings.motion_margin)
+        _, amplitude, period = checked_motion(self.command_target[:2], amplitude, period, self.max_speed,
+                                              self.max_sway_acceleration, self.settings.motion_margin)
+        self._sway = (amplitude, period)
 
     def set_parameters(self, values: Mapping[str, Any], names: set) -> Optional[str]:
         """Take the run-time parameters among ``names`` (changed) from ``values`` (all the node's): ``gait``,
-        ``base_velocity``, ``sway_amplitude``, ``sway_period``, the motion checked as a whole before anything
-        changes. Returns why they are refused, or None."""
+        ``idle_gait``, ``sway_amplitude``, ``sway_period``, the sway checked with the velocity command before anything changes.
+        Returns why they are refused, or None."""
         if "goal_positions" in names:
             return "goal_positions: a parameter of a fixed-base robot; a legged one moves by its base motion and gait"
-        if "gait" in names and values["gait"] not in self.mpcs:
-            return f"gait {values['gait']!r} is not one of {sorted(self.mpcs)}"
+        for name in names & {"gait", "idle_gait"}:
+            if values[name] not in self.mpcs and not (name == "idle_gait" and values[name] == ""):
+                return f"{name} {values[name]!r} is not one of {sorted(self.mpcs)}"
         try:
-            if names & {"base_velocity", "sway_amplitude", "sway_period"}:
-                self.set_motion(values["base_velocity"], values["sway_amplitude"], values["sway_period"])
-            if "gait" in names:
-                self.set_gait(values["gait"])
+            if names & {"sway_amplitude", "sway_period"}:
+                self.set_sway(values["sway_amplitude"], values["sway_period"])
+            if "idle_gait" in names:
+                self.idle_gait = values["idle_gait"]
+            if names & {"gait", "idle_gait"}:
+                self.set_gait(values["gait"] if "gait" in names else self.asked_gait)
         except RbdDerivError as error:
             return str(error)
         return None
@@ -317,6 +402,8 @@ class LeggedLoop(TickLoop):
         plan_start_ns = 0
         if fresh:
             state_time = self._seconds(state_ns)
+            if self._sent:
+                self._follow_gait(now + self.latency())
             mpc = self.mpc
             try:
                 started = time.perf_counter()
@@ -334,9 +421,7 @@ class LeggedLoop(TickLoop):
                     # therefore starts when its solve (from scratch, the slowest) is done, from the state
                     # measured; the gait starts there.
                     knot, start_time, q0, v0 = None, now + self.latency(), q, v
-                path = self.path
-                if self._motion != (path.velocity, path.amplitude, path.period):
-                    self.path = path.moved(start_time, *self._motion)
+                self._follow_command(start_time, q0)
                 mpc.set_path(self.path, start_time)
                 iterations = 1
                 if self._last_knot is None:
@@ -491,7 +576,8 @@ class LeggedLoop(TickLoop):
         """The legged values of :meth:`diagnostics`: gait, phase, horizon, ticks on a held policy, the largest
         cone violation of the first knots, the last plan's first-knot violation of the pyramid, safe commands."""
         values.update(gait=self.gait, phase=str(self.mpc.phase), horizon=str(self.mpc.horizon),
-                      held_policy_ticks=str(self.held_policy_ticks))
+                      held_policy_ticks=str(self.held_policy_ticks), cmd_vel=" ".join(f"{x:.3g}" for x in self.command),
+                      cmd_vel_clamped=str(self.clamped_commands))
         if self.cone_violations:
             values["cone_violation_max_n"] = f"{max(self.cone_violations):.4g}"
         if self.last_plan is not None:

@@ -1,16 +1,17 @@
 """The legged tick loop's configuration: its settings, the gaits it can be asked for by name, the base's frame.
 
 :class:`LeggedLoopSettings` holds how :class:`~rbd_deriv.control.legged_loop.LeggedLoop` treats time and its inputs
-(timeouts, latency, prediction, the odometry checks, the motion margin); :func:`make_gait` builds the
-:class:`~rbd_deriv.control.schedule.Gait` a configuration names (:data:`GAITS`); :func:`base_link` names the frame
-odometry must have as its child.
+(timeouts, latency, prediction, the odometry checks, the motion margin, the velocity command's limits); the gait
+table (:class:`GaitSpec`, :func:`parse_gait_table`): gaits as data, each a period, a duty factor and a phase
+offset per foot, which :func:`make_gait` turns into the :class:`~rbd_deriv.control.schedule.Gait` of an MPC's
+step; :func:`base_link` names the frame odometry must have as its child.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -18,48 +19,119 @@ import rbd_deriv as rd
 from rbd_deriv.control.schedule import Gait
 from rbd_deriv.exceptions import InputError
 
-__all__ = ["GAITS", "LeggedLoopSettings", "base_link", "make_gait"]
+__all__ = ["STAND", "GaitSpec", "LeggedLoopSettings", "base_link", "make_gait", "parse_gait_table"]
 
 
-#: Gait names a configuration may ask for: the patterns of :class:`~rbd_deriv.control.schedule.Gait`, and
-#: ``pattern``, one period spelt knot by knot.
-GAITS = ("stand", "trot", "walk", "pattern")
+#: The gait every legged robot has without a table row: every foot on the ground.
+STAND = "stand"
 
 
-def make_gait(name: str, feet: Sequence[str], kinds: Sequence[str], swing: int = 8, support: int = 2,
-              pattern: Sequence[str] = ()) -> Gait:
-    """The gait called ``name`` on ``feet``.
+@dataclass(frozen=True)
+class GaitSpec:
+    """One row of a robot's gait table: a periodic gait in seconds, independent of the MPC's step.
 
-    Args:
-        name: One of :data:`GAITS`.
-        feet: Contact frames (a trot takes FL, FR, HL, HR in that order; a walk swings them in order).
-        kinds: ``"point"`` or ``"frame"`` per foot.
-        swing, support: Knots a foot stays in the air, knots with every foot down between two swings.
-        pattern: For ``pattern``: one string per knot of the period, a ``1`` per closed foot and ``0`` per
-            open one (``["1111", "0110", ...]``).
+    Attributes:
+        name: The gait's name (what the ``gait`` parameter asks for).
+        period: Duration of one cycle [s], > 0.
+        duty: Duty factor in (0, 1]: the share of the cycle each foot spends on the ground.
+        offsets: (nc,) the phase in [0, 1) of the cycle at which each foot lands, in the feet's order.
+        swing_height: Apex of a swing foot above the ground for this gait [m] (None: the robot's).
+    """
+
+    name: str
+    period: float
+    duty: float
+    offsets: Tuple[float, ...]
+    swing_height: Optional[float] = None
+
+    def knots(self, dt: float) -> int:
+        """Knots of one cycle at step ``dt`` [s]. Raises InputError unless the period is a whole number of them."""
+        knots = self.period / dt
+        if abs(knots - round(knots)) > 1e-6 * max(1.0, knots) or round(knots) < 1:
+            raise InputError(f"gait {self.name!r}: its period {self.period:g} s is not a whole number of the MPC's "
+                             f"steps of {dt:g} s", "gait_table")
+        return int(round(knots))
+
+    def gait(self, feet: Sequence[str], kinds: Sequence[str], dt: float) -> Gait:
+        """The knot pattern of this gait on ``feet`` at step ``dt`` [s].
+
+        Raises:
+            InputError: Offsets for another number of feet, a period that is not a whole number of steps, a
+                knot where no foot is on the ground (the robot cannot fly), a foot without swing or stance.
+        """
+        if len(self.offsets) != len(feet):
+            raise InputError(f"gait {self.name!r} has {len(self.offsets)} phase offsets for {len(feet)} feet "
+                             f"({', '.join(feet)})", "gait_table")
+        try:
+            gait = Gait.from_phases(feet, self.knots(dt), self.duty, self.offsets, tuple(kinds))
+        except InputError as error:
+            raise InputError(f"gait {self.name!r}: {error}", "gait_table") from error
+        flying = np.flatnonzero(~gait.pattern.any(axis=1))
+        if flying.size:
+            raise InputError(f"gait {self.name!r} leaves the robot with no foot on the ground at "
+                             f"{(flying * dt).round(6).tolist()} s of its cycle", "gait_table")
+        return gait
+
+
+def parse_gait_table(rows: Sequence[str]) -> Dict[str, GaitSpec]:
+    """The gaits of a configuration's ``gait_table``: one string per gait,
+    ``"NAME: period=T duty=B offsets=O1,O2,... [swing_height=H]"`` (T [s], B in (0, 1], one phase offset in
+    [0, 1) per foot in the feet's order, H [m]).
 
     Raises:
-        InputError: An unknown name, a trot without four feet, bad knot counts, a pattern of the wrong
-            shape or with a knot where no foot touches the ground (the robot cannot fly).
+        InputError: A row that does not parse, a repeated name, a name of ``stand`` (every robot's standing
+            gait is built in), a value out of its range.
     """
-    kinds = tuple(kinds)
-    if name == "stand":
-        return Gait.standing(feet, kinds)
-    if name == "trot":
-        return Gait.trot(feet, swing, support, kinds)
-    if name == "walk":
-        return Gait.walk(feet, swing, support, kinds)
-    if name != "pattern":
-        raise InputError(f"gait {name!r} is not one of {', '.join(GAITS)}", "gait")
-    rows = [str(row) for row in pattern]
-    if not rows or any(len(row) != len(feet) or set(row) - {"0", "1"} for row in rows):
-        raise InputError(f"a gait pattern needs one string of {len(feet)} characters 0 or 1 per knot, got "
-                         f"{rows[:4]!r}", "pattern")
-    table = np.array([[c == "1" for c in row] for row in rows])
-    flying = np.flatnonzero(~table.any(axis=1))
-    if flying.size:
-        raise InputError(f"knots {flying.tolist()} of the gait pattern have no foot on the ground", "pattern")
-    return Gait(tuple(feet), table, kinds)
+    table: Dict[str, GaitSpec] = {}
+    for row in rows:
+        name, colon, rest = str(row).partition(":")
+        name = name.strip()
+        fields: Dict[str, str] = {}
+        for item in rest.split():
+            key, equals, value = item.partition("=")
+            if not equals or key in fields:
+                fields = {}
+                break
+            fields[key] = value
+        if not (colon and name and set(fields) >= {"period", "duty", "offsets"}
+                and set(fields) <= {"period", "duty", "offsets", "swing_height"}):
+            raise InputError(f"gait table row {row!r} is not \"NAME: period=T duty=B offsets=O1,O2,... "
+                             "[swing_height=H]\"", "gait_table")
+        if name == STAND or name in table:
+            raise InputError(f"gait table row {row!r}: the name {name!r} is "
+                             f"{'built in' if name == STAND else 'repeated'}", "gait_table")
+        try:
+            period, duty = float(fields["period"]), float(fields["duty"])
+            offsets = tuple(float(x) for x in fields["offsets"].split(","))
+            height = float(fields["swing_height"]) if "swing_height" in fields else None
+        except ValueError as error:
+            raise InputError(f"gait table row {row!r}: {error}", "gait_table") from error
+        if not (math.isfinite(period) and period > 0.0):
+            raise InputError(f"gait {name!r}: the period must be > 0 s, got {period!r}", "gait_table")
+        if not (math.isfinite(duty) and 0.0 < duty <= 1.0):
+            raise InputError(f"gait {name!r}: the duty factor must be in (0, 1], got {duty!r}", "gait_table")
+        if not all(math.isfinite(x) and 0.0 <= x < 1.0 for x in offsets):
+            raise InputError(f"gait {name!r}: phase offsets must be in [0, 1), got {list(offsets)}", "gait_table")
+        if height is not None and not (math.isfinite(height) and 0.0 <= height <= 1.0):
+            raise InputError(f"gait {name!r}: swing_height must be in [0, 1] m, got {height!r}", "gait_table")
+        table[name] = GaitSpec(name, period, duty, offsets, height)
+    return table
+
+
+def make_gait(name: str, feet: Sequence[str], kinds: Sequence[str], table: Mapping[str, GaitSpec],
+              dt: float) -> Gait:
+    """The gait called ``name`` on ``feet`` at step ``dt`` [s]: :data:`STAND`, or a row of ``table``
+    (:func:`parse_gait_table`).
+
+    Raises:
+        InputError: An unknown name (``gait``), or what :meth:`GaitSpec.gait` raises.
+    """
+    if name == STAND:
+        return Gait.standing(feet, tuple(kinds))
+    if name not in table:
+        raise InputError(f"gait {name!r} is neither {STAND!r} nor in the gait table ({', '.join(table) or 'empty'})",
+                         "gait")
+    return table[name].gait(feet, kinds, dt)
 
 
 def base_link(model: Any) -> str:
@@ -99,6 +171,15 @@ class LeggedLoopSettings:
             freely would let it explain any jump.
         motion_margin: The fraction, in (0, 1], of the robot's bounds (:meth:`LeggedLoop.motion_bounds`) that
             a base velocity and a sway may use together.
+        max_velocity: The velocity command's bounds (vx, vy [m/s] in the base's heading frame, wz [rad/s]), each
+            > 0: a command beyond is clamped to them (and to the robot's speed, ``motion_margin``) and counted.
+        max_acceleration: How fast the base's reference velocity follows the command (ax, ay [m/s^2], yaw
+            [rad/s^2]), each > 0.
+        path_slack, heading_slack: The base's reference is kept within this distance [m] and heading [rad] of
+            the measured base at each plan's first knot (a pushed robot goes on from where it is instead of
+            walking back), > 0.
+        idle_gait: The gait followed while the velocity command is zero (a robot that stops stepping), else the
+            asked gait; empty: the asked gait always (a zero command steps in place).
     """
 
     state_timeout: float = 0.05
@@ -116,12 +197,22 @@ class LeggedLoopSettings:
     max_base_speed: float = 10.0
     max_base_rate: float = 20.0
     motion_margin: float = 0.5
+    max_velocity: Tuple[float, float, float] = (0.5, 0.3, 1.0)
+    max_acceleration: Tuple[float, float, float] = (1.0, 1.0, 2.0)
+    path_slack: float = 0.1
+    heading_slack: float = 0.2
+    idle_gait: str = ""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.motion_margin, (int, float)) and 0.0 < self.motion_margin <= 1.0):
             raise InputError(f"motion_margin must be in (0, 1], got {self.motion_margin!r}", "motion_margin")
+        for name in ("max_velocity", "max_acceleration"):
+            value = np.asarray(getattr(self, name), dtype=float)
+            if value.shape != (3,) or not (np.isfinite(value).all() and (value > 0.0).all()):
+                raise InputError(f"{name} must be three numbers > 0 (x, y, yaw), got {getattr(self, name)!r}", name)
+            object.__setattr__(self, name, tuple(float(x) for x in value))
         for name in ("state_timeout", "policy_validity", "jump_margin", "jump_angle_margin", "max_base_speed",
-                     "max_base_rate"):
+                     "max_base_rate", "path_slack", "heading_slack"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0.0):
                 raise InputError(f"{name} must be > 0, got {value!r}", name)

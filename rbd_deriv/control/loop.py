@@ -261,7 +261,7 @@ class ControlLoop(TickLoop):
     def set_parameters(self, values: Mapping[str, Any], names: set) -> Optional[str]:
         """Take the run-time parameters among ``names`` (changed) from ``values`` (all the node's): the goal
         (``goal_positions``). Returns why they are refused, or None."""
-        legged = names & {"gait", "base_velocity", "sway_amplitude", "sway_period"}
+        legged = names & {"gait", "idle_gait", "sway_amplitude", "sway_period"}
         if legged:
             return f"{', '.join(sorted(legged))}: parameters of a legged robot (floating_base), not of this fixed base"
         if "goal_positions" in names:

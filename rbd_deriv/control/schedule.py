@@ -9,9 +9,11 @@ A :class:`ContactSchedule` is a boolean table ``active`` (N, nc): contact c hold
   stacked in contact order, 3 rows per point contact and 6 per frame contact, -1 for an open
   contact; ``force_rows`` is the largest stack, the m of the dynamics provider.
 
-Gaits are periodic patterns (:class:`Gait`): standing, trot (diagonal pairs of feet alternate),
-walk (one foot in the air at a time). :meth:`Gait.schedule` reads a pattern from any knot on, so
-a receding horizon moves along the gait by starting one knot later each step of dt.
+Gaits are periodic patterns (:class:`Gait`): standing, a phase table (:meth:`Gait.from_phases`: a period,
+the share of it each foot spends on the ground and the phase at which each foot lands, the form in which
+a robot's configuration names its gaits), trot (diagonal pairs of feet alternate) and walk (one foot in
+the air at a time) spelt in knots. :meth:`Gait.schedule` reads a pattern from any knot on, so a receding
+horizon moves along the gait by starting one knot later each step of dt.
 """
 
 from __future__ import annotations
@@ -161,6 +163,42 @@ class Gait:
     def standing(cls, names: Sequence[str], kinds: str | Sequence[str] = "point") -> "Gait":
         """Every contact closed."""
         return cls(tuple(names), np.ones((1, len(tuple(names))), dtype=bool), kinds)
+
+    @classmethod
+    def from_phases(cls, names: Sequence[str], period: int, duty: float, offsets: Sequence[float],
+                    kinds: str | Sequence[str] = "point") -> "Gait":
+        """A gait from its phase table: foot c is on the ground at knot k of the period P when
+        :math:`((k / P - o_c) \bmod 1) < \beta`, o_c its touchdown phase and beta the duty factor.
+
+        Args:
+            names: Contact names.
+            period: Knots P of one period, >= 1.
+            duty: Duty factor beta, in (0, 1]: the share of the period each foot is on the ground.
+            offsets: (nc,) phase o_c in [0, 1) at which each foot lands.
+            kinds: Contact kind(s), as for :class:`ContactSchedule`.
+
+        Raises:
+            InputError: A period, duty factor or offsets out of range; a foot that never leaves or never
+                reaches the ground in a gait that swings (a duty factor that rounds to no swing or no stance).
+        """
+        names = tuple(names)
+        if int(period) != period or period < 1:
+            raise InputError(f"a gait's period must be a positive number of knots, got {period!r}", "period")
+        if not (np.isfinite(duty) and 0.0 < duty <= 1.0):
+            raise InputError(f"a duty factor must be in (0, 1], got {duty!r}", "duty")
+        offsets = np.asarray(offsets, dtype=float)
+        if offsets.shape != (len(names),) or not (np.isfinite(offsets).all() and (offsets >= 0.0).all()
+                                                  and (offsets < 1.0).all()):
+            raise InputError(f"a gait needs one phase offset in [0, 1) per foot ({len(names)}), got "
+                             f"{offsets.tolist()}", "offsets")
+        phase = np.arange(int(period))[:, None] / int(period)
+        # The tolerance keeps a phase that lands on the duty's boundary (a period of a whole number of
+        # knots) out of the stance it ends.
+        pattern = np.mod(phase - offsets[None, :] + 1e-9, 1.0) < duty - 1e-9
+        if duty < 1.0 and (pattern.all(axis=0).any() or not pattern.any(axis=0).all()):
+            raise InputError(f"a duty factor of {duty:g} over {int(period)} knots leaves a foot without a swing "
+                             "or without a stance: lengthen the period or change the duty factor", "duty")
+        return cls(names, pattern, kinds)
 
     @classmethod
     def trot(cls, names: Sequence[str], swing: int, support: int = 0,

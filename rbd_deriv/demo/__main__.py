@@ -34,7 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line: the arm demo, or the legged one with ``--robot`` or ``--urdf``; its exit code."""
     parser = argparse.ArgumentParser(prog="python -m rbd_deriv.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=float, default=20.0, help="tracking time [s]")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="run time [s]; default: 20 for the arm, a legged robot's script as written (a given "
+                             "duration scales it), 10 for a gait given on the command line")
     parser.add_argument("--mode", choices=["held", "relinearize"], default=None,
                         help="MPC mode (held: linearizations of the dynamics node); default: demo.yaml's")
     parser.add_argument("--rate", type=float, default=None,
@@ -43,18 +45,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write a JSON summary to this file")
     parser.add_argument("--logs", default=None, help="folder for the nodes' logs (default: temp)")
     parser.add_argument("--robot", choices=legged.LEGGED_DEMOS, default=None,
-                        help="a legged robot instead of the arm: stand, its moving gait, a lateral push")
+                        help="a legged robot instead of the arm, through its script (rbd_deriv/demo/scenarios.py): "
+                             "gaits, velocity commands, pushes")
     parser.add_argument("--urdf", default=None, help="any legged robot's URDF (with --feet)")
     parser.add_argument("--feet", default=None, help="its contact frames, F1,F2,... (a trot: FL,FR,HL,HR)")
     parser.add_argument("--contact", choices=["point", "frame"], default="point", help="contact kind of the feet")
     parser.add_argument("--srdf", default=None, help="SRDF holding the reference posture")
     parser.add_argument("--posture", default=None, help="name of the SRDF group_state of the reference posture")
-    parser.add_argument("--gait", default=None, help="legged: the gait after standing (default: the robot file's)")
-    parser.add_argument("--push", type=float, default=None, help="legged: lateral push [N] for 0.1 s mid-run")
+    parser.add_argument("--gait", default=None,
+                        help="legged: stand 2 s, then this gait (a row of the gait table) on --cmd-vel, instead of "
+                             "the robot's script")
+    parser.add_argument("--cmd-vel", default=None, help="legged: the velocity command VX,VY,WZ [m/s, m/s, rad/s] "
+                                                        "in the base frame (default 0,0,0)")
+    parser.add_argument("--push-velocity", type=float, default=None,
+                        help="legged: a lateral push at 60 %% of the run giving the base this velocity change [m/s] "
+                             "(the force DV m over 0.1 s)")
     parser.add_argument("--reference-only", action="store_true",
                         help="only publish the reference once the loop runs, and stay until it ends "
                              "(for demo.launch.py)")
     arguments = parser.parse_args(argv)
+    if arguments.duration is not None and not arguments.duration > 0.0:
+        parser.error(f"--duration must be > 0 s, got {arguments.duration!r}")
+    if not (arguments.robot or arguments.urdf) and arguments.duration is None:
+        arguments.duration = 20.0
     if arguments.reference_only:
         return arm.publish_reference_only(arguments.duration)
 

@@ -1,14 +1,17 @@
 """The legged demo (``python -m rbd_deriv.demo --robot solo12|talos``, or ``--urdf`` with ``--feet``): the robot
-stands, switches to its moving gait, takes a lateral push, then walks or sways.
+follows its script (:mod:`rbd_deriv.demo.scenarios`): stands, then gaits and velocity commands, and pushes sized by
+the velocity change they give its base.
 
 Two processes: the simulator (MuJoCo, floating base on a floor) and the MPC node, with the robot's file of
-config/. This process switches the gait and sets the motions through the MPC node's parameters, sends the push
-to the simulator, records the odometry, contact forces and torque commands, then reports (the figures of
-:mod:`rbd_deriv.demo.legged_summary`).
+config/. This process drives the MPC node as a user would, through ``cmd_vel`` (geometry_msgs/Twist, 20 Hz, as a
+teleop does) and its run-time parameters (the gait), sends the pushes to the simulator, records the odometry,
+contact forces and torque commands, then reports (the figures of :mod:`rbd_deriv.demo.legged_summary`, per
+segment of the script).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,27 +22,17 @@ from rbd_deriv.demo.legged_summary import legged_document, summarize_legged
 from rbd_deriv.demo.plots import plot_legged
 from rbd_deriv.demo.processes import (STARTUP_TIMEOUT, LoopRecorder, exited, logs_folder, read_parameters,
                                       spin_until, start_node, wait_for_loop)
+from rbd_deriv.demo.scenarios import MAX_PUSH_VELOCITY, PUSH_DURATION, SCENARIOS, Segment, generic_scenario, scaled
 from rbd_deriv.nodes.processes import stop_processes
 
-__all__ = ["GAIT_SWITCH", "LATE_MOTION", "LEGGED_DEMOS", "PUSH_AT", "PUSH_DURATION", "PUSH_FORCE",
-           "LeggedRecorder", "legged_parameters", "legged_setup", "run"]
+__all__ = ["LEGGED_DEMOS", "LeggedRecorder", "legged_parameters", "legged_setup", "run"]
 
 #: The legged robots with a parameter file in config/ (``<robot>.yaml``: the simulator's and the MPC node's
 #: sections) and their URDF and SRDF in example-robot-data.
 LEGGED_DEMOS = ("solo12", "talos")
 
-#: The legged demo's script: the gait switches from standing to the robot's moving gait (when its file builds
-#: one) at GAIT_SWITCH [s], the lateral push starts at PUSH_AT (a fraction of ``--duration``), then the robot's
-#: LATE_MOTION: (a fraction of ``--duration``, MPC node parameters set then): solo12 walks forward at 0.2 m/s
-#: (trotting), talos sways its base sideways.
-GAIT_SWITCH = 2.0
-PUSH_AT = 0.4
-LATE_MOTION = {"solo12": (0.6, {"base_velocity": [0.2, 0.0]}),
-               "talos": (0.6, {"sway_amplitude": 0.03, "sway_period": 4.0})}
-
-#: Default lateral push per robot: force [N] along +y in the world frame for PUSH_DURATION [s].
-PUSH_FORCE = {"solo12": 10.0, "talos": 150.0}
-PUSH_DURATION = 0.1
+#: Rate [Hz] at which the velocity command is published, as a teleop or a navigation stack does.
+CMD_VEL_RATE = 20.0
 
 
 def legged_parameters(robot: str) -> dict:
@@ -72,7 +65,7 @@ def legged_setup(arguments: Any) -> tuple[str, str, dict, dict]:
               "contact_kinds": kinds}
     sim = dict(shared)
     mpc = dict(shared, srdf_path=arguments.srdf or "", posture=arguments.posture or "", horizon=20, dt=0.02,
-               rate_hz=50.0, state_timeout=0.1)
+               rate_hz=100.0, state_timeout=0.1)
     if arguments.srdf and arguments.posture:
         model = rd.load_urdf(arguments.urdf, floating_base=True)
         posture = reference_posture(model, arguments.srdf, arguments.posture, missing="neutral")
@@ -99,7 +92,10 @@ class LeggedRecorder(LoopRecorder):
         super().__init__("rbd_deriv_legged_demo", command_topic)
         self.base: list[tuple[float, np.ndarray]] = []
         self.contacts: list[tuple[float, np.ndarray, np.ndarray]] = []
+        from geometry_msgs.msg import Twist
+
         self.push_publisher = self.node.create_publisher(Push, "push", 10)
+        self.cmd_vel_publisher = self.node.create_publisher(Twist, "cmd_vel", 10)
         self.parameters = self.node.create_client(SetParameters, "/mpc_node/set_parameters")
         # The simulator's 1 kHz topics are taken in batches by poll() as CDR bytes and decoded after the
         # run (decode()): one executor callback per message would cost this process about half a core,
@@ -144,6 +140,24 @@ class LeggedRecorder(LoopRecorder):
                                                     for name, value in values.items()])
         self.parameters.call_async(request)
 
+    def cmd_vel(self, command: Sequence[float]) -> None:
+        """Publish the velocity command (vx, vy [m/s], wz [rad/s]) in the base frame."""
+        from geometry_msgs.msg import Twist
+
+        message = Twist()
+        message.linear.x, message.linear.y, message.angular.z = (float(x) for x in command)
+        self.cmd_vel_publisher.publish(message)
+
+    def heading(self) -> float:
+        """The base's yaw [rad] in the newest odometry received (0 before any)."""
+        from rclpy.serialization import deserialize_message
+
+        subscription, raw = self.inputs[0]
+        if not raw:
+            return 0.0
+        o = deserialize_message(raw[-1], subscription.message_type).pose.pose.orientation
+        return math.atan2(2.0 * (o.w * o.z + o.x * o.y), 1.0 - 2.0 * (o.y * o.y + o.z * o.z))
+
     def push(self, force: Sequence[float], duration: float) -> None:
         """Push the base with ``force`` (3,) [N] in the world frame for ``duration`` [s] (the simulator's push)."""
         from rbd_deriv.msg import Push
@@ -153,72 +167,48 @@ class LeggedRecorder(LoopRecorder):
 
 
 def run(arguments: Any) -> int:
-    """The legged demo: simulator and MPC node as processes, standing, the moving gait, a lateral push; 0 when
-    the robot did not fall and no torque exceeded its limit."""
+    """The legged demo: simulator and MPC node as processes, the robot's script; 0 when the robot did not fall and
+    no torque exceeded its limit."""
     import rclpy
 
     import rbd_deriv as rd
+    from rbd_deriv.control.legged_settings import parse_gait_table
     from rbd_deriv.nodes.parameters import actuator_limits
 
     urdf, parameter_file, sim_overrides, mpc_overrides = legged_setup(arguments)
     robot = arguments.robot or Path(urdf).stem
     files = legged_parameters(arguments.robot) if parameter_file else {"sim_node": {}, "mpc_node": {}}
-    mpc_file = files["mpc_node"]
+    mpc_file = dict(read_parameters("mpc_node.yaml")["mpc_node"], **files["mpc_node"])
     model = rd.load_urdf(urdf, floating_base=True)
     # The torques are measured against the limits the nodes were given (the robot's file), not the URDF's.
     model.set_actuator_limits(actuator_limits(files["sim_node"].get("effort_limits", [0.0])))
     effort_limit = np.asarray(model.effort_limit, dtype=float)[[model.idx_v[n] for n in model.actuated_joint_names]]
+    mass = float(model.inertias[:, 0].sum())
+    segments = _script(arguments, robot)
     gaits = list(mpc_file.get("gaits", ["stand"]))
-    moving = arguments.gait or next((g for g in gaits if g != "stand"), "stand")
-    if moving not in gaits:
-        gaits.append(moving)
-        mpc_overrides["gaits"] = _names(gaits)
-    feet = list(mpc_file.get("contact_frames", arguments.feet.split(",") if arguments.feet else []))
-    push_force = arguments.push if arguments.push is not None else PUSH_FORCE.get(robot, 0.0)
-    late_at, late_motion = LATE_MOTION.get(robot, (None, {}))
-    if arguments.gait == "stand":
-        late_motion = {k: v for k, v in late_motion.items() if k != "base_velocity"}  # no walking on the spot
+    asked = [str(s.parameters["gait"]) for s in segments if "gait" in s.parameters]
+    missing = [g for g in dict.fromkeys(asked) if g not in gaits]
+    if missing:
+        mpc_overrides["gaits"] = _names(gaits + missing)
+    feet = list(mpc_file.get("contact_frames") or arguments.feet.split(","))
+    table = parse_gait_table(mpc_file.get("gait_table", []))
+    duration = sum(segment.duration for segment in segments)
     logs = logs_folder(arguments.logs)
     processes = [start_node("sim_node", parameter_file, sim_overrides, logs / "sim_node.log"),
                  start_node("mpc_node", parameter_file, mpc_overrides, logs / "mpc_node.log")]
     rclpy.init()
     recorder = LeggedRecorder(mpc_file.get("command_topic", "/effort_controller/commands"))
-    duration = arguments.duration
-    events, motions, pushes = {}, [], 0
+    pushes: list = []
     try:
         print(f"starting sim_node and mpc_node for {robot} (logs in {logs}) ...", flush=True)
         if not wait_for_loop(recorder, processes):
             print(f"the loop did not start within {STARTUP_TIMEOUT:g} s (exited: {exited(processes) or 'none'}); "
                   f"see the logs in {logs}", file=sys.stderr)
             return 1
+        print(f"running {duration:g} s: " + "; ".join(_describe(segment) for segment in segments), flush=True)
         start = recorder.now()
         recorder.recording = True
-        switch_at = GAIT_SWITCH if moving != "stand" and duration > 2 * GAIT_SWITCH else None
-        push_at = PUSH_AT * duration if push_force else None
-        motion_at = late_at * duration if late_motion and duration > 2 * GAIT_SWITCH else None
-        print(f"running {duration:g} s: stand" + (f", {moving} from {switch_at:g} s" if switch_at else "")
-              + (f", push {push_force:g} N along y for {PUSH_DURATION:g} s at {push_at:g} s" if push_at else "")
-              + (f", {late_motion} from {motion_at:g} s" if motion_at else "") + " ...", flush=True)
-        while recorder.now() < start + duration:
-            rclpy.spin_once(recorder.node, timeout_sec=0.01)
-            recorder.poll()
-            elapsed = recorder.now() - start
-            if switch_at is not None and elapsed >= switch_at and "gait" not in events:
-                recorder.set_parameters({"gait": moving})
-                events["gait"] = elapsed
-            # (Sent once the simulator's subscription is matched: a push published before discovery is lost.)
-            if (push_at is not None and elapsed >= push_at and "push" not in events
-                    and recorder.push_publisher.get_subscription_count() > 0):
-                recorder.push([0.0, push_force, 0.0], PUSH_DURATION)
-                pushes += 1
-                events["push"] = elapsed
-            if motion_at is not None and elapsed >= motion_at and "motion" not in events:
-                recorder.set_parameters(late_motion)
-                events["motion"] = elapsed
-                motions.append((recorder.now(), late_motion))
-            if any(p.poll() is not None for p in processes):
-                print("a node exited during the run; see the logs", file=sys.stderr)
-                break
+        pushes = _play(recorder, segments, start, mass, processes)
         recorder.poll()
         recorder.recording = False
         # The last reports of both nodes cover the end of the run.
@@ -231,15 +221,14 @@ def run(arguments: Any) -> int:
         rclpy.try_shutdown()
 
     mu = float(mpc_file.get("mu", 0.7))
-    summary = summarize_legged(recorder, start, duration, effort_limit, mu,
-                               [(at - start, values) for at, values in motions])
-    document = legged_document(summary, diagnostics, simulator, pushes, robot, moving)
+    periods = {name: spec.period for name, spec in table.items()}
+    summary = summarize_legged(recorder, start, duration, effort_limit, mu, segments, periods)
+    document = legged_document(summary, diagnostics, simulator, pushes, robot)
     title = (f"rbd_deriv legged demo: {model.name} (nv = {model.nv}), MuJoCo, MPC N={mpc_file.get('horizon', 20)}, "
-             f"dt={mpc_file.get('dt', 0.02)} s, stand then {moving}, push {push_force:g} N"
-             + (f", then {late_motion}" if late_motion else ""))
-    _print_report(title, document, mpc_file, late_motion, mu, pushes)
+             f"dt={mpc_file.get('dt', 0.02)} s, {mpc_file.get('rate_hz')} Hz asked")
+    _print_report(title, document, mpc_file, mu)
     output = Path(arguments.output)
-    plot_legged(summary, feet, effort_limit, events, output, title)
+    plot_legged(summary, feet, effort_limit, {s["name"]: s["start_s"] for s in document["segments"]}, output, title)
     print(f"plot written to {output.resolve()}")
     if arguments.json:
         import json
@@ -249,24 +238,91 @@ def run(arguments: Any) -> int:
     return 0 if not document["fell"] and document["max_torque_ratio"] <= 1.0 + 1e-9 else 1
 
 
-def _print_report(title: str, document: dict, mpc_file: dict, late_motion: dict, mu: float, pushes: int) -> None:
+def _script(arguments: Any, robot: str) -> tuple:
+    """The segments asked for: the robot's script, or the generic one when a gait, a command or a push is given
+    (always for ``--urdf``), scaled to ``--duration`` when given."""
+    generic = arguments.urdf is not None or arguments.gait or arguments.cmd_vel or arguments.push_velocity is not None
+    if not generic:
+        return scaled(SCENARIOS[robot], arguments.duration)
+    try:
+        command = [float(x) for x in (arguments.cmd_vel or "0,0,0").split(",")]
+    except ValueError:
+        command = []
+    if len(command) != 3 or not all(math.isfinite(x) for x in command):
+        raise SystemExit(f"--cmd-vel needs VX,VY,WZ (three finite numbers), got {arguments.cmd_vel!r}")
+    push = arguments.push_velocity if arguments.push_velocity is not None else 0.0
+    if not (math.isfinite(push) and 0.0 <= push <= MAX_PUSH_VELOCITY):
+        raise SystemExit(f"--push-velocity must be in [0, {MAX_PUSH_VELOCITY:g}] m/s, got {push!r}")
+    return generic_scenario(arguments.gait or "trot", command, push,
+                            arguments.duration if arguments.duration is not None else 10.0)
+
+
+def _describe(segment: Segment) -> str:
+    text = f"{segment.name} ({segment.duration:g} s"
+    if segment.moving:
+        text += f", cmd_vel {list(segment.cmd_vel)}"
+    if segment.push:
+        text += f", push {segment.push:g} m/s at +{segment.push_at:g} s"
+    return text + ")"
+
+
+def _play(recorder: LeggedRecorder, segments: Sequence[Segment], start: float, mass: float,
+          processes: Sequence[Any]) -> list:
+    """Run the script from ``start`` [s]: each segment's parameters at its start, its command at
+    :data:`CMD_VEL_RATE`, its push (force DV m / PUSH_DURATION to the base's left, sent once the simulator listens).
+    Returns the pushes sent: (time from start [s], DV [m/s], force (3,) [N])."""
+    import rclpy
+
+    begins = np.cumsum([0.0] + [segment.duration for segment in segments])
+    current, next_command, pushes, pushed = -1, 0.0, [], set()
+    while recorder.now() < start + begins[-1]:
+        rclpy.spin_once(recorder.node, timeout_sec=0.005)
+        recorder.poll()
+        elapsed = recorder.now() - start
+        index = min(int(np.searchsorted(begins, elapsed, side="right")) - 1, len(segments) - 1)
+        segment = segments[index]
+        if index != current:
+            current = index
+            if segment.parameters:
+                recorder.set_parameters(dict(segment.parameters))
+            next_command = elapsed
+        if elapsed >= next_command:
+            recorder.cmd_vel(segment.cmd_vel)
+            next_command = elapsed + 1.0 / CMD_VEL_RATE
+        if (segment.push and index not in pushed and elapsed >= begins[index] + segment.push_at
+                and recorder.push_publisher.get_subscription_count() > 0):
+            heading = recorder.heading()
+            force = segment.push * mass / PUSH_DURATION * np.array([-math.sin(heading), math.cos(heading), 0.0])
+            recorder.push(force, PUSH_DURATION)
+            pushes.append((elapsed, segment.push, force.tolist()))
+            pushed.add(index)
+        if any(p.poll() is not None for p in processes):
+            print("a node exited during the run; see the logs", file=sys.stderr)
+            break
+    return pushes
+
+
+def _print_report(title: str, document: dict, mpc_file: dict, mu: float) -> None:
     print()
     print(title)
     print(f"MPC rate achieved:      {document['mpc_rate_hz']:.1f} Hz (asked {mpc_file.get('rate_hz', '-')} Hz)")
     print(f"MPC solve time:         p50 {document['solve_p50_ms']} ms, p99 {document['solve_p99_ms']} ms")
     print(f"fell:                   {document['fell']}")
-    print(f"base position RMS:      {document['base_position_rms_m']} m (from its reference: the start, moved "
-          f"as commanded)")
-    if document["walk_speed_mps"] is not None:
-        print(f"walking speed:          {document['walk_speed_mps']:.3f} m/s (asked {late_motion['base_velocity']})")
-    if document["sway_amplitude_m"] is not None:
-        print(f"sway amplitude:         {document['sway_amplitude_m']:.4f} m (asked {late_motion['sway_amplitude']})")
+    print(f"distance, yaw change:   {document['distance_m']:.2f} m, {document['yaw_change_rad']:.2f} rad; gaits "
+          f"{', '.join(document['gaits_run'])}")
     print(f"max |torque| / limit:   {document['max_torque_ratio']:.3f}")
-    print(f"friction cone violations (simulator foot-steps): {document['friction_cone_violations']} against the "
-          f"floor's mu, {document['friction_cone_violations_mpc_mu']} samples against the MPC's mu {mu:g} "
-          f"(max |f_t| / f_n {document['max_cone_use']:.3f})")
-    print(f"pushes survived:        {document['pushes_survived']} of {pushes} sent "
+    print(f"friction cone:          {document['cone_violations']} contact samples past the MPC's mu {mu:g} "
+          f"(max |f_t| / f_n {document['max_cone_use']:.3f}); {document['friction_cone_violations']} past the "
+          "floor's (simulator)")
+    print(f"pushes survived:        {document['pushes_survived']} of {document['pushes_sent']} sent "
           f"({document['pushes_applied']} applied)")
     print(f"commands by source:     {document['commands_by_source']}")
     print(f"refused:                MPC {document['refused_mpc'] or 'none'}, "
           f"simulator {document['refused_simulator'] or 'none'}")
+    print("segment                         cmd (vx, vy, wz)      velocity error RMS (vx, vy, wz)   height  tilt   "
+          "cone  torque")
+    for seg in document["segments"]:
+        error = seg["cmd_vel_error_rms"]
+        error = "-" if error is None else ", ".join(f"{x:.3f}" for x in error)
+        print(f"{seg['name'][:30]:31s} {str(seg['cmd_vel']):21s} {error:33s} {seg['base_height_min_m']:.3f}  "
+              f"{seg['max_tilt_rad']:.3f}  {seg['cone_violations']:4d}  {seg['max_torque_ratio']:.2f}")

@@ -1,8 +1,9 @@
 """The demos' PNGs, drawn without a display (matplotlib's Agg backend).
 
 :func:`plot_arm`: per joint, the reference against the measured position and the torque commands against the
-effort limits. :func:`plot_legged`: the base trajectory against its reference, the contact forces against their
-friction cones, the torques against the limits and the feet on the floor, with the script's events marked.
+effort limits. :func:`plot_legged`: the base velocity against the command, its height and tilt, the contact forces
+against their friction cones, the torques against the limits and the feet on the floor, with the script's segments
+marked.
 """
 
 from __future__ import annotations
@@ -59,14 +60,21 @@ def plot_legged(summary: dict, feet: Sequence[str], effort_limit: np.ndarray, ev
                 title: str) -> None:
     """Write the legged demo's PNG to ``path``: ``summary`` of :func:`rbd_deriv.demo.legged.summarize_legged`,
     ``effort_limit`` (nu,) [N m], ``events``: {name: time [s] from the start}."""
-    figure, axes = _pyplot().subplots(4, 1, figsize=(12, 13), sharex=True)
-    trajectory, cones, torques, gait = axes
-    for k, axis in enumerate("xyz"):
-        trajectory.plot(summary["base_times"], summary["deviation"][:, k], lw=1.0, label=f"base {axis}",
-                        color=f"C{k}")
-        trajectory.plot(summary["base_times"], summary["reference"][:, k], lw=0.8, ls="--", color=f"C{k}")
-    trajectory.set_ylabel("base - start [m] (dashed: reference)")
-    trajectory.set_title("base trajectory (odometry)")
+    figure, axes = _pyplot().subplots(5, 1, figsize=(12, 16), sharex=True)
+    trajectory, height, cones, torques, gait = axes
+    for k, axis in enumerate(("vx [m/s]", "vy [m/s]", "wz [rad/s]")):
+        trajectory.plot(summary["base_times"], summary["velocity"][:, k], lw=1.0, label=axis, color=f"C{k}")
+        for segment in summary["segments"]:
+            trajectory.hlines(segment["cmd_vel"][k], segment["start_s"], segment["start_s"] + segment["duration_s"],
+                              color=f"C{k}", ls="--", lw=0.8)
+    trajectory.set_ylabel("base velocity (dashed: cmd_vel)")
+    trajectory.set_title("base velocity in its heading frame, averaged over a gait cycle (odometry), against the "
+                         "command")
+    if len(summary["base"]):
+        height.plot(summary["base_times"], summary["base"][:, 2], lw=1.0, color="C0", label="base height [m]")
+        height.plot(summary["base_times"], summary["tilt"], lw=1.0, color="C3", label="tilt [rad]")
+    height.set_title("base height and tilt from upright")
+    height.legend(loc="lower left", fontsize=8)
     for c, foot in enumerate(feet):
         if len(summary["cone_use"]):
             cones.plot(summary["contact_times"], summary["cone_use"][:, c], lw=0.8, label=foot)
@@ -92,6 +100,6 @@ def plot_legged(summary: dict, feet: Sequence[str], effort_limit: np.ndarray, ev
             axis.axvline(at, color="k", lw=0.8, ls="--")
     for name, at in events.items():
         trajectory.annotate(name, (at, 1.0), xycoords=("data", "axes fraction"), fontsize=8, va="top")
-    trajectory.legend(loc="lower left", fontsize=8)
+    trajectory.legend(loc="upper left", fontsize=8)
     cones.legend(loc="upper right", fontsize=8)
     _save(figure, path, title)

@@ -1,10 +1,10 @@
 """The MPC node's inputs: its polled subscriptions, read once per tick into the tick loop, every message counted.
 
 :class:`MpcInputs` owns the subscriptions of a configured :class:`rbd_deriv.nodes.mpc_node.MpcNode`: joint_states
-(every loop), the base's odometry (a legged loop), the compensation torques, the reference and, in held mode, the
+(every loop), the base's odometry and the velocity command (a legged loop), the compensation torques, the reference and, in held mode, the
 dynamics node's linearization (a fixed-base loop). :meth:`MpcInputs.read` hands what arrived since the previous
 tick to the loop: the newest accepted message of each joint (:func:`~rbd_deriv.nodes.spin.apply_newest`), of the
-compensation, linearization and reference (:func:`~rbd_deriv.nodes.spin.apply_newest_message`), every odometry
+compensation, linearization, reference and velocity command (:func:`~rbd_deriv.nodes.spin.apply_newest_message`), every odometry
 message in order. Every message is counted once in the loop's refusals: used, refused under its reason, or
 superseded (superseded joint_states are judged first: a bad one counts as refused); :meth:`MpcInputs.lost` gives
 those that never reached the node.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from geometry_msgs.msg import Twist, TwistStamped
 from nav_msgs.msg import Odometry
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
@@ -51,7 +52,8 @@ class MpcInputs:
         self.odometry = PolledSubscription(node, Odometry, p["odom_topic"], state_qos) if legged else None
         self._joint_set = frozenset(node.model.actuated_joint_names)
         #: (kind, subscription, handler) of the inputs of which only the newest matters.
-        self.newest = [] if legged else [
+        self.newest = [("cmd_vel", PolledSubscription(node, TwistStamped if p["cmd_vel_stamped"] else Twist,
+                                                      p["cmd_vel_topic"], INPUT_QOS), self._on_cmd_vel)] if legged else [
             ("compensation", PolledSubscription(node, JointState, p["compensation_topic"], INPUT_QOS),
              self._on_compensation),
             ("reference", PolledSubscription(node, JointTrajectory, p["reference_topic"], REFERENCE_QOS),
@@ -134,6 +136,10 @@ class MpcInputs:
         return self._take("odom", self.loop.take_odometry, *odometry_arrays(message),
                           stamp_to_ns(message.header.stamp), self.node.now_ns(),
                           (message.header.frame_id, message.child_frame_id))
+
+    def _on_cmd_vel(self, message: Any) -> bool:
+        twist = message.twist if isinstance(message, TwistStamped) else message
+        return self._take("cmd_vel", self.loop.take_cmd_vel, twist.linear.x, twist.linear.y, twist.angular.z)
 
     def _on_compensation(self, message: JointState) -> bool:
         return self._take("compensation", self.loop.take_compensation, message.name, message.effort,

@@ -20,7 +20,6 @@ from rclpy.exceptions import ParameterUninitializedException
 from rclpy.parameter import Parameter
 
 from rbd_deriv.control.legged import LeggedWeights
-from rbd_deriv.control.legged_settings import GAITS
 from rbd_deriv.control.problem import Mode
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.joint_state_map import PLAUSIBLE
@@ -91,6 +90,14 @@ def finite_values(name: str, value: Any) -> Optional[str]:
     if values and all(_number(x) for x in values):
         return None
     return f"{name} must be a non-empty list of finite numbers, got {values!r}"
+
+
+def positive_triple(name: str, value: Any) -> Optional[str]:
+    """Three finite numbers > 0 (x, y, yaw)."""
+    values = list(value)
+    if len(values) == 3 and all(_number(x) and x > 0 for x in values):
+        return None
+    return f"{name} must be three numbers > 0 (x, y, yaw), got {values!r}"
 
 
 def effort_values(name: str, value: Any) -> Optional[str]:
@@ -322,20 +329,20 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
                         "simulator's foot sphere)", positive, read_only=True),
     "sole_size": Spec([0.2, 0.1], "length and width of a sole [m] (the simulator's sole)", finite_values,
                       read_only=True),
-    "gaits": Spec(["stand"], f"gaits built at start-up, among {', '.join(GAITS)}: `gait` may switch between "
-                  "them at run time", read_only=True),
+    "gait_table": Spec([], "the robot's gaits as data, one string per gait: \"NAME: period=T duty=B offsets=O1,O2,... "
+                       "[swing_height=H]\" (T [s] a whole number of dt, B the share of the cycle each foot is down, "
+                       "one phase in [0, 1) per foot of contact_frames at which it lands, H [m]); `stand` (every "
+                       "foot down) is built in", read_only=True),
+    "gaits": Spec(["stand"], "the gaits built at start-up (each `stand` or a row of gait_table): `gait` and "
+                  "`idle_gait` may switch between them at run time", read_only=True),
     "gait": Spec("stand", "the gait followed (one of `gaits`); settable at run time: the new gait starts at its "
-                 "first knot", one_of(GAITS)),
-    "swing_knots": Spec(8, "knots a foot stays in the air (trot, walk), in [1, 1000]", in_range(1, 1000),
-                        read_only=True),
-    "support_knots": Spec(2, "knots with every foot down between two swings (trot, walk), in [0, 1000]",
-                          in_range(0, 1000), read_only=True),
+                 "first knot, at a knot where the gait in use has every foot down"),
+    "idle_gait": Spec("", "the gait followed while the velocity command is zero (e.g. stand), the `gait` as soon as "
+                      "it is not; empty: always `gait` (a zero command steps in place); settable at run time"),
     "policy_gain_knots": Spec(1, "knots whose own Riccati gain the feedback policy carries (1: the first knot's for "
                               "all; more: a robot side that runs on for several knots, such as a stalled MPC's, keeps "
                               "each knot's feedback), in [1, 1000]; at most the policy's knots are sent",
                               in_range(1, 1000), read_only=True),
-    "gait_pattern": Spec([], "the `pattern` gait: one string per knot of its period, 1 per closed foot, 0 per open "
-                         "one (e.g. [\"1111\", \"0110\"])", read_only=True),
     "mu": Spec(0.7, "friction coefficient the MPC plans with (keep it under the floor's), > 0", positive,
                read_only=True),
     "swing_height": Spec(0.05, "apex of a swing foot above its stance position [m], >= 0", non_negative,
@@ -356,16 +363,27 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
                            read_only=True),
     "odom_max_rate": Spec(20.0, "the same for the base's angular velocity [rad/s], in (0, 1000]",
                           in_range(0.0, 1000.0, low_open=True), read_only=True),
-    "motion_margin": Spec(0.5, "fraction of what the robot can follow that base_velocity and the sway may ask "
+    "motion_margin": Spec(0.5, "fraction of what the robot can follow that the velocity command and the sway may ask "
                           "together, in (0, 1]: a peak speed (walk plus sway) up to sqrt(g h) and a sway "
                           "acceleration up to g w / h, h the base's height above its feet and w the nearest foot's "
                           "sideways distance in the reference posture; a set beyond is refused", fraction,
                           read_only=True),
-    "base_velocity": Spec([0.0, 0.0], "walk: the base's reference moves at (vx, vy) [m/s] in the world frame, the "
-                          "swing feet landing along it (a moving gait such as trot); settable at run time, from the "
-                          "next plan's first knot; [0.0, 0.0] stops where the base has come; with the sway within what "
-                          "the robot can follow (motion_margin)", finite_values),
-    "sway_amplitude": Spec(0.0, "sway: the base's reference moves sideways (world y) by this [m] times sin(2 pi t / "
+    "cmd_vel_topic": Spec("cmd_vel", "geometry_msgs/Twist velocity command of a legged robot, in its base frame (REP "
+                          "103): linear.x forward, linear.y left [m/s], angular.z [rad/s]; the others are unused",
+                          read_only=True),
+    "cmd_vel_stamped": Spec(False, "cmd_vel is geometry_msgs/TwistStamped (as Nav2 sends it) instead of Twist",
+                            read_only=True),
+    "max_cmd_vel": Spec([0.5, 0.3, 1.0], "bounds of the velocity command (vx, vy [m/s], wz [rad/s]), each > 0: a "
+                        "command beyond, or beyond the speed the robot can follow (motion_margin), is clamped and "
+                        "counted (cmd_vel_clamped)", positive_triple, read_only=True),
+    "max_cmd_acceleration": Spec([1.0, 1.0, 2.0], "how fast the base's reference velocity follows the command (ax, "
+                                 "ay [m/s^2], yaw [rad/s^2]), each > 0", positive_triple, read_only=True),
+    "path_slack": Spec(0.1, "the base's reference is kept within this distance [m] of the measured base (a pushed "
+                       "robot goes on from where it is), in (0, 100]", in_range(0.0, 100.0, low_open=True),
+                       read_only=True),
+    "heading_slack": Spec(0.2, "the same for its heading [rad], in (0, 3.2]", in_range(0.0, 3.2, low_open=True),
+                          read_only=True),
+    "sway_amplitude": Spec(0.0, "sway: the base's reference moves sideways (its heading's y) by this [m] times sin(2 pi t / "
                            "sway_period), in [0, 0.5]; settable at run time; 0: no sway", in_range(0.0, 0.5)),
     "sway_period": Spec(2.0, "period of the sway [s], in [0.1, 60]; settable at run time", in_range(0.1, 60.0)),
     **{f"weight_{field.name}": Spec(float(field.default), f"legged cost weight `{field.name}` (see "
