@@ -1,13 +1,16 @@
 """Closed loop on a legged robot: the simulator and the MPC node in floating-base mode.
 
-    ros2 launch rbd_deriv legged.launch.py [robot:=solo12|talos] [gait:=stand|trot]
+    ros2 launch rbd_deriv legged.launch.py [robot:=solo12|talos] [gait:=trot|pace|bound|crawl|stand]
 
 The same nodes with the same parameters as ``./run demo --robot <robot>``: each node's file in config/, then
-config/<robot>.yaml, then the robot's URDF and SRDF from example-robot-data. The robot stands; switch the gait
-at run time (``ros2 param set /mpc_node gait trot``, among the file's ``gaits``), push the base with an
-rbd_deriv/msg/Push on ``push``, and watch /diagnostics, /odom and /contact_forces with ROS tools. The launch runs
-until interrupted. On a real robot, leave out the simulator and give the MPC node the robot's joint_states and
-a state estimator's odometry.
+config/<robot>.yaml, then the robot's URDF and SRDF from example-robot-data. Drive it from ``cmd_vel``
+(geometry_msgs/Twist in the base frame, as a teleop or a navigation stack sends it), for instance
+``ros2 run teleop_twist_keyboard teleop_twist_keyboard``: solo12 stands while the command is zero and trots
+where it is told (its file's ``gait`` and ``idle_gait``); switch the gait at run time
+(``ros2 param set /mpc_node gait pace``, among the file's ``gaits``), push the base with an rbd_deriv/msg/Push on
+``push``, and watch /diagnostics (``cmd_vel``, ``cmd_vel_clamped``), /odom and /contact_forces with ROS tools. The
+launch runs until interrupted. On a real robot, leave out the simulator and give the MPC node the robot's
+joint_states and a state estimator's odometry.
 """
 
 from pathlib import Path
@@ -50,6 +53,6 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("robot", default_value="solo12", choices=list(ROBOTS),
                               description="the legged robot (its parameters: config/<robot>.yaml)"),
         DeclareLaunchArgument("gait", default_value="",
-                              description="the gait to start with, among the robot file's gaits (default: its gait)"),
+                              description="the gait to walk with, among the robot file's gaits (default: its gait)"),
         OpaqueFunction(function=nodes),
     ])

@@ -229,12 +229,17 @@ def test_walking_references_move_the_base_and_land_the_swing_feet_ahead(solo):
     np.testing.assert_allclose(mpc.final_reference[:2], q[:2] + (start + mpc.dt * mpc.horizon) * velocity,
                                atol=1e-12)
     stance_time = 12 * mpc.dt  # each foot of this trot is down 2 + 8 + 2 knots of 20
+    # The base at rest where its reference walks at 0.2 m/s: the feet land the capture point's offset of that
+    # velocity error behind Raibert's placement, sqrt(h / g) (0 - v), h the base's height above its feet.
+    height = q[2] - mpc.stance[:, 2].mean()
+    capture = np.sqrt(height / 9.81) * (0.0 - velocity)
+    np.testing.assert_allclose(mpc.capture_offset, capture, atol=1e-12)
     touchdowns = mpc.gait.schedule(mpc.horizon, 3).touchdown
     checked = 0
     for k, c in zip(*np.nonzero(touchdowns)):
         offset = mpc.stance[c, :2] - q[:2]
         expected = q[:2] + velocity * times[k] + offset + 0.5 * stance_time * velocity
-        np.testing.assert_allclose(mpc.swing_reference[k, 3 * c:3 * c + 2], expected, atol=1e-12)
+        np.testing.assert_allclose(mpc.swing_reference[k, 3 * c:3 * c + 2], expected + capture, atol=1e-12)
         assert mpc.swinging[k, c] and mpc.swing_reference[k, 3 * c + 2] == pytest.approx(mpc.stance[c, 2])
         lift_off = k - 8  # 8 knots in the air: the first open knot, one period after the last touchdown
         if lift_off >= 0:
@@ -265,3 +270,28 @@ def test_far_from_the_plan_a_step_is_bounded_and_the_nominal_stays_finite(talos)
         joints = np.abs(X[:, model.nq + 6:])
         bound = np.where(np.isfinite(limit), 10.0 * limit * 3 + np.abs(v[6:]), np.inf)  # three steps at most
         assert (joints <= bound).all(), "a joint's planned speed ran away"
+
+
+def test_a_turning_path_is_an_arc_its_velocity_the_derivative_and_a_changed_one_starts_where_it_was():
+    """BasePath with a yaw rate: positions on the arc of the heading frame's velocity, velocities their derivative
+    (central differences), the sway on top in the heading frame's y; moved, it continues from the pose reached,
+    its sway going on in its phase."""
+    path = BasePath(origin=(0.5, -0.2), start=1.0, velocity=(0.3, 0.1), yaw_rate=0.7, heading=0.4,
+                    amplitude=0.02, period=1.5)
+    times = np.linspace(0.0, 4.0, 4001)
+    position, velocity, heading = path.poses(times)
+    before = times < 1.0
+    np.testing.assert_array_equal(position[before], np.tile([0.5, -0.2], (before.sum(), 1)))
+    np.testing.assert_allclose(heading[~before], 0.4 + 0.7 * (times[~before] - 1.0), atol=1e-12)
+    slope = np.gradient(position, times, axis=0)
+    np.testing.assert_allclose(slope[1100:-1], velocity[1100:-1], atol=1e-6)
+    # Without the sway, the speed is the command's and the arc's radius |v| / w.
+    plain = BasePath(origin=(0.0, 0.0), velocity=(0.3, 0.1), yaw_rate=0.7)
+    p, v, _ = plain.poses(times)
+    np.testing.assert_allclose(np.hypot(*v.T), np.hypot(0.3, 0.1), atol=1e-12)
+    centre = np.array([-0.1, 0.3]) / 0.7   # R(pi/2) v / w from the origin, heading 0
+    np.testing.assert_allclose(np.hypot(*(p - centre).T), np.hypot(0.3, 0.1) / 0.7, atol=1e-12)
+    moved = path.moved(2.5, velocity=(0.0, 0.0), yaw_rate=0.0)
+    after = times >= 2.5
+    np.testing.assert_allclose(moved.poses(times[after][:1])[0], position[after][:1], atol=1e-12)
+    assert moved.sway_start == path.sway_start and moved.heading == pytest.approx(0.4 + 0.7 * 1.5)

@@ -284,7 +284,7 @@ def test_refused_inputs_leave_the_last_good_ones(model):
     # Run-time parameters: the goal is taken, a legged robot's motion is refused with its reason.
     assert loop.set_parameters({"goal_positions": [0.1] * 7}, {"goal_positions"}) is None
     assert "goal_positions: " in loop.set_parameters({"goal_positions": [0.1]}, {"goal_positions"})
-    assert "legged" in loop.set_parameters({"base_velocity": [0.1, 0.0]}, {"base_velocity"})
+    assert "legged" in loop.set_parameters({"idle_gait": "stand"}, {"idle_gait"})
     assert loop.refuse("reference", rd.InputError("x")) is not None  # no reason: counted under the kind
     assert loop.refusals.counts["reference"] == 1
 

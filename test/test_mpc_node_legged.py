@@ -4,8 +4,9 @@ fed hostile inputs.
 Two real processes over DDS, as in ``./run demo --robot solo12`` (the same parameter files,
 config/solo12.yaml): the simulator (MuJoCo, solo12 on four point feet) publishes joint_states and odometry
 and applies the MPC node's feedback policy at 1 kHz; the MPC node runs the legged MPC, standing then trotting.
-This test pushes the base sideways, trots forward, and sends bad inputs: odometry from another frame, a second
-odometry source off by 0.3 m and 0.5 rad at 1 kHz, NaN odometry, motions the robot cannot follow, simulated time
+This test pushes the base sideways, trots forward on cmd_vel, and sends bad inputs: odometry from another frame, a
+second odometry source off by 0.3 m and 0.5 rad at 1 kHz, NaN odometry, a NaN and a too fast velocity command, a
+sway the robot cannot follow, simulated time
 without a clock (the refusals themselves are tested in test_legged_loop.py). Oracles: the simulator's own fall
 detector, odometry and contact forces (against the friction cone the MPC plans with, not the floor's), the actuators'
 effort limits, the MPC's counters.
@@ -28,6 +29,7 @@ pytest.importorskip("rbd_deriv.msg")
 pytest.importorskip("mujoco")
 
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from geometry_msgs.msg import Twist, Vector3  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
 from rbd_deriv.msg import ContactForces  # noqa: E402
 from rcl_interfaces.srv import SetParameters  # noqa: E402
@@ -102,6 +104,7 @@ def test_solo12_stands_through_a_push_trots_and_refuses_bad_inputs():
     joint_states = node.create_publisher(JointState, "joint_states", 10)
     odometry = node.create_publisher(Odometry, "odom", 1000)
     parameters = node.create_client(SetParameters, "/mpc_node/set_parameters")
+    cmd_vel = node.create_publisher(Twist, "cmd_vel", 10)
 
     def spin(seconds, until=None, what="", every=None):
         deadline = time.monotonic() + seconds
@@ -184,16 +187,28 @@ def test_solo12_stands_through_a_push_trots_and_refuses_bad_inputs():
         assert set_parameters(use_sim_time=False).successful
         spin(1.0)
 
-        # Motions the robot cannot follow, each value inside its own range: refused with the reason.
-        for values in ({"sway_amplitude": 0.5, "sway_period": 0.1}, {"base_velocity": [2.0, 0.0]}):
-            result = set_parameters(**values)
-            assert not result.successful and "follows at most" in result.reason, (values, result.reason)
-        # The trot, walking forward at the demo's 0.2 m/s.
-        assert set_parameters(gait="trot").successful and set_parameters(base_velocity=[0.2, 0.0]).successful
-        spin(1.0)
+        # A sway the robot cannot follow, each value inside its own range: refused with the reason.
+        result = set_parameters(sway_amplitude=0.5, sway_period=0.1)
+        assert not result.successful and "follows at most" in result.reason, result.reason
+        # The velocity command: a NaN one refused and counted, one beyond the bounds clamped and counted; then
+        # walking at 0.2 m/s, published at 20 Hz as a teleop does (solo12.yaml: standing while the command is zero,
+        # trotting when it is not).
+        clamped = count("cmd_vel_clamped")
+        cmd_vel.publish(Twist(linear=Vector3(x=float("nan"))))
+        spin(10.0, lambda: count("refused_cmd_vel/not_finite") == 1, "the NaN command refused")
+        cmd_vel.publish(Twist(linear=Vector3(x=5.0)))
+        spin(10.0, lambda: count("cmd_vel_clamped") == clamped + 1, "the 5 m/s command clamped")
+        walk = {"next": 0.0}
+
+        def command():
+            if time.monotonic() >= walk["next"]:
+                cmd_vel.publish(Twist(linear=Vector3(x=0.2)))
+                walk["next"] = time.monotonic() + 0.05
+        spin(1.0, every=command)
+        assert seen["mpc"]["gait"] == "trot", seen["mpc"]
         seen["forces"].clear()
         trot_start = len(seen["pose"])
-        spin(3.0)
+        spin(3.0, every=command)
         trot = np.array(seen["pose"][trot_start:])
         forces = np.concatenate(seen["forces"])
         trot_sim = dict(seen["sim"])

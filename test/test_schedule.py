@@ -66,3 +66,22 @@ def test_bad_schedules_are_refused():
         ContactSchedule(("a", "b"), [[1, 1, 1]])
     with pytest.raises(InputError, match="horizon"):
         Gait.standing(FEET).schedule(0)
+
+
+def test_a_phase_table_spells_the_knots_of_its_gait():
+    """A trot of 20 knots, duty 0.6, the pairs half a cycle apart, is the trot of 8 swing and 2 support knots;
+    each foot is down duty x period knots, lands at its offset's knot, and a crawl has one foot up at a time."""
+    trot = Gait.from_phases(FEET, 20, 0.6, [0.5, 0.0, 0.0, 0.5])
+    np.testing.assert_array_equal(trot.pattern, Gait.trot(FEET, swing=8, support=2).pattern)
+    crawl = Gait.from_phases(FEET, 40, 0.8, [0.45, 0.95, 0.2, 0.7])
+    np.testing.assert_array_equal(crawl.pattern.sum(axis=0), 32)
+    assert (crawl.pattern.sum(axis=1) >= 3).all()
+    for c, offset in enumerate([0.45, 0.95, 0.2, 0.7]):
+        landing = int(round(offset * 40))
+        assert crawl.pattern[landing, c] and not crawl.pattern[landing - 1, c]
+    assert Gait.from_phases(FEET, 1, 1.0, [0.0] * 4).pattern.all()
+    for period, duty, offsets in ((0, 0.5, [0.0] * 4), (2.5, 0.5, [0.0] * 4), (20, 0.0, [0.0] * 4),
+                                  (20, 1.2, [0.0] * 4), (20, 0.5, [0.0] * 3), (20, 0.5, [0.0, 0.0, 1.0, 0.0]),
+                                  (20, 0.5, [np.nan] * 4), (4, 0.9, [0.0] * 4)):
+        with pytest.raises(InputError):
+            Gait.from_phases(FEET, period, duty, offsets)

@@ -25,7 +25,7 @@ __all__ = ["BasePath", "checked_motion", "motion_bounds"]
 
 @dataclass(frozen=True)
 class BasePath:
-    """The base's planar reference over time [s]: from ``origin`` (x, y) [m] and ``heading`` [rad] (yaw) at
+    r"""The base's planar reference over time [s]: from ``origin`` (x, y) [m] and ``heading`` [rad] (yaw) at
     ``start``, moving at ``velocity`` (vx, vy) [m/s] in its heading frame (x forward, y left: a velocity
     command's ``linear``) while its heading turns at ``yaw_rate`` [rad/s]; plus a sideways sway ``amplitude``
     sin(2 pi (t - sway_start) / ``period``) [m] along the heading frame's y (``sway_start`` None: ``start``).

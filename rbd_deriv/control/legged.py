@@ -350,7 +350,7 @@ class LeggedMPC:
         return position + hip + 0.5 * self.stance_time[foot] * velocity
 
     def _capture(self, x0: np.ndarray) -> None:
-        """:attr:`capture_offset`: where the feet landing in the horizon step beside Raibert's placement to catch
+        r""":attr:`capture_offset`: where the feet landing in the horizon step beside Raibert's placement to catch
         the base's measured velocity error, :math:`\sqrt{h / g}\,(\dot p - \dot p^r)` (the capture point's
         offset, h the posture's base height above its feet), at most :attr:`max_capture_offset` [m]."""
         self.capture_offset[:] = 0.0

@@ -1,4 +1,4 @@
-"""The Cholesky factorization of a small dense symmetric matrix, in place, and its solve: the package's one.
+r"""The Cholesky factorization of a small dense symmetric matrix, in place, and its solve: the package's one.
 
 Two users: the Delassus matrix of the contacts (:mod:`rbd_deriv.core.contact`, m x m with m the contact rows,
 where a small pivot means the contact Jacobian has lost rank) and the stage QPs of the Riccati passes

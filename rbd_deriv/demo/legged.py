@@ -192,6 +192,10 @@ def run(arguments: Any) -> int:
         mpc_overrides["gaits"] = _names(gaits + missing)
     feet = list(mpc_file.get("contact_frames") or arguments.feet.split(","))
     table = parse_gait_table(mpc_file.get("gait_table", []))
+    unknown = [gait for gait in dict.fromkeys(asked) if gait != "stand" and gait not in table]
+    if unknown:
+        raise SystemExit(f"gait {', '.join(unknown)} is neither stand nor in the gait table "
+                         f"({', '.join(table) or 'empty'}): add a row to the robot's gait_table")
     duration = sum(segment.duration for segment in segments)
     logs = logs_folder(arguments.logs)
     processes = [start_node("sim_node", parameter_file, sim_overrides, logs / "sim_node.log"),

@@ -17,10 +17,13 @@ import numpy as np
 
 from rbd_deriv.demo.processes import loop_counts, solve_times
 
-__all__ = ["SETTLE_TIME", "cycle_velocity", "legged_document", "summarize_legged", "tilt_and_heading"]
+__all__ = ["PUSH_RECOVERY", "SETTLE_TIME", "cycle_velocity", "legged_document", "summarize_legged", "tilt_and_heading"]
 
 #: Time [s] from a segment's start before its velocity error counts.
 SETTLE_TIME = 1.0
+
+#: Time [s] after a push's start left out of its segment's velocity error.
+PUSH_RECOVERY = 1.0
 
 #: The averaging window [s] of a gait without a cycle (standing).
 STANDING_WINDOW = 0.4
@@ -72,10 +75,12 @@ def summarize_legged(recorder: Any, start: float, duration: float, effort_limit:
     touching = np.array([c[2] for c in recorder.contacts])
     begins = np.cumsum([0.0] + [segment.duration for segment in segments])
     # The gait in force at each base sample: each segment's asked gait, kept until another is asked.
-    gait, gaits = "stand", []
+    gait, gaits, sway, swaying = "stand", [], 0.0, []
     for segment in segments:
         gait = str(segment.parameters.get("gait", gait))
+        sway = float(segment.parameters.get("sway_amplitude", sway))
         gaits.append(gait)
+        swaying.append(sway > 0.0)
     window = np.full(len(base_times), STANDING_WINDOW)
     for k, segment in enumerate(segments):
         window[(base_times >= begins[k]) & (base_times < begins[k + 1])] = periods.get(gaits[k], STANDING_WINDOW)
@@ -95,21 +100,29 @@ def summarize_legged(recorder: Any, start: float, duration: float, effort_limit:
         begin, end = begins[k], begins[k + 1]
         here = (base_times >= begin) & (base_times < end)
         settled = (base_times >= begin + SETTLE_TIME) & (base_times <= end - 0.5 * window) & ~np.isnan(velocity[:, 0])
+        recovering = np.zeros_like(settled)
+        if segment.push:
+            recovering = ((base_times >= begin + segment.push_at) & (base_times < begin + segment.push_at + PUSH_RECOVERY)
+                          & ~np.isnan(velocity[:, 0]))
+            settled &= ~recovering
         error = velocity[settled] - np.asarray(segment.cmd_vel)
         contacts = (contact_times >= begin) & (contact_times < end)
         commands = (command_times >= begin) & (command_times < end)
         rows.append({
             "name": segment.name, "start_s": float(begin), "duration_s": float(segment.duration),
             "gait": gaits[k], "cmd_vel": [float(x) for x in segment.cmd_vel],
-            "cmd_vel_error_rms": (np.sqrt(np.mean(error ** 2, axis=0)).tolist() if settled.sum() > 5 else None),
+            # (A sway moves the base on top of the command: its segments have no velocity error.)
+            "cmd_vel_error_rms": (np.sqrt(np.mean(error ** 2, axis=0)).tolist() if settled.sum() > 5
+                                  and not swaying[k] else None),
             "velocity_mean": (np.mean(velocity[settled], axis=0).tolist() if settled.sum() > 5 else None),
+            "push_velocity_error_max": (np.abs(velocity[recovering] - np.asarray(segment.cmd_vel)).max(axis=0).tolist()
+                                        if recovering.any() else None),
             "distance_m": _distance(base[here]),
             "yaw_change_rad": float(heading[here][-1] - heading[here][0]) if here.sum() > 1 else 0.0,
             "base_height_min_m": float(base[here, 2].min()) if here.any() else float("nan"),
             "base_height_max_m": float(base[here, 2].max()) if here.any() else float("nan"),
             "max_tilt_rad": float(tilt[here].max()) if here.any() else float("nan"),
-            "sway_amplitude_m": (float(0.5 * np.ptp(base[settled, 1])) if segment.parameters.get("sway_amplitude")
-                                 and settled.sum() > 5 else None),
+            "sway_amplitude_m": (float(0.5 * np.ptp(base[settled, 1])) if swaying[k] and settled.sum() > 5 else None),
             "drift_m": (float(np.hypot(*(base[here][-1, :2] - base[here][0, :2])))
                         if here.sum() > 1 and not segment.moving else None),
             "cone_violations": int(outside[contacts].sum()) if len(forces) else 0,

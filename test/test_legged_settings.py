@@ -1,0 +1,80 @@
+"""rbd_deriv.control.legged_settings: the gait table (gaits as data) and the loop's settings."""
+
+import numpy as np
+import pytest
+
+from rbd_deriv.control.legged_settings import STAND, GaitSpec, LeggedLoopSettings, make_gait, parse_gait_table
+from rbd_deriv.control.schedule import Gait
+from rbd_deriv.demo.processes import read_parameters
+from rbd_deriv.exceptions import InputError
+
+FEET = ("FL", "FR", "HL", "HR")
+
+
+def test_the_shipped_quadruped_gaits_parse_and_keep_a_foot_down():
+    """config/mpc_node.yaml's table: trot, pace, bound (pairs), crawl (one foot up at a time); every knot of each
+    has feet on the ground, at the MPC steps of solo12 (20 ms) and of the benchmark's long horizon (10 ms)."""
+    table = parse_gait_table(read_parameters("mpc_node.yaml")["mpc_node"]["gait_table"])
+    assert {"trot", "pace", "bound", "crawl"} <= set(table)
+    pairs = {"trot": ({0, 3}, {1, 2}), "pace": ({0, 2}, {1, 3}), "bound": ({0, 1}, {2, 3})}
+    for dt in (0.02, 0.01):
+        for name, spec in table.items():
+            gait = make_gait(name, FEET, ["point"] * 4, table, dt)
+            assert gait.period == int(round(spec.period / dt)) and gait.pattern.any(axis=1).all()
+            lifted = {frozenset(np.flatnonzero(~row)) for row in gait.pattern} - {frozenset()}
+            if name in pairs:
+                assert lifted == {frozenset(p) for p in pairs[name]}, (name, lifted)
+            else:
+                assert all(len(s) == 1 for s in lifted) and len(lifted) == 4, (name, lifted)
+    assert make_gait(STAND, FEET, ["point"] * 4, table, 0.02).pattern.all()
+
+
+def test_a_row_reads_its_fields_and_a_new_gait_is_a_row():
+    table = parse_gait_table(["amble: period=0.6 duty=0.7 offsets=0.0,0.5,0.75,0.25 swing_height=0.03",
+                              "gallop: duty=0.4 offsets=0.0,0.1,0.5,0.6 period=0.36"])
+    assert table["amble"] == GaitSpec("amble", 0.6, 0.7, (0.0, 0.5, 0.75, 0.25), 0.03)
+    assert table["gallop"].swing_height is None and table["gallop"].knots(0.02) == 18
+    gait = make_gait("amble", FEET, ["point"] * 4, table, 0.02)
+    np.testing.assert_array_equal(gait.pattern, Gait.from_phases(FEET, 30, 0.7, (0.0, 0.5, 0.75, 0.25)).pattern)
+
+
+@pytest.mark.parametrize("rows, match", [
+    (["trot period=0.4 duty=0.6 offsets=0,0,0,0"], "is not"),
+    (["trot: period=0.4 duty=0.6"], "is not"),
+    (["trot: period=0.4 duty=0.6 offsets=0,0,0,0 speed=1"], "is not"),
+    (["trot: period=0.4 period=0.5 duty=0.6 offsets=0,0,0,0"], "is not"),
+    (["stand: period=0.4 duty=0.6 offsets=0,0,0,0"], "built in"),
+    (["a: period=0.4 duty=0.6 offsets=0,0,0,0", "a: period=0.4 duty=0.6 offsets=0,0,0,0"], "repeated"),
+    (["a: period=fast duty=0.6 offsets=0,0,0,0"], "fast"),
+    (["a: period=-0.4 duty=0.6 offsets=0,0,0,0"], "period"),
+    (["a: period=nan duty=0.6 offsets=0,0,0,0"], "period"),
+    (["a: period=0.4 duty=0 offsets=0,0,0,0"], "duty"),
+    (["a: period=0.4 duty=0.6 offsets=0,0,1,0"], "offsets"),
+    (["a: period=0.4 duty=0.6 offsets=0,0,0,0 swing_height=5"], "swing_height"),
+])
+def test_a_bad_row_is_refused_with_its_reason(rows, match):
+    with pytest.raises(InputError, match=match):
+        parse_gait_table(rows)
+
+
+def test_a_gait_the_robot_cannot_follow_is_refused_when_it_is_made():
+    table = parse_gait_table(["hop: period=0.4 duty=0.4 offsets=0.0,0.0,0.0,0.0",
+                              "biped: period=0.8 duty=0.6 offsets=0.0,0.5",
+                              "odd: period=0.41 duty=0.6 offsets=0.5,0.0,0.0,0.5"])
+    with pytest.raises(InputError, match="no foot on the ground"):
+        make_gait("hop", FEET, ["point"] * 4, table, 0.02)
+    with pytest.raises(InputError, match="2 phase offsets for 4 feet"):
+        make_gait("biped", FEET, ["point"] * 4, table, 0.02)
+    with pytest.raises(InputError, match="whole number"):
+        make_gait("odd", FEET, ["point"] * 4, table, 0.02)
+    with pytest.raises(InputError, match="neither"):
+        make_gait("gallop", FEET, ["point"] * 4, table, 0.02)
+    assert make_gait("biped", ("L", "R"), ["frame"] * 2, table, 0.02).pattern.any(axis=1).all()
+
+
+def test_the_command_bounds_are_checked():
+    for bad in ({"max_velocity": (0.5, 0.3)}, {"max_velocity": (0.5, 0.0, 1.0)}, {"max_acceleration": (1, 1, np.inf)},
+                {"path_slack": 0.0}, {"heading_slack": -1.0}):
+        with pytest.raises(InputError):
+            LeggedLoopSettings(**bad)
+    assert LeggedLoopSettings(max_velocity=[1, 2, 3]).max_velocity == (1.0, 2.0, 3.0)
