@@ -49,27 +49,28 @@ def render(tmp_path, name, urdf, joint_names, stamps, positions, duration, base_
 
 
 def test_solo12_is_followed_and_drawn_with_its_meshes(egl, tmp_path):
-    """Ten frames of solo12: the legs swing for five, then the base jumps 20 m away and the legs swing again.
-    Every frame shows the robot's meshes (the only robot geoms in the scene) in about as many pixels, near or far:
-    the camera follows the base; frames differ where the legs moved."""
+    """30 frames of solo12: the legs swing for 15, then the base jumps 23 m away and the legs swing again. The
+    frames away from the jump (farther than half the camera's smoothing window) show the robot's meshes (the only
+    robot geoms in the scene) in about as many pixels, near or far: the camera follows the base; frames differ
+    where the legs moved."""
     model = rd.load_urdf(SOLO, floating_base=True)
     names = list(model.actuated_joint_names)
-    duration = 9 / video.FPS
-    stamps = np.linspace(0.0, duration, 91)
-    swing = 0.4 * np.sin(2 * np.pi * stamps / (5 / video.FPS))
+    duration = 29 / video.FPS
+    stamps = np.linspace(0.0, duration, 291)
+    swing = 0.4 * np.sin(2 * np.pi * stamps / (15 / video.FPS))
     positions = SOLO_STANDING + swing[:, None]
     poses = np.tile([0.0, 0.0, 0.25, 0.0, 0.0, 0.0, 1.0], (len(stamps), 1))
-    poses[stamps > 4.5 / video.FPS, 0:2] = [20.0, -12.0]
+    poses[stamps > 14.5 / video.FPS, 0:2] = [20.0, -12.0]
     frames, robot, count = render(tmp_path, "solo", SOLO, names, stamps, positions, duration, stamps, poses)
-    assert count == len(frames) == 10
+    assert count == len(frames) == 30
     pixels = frames.shape[1] * frames.shape[2]
-    assert (robot > 0.03 * pixels).all(), robot
-    assert robot[5:].mean() == pytest.approx(robot[:5].mean(), rel=0.3), robot
-    assert np.abs(frames[1].astype(int) - frames[2]).sum(axis=2).astype(bool).mean() > 0.005
-    # The frames at the same posture near and far show the robot the same (the floor under it differs).
-    near, far = frames[0].astype(int), frames[5].astype(int)
-    assert robot[0] == pytest.approx(robot[5], rel=0.05)
-    assert np.median(np.abs(near - far)) < 30
+    near, far = robot[:9], robot[21:]  # the camera settled: more than half its window from the jump
+    assert (near > 0.03 * pixels).all() and (far > 0.03 * pixels).all(), robot
+    assert far.mean() == pytest.approx(near.mean(), rel=0.3), robot
+    assert np.abs(frames[1].astype(int) - frames[3]).sum(axis=2).astype(bool).mean() > 0.005
+    # Frames 15 apart at the same posture, the camera settled near and far (trailing the base by its slack, 3 cm,
+    # far), show the robot about the same.
+    np.testing.assert_allclose(robot[6:9], robot[21:24], rtol=0.1)
 
 
 def test_the_arm_moves_in_its_video(egl, tmp_path):
@@ -103,6 +104,28 @@ def test_mp4_without_ffmpeg_falls_back_to_a_gif(tmp_path, monkeypatch, capsys):
     assert written == tmp_path / "run.gif" and "writing the GIF" in capsys.readouterr().out
     with Image.open(written) as image:
         assert image.n_frames == 3 and image.info["duration"] == 40
+
+
+def test_camera_follows_the_base_smoothed():
+    """A base at constant speed is followed exactly (a centred average of a line), its first and last positions
+    held past the ends; a bounce shorter than the window is averaged away; the look-at point is halfway down. With
+    a slack, the camera stays still through what is left of the bounce, and trails the walk by the slack."""
+    fps, window = 10.0, 0.5  # 5 frames
+    poses = np.zeros((20, 7))
+    poses[:, 0] = np.arange(20) * 0.1
+    poses[:, 2] = 0.3 + 0.02 * (-1) ** np.arange(20)
+    targets = video.camera_targets(poses, fps, window)
+    np.testing.assert_allclose(targets[2:-2, 0], poses[2:-2, 0], atol=1e-12)
+    assert targets[0, 0] == pytest.approx((0.0 * 3 + 0.1 + 0.2) / 5)
+    bounce = np.where(np.arange(2, 18) % 2, -0.002, 0.002)  # +-0.02 m, a fifth of it left, halved
+    np.testing.assert_allclose(targets[2:-2, 2], 0.5 * 0.3 + bounce, atol=1e-12)
+    # With a slack of 0.01 m what is left of the bounce (+-0.002 m) leaves the camera still; a walk moves it, 0.01 m
+    # behind.
+    bouncing, walking = poses.copy(), poses.copy()
+    bouncing[:, 0], walking[:, 2] = 0.0, 0.3
+    assert np.ptp(video.camera_targets(bouncing, fps, window, slack=0.01)[2:-2], axis=0).max() == 0.0
+    trailing = video.camera_targets(walking, fps, window, slack=0.01)
+    np.testing.assert_allclose(trailing[4:-2, 0], walking[4:-2, 0] - 0.01, atol=1e-12)
 
 
 def test_states_are_interpolated_onto_the_frames():
