@@ -286,3 +286,52 @@ def test_damping_bound_is_what_one_step_keeps_stable(solo):
             plant.step(-damping * plant.v[6:])
         speeds[factor] = np.abs(plant.v[6:]).max()
     assert speeds[1.0] < 0.5 and speeds[4.0] > 10.0, speeds
+
+
+def test_visuals_are_seen_and_never_felt(solo):
+    """solo12's meshes and the arm's cylinders are geoms that collide with nothing and weigh nothing: the bodies'
+    masses and inertias, and a landing on the floor step by step, are the same without them."""
+    from rbd_deriv.sim.visuals import VISUAL_GROUP
+
+    model, data, standing = solo
+    plants = {visuals: make_plant_with_visuals(model, visuals) for visuals in (True, False)}
+    shown, bare = plants[True].mj_model, plants[False].mj_model
+    visual = shown.geom_group == VISUAL_GROUP
+    assert visual.sum() == plants[True].visuals.added == 17 and plants[True].visuals.note is None
+    assert (shown.geom_type[visual] == mujoco.mjtGeom.mjGEOM_MESH).all() and shown.nmesh == 10
+    assert not shown.geom_contype[visual].any() and not shown.geom_conaffinity[visual].any()
+    assert (bare.geom_group != VISUAL_GROUP).all()
+    for field in ("body_mass", "body_inertia", "body_ipos", "body_iquat"):
+        np.testing.assert_array_equal(getattr(shown, field), getattr(bare, field), err_msg=field)
+    for plant in plants.values():
+        plant.reset(at_height(model, data, standing, 0.05))
+        plant.hold(steps=300)
+    np.testing.assert_array_equal(plants[True].q, plants[False].q)
+    np.testing.assert_array_equal(plants[True].contact_forces, plants[False].contact_forces)
+    arm = make_plant("mujoco", str(rd.bundled_urdf("rbd_arm7")))
+    assert arm.visuals.added == 9 and (arm.mj_model.geom_type == mujoco.mjtGeom.mjGEOM_CYLINDER).sum() >= 7
+
+
+def make_plant_with_visuals(model, visuals):
+    """solo12 on the floor, with or without its visual geoms."""
+    from rbd_deriv.sim.mujoco_plant import MujocoPlant
+
+    actuated = model.actuated_joint_names
+    effort = np.asarray(model.effort_limit, dtype=float)[[model.idx_v[name] for name in actuated]]
+    return MujocoPlant(SOLO, actuated, effort, floating_base=True, ground=Ground(FEET), visuals=visuals)
+
+
+def test_unreadable_and_missing_meshes_are_skipped_in_one_line():
+    """A COLLADA mesh (a format MuJoCo cannot read) and a missing STL are left out, said in one line; the rest
+    stays."""
+    root = ElementTree.parse(rd.bundled_urdf("rbd_arm7")).getroot()
+    links = list(root.iter("link"))
+    for link, filename in ((links[1], "package://nowhere/meshes/a.dae"), (links[2], "meshes/b.dae"),
+                           (links[3], "missing.stl")):
+        visual = ElementTree.SubElement(link, "visual")
+        ElementTree.SubElement(ElementTree.SubElement(visual, "geometry"), "mesh", filename=filename)
+    arm = rd.load_urdf(rd.bundled_urdf("rbd_arm7"))
+    plant = make_plant("mujoco", ElementTree.tostring(root, encoding="unicode"), model=arm)
+    assert plant.visuals.added == 9
+    assert plant.visuals.note == ("visual meshes skipped: 2 .dae (a format MuJoCo cannot read), 1 not found; "
+                                  "9 visual geoms kept")

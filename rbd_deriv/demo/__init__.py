@@ -8,6 +8,7 @@ processes over DDS, as on a robot.
 * :mod:`rbd_deriv.demo.processes`: what both share: config/'s parameter files, the nodes started as processes,
   the recording node, the figures of the nodes' diagnostics.
 * :mod:`rbd_deriv.demo.plots`: the PNGs.
+* :mod:`rbd_deriv.demo.video`: the run's video, rendered offscreen by MuJoCo from the recorded states.
 
 The arm's plant damping and friction are parameters of the simulator in config/demo.yaml, nowhere else
 (:func:`rbd_deriv.demo.arm.plant_per_effort` reads them per N m of the URDF effort limits).

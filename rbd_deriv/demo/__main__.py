@@ -43,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="MPC rate, and the dynamics node's in held mode [Hz]; default: demo.yaml's")
     parser.add_argument("--output", default="rbd_deriv_demo.png", help="PNG written at the end")
     parser.add_argument("--json", default=None, help="also write a JSON summary to this file")
+    parser.add_argument("--video", default=None,
+                        help="video of the run (.gif, or .mp4 with ffmpeg), rendered offscreen after it; default: "
+                             "beside --output with .gif; 'none' for no video")
     parser.add_argument("--logs", default=None, help="folder for the nodes' logs (default: temp)")
     parser.add_argument("--robot", choices=legged.LEGGED_DEMOS, default=None,
                         help="a legged robot instead of the arm, through its script (rbd_deriv/demo/scenarios.py): "

@@ -18,6 +18,7 @@ import numpy as np
 from rbd_deriv.demo.plots import plot_arm
 from rbd_deriv.demo.processes import (STARTUP_TIMEOUT, LoopRecorder, exited, logs_folder, loop_counts,
                                       read_parameters, solve_times, spin_until, start_node, wait_for_loop)
+from rbd_deriv.demo.video import run_video, video_path
 from rbd_deriv.nodes.processes import stop_processes
 
 __all__ = ["DEMO_AMPLITUDE", "DEMO_CENTER", "DEMO_FREQUENCY", "DEMO_PARAMETERS", "DEMO_RAMP", "ArmRecorder",
@@ -258,6 +259,7 @@ def run(arguments: Any) -> int:
     output = Path(arguments.output)
     plot_arm(summary, joint_names, effort_limit, output, title)
     print(f"plot written to {output.resolve()}")
+    run_video(video_path(arguments.video, output), urdf, joint_names, recorder.states, start, arguments.duration)
     if arguments.json:
         write_summary(Path(arguments.json), summary, diagnostics, simulator, steps, mode, rate, joint_names)
         print(f"summary written to {Path(arguments.json).resolve()}")

@@ -5,8 +5,9 @@ the velocity change they give its base.
 Two processes: the simulator (MuJoCo, floating base on a floor) and the MPC node, with the robot's file of
 config/. This process drives the MPC node as a user would, through ``cmd_vel`` (geometry_msgs/Twist, 20 Hz, as a
 teleop does) and its run-time parameters (the gait), sends the pushes to the simulator, records the odometry,
-contact forces and torque commands, then reports (the figures of :mod:`rbd_deriv.demo.legged_summary`, per
-segment of the script).
+contact forces, joint states and torque commands, then reports (the figures of
+:mod:`rbd_deriv.demo.legged_summary`, per segment of the script) and renders the run's video
+(:mod:`rbd_deriv.demo.video`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rbd_deriv.demo.plots import plot_legged
 from rbd_deriv.demo.processes import (STARTUP_TIMEOUT, LoopRecorder, exited, logs_folder, read_parameters,
                                       spin_until, start_node, wait_for_loop)
 from rbd_deriv.demo.scenarios import MAX_PUSH_VELOCITY, PUSH_DURATION, SCENARIOS, Segment, generic_scenario, scaled
+from rbd_deriv.demo.video import run_video, video_path
 from rbd_deriv.nodes.processes import stop_processes
 
 __all__ = ["LEGGED_DEMOS", "LeggedRecorder", "legged_parameters", "legged_setup", "run"]
@@ -79,12 +81,15 @@ class LeggedRecorder(LoopRecorder):
     Attributes:
         base: (stamp [s], base pose (7,): position [m], quaternion x, y, z, w) of each odometry message.
         contacts: (stamp [s], forces (feet, 3) [N], touching (feet,)) of each contact_forces message.
+        joints: (stamp [s], positions (nj,) [rad]) of each joint_states message, for the video.
+        joint_names: The joints of :attr:`joints`' positions (those of the first message).
     """
 
     def __init__(self, command_topic: str) -> None:
         from nav_msgs.msg import Odometry
         from rcl_interfaces.srv import SetParameters
         from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import JointState
 
         from rbd_deriv.msg import ContactForces, Push
         from rbd_deriv.nodes.spin import PolledSubscription
@@ -92,6 +97,8 @@ class LeggedRecorder(LoopRecorder):
         super().__init__("rbd_deriv_legged_demo", command_topic)
         self.base: list[tuple[float, np.ndarray]] = []
         self.contacts: list[tuple[float, np.ndarray, np.ndarray]] = []
+        self.joints: list[tuple[float, np.ndarray]] = []
+        self.joint_names: list[str] = []
         from geometry_msgs.msg import Twist
 
         self.push_publisher = self.node.create_publisher(Push, "push", 10)
@@ -102,22 +109,25 @@ class LeggedRecorder(LoopRecorder):
         # taken from the two nodes it watches.
         queue = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         self.inputs = ((PolledSubscription(self.node, Odometry, "odom", queue), []),
-                       (PolledSubscription(self.node, ContactForces, "contact_forces", queue), []))
+                       (PolledSubscription(self.node, ContactForces, "contact_forces", queue), []),
+                       (PolledSubscription(self.node, JointState, "joint_states", queue), []))
 
     def poll(self) -> None:
-        """Keep the odometry and contact forces received since the previous call (while recording)."""
+        """Keep the odometry, contact forces and joint states received since the previous call (while
+        recording)."""
         for subscription, raw in self.inputs:
             taken = subscription.take(serialized=True)
             if self.recording:
                 raw.extend(taken)
 
     def decode(self) -> None:
-        """Fill :attr:`base` and :attr:`contacts` from what :meth:`poll` kept, at the messages' stamps [s]."""
+        """Fill :attr:`base`, :attr:`contacts` and :attr:`joints` from what :meth:`poll` kept, at the messages'
+        stamps [s]."""
         from rclpy.serialization import deserialize_message
 
         from rbd_deriv.messages import stamp_to_ns
 
-        (odometry, raw_odometry), (contacts, raw_contacts) = self.inputs
+        (odometry, raw_odometry), (contacts, raw_contacts), (states, raw_states) = self.inputs
         for raw in raw_odometry:
             message = deserialize_message(raw, odometry.message_type)
             p, o = message.pose.pose.position, message.pose.pose.orientation
@@ -127,8 +137,13 @@ class LeggedRecorder(LoopRecorder):
             message = deserialize_message(raw, contacts.message_type)
             self.contacts.append((stamp_to_ns(message.header.stamp) * 1e-9, np.array(message.forces).reshape(-1, 3),
                                   np.array(message.touching, dtype=bool)))
-        raw_odometry.clear()
-        raw_contacts.clear()
+        for raw in raw_states:
+            message = deserialize_message(raw, states.message_type)
+            self.joint_names = self.joint_names or list(message.name)
+            if list(message.name) == self.joint_names:
+                self.joints.append((stamp_to_ns(message.header.stamp) * 1e-9, np.array(message.position)))
+        for _, raw in self.inputs:
+            raw.clear()
 
     def set_parameters(self, values: dict) -> None:
         """Set the MPC node's parameters ``values`` (the gait, the base velocity, the sway; answered
@@ -234,6 +249,8 @@ def run(arguments: Any) -> int:
     output = Path(arguments.output)
     plot_legged(summary, feet, effort_limit, {s["name"]: s["start_s"] for s in document["segments"]}, output, title)
     print(f"plot written to {output.resolve()}")
+    run_video(video_path(arguments.video, output), urdf, recorder.joint_names, recorder.joints, start, duration,
+              recorder.base)
     if arguments.json:
         import json
 

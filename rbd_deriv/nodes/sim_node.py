@@ -142,6 +142,9 @@ class SimNode(Node):
             f"{', floating base' if self.model.has_floating_base else ''}"
             f"{', feet ' + ' '.join(ground.contact_frames) if ground is not None else ''}) at {rate:g} Hz, "
             f"policies on {p['policy_topic'] or '(none)'}, commands on {p['command_topic']}")
+        visuals = getattr(self.plant, "visuals", None)
+        if visuals is not None and visuals.note:
+            self.get_logger().info(visuals.note)
 
     def _guard(self, callback):
         return guard(callback, lambda error: self._refused("internal_error", error))

@@ -3,7 +3,9 @@
 MuJoCo's URDF import fails on mesh paths it cannot resolve and needs a few compiler options, so
 the description is prepared first: ``<visual>`` and ``<collision>`` are removed, static bodies are kept
 apart so that joint and link frames match the URDF, and inertias that violate the triangle inequality are
-balanced. Damping and dry friction (MuJoCo's ``frictionloss``) are then set per joint.
+balanced. The visuals are then put back as geoms that neither collide nor weigh (:mod:`rbd_deriv.sim.visuals`:
+seen in a rendering, absent from the physics). Damping and dry friction (MuJoCo's ``frictionloss``) are then
+set per joint.
 
 A fixed-base robot has no contacts at all. A floating-base robot gets a free joint on its root body
 (:mod:`rbd_deriv.sim.free_flyer` converts its state to the library's conventions) and, with a
@@ -26,6 +28,7 @@ from rbd_deriv.exceptions import BudgetError, InputError, ModelError, RbdDerivEr
 from rbd_deriv.sim.free_flyer import pose_from_mujoco, to_mujoco, twist_from_mujoco
 from rbd_deriv.sim.ground import SOLIMP, SOLREF, Ground, GroundContacts, add_ground
 from rbd_deriv.sim.plant import Plant, joint_vector
+from rbd_deriv.sim.visuals import Visuals, add_visuals
 
 #: A push's force may reach this many times the robot's weight [N]; its torque the same number in N m (a
 #: 1 m lever); its duration [s] is in (0, MAX_PUSH_DURATION].
@@ -108,6 +111,22 @@ def _load(mujoco: Any, text: str, floating_base: bool) -> Any:
     return spec
 
 
+def robot_spec(mujoco: Any, urdf: str | Path, floating_base: bool, visuals: bool = True) -> Tuple[Any, Visuals]:
+    """The robot's MjSpec from URDF text or a path (a free joint on its root body when it floats), with its
+    visuals as geoms that neither collide nor weigh unless ``visuals`` is False, and what was added of them.
+
+    Raises:
+        URDFError: The text is not a URDF.
+        ModelError: MuJoCo cannot load it.
+    """
+    spec = _load(mujoco, mujoco_ready_urdf(urdf), floating_base)
+    if not visuals:
+        return spec, Visuals()
+    text = str(urdf)
+    folder = Path.cwd() if text.lstrip().startswith("<") else Path(text).resolve().parent
+    return spec, add_visuals(spec, _parse(urdf), folder)
+
+
 def _compile(spec: Any) -> Any:
     try:
         return spec.compile()
@@ -130,6 +149,12 @@ class MujocoPlant(Plant):
         ground: A floor, feet and fall detectors (floating base only); None: no contact at all.
         push_budget: [m/s] the pushes accepted within any second may change the base's momentum by at most the
             robot's mass times this, and its angular momentum by as many N m s (:meth:`push`), > 0.
+        visuals: Keep the URDF's visuals as geoms that neither collide nor weigh (for a rendering of
+            :attr:`mj_model`); the physics is the same without them.
+
+    Attributes:
+        visuals: The visual geoms added and the meshes skipped (:class:`~rbd_deriv.sim.visuals.Visuals`, whose
+            ``note`` is one line on what was skipped).
 
     Attributes (floating base with a ground):
         contact_forces: (nc, 3) [N] the floor's force on each foot in the world frame after the last step.
@@ -148,7 +173,7 @@ class MujocoPlant(Plant):
 
     def __init__(self, urdf: str | Path, joint_names: Sequence[str], effort_limit: Any,
                  dt: float = 1e-3, damping: Any = 0.0, friction: Any = 0.0, floating_base: bool = False,
-                 ground: Optional[Ground] = None, push_budget: float = PUSH_BUDGET) -> None:
+                 ground: Optional[Ground] = None, push_budget: float = PUSH_BUDGET, visuals: bool = True) -> None:
         try:
             import mujoco  # only the simulator needs it
         except ImportError as error:
@@ -164,10 +189,9 @@ class MujocoPlant(Plant):
             raise InputError("a ground needs a floating base: a fixed-base robot has no contacts")
         self.floating_base = bool(floating_base)
         self.ground = ground
-        text = mujoco_ready_urdf(urdf)
-        spec = _load(mujoco, text, self.floating_base)
+        spec, self.visuals = robot_spec(mujoco, urdf, self.floating_base, visuals)
         if ground is not None:
-            feet = frame_links(text, ground.contact_frames)
+            feet = frame_links(urdf, ground.contact_frames)
             # The trunk detector is sized by the root body's inertia as MuJoCo compiles it (balanced, bounded).
             bare = _compile(spec)
             root_body = spec.worldbody.first_body().name
