@@ -324,22 +324,30 @@ def test_safe_command_never_over_a_limit_nor_nan(solo):
 
 def test_cone_refusal_is_counted_and_not_sent(solo):
     """Joints too weak to hold the bent legs let the feet push out of a narrow cone (mu = 0.05): the plan
-    is refused, the command is the safe one."""
+    is refused and counted. Before any plan was sent, nothing is sent (the robot stays held as it was: the statics
+    of its posture without feedback would let it fall); after one, the safe command."""
     model, feet, posture, _ = solo
     mpc = LeggedMPC(model, feet, Gait.standing(feet), posture, horizon=10, dt=0.02, mu=0.05,
                     effort=np.full(12, 1e-3))
     loop = LeggedLoop(model, {"stand": mpc}, "stand")
     feed(loop, model, posture, np.zeros(model.nv), START)
-    tick = loop.tick(START)
-    assert tick.source is CommandSource.CONE_REFUSAL and not tick.plan.cone_ok
-    assert not tick.policy.gain.any(), "the refused plan's policy is not sent"
-    assert within(tick.command, loop)
+    assert loop.tick(START) is None and not loop.last_plan.cone_ok
     assert loop.refusals.counts["cone_refusal"] == 1
     values = loop.diagnostics(1.0)[2]
-    assert values["commands_cone_refusal"] == "1"
+    assert values["commands_cone_refusal"] == "1" and loop.ticks == 0
     # The first knot's violation of the pyramid the solver keeps, in newtons.
-    assert tick.plan.constraint_violation > 0.1
-    assert float(values["cone_constraint_violation_n"]) == pytest.approx(tick.plan.constraint_violation, rel=1e-3)
+    assert loop.last_plan.constraint_violation > 0.1
+    assert float(values["cone_constraint_violation_n"]) == pytest.approx(loop.last_plan.constraint_violation,
+                                                                         rel=1e-3)
+    # After a good plan (the cone wide), a refused one: the safe command, the refused plan's policy not sent.
+    mpc.mu, mpc.cone.mu = 10.0, 10.0
+    good = loop.tick(START + 20 * MS)
+    assert good is not None and good.source is CommandSource.PLAN
+    mpc.mu = 0.05
+    feed(loop, model, posture, np.zeros(model.nv), START + 40 * MS)
+    tick = loop.tick(START + 40 * MS)
+    assert tick.source is CommandSource.CONE_REFUSAL and tick.policy is good.policy
+    assert within(tick.command, loop) and loop.refusals.counts["cone_refusal"] == 2
 
 
 def test_bad_input_is_refused_and_nothing_is_stored(solo):

@@ -380,8 +380,9 @@ class LeggedLoop(TickLoop):
                 the safe command ``stale_clock``.
 
         Returns:
-            None before the base and every joint have been received (no command is better than a guess),
-            else the command, its policy and why. Never raises for a bad state or a failed solve.
+            None before the base and every joint have been received, or before any plan was good enough to send
+            (no command is better than a guess: the robot stays held as it was), else the command, its policy and
+            why. Never raises for a bad state or a failed solve.
         """
         previous = self.last_source
         if not self.state.complete:
@@ -429,6 +430,10 @@ class LeggedLoop(TickLoop):
                     # instead of the one real-time iteration, whose first plan may be far from converged.
                     mpc.solver.cold_start(np.r_[q0, v0], np.tile(mpc.u_static, (mpc.horizon, 1)))
                     elapsed, iterations = 0.0, self.settings.start_iterations
+                elif knot is None:
+                    # A first plan again (the previous one was refused, nothing was sent): refine it, from the
+                    # robot still held where it was.
+                    elapsed, iterations = 0.0, self.settings.start_iterations
                 else:
                     elapsed = max(0, knot - self._last_knot) * mpc.dt  # a previous plan: something was sent
                     if elapsed > STALE_PLAN_FRACTION * mpc.horizon * mpc.dt:
@@ -474,6 +479,14 @@ class LeggedLoop(TickLoop):
                 # A failed iteration may leave NaN or a diverged nominal behind: warm-started from it, every
                 # later solve would fail too.
                 self._last_knot = None
+            if not self._sent:
+                # No plan was ever good: the robot is still held as it was before the controller (the brakes, its
+                # own controller), which is safer than the statics of a posture without feedback (a humanoid's
+                # first plan refused and the brakes released on them: it falls). The gait starts with the first
+                # plan sent.
+                self._gait_start = None
+                self._count(source)
+                return None
             command, policy = self._safe(q, v, now_ns)
         else:
             self.good_policy = policy
