@@ -6,12 +6,18 @@ and Pinocchio 4.1 do not share one environment with example-robot-data 6), givin
 as JSON on stdin, and reads the timings back as JSON on stdout.
 
 The problem is the one :class:`rbd_deriv.control.legged.LeggedMPC` solves, written with
-Crocoddyl's action models: per knot a ``DifferentialActionModelContactFwdDynamics`` on the knot's
-stance feet (``ContactModel3D`` or ``ContactModel6D``, LOCAL_WORLD_ALIGNED, no Baumgarte gains)
-with the same costs and weights (posture: weighted quadratic state residual; torque toward the
-static torques; each stance foot's force toward its share of the weight; each swing foot's
-translation toward its lifted reference; friction cone of ``ResidualModelContactFrictionCone``),
-integrated by ``IntegratedActionModelEuler``, and the same terminal posture cost. Two
+Crocoddyl's action models. The gait comes as data, whatever it is (standing, a trot, a crawl with one
+foot up at a time...): ``pattern`` (P, nc), which feet are on the ground at each knot of one period,
+and ``lift`` (P, nc), the fraction of its swing height each foot's reference is lifted by there; knot k
+of the horizon is knot k mod P of the period, a touchdown is a knot where a foot is down after being up
+at the knot before (the period wraps). Per knot of the period a ``DifferentialActionModelContactFwdDynamics``
+on the knot's stance feet (``ContactModel3D`` for a ``point`` foot, ``ContactModel6D`` for a ``frame``
+foot, LOCAL_WORLD_ALIGNED, no Baumgarte gains) with the same costs and weights (posture: weighted
+quadratic state residual; torque toward the static torques; each stance foot's force toward its share
+of the weight; each swing foot's translation toward its lifted reference, and on its touchdown knot
+toward its stance position, as this package holds a foot's swing reference until its touchdown knot
+included; friction cone of ``ResidualModelContactFrictionCone``), integrated by
+``IntegratedActionModelEuler``, and the same terminal posture cost. Two
 differences: the cone is kept by a quadratic barrier (Crocoddyl has no log barrier; the constraint of
 :mod:`rbd_deriv.control.constraints` is not written there either), and a
 touchdown is not an impulse knot (Crocoddyl would add a knot there). The receding horizon moves
@@ -21,13 +27,19 @@ with one iteration per tick, warm-started by the previous plan shifted one knot,
 govern: without it talos's tick took 25 times longer on the shared cores), and each tick starts from
 the state its previous plan predicts, as in the benchmark's own loop.
 
+The JSON (written by :func:`rbd_deriv.bench.legged.crocoddyl_spec`): ``urdf``; ``feet`` (nc,) and their
+``kinds``; ``x0``, ``x_ref`` (nq + nv,); ``state_weights`` (2 nv,); ``weights`` (terminal, torque, force,
+swing); ``cone_weight``; ``u_static`` (nu,) [N m]; ``weight`` [N]; ``pattern``, ``lift`` (P, nc);
+``stance`` (nc, 3) [m] and ``stance_rotations`` (nc, 3, 3); ``swing_height`` [m]; ``mu``; ``dt`` [s];
+``horizon`` N; ``ticks`` and ``warmup``.
+
 Crocoddyl's Euler model multiplies a running cost by the knot's dt and leaves the terminal cost as
 it is; the running weights are divided by dt here, so that both problems have the same cost
 (this package's solver sums the knots' costs unscaled).
 
 Besides the timings, the reply holds what a test compares with this package's solve: the problem's
 sizes, the cost of the cold start (x0 at every knot, the static torques) and the first tick's
-first torques and cost after its iteration.
+first torques, cost and step length (BoxFDDP's line search: 1, 1/2, 1/4...) after its iteration.
 
 Crocoddyl 3.2.1's wheels were built against Pinocchio 4.0: Pinocchio 4.1 added acceleration and jerk
 limits to its ``Model``, so a model built by 4.1 is read with the wrong layout by Crocoddyl's
@@ -62,7 +74,10 @@ def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
     """The action model of gait knot ``knot`` (mod the period)."""
     nu = actuation.nu
     pattern = np.array(spec["pattern"], dtype=bool)
-    row = pattern[knot % pattern.shape[0]]
+    period = pattern.shape[0]
+    row = pattern[knot % period]
+    touchdown = row & ~pattern[(knot - 1) % period]
+    kinds = spec.get("kinds") or [spec["kind"]] * len(spec["feet"])
     weights = spec["weights"]
     contacts = croc.ContactModelMultiple(state, nu)
     costs = croc.CostModelSum(state, nu)
@@ -78,13 +93,13 @@ def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
         costs.addCost("torque", croc.CostModelResidual(
             state, croc.ResidualModelControl(state, np.array(spec["u_static"]))), weights["torque"] * scale)
     share = spec["weight"] / max(int(row.sum()), 1)
-    lift = np.array(spec["lift"])[knot % pattern.shape[0]]
+    lift = np.array(spec["lift"])[knot % period]
     for c, foot in enumerate(spec["feet"]):
         frame = model.getFrameId(foot)
         if terminal:
             continue
         if row[c]:
-            if spec["kind"] == "point":
+            if kinds[c] == "point":
                 contacts.addContact(foot, croc.ContactModel3D(
                     state, frame, np.array(spec["stance"][c]), pin.LOCAL_WORLD_ALIGNED, nu,
                     np.zeros(2)))
@@ -102,7 +117,8 @@ def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
             costs.addCost(f"cone {foot}", croc.CostModelResidual(
                 state, croc.ActivationModelQuadraticBarrier(bounds),
                 croc.ResidualModelContactFrictionCone(state, frame, cone, nu)), spec["cone_weight"] * scale)
-        else:
+        if not row[c] or touchdown[c]:
+            # In the air: toward the lifted reference; at touchdown (lift 0): toward the stance position.
             target = np.array(spec["stance"][c]) + np.array([0.0, 0.0, spec["swing_height"] * lift[c]])
             costs.addCost(f"swing {foot}", croc.CostModelResidual(
                 state, croc.ResidualModelFrameTranslation(state, frame, target, nu)), weights["swing"] * scale)
@@ -147,7 +163,8 @@ def run(spec: dict) -> dict:
             measured.append(elapsed * 1e6)
             costs.append(solver.cost)
         if tick == 0:
-            first.update(first_torque=np.array(solver.us[0]).tolist(), first_cost=float(solver.cost))
+            first.update(first_torque=np.array(solver.us[0]).tolist(), first_cost=float(solver.cost),
+                             first_step=float(solver.stepLength))
         x = np.array(solver.xs[1])
     return {**first, "median_us": float(np.median(measured)), "p99_us": float(np.percentile(measured, 99)),
             "mean_cost": float(np.mean(costs)), "crocoddyl": croc.__version__,
