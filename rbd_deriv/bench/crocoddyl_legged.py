@@ -39,7 +39,9 @@ it is; the running weights are divided by dt here, so that both problems have th
 
 Besides the timings, the reply holds what a test compares with this package's solve: the problem's
 sizes, the cost of the cold start (x0 at every knot, the static torques) and the first tick's
-first torques, cost and step length (BoxFDDP's line search: 1, 1/2, 1/4...) after its iteration.
+first torques, cost and step length (BoxFDDP's line search: 1, 1/2, 1/4...) after its iteration, and
+the share of the timed ticks whose line search took the full step (each shorter one cost it another
+rollout of the horizon).
 
 Crocoddyl 3.2.1's wheels were built against Pinocchio 4.0: Pinocchio 4.1 added acceleration and jerk
 limits to its ``Model``, so a model built by 4.1 is read with the wrong layout by Crocoddyl's
@@ -149,7 +151,7 @@ def run(spec: dict) -> dict:
     us = [np.array(spec["u_static"]) for _ in range(N)]
     first = {"nx": state.nx, "ndx": state.ndx, "nu": actuation.nu, "horizon": problem.T,
              "initial_cost": float(problem.calc(xs, us))}
-    measured, costs = [], []
+    measured, costs, steps = [], [], []
     for tick in range(spec["warmup"] + spec["ticks"]):
         start = time.perf_counter()
         if tick:
@@ -162,12 +164,14 @@ def run(spec: dict) -> dict:
         if tick >= spec["warmup"]:
             measured.append(elapsed * 1e6)
             costs.append(solver.cost)
+            steps.append(solver.stepLength)
         if tick == 0:
             first.update(first_torque=np.array(solver.us[0]).tolist(), first_cost=float(solver.cost),
-                             first_step=float(solver.stepLength))
+                         first_step=float(solver.stepLength))
         x = np.array(solver.xs[1])
     return {**first, "median_us": float(np.median(measured)), "p99_us": float(np.percentile(measured, 99)),
-            "mean_cost": float(np.mean(costs)), "crocoddyl": croc.__version__,
+            "mean_cost": float(np.mean(costs)), "full_steps": float(np.mean(np.array(steps) == 1.0)),
+            "crocoddyl": croc.__version__,
             "pinocchio": pin.__version__}
 
 

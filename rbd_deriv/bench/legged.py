@@ -28,7 +28,9 @@ Reported: median and p99 tick, the rate the median allows against its target, an
 of each part of the tick (:data:`~rbd_deriv.control.legged.TIMING_PARTS`), which says where the time
 goes. ``--crocoddyl-python PATH`` also times Crocoddyl on the same problem, in another environment
 (``./run crocoddyl-env`` makes it and prints its Python: Crocoddyl 3.2.1 needs Pinocchio 4.0), right
-after our ticks of each case: its median and p99, ours / theirs and whether it is <= 0.5;
+after our ticks of each case: its median and p99, the share of its ticks whose line search took the
+whole step (each shorter step costs it another rollout; ours takes the whole step, halved only beyond
+the step's velocity bounds), ours / theirs and whether it is <= 0.5;
 :mod:`rbd_deriv.bench.crocoddyl_legged` says how the problem is written there and where it differs.
 
 The problem of a case: the robot's feet, contact kind and SRDF posture of
@@ -138,18 +140,19 @@ def cases(robots: Sequence[str] = tuple(NODE_TARGETS)) -> list[Case]:
 
 HEADERS = (["case", "nv", "contacts", "dt [ms]", "tick p50 [ms]", "tick p99 [ms]", "rate [Hz]", "target [Hz]",
             "met"] + [f"{part} [ms]" for part in TIMING_PARTS]
-           + ["cone refusals", "failures", "Crocoddyl p50 [ms]", "Crocoddyl p99 [ms]", "ours / theirs",
-              f"<= {RATIO_TARGET:g}"])
+           + ["cone refusals", "failures", "Crocoddyl p50 [ms]", "Crocoddyl p99 [ms]", "Crocoddyl full steps",
+              "ours / theirs", f"<= {RATIO_TARGET:g}"])
 
 
 def _crocoddyl_cells(crocoddyl: dict, ours_us: float) -> list:
-    """Crocoddyl's median and p99 [ms], ours / theirs and whether it meets :data:`RATIO_TARGET`."""
+    """Crocoddyl's median and p99 [ms], the share of its ticks whose line search took the whole step, ours /
+    theirs and whether it meets :data:`RATIO_TARGET`."""
     if not crocoddyl:
-        return ["-"] * 4
+        return ["-"] * 5
     if "error" in crocoddyl:
-        return [f"failed: {crocoddyl['error'][:60]}"] + ["-"] * 3
+        return [f"failed: {crocoddyl['error'][:60]}"] + ["-"] * 4
     ratio = ours_us / crocoddyl["median_us"]
-    return [1e-3 * crocoddyl["median_us"], 1e-3 * crocoddyl["p99_us"], ratio,
+    return [1e-3 * crocoddyl["median_us"], 1e-3 * crocoddyl["p99_us"], crocoddyl["full_steps"], ratio,
             "yes" if ratio <= RATIO_TARGET else "NO"]
 
 
