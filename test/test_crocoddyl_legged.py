@@ -93,3 +93,27 @@ def test_crocoddyl_solves_the_legged_problem_this_package_solves(gait):
     angle, difference = FIRST_STEP_BOUNDS[gait]
     assert cosine > math.cos(math.radians(angle))
     assert np.linalg.norm(change - ours) < difference * np.linalg.norm(ours)
+
+
+def test_crocoddyl_ticks_asked_in_turns_are_those_of_one_run():
+    """The benchmark's interleaved mode (``--serve``, :class:`rbd_deriv.bench.legged.CrocoddylTicks`): ticks asked
+    1 then 2 at a time give the reply of the three ticks run at once (the same first step and mean cost), and a
+    Python without crocoddyl is reported, not hung on."""
+    python = _crocoddyl_python()
+    if python is None:
+        if os.environ.get("RBD_DERIV_REQUIRE_CROCODDYL"):
+            pytest.fail("RBD_DERIV_REQUIRE_CROCODDYL is set but no Python with crocoddyl was found")
+        pytest.skip("no Python with crocoddyl: ./run crocoddyl-env makes one (.venv-crocoddyl)")
+    from rbd_deriv.bench import legged
+
+    _, mpc, x0 = legged.build("solo12", "pace", 10, 0.02)
+    spec = legged.crocoddyl_spec("solo12", mpc, x0, ticks=3, warmup=1)
+    once = legged.run_crocoddyl(python, spec)
+    turns = legged.CrocoddylTicks(python, spec)
+    assert len(turns.run(1)) == 1 and len(turns.run(2)) == 2
+    reply = turns.close()
+    assert reply["ticks"] == once["ticks"] == 3
+    assert reply["first_torque"] == once["first_torque"] and reply["mean_cost"] == pytest.approx(once["mean_cost"])
+
+    with pytest.raises(RuntimeError, match="crocoddyl|exited with"):
+        legged.CrocoddylTicks(sys.executable if python != sys.executable else "/bin/false", spec)

@@ -3,7 +3,8 @@
 ``python -m rbd_deriv.bench legged --crocoddyl-python PATH`` runs this file with the interpreter
 PATH (an environment with ``crocoddyl``; it needs neither this package nor numba: Crocoddyl 3.2
 and Pinocchio 4.1 do not share one environment with example-robot-data 6), giving it the problem
-as JSON on stdin, and reads the timings back as JSON on stdout.
+as JSON on stdin, and reads the timings back as JSON on stdout: all ticks at once (:func:`run`), or,
+with ``--serve``, a number of ticks per line asked, in turn with its own (:func:`serve`).
 
 The problem is the one :class:`rbd_deriv.control.legged.LeggedMPC` solves, written with
 Crocoddyl's action models. The gait comes as data, whatever it is (standing, a trot, a crawl with one
@@ -128,52 +129,99 @@ def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
     return croc.IntegratedActionModelEuler(dynamics, 0.0 if terminal else spec["dt"])
 
 
-def run(spec: dict) -> dict:
-    # Read by the OpenMP runtime when Crocoddyl loads it (see the module docstring).
-    os.environ["OMP_NUM_THREADS"] = "1"
-    import crocoddyl as croc
-    import pinocchio as pin
+class Ticks:
+    """The receding-horizon loop of the module docstring on ``spec``'s problem: :meth:`tick` runs one tick and
+    returns its time [us]; :meth:`reply` the figures of the module docstring over the ticks timed so far."""
 
-    check_pinocchio(croc.__version__, pin.__version__)
+    def __init__(self, spec: dict) -> None:
+        # Read by the OpenMP runtime when Crocoddyl loads it (see the module docstring).
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import crocoddyl as croc
+        import pinocchio as pin
 
-    model = pin.buildModelFromUrdf(spec["urdf"], pin.JointModelFreeFlyer())
-    state = croc.StateMultibody(model)
-    actuation = croc.ActuationModelFloatingBase(state)
-    N = spec["horizon"]
-    period = len(spec["pattern"])
-    models = [_knot_model(spec, croc, pin, model, state, actuation, k) for k in range(period)]
-    terminal = _knot_model(spec, croc, pin, model, state, actuation, 0, terminal=True)
-    x = np.array(spec["x0"])
-    problem = croc.ShootingProblem(x, [models[k % period] for k in range(N)], terminal)
-    problem.nthreads = 1
-    solver = croc.SolverBoxFDDP(problem)
-    xs = [x.copy() for _ in range(N + 1)]
-    us = [np.array(spec["u_static"]) for _ in range(N)]
-    first = {"nx": state.nx, "ndx": state.ndx, "nu": actuation.nu, "horizon": problem.T,
-             "initial_cost": float(problem.calc(xs, us))}
-    measured, costs, steps = [], [], []
-    for tick in range(spec["warmup"] + spec["ticks"]):
+        check_pinocchio(croc.__version__, pin.__version__)
+        self.versions = {"crocoddyl": croc.__version__, "pinocchio": pin.__version__}
+        model = pin.buildModelFromUrdf(spec["urdf"], pin.JointModelFreeFlyer())
+        state = croc.StateMultibody(model)
+        actuation = croc.ActuationModelFloatingBase(state)
+        self.horizon = N = spec["horizon"]
+        self.period = period = len(spec["pattern"])
+        self.models = [_knot_model(spec, croc, pin, model, state, actuation, k) for k in range(period)]
+        terminal = _knot_model(spec, croc, pin, model, state, actuation, 0, terminal=True)
+        self.x = x = np.array(spec["x0"])
+        self.problem = croc.ShootingProblem(x, [self.models[k % period] for k in range(N)], terminal)
+        self.problem.nthreads = 1
+        self.solver = croc.SolverBoxFDDP(self.problem)
+        self.xs = [x.copy() for _ in range(N + 1)]
+        self.us = [np.array(spec["u_static"]) for _ in range(N)]
+        self.first = {"nx": state.nx, "ndx": state.ndx, "nu": actuation.nu, "horizon": self.problem.T,
+                      "initial_cost": float(self.problem.calc(self.xs, self.us))}
+        self.count = 0
+        self.measured: list[float] = []
+        self.costs: list[float] = []
+        self.steps: list[float] = []
+
+    def tick(self, timed: bool = True) -> float:
+        """One tick (the horizon moved one knot, warm-started, one iteration) [us]; ``timed``: counted in
+        :meth:`reply`."""
+        solver, problem, N = self.solver, self.problem, self.horizon
         start = time.perf_counter()
-        if tick:
-            problem.circularAppend(models[(tick + N - 1) % period], models[(tick + N - 1) % period].createData())
-            problem.x0 = x
-            xs = [x] + list(solver.xs[2:]) + [solver.xs[-1]]
-            us = list(solver.us[1:]) + [solver.us[-1]]
-        solver.solve(xs, us, 1, False)
-        elapsed = time.perf_counter() - start
-        if tick >= spec["warmup"]:
-            measured.append(elapsed * 1e6)
-            costs.append(solver.cost)
-            steps.append(solver.stepLength)
-        if tick == 0:
-            first.update(first_torque=np.array(solver.us[0]).tolist(), first_cost=float(solver.cost),
-                         first_step=float(solver.stepLength))
-        x = np.array(solver.xs[1])
-    return {**first, "median_us": float(np.median(measured)), "p99_us": float(np.percentile(measured, 99)),
-            "mean_cost": float(np.mean(costs)), "full_steps": float(np.mean(np.array(steps) == 1.0)),
-            "crocoddyl": croc.__version__,
-            "pinocchio": pin.__version__}
+        if self.count:
+            model = self.models[(self.count + N - 1) % self.period]
+            problem.circularAppend(model, model.createData())
+            problem.x0 = self.x
+            self.xs = [self.x] + list(solver.xs[2:]) + [solver.xs[-1]]
+            self.us = list(solver.us[1:]) + [solver.us[-1]]
+        solver.solve(self.xs, self.us, 1, False)
+        elapsed = (time.perf_counter() - start) * 1e6
+        if timed:
+            self.measured.append(elapsed)
+            self.costs.append(solver.cost)
+            self.steps.append(solver.stepLength)
+        if self.count == 0:
+            self.first.update(first_torque=np.array(solver.us[0]).tolist(), first_cost=float(solver.cost),
+                              first_step=float(solver.stepLength))
+        self.x = np.array(solver.xs[1])
+        self.count += 1
+        return elapsed
+
+    def reply(self) -> dict:
+        measured = self.measured or [float("nan")]
+        return {**self.first, "median_us": float(np.median(measured)),
+                "p99_us": float(np.percentile(measured, 99)), "mean_cost": float(np.mean(self.costs or [np.nan])),
+                "full_steps": float(np.mean(np.array(self.steps) == 1.0)) if self.steps else float("nan"),
+                "ticks": len(self.measured), **self.versions}
+
+
+def run(spec: dict) -> dict:
+    """``spec["warmup"]`` untimed ticks, then ``spec["ticks"]`` timed ones: the reply."""
+    ticks = Ticks(spec)
+    for tick in range(spec["warmup"] + spec["ticks"]):
+        ticks.tick(timed=tick >= spec["warmup"])
+    return ticks.reply()
+
+
+def serve(spec: dict, lines, out) -> None:
+    """Ticks on request, for a benchmark that alternates its own ticks with these (the machine's load then
+    weighs on both alike): ``spec["warmup"]`` untimed ticks, then the line ``{"ready": true}`` on ``out``;
+    each line read from ``lines`` is a number of ticks to time, answered by the line ``{"us": [...]}`` (their
+    times); an empty line or the end of ``lines`` ends it with the reply of :func:`run` on all of them."""
+    ticks = Ticks(spec)
+    for _ in range(spec["warmup"]):
+        ticks.tick(timed=False)
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in lines:
+        if not line.strip():
+            break
+        out.write(json.dumps({"us": [ticks.tick() for _ in range(int(line))]}) + "\n")
+        out.flush()
+    out.write(json.dumps(ticks.reply()) + "\n")
+    out.flush()
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(json.load(sys.stdin))))
+    if sys.argv[1:] == ["--serve"]:
+        serve(json.loads(sys.stdin.readline()), sys.stdin, sys.stdout)
+    else:
+        print(json.dumps(run(json.load(sys.stdin))))

@@ -27,8 +27,9 @@ every row, with Crocoddyl: our tick's median <= 0.5 of Crocoddyl's on the same p
 Reported: median and p99 tick, the rate the median allows against its target, and the median time
 of each part of the tick (:data:`~rbd_deriv.control.legged.TIMING_PARTS`), which says where the time
 goes. ``--crocoddyl-python PATH`` also times Crocoddyl on the same problem, in another environment
-(``./run crocoddyl-env`` makes it and prints its Python: Crocoddyl 3.2.1 needs Pinocchio 4.0), right
-after our ticks of each case: its median and p99, the share of its ticks whose line search took the
+(``./run crocoddyl-env`` makes it and prints its Python: Crocoddyl 3.2.1 needs Pinocchio 4.0), its
+ticks in turn with ours (``--rounds`` rounds of a tenth of the ticks by default, each side warmed up
+first), so that a change of the shared machine's load weighs on both: its median and p99, the share of its ticks whose line search took the
 whole step (each shorter step costs it another rollout; ours takes the whole step, halved only beyond
 the step's velocity bounds), ours / theirs and whether it is <= 0.5;
 :mod:`rbd_deriv.bench.crocoddyl_legged` says how the problem is written there and where it differs.
@@ -62,6 +63,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,29 +206,89 @@ def run_crocoddyl(python: str, spec: dict) -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def run_case(case: Case, ticks: int, warmup: int = 10, crocoddyl_python: str | None = None) -> dict:
-    """Time ``ticks`` ticks of ``case`` after ``warmup`` untimed ones; medians of the tick and its parts [us];
-    with ``crocoddyl_python``, Crocoddyl's ticks on the same problem right after."""
+class CrocoddylTicks:
+    """Crocoddyl's ticks on ``spec``'s problem, on request, in the interpreter ``python``
+    (:func:`rbd_deriv.bench.crocoddyl_legged.serve`): its untimed warm-up ticks are run when it is made.
+
+    Raises:
+        RuntimeError: The interpreter's process ended without answering (the last line of its stderr says why).
+    """
+
+    def __init__(self, python: str, spec: dict) -> None:
+        script = Path(__file__).with_name("crocoddyl_legged.py")
+        self._errors = tempfile.TemporaryFile("w+")
+        self._process = subprocess.Popen([python, str(script), "--serve"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._errors, text=True)
+        self._send(json.dumps(spec))
+
+    def _send(self, line: str) -> dict:
+        try:
+            self._process.stdin.write(line + "\n")
+            self._process.stdin.flush()
+            answer = self._process.stdout.readline()
+        except BrokenPipeError:
+            answer = ""
+        if not answer:
+            self._process.wait(timeout=60)
+            self._errors.seek(0)
+            lines = self._errors.read().strip().splitlines()
+            raise RuntimeError(lines[-1] if lines else f"exited with {self._process.returncode}")
+        return json.loads(answer)
+
+    def run(self, ticks: int) -> list[float]:
+        """Time ``ticks`` more ticks: their times [us]."""
+        return self._send(str(int(ticks)))["us"]
+
+    def close(self) -> dict:
+        """The reply of :func:`rbd_deriv.bench.crocoddyl_legged.run` over every tick timed; the process ends."""
+        try:
+            return self._send("")
+        finally:
+            self._process.wait(timeout=60)
+            self._errors.close()
+
+
+def run_case(case: Case, ticks: int, warmup: int = 10, crocoddyl_python: str | None = None,
+             rounds: int = 10) -> dict:
+    """Time ``ticks`` ticks of ``case`` after ``warmup`` untimed ones; medians of the tick and its parts [us].
+    With ``crocoddyl_python``, Crocoddyl's ticks on the same problem in turn with ours: ``rounds`` rounds of
+    ``ticks / rounds`` of ours then as many of Crocoddyl's, so that both meet the same load of the machine."""
     model, mpc, x = build(case.robot, case.gait, case.horizon, case.dt)
-    start_state = x.copy()
+    crocoddyl: dict = {}
+    theirs = None
+    if crocoddyl_python:
+        try:
+            theirs = CrocoddylTicks(crocoddyl_python, crocoddyl_spec(case.robot, mpc, x, ticks, warmup))
+        except RuntimeError as error:
+            crocoddyl = {"error": str(error)}
     measured, parts = [], {part: [] for part in TIMING_PARTS}
     refusals = failures = 0
-    for tick in range(warmup + ticks):
-        start = time.perf_counter()
-        plan = mpc.solve(x, phase=tick)
-        elapsed = time.perf_counter() - start
-        if tick >= warmup:
-            measured.append(elapsed * 1e6)
-            for part in TIMING_PARTS:
-                parts[part].append(plan.timings[part] * 1e6)
-            failures += not plan.ok
-            refusals += plan.ok and not plan.cone_ok
-        x = mpc.solver.X[1].copy()
+    tick = 0
+    sizes = [warmup] + [ticks // rounds + (r < ticks % rounds) for r in range(rounds)]
+    for round_, size in enumerate(sizes):
+        for _ in range(size):
+            start = time.perf_counter()
+            plan = mpc.solve(x, phase=tick)
+            elapsed = time.perf_counter() - start
+            if round_:
+                measured.append(elapsed * 1e6)
+                for part in TIMING_PARTS:
+                    parts[part].append(plan.timings[part] * 1e6)
+                failures += not plan.ok
+                refusals += plan.ok and not plan.cone_ok
+            x = mpc.solver.X[1].copy()
+            tick += 1
+        if round_ and theirs is not None and size:
+            try:
+                theirs.run(size)
+            except RuntimeError as error:
+                crocoddyl, theirs = {"error": str(error)}, None
+    if theirs is not None:
+        try:
+            crocoddyl = theirs.close()
+        except RuntimeError as error:
+            crocoddyl = {"error": str(error)}
     median = float(np.median(measured))
-    if crocoddyl_python:
-        crocoddyl = run_crocoddyl(crocoddyl_python, crocoddyl_spec(case.robot, mpc, start_state, ticks, warmup))
-    else:
-        crocoddyl = {}
     return {"crocoddyl": crocoddyl, "nv": model.nv, "contacts": len(mpc.feet), "gait": case.gait,
             "horizon": case.horizon, "dt": case.dt,
             "median_us": median, "p99_us": float(np.percentile(measured, 99)),
@@ -261,6 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ticks", type=int, default=200, help="timed ticks per case (default 200)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed ticks before them (default 10)")
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="with Crocoddyl: our ticks and Crocoddyl's in turn, this many rounds of each (default 10)")
     parser.add_argument("--robots", nargs="+", default=list(NODE_TARGETS), choices=list(NODE_TARGETS))
     parser.add_argument("--gaits", nargs="+", metavar="GAIT", help="only these gaits (default all)")
     parser.add_argument("--cases", nargs="+", metavar="ROBOT/GAIT/N",
@@ -284,7 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     single_threaded_blas()
     rows, results = [], []
     for case in selected:
-        result = run_case(case, arguments.ticks, arguments.warmup, crocoddyl_python=arguments.crocoddyl_python)
+        result = run_case(case, arguments.ticks, arguments.warmup, crocoddyl_python=arguments.crocoddyl_python,
+                          rounds=max(1, min(arguments.rounds, arguments.ticks)))
         rows.append([case.name, result["nv"], result["contacts"], 1e3 * case.dt,
                      1e-3 * result["median_us"], 1e-3 * result["p99_us"], round(result["rate_hz"]),
                      f">= {case.target_hz:g}", "yes" if result["rate_hz"] >= case.target_hz else "NO"]
