@@ -391,14 +391,19 @@ def test_legged_benchmark_cases_follow_the_node_configuration():
 
 def test_legged_benchmark_smoke_run(tmp_path, capsys):
     """A few ticks of solo12's trot and crawl: the rows are printed, the parts of a tick add up to less than
-    the tick, every plan succeeded, and the push loop reports a base that came back."""
+    the tick, every plan succeeded, the push loop reports a base that came back, and the batches' threads, held
+    to one during the run, are given back."""
     import json
+
+    import numba
 
     from rbd_deriv.bench import legged
 
     path = tmp_path / "legged.json"
+    threads = numba.get_num_threads()
     assert legged.main(["--ticks", "3", "--warmup", "2", "--robots", "solo12", "--cases", "solo12/trot/20",
                         "solo12/crawl/40", "--push", "--json", str(path)]) == 0
+    assert numba.get_num_threads() == threads
     out = capsys.readouterr().out
     assert "solo12/trot/20" in out and "solo12/crawl/40" in out
     report = json.loads(path.read_text())
