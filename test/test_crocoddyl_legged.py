@@ -49,20 +49,22 @@ FIRST_STEP_BOUNDS = {"trot": (10.0, 0.25), "pace": (3.0, 0.1), "crawl": (3.0, 0.
 @pytest.mark.parametrize("gait", list(FIRST_STEP_BOUNDS))
 def test_crocoddyl_solves_the_legged_problem_this_package_solves(gait):
     """solo12 on a gait of its node's table (config/mpc_node.yaml), N = 10 knots of 0.02 s from the gait's
-    start, three ticks in Crocoddyl's environment. Trotting and pacing, two feet lift off within those knots
-    and none lands, so the two problems differ only by the friction cone's term (a log barrier here, a
-    quadratic barrier zero inside the pyramid there); crawling, the hind left foot is up from knot 0 and
-    lands at knot 8, where this package composes the touchdown impulse into the knot's dynamics and
-    Crocoddyl does not (the cold start, still, has no impulse: every knot at rest).
+    start, three ticks in Crocoddyl's environment. Trotting, two feet lift off within those knots and none
+    lands, so the two problems differ only by the friction cone's term (a log barrier here, a quadratic barrier
+    zero inside the pyramid there); crawling (the hind left foot up from knot 0, down at knot 8) and pacing
+    (at a 0.4 s cycle no landing within the knots, at 0.32 s one at knot 8), a foot that lands meets this
+    package's touchdown impulse, composed into the knot's dynamics, which Crocoddyl does not have (the cold
+    start, still, has none: every knot at rest).
 
     Checked: the sizes; finite timings; the cost of the common cold start (x0 at every knot, the static
-    torques) within 1 % (measured 0.2 % trotting and pacing, 0.5 % crawling: the cone terms; Crocoddyl's
-    Euler model scales the running cost by dt, which the script undoes: without that its cost is 50 times
-    smaller); Crocoddyl's iteration lowers it; and both first steps move the first torques the same way: the
-    change from the static torques of Crocoddyl's full step (its change over the step length its line search
-    took: 1 trotting, 1/2 pacing and crawling; this package's real-time step is whole) against ours, the
-    angle between the two and their difference over ours under :data:`FIRST_STEP_BOUNDS` (measured trotting
-    5.9 degrees and 0.11, pacing 0.74 and 0.019, crawling 1.3 and 0.024).
+    torques) within 2 % (the cone terms, 0.15-0.2 on costs of 20-75: measured 0.2 % trotting, 0.2 % pacing at
+    0.4 s, 0.9 % at 0.32 s with 3 cm swings, 0.5 % crawling; Crocoddyl's Euler model scales the running cost
+    by dt, which the script undoes: without that its cost is 50 times smaller); Crocoddyl's iteration lowers
+    it; and both first steps move the first torques the same way: the change from the static torques of
+    Crocoddyl's full step (its change over the step length its line search took: 1 trotting, 1/2 pacing and
+    crawling; this package's real-time step is whole) against ours, the angle between the two and their
+    difference over ours under :data:`FIRST_STEP_BOUNDS` (measured trotting 5.9 degrees and 0.11, pacing 0.74
+    and 0.019 at 0.4 s, 1.3 and 0.044 at 0.32 s, crawling 1.3 and 0.024).
     """
     python = _crocoddyl_python()
     if python is None:
@@ -83,7 +85,7 @@ def test_crocoddyl_solves_the_legged_problem_this_package_solves(gait):
         model.nq + model.nv, 2 * model.nv, model.nv - 6, horizon)
     assert all(math.isfinite(theirs[key]) and theirs[key] > 0 for key in ("median_us", "p99_us"))
 
-    assert theirs["initial_cost"] == pytest.approx(plan.cost, rel=0.01)
+    assert theirs["initial_cost"] == pytest.approx(plan.cost, rel=0.02)
     assert theirs["first_cost"] < 0.5 * theirs["initial_cost"]
 
     ours = plan.torque - mpc.u_static

@@ -13,7 +13,7 @@ Cases (:func:`cases`), one row each:
   ``gaits`` (and ``gait``, ``idle_gait``) in config/mpc_node.yaml overlaid by config/<robot>.yaml,
   made from its ``gait_table`` (:func:`~rbd_deriv.control.legged_settings.make_gait`), each horizon
   at least one cycle of its gait as the node makes it (:func:`robot_gaits`). solo12: stand, trot,
-  pace, bound (0.4 s cycles) at N = 20, dt = 0.02 s, and crawl (0.8 s) at N = 40; talos: stand at
+  pace, bound (cycles of 0.4 s at most) at N = 20, dt = 0.02 s, and crawl (0.8 s) at N = 40; talos: stand at
   N = 20, dt = 0.02 s;
 - the long horizons of :data:`LONG_HORIZONS`, N = 50 x dt = 0.01 s (0.5 s ahead): solo12 trotting
   and talos standing.
