@@ -378,20 +378,39 @@ def test_mpc_benchmark_centres_its_reference_where_gravity_can_be_held():
             assert load(middle) > 1.0 and load(center) < 1.0
 
 
+def test_legged_benchmark_cases_follow_the_node_configuration():
+    """The benchmark's rows are the gaits config/ gives each robot's MPC node, at the node's horizon (one cycle
+    at least: crawl's 0.8 s is 40 knots of 0.02 s), then the long horizons of 50 knots of 0.01 s."""
+    from rbd_deriv.bench import legged
+
+    assert [(case.name, case.dt, case.target_hz) for case in legged.cases()] == [
+        ("solo12/stand/20", 0.02, 500.0), ("solo12/trot/20", 0.02, 500.0), ("solo12/pace/20", 0.02, 500.0),
+        ("solo12/bound/20", 0.02, 500.0), ("solo12/crawl/40", 0.02, 200.0), ("solo12/trot/50", 0.01, 100.0),
+        ("talos/stand/20", 0.02, 100.0), ("talos/stand/50", 0.01, 50.0)]
+
+
 def test_legged_benchmark_smoke_run(tmp_path, capsys):
-    """A few ticks of solo12's trot: the row is printed, the parts of a tick add up to less than
-    the tick, every plan succeeded, and the push loop reports a base that came back."""
+    """A few ticks of solo12's trot and crawl: the rows are printed, the parts of a tick add up to less than
+    the tick, every plan succeeded, the push loop reports a base that came back, and the batches' threads, held
+    to one during the run, are given back."""
     import json
+
+    import numba
 
     from rbd_deriv.bench import legged
 
     path = tmp_path / "legged.json"
-    assert legged.main(["--ticks", "3", "--robots", "solo12", "--push", "--json", str(path)]) == 0
-    assert "solo12" in capsys.readouterr().out
+    threads = numba.get_num_threads()
+    assert legged.main(["--ticks", "3", "--warmup", "2", "--robots", "solo12", "--cases", "solo12/trot/20",
+                        "solo12/crawl/40", "--push", "--json", str(path)]) == 0
+    assert numba.get_num_threads() == threads
+    out = capsys.readouterr().out
+    assert "solo12/trot/20" in out and "solo12/crawl/40" in out
     report = json.loads(path.read_text())
-    (row,) = report["results"]
-    assert row["failures"] == 0 and row["nv"] == 18 and row["horizon"] == 20
-    assert 0.0 < sum(row["parts_us"].values()) <= 1.05 * row["p99_us"]
+    assert [row["case"] for row in report["results"]] == ["solo12/trot/20", "solo12/crawl/40"]
+    for row, horizon in zip(report["results"], (20, 40)):
+        assert row["failures"] == 0 and row["nv"] == 18 and row["horizon"] == horizon
+        assert 0.0 < sum(row["parts_us"].values()) <= 1.05 * row["p99_us"]
     (push,) = report["pushes"]
     assert push["refused"] == 0 and push["final_m"] < 0.1 * push["peak_m"]
 

@@ -3,23 +3,38 @@
 ``python -m rbd_deriv.bench legged --crocoddyl-python PATH`` runs this file with the interpreter
 PATH (an environment with ``crocoddyl``; it needs neither this package nor numba: Crocoddyl 3.2
 and Pinocchio 4.1 do not share one environment with example-robot-data 6), giving it the problem
-as JSON on stdin, and reads the timings back as JSON on stdout.
+as JSON on stdin, and reads the timings back as JSON on stdout: all ticks at once (:func:`run`), or,
+with ``--serve``, a number of ticks per line asked, in turn with its own (:func:`serve`).
 
 The problem is the one :class:`rbd_deriv.control.legged.LeggedMPC` solves, written with
-Crocoddyl's action models: per knot a ``DifferentialActionModelContactFwdDynamics`` on the knot's
-stance feet (``ContactModel3D`` or ``ContactModel6D``, LOCAL_WORLD_ALIGNED, no Baumgarte gains)
-with the same costs and weights (posture: weighted quadratic state residual; torque toward the
-static torques; each stance foot's force toward its share of the weight; each swing foot's
-translation toward its lifted reference; friction cone of ``ResidualModelContactFrictionCone``),
-integrated by ``IntegratedActionModelEuler``, and the same terminal posture cost. Two
+Crocoddyl's action models. The gait comes as data, whatever it is (standing, a trot, a crawl with one
+foot up at a time...): ``pattern`` (P, nc), which feet are on the ground at each knot of one period,
+and ``lift`` (P, nc), the fraction of its swing height each foot's reference is lifted by there; knot k
+of the horizon is knot k mod P of the period, a touchdown is a knot where a foot is down after being up
+at the knot before (the period wraps). Per knot of the period a ``DifferentialActionModelContactFwdDynamics``
+on the knot's stance feet (``ContactModel3D`` for a ``point`` foot, ``ContactModel6D`` for a ``frame``
+foot, LOCAL_WORLD_ALIGNED, no Baumgarte gains) with the same costs and weights (posture: weighted
+quadratic state residual; torque toward the static torques; each stance foot's force toward its share
+of the weight; each swing foot's translation toward its lifted reference, and on its touchdown knot
+toward its stance position, as this package holds a foot's swing reference until its touchdown knot
+included; friction cone of ``ResidualModelContactFrictionCone``), integrated by
+``IntegratedActionModelEuler``, and the same terminal posture cost. Two
 differences: the cone is kept by a quadratic barrier (Crocoddyl has no log barrier; the constraint of
 :mod:`rbd_deriv.control.constraints` is not written there either), and a
 touchdown is not an impulse knot (Crocoddyl would add a knot there). The receding horizon moves
-by ``ShootingProblem.circularAppend`` with the next knot's model, the solver is ``SolverBoxFDDP``
+by ``ShootingProblem.circularAppend`` with the next knot's model and a data of that model left by a knot
+that went out of the horizon (the same plans as with a data created each tick, which made talos's tick
+0.3 ms longer, 2 %, and solo12's 0.2-1.3 %, in one comparison), the solver is ``SolverBoxFDDP``
 with one iteration per tick, warm-started by the previous plan shifted one knot, single-threaded
 (``problem.nthreads = 1``, and ``OMP_NUM_THREADS=1`` for the OpenMP threads that setting does not
 govern: without it talos's tick took 25 times longer on the shared cores), and each tick starts from
 the state its previous plan predicts, as in the benchmark's own loop.
+
+The JSON (written by :func:`rbd_deriv.bench.legged.crocoddyl_spec`): ``urdf``; ``feet`` (nc,) and their
+``kinds``; ``x0``, ``x_ref`` (nq + nv,); ``state_weights`` (2 nv,); ``weights`` (terminal, torque, force,
+swing); ``cone_weight``; ``u_static`` (nu,) [N m]; ``weight`` [N]; ``pattern``, ``lift`` (P, nc);
+``stance`` (nc, 3) [m] and ``stance_rotations`` (nc, 3, 3); ``swing_height`` [m]; ``mu``; ``dt`` [s];
+``horizon`` N; ``ticks`` and ``warmup``.
 
 Crocoddyl's Euler model multiplies a running cost by the knot's dt and leaves the terminal cost as
 it is; the running weights are divided by dt here, so that both problems have the same cost
@@ -27,7 +42,9 @@ it is; the running weights are divided by dt here, so that both problems have th
 
 Besides the timings, the reply holds what a test compares with this package's solve: the problem's
 sizes, the cost of the cold start (x0 at every knot, the static torques) and the first tick's
-first torques and cost after its iteration.
+first torques, cost and step length (BoxFDDP's line search: 1, 1/2, 1/4...) after its iteration, and
+the share of the timed ticks whose line search took the full step (each shorter one cost it another
+rollout of the horizon).
 
 Crocoddyl 3.2.1's wheels were built against Pinocchio 4.0: Pinocchio 4.1 added acceleration and jerk
 limits to its ``Model``, so a model built by 4.1 is read with the wrong layout by Crocoddyl's
@@ -62,7 +79,10 @@ def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
     """The action model of gait knot ``knot`` (mod the period)."""
     nu = actuation.nu
     pattern = np.array(spec["pattern"], dtype=bool)
-    row = pattern[knot % pattern.shape[0]]
+    period = pattern.shape[0]
+    row = pattern[knot % period]
+    touchdown = row & ~pattern[(knot - 1) % period]
+    kinds = spec.get("kinds") or [spec["kind"]] * len(spec["feet"])
     weights = spec["weights"]
     contacts = croc.ContactModelMultiple(state, nu)
     costs = croc.CostModelSum(state, nu)
@@ -78,13 +98,13 @@ def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
         costs.addCost("torque", croc.CostModelResidual(
             state, croc.ResidualModelControl(state, np.array(spec["u_static"]))), weights["torque"] * scale)
     share = spec["weight"] / max(int(row.sum()), 1)
-    lift = np.array(spec["lift"])[knot % pattern.shape[0]]
+    lift = np.array(spec["lift"])[knot % period]
     for c, foot in enumerate(spec["feet"]):
         frame = model.getFrameId(foot)
         if terminal:
             continue
         if row[c]:
-            if spec["kind"] == "point":
+            if kinds[c] == "point":
                 contacts.addContact(foot, croc.ContactModel3D(
                     state, frame, np.array(spec["stance"][c]), pin.LOCAL_WORLD_ALIGNED, nu,
                     np.zeros(2)))
@@ -102,7 +122,8 @@ def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
             costs.addCost(f"cone {foot}", croc.CostModelResidual(
                 state, croc.ActivationModelQuadraticBarrier(bounds),
                 croc.ResidualModelContactFrictionCone(state, frame, cone, nu)), spec["cone_weight"] * scale)
-        else:
+        if not row[c] or touchdown[c]:
+            # In the air: toward the lifted reference; at touchdown (lift 0): toward the stance position.
             target = np.array(spec["stance"][c]) + np.array([0.0, 0.0, spec["swing_height"] * lift[c]])
             costs.addCost(f"swing {foot}", croc.CostModelResidual(
                 state, croc.ResidualModelFrameTranslation(state, frame, target, nu)), weights["swing"] * scale)
@@ -110,49 +131,104 @@ def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
     return croc.IntegratedActionModelEuler(dynamics, 0.0 if terminal else spec["dt"])
 
 
-def run(spec: dict) -> dict:
-    # Read by the OpenMP runtime when Crocoddyl loads it (see the module docstring).
-    os.environ["OMP_NUM_THREADS"] = "1"
-    import crocoddyl as croc
-    import pinocchio as pin
+class Ticks:
+    """The receding-horizon loop of the module docstring on ``spec``'s problem: :meth:`tick` runs one tick and
+    returns its time [us]; :meth:`reply` the figures of the module docstring over the ticks timed so far."""
 
-    check_pinocchio(croc.__version__, pin.__version__)
+    def __init__(self, spec: dict) -> None:
+        # Read by the OpenMP runtime when Crocoddyl loads it (see the module docstring).
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import crocoddyl as croc
+        import pinocchio as pin
 
-    model = pin.buildModelFromUrdf(spec["urdf"], pin.JointModelFreeFlyer())
-    state = croc.StateMultibody(model)
-    actuation = croc.ActuationModelFloatingBase(state)
-    N = spec["horizon"]
-    period = len(spec["pattern"])
-    models = [_knot_model(spec, croc, pin, model, state, actuation, k) for k in range(period)]
-    terminal = _knot_model(spec, croc, pin, model, state, actuation, 0, terminal=True)
-    x = np.array(spec["x0"])
-    problem = croc.ShootingProblem(x, [models[k % period] for k in range(N)], terminal)
-    problem.nthreads = 1
-    solver = croc.SolverBoxFDDP(problem)
-    xs = [x.copy() for _ in range(N + 1)]
-    us = [np.array(spec["u_static"]) for _ in range(N)]
-    first = {"nx": state.nx, "ndx": state.ndx, "nu": actuation.nu, "horizon": problem.T,
-             "initial_cost": float(problem.calc(xs, us))}
-    measured, costs = [], []
-    for tick in range(spec["warmup"] + spec["ticks"]):
+        check_pinocchio(croc.__version__, pin.__version__)
+        self.versions = {"crocoddyl": croc.__version__, "pinocchio": pin.__version__}
+        model = pin.buildModelFromUrdf(spec["urdf"], pin.JointModelFreeFlyer())
+        state = croc.StateMultibody(model)
+        actuation = croc.ActuationModelFloatingBase(state)
+        self.horizon = N = spec["horizon"]
+        self.period = period = len(spec["pattern"])
+        self.models = [_knot_model(spec, croc, pin, model, state, actuation, k) for k in range(period)]
+        terminal = _knot_model(spec, croc, pin, model, state, actuation, 0, terminal=True)
+        self.x = x = np.array(spec["x0"])
+        self.problem = croc.ShootingProblem(x, [self.models[k % period] for k in range(N)], terminal)
+        self.problem.nthreads = 1
+        self.solver = croc.SolverBoxFDDP(self.problem)
+        #: Data of each knot model not in the horizon (see the module docstring): one spare each to start.
+        self.spares = {k: [m.createData()] for k, m in enumerate(self.models)}
+        self.xs = [x.copy() for _ in range(N + 1)]
+        self.us = [np.array(spec["u_static"]) for _ in range(N)]
+        self.first = {"nx": state.nx, "ndx": state.ndx, "nu": actuation.nu, "horizon": self.problem.T,
+                      "initial_cost": float(self.problem.calc(self.xs, self.us))}
+        self.count = 0
+        self.measured: list[float] = []
+        self.costs: list[float] = []
+        self.steps: list[float] = []
+
+    def tick(self, timed: bool = True) -> float:
+        """One tick (the horizon moved one knot, warm-started, one iteration) [us]; ``timed``: counted in
+        :meth:`reply`."""
+        solver, problem, N = self.solver, self.problem, self.horizon
         start = time.perf_counter()
-        if tick:
-            problem.circularAppend(models[(tick + N - 1) % period], models[(tick + N - 1) % period].createData())
-            problem.x0 = x
-            xs = [x] + list(solver.xs[2:]) + [solver.xs[-1]]
-            us = list(solver.us[1:]) + [solver.us[-1]]
-        solver.solve(xs, us, 1, False)
-        elapsed = time.perf_counter() - start
-        if tick >= spec["warmup"]:
-            measured.append(elapsed * 1e6)
-            costs.append(solver.cost)
-        if tick == 0:
-            first.update(first_torque=np.array(solver.us[0]).tolist(), first_cost=float(solver.cost))
-        x = np.array(solver.xs[1])
-    return {**first, "median_us": float(np.median(measured)), "p99_us": float(np.percentile(measured, 99)),
-            "mean_cost": float(np.mean(costs)), "crocoddyl": croc.__version__,
-            "pinocchio": pin.__version__}
+        if self.count:
+            arriving = (self.count + N - 1) % self.period
+            self.spares[(self.count - 1) % self.period].append(problem.runningDatas[0])
+            spares = self.spares[arriving]
+            model = self.models[arriving]
+            problem.circularAppend(model, spares.pop() if spares else model.createData())
+            problem.x0 = self.x
+            self.xs = [self.x] + list(solver.xs[2:]) + [solver.xs[-1]]
+            self.us = list(solver.us[1:]) + [solver.us[-1]]
+        solver.solve(self.xs, self.us, 1, False)
+        elapsed = (time.perf_counter() - start) * 1e6
+        if timed:
+            self.measured.append(elapsed)
+            self.costs.append(solver.cost)
+            self.steps.append(solver.stepLength)
+        if self.count == 0:
+            self.first.update(first_torque=np.array(solver.us[0]).tolist(), first_cost=float(solver.cost),
+                              first_step=float(solver.stepLength))
+        self.x = np.array(solver.xs[1])
+        self.count += 1
+        return elapsed
+
+    def reply(self) -> dict:
+        measured = self.measured or [float("nan")]
+        return {**self.first, "median_us": float(np.median(measured)),
+                "p99_us": float(np.percentile(measured, 99)), "mean_cost": float(np.mean(self.costs or [np.nan])),
+                "full_steps": float(np.mean(np.array(self.steps) == 1.0)) if self.steps else float("nan"),
+                "ticks": len(self.measured), **self.versions}
+
+
+def run(spec: dict) -> dict:
+    """``spec["warmup"]`` untimed ticks, then ``spec["ticks"]`` timed ones: the reply."""
+    ticks = Ticks(spec)
+    for tick in range(spec["warmup"] + spec["ticks"]):
+        ticks.tick(timed=tick >= spec["warmup"])
+    return ticks.reply()
+
+
+def serve(spec: dict, lines, out) -> None:
+    """Ticks on request, for a benchmark that alternates its own ticks with these (the machine's load then
+    weighs on both alike): ``spec["warmup"]`` untimed ticks, then the line ``{"ready": true}`` on ``out``;
+    each line read from ``lines`` is a number of ticks to time, answered by the line ``{"us": [...]}`` (their
+    times); an empty line or the end of ``lines`` ends it with the reply of :func:`run` on all of them."""
+    ticks = Ticks(spec)
+    for _ in range(spec["warmup"]):
+        ticks.tick(timed=False)
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in lines:
+        if not line.strip():
+            break
+        out.write(json.dumps({"us": [ticks.tick() for _ in range(int(line))]}) + "\n")
+        out.flush()
+    out.write(json.dumps(ticks.reply()) + "\n")
+    out.flush()
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(json.load(sys.stdin))))
+    if sys.argv[1:] == ["--serve"]:
+        serve(json.loads(sys.stdin.readline()), sys.stdin, sys.stdout)
+    else:
+        print(json.dumps(run(json.load(sys.stdin))))
