@@ -247,12 +247,13 @@ def test_logs_folder_and_the_nodes_that_exited(tmp_path):
 
 #: Bounds of the short legged runs, from measured ones with a margin for a loaded CI machine. Per case: the MPC rate
 #: as a fraction of the file's rate_hz; the cycle-averaged velocity error (vx, vy [m/s], wz [rad/s]) of the moving
-#: segment from 1 s after its start; the base's height range [m] and largest tilt [rad]; contact-force samples (10 ms
-#: apart, per foot) outside the MPC's own cone. Measured (2026-11-27, 2 shared cores, full runs of ./run demo):
-#: solo12 at 188 of 200 Hz, velocity errors 0.000-0.004 m/s and 0.002-0.006 rad/s walking, turning, side-stepping,
-#: pacing, bounding and crawling, 0.06 m/s in the 4 s holding the 0.8 m/s push; height 0.224-0.275 m, tilt under
-#: 0.06 rad; cone samples 4-35 per 3 s segment (touchdowns). talos at 87 of 100 Hz: 0 samples past mu, height
-#: 1.016-1.019 m, tilt 0.005 rad through its 0.2 m/s push.
+#: segment from 1 s after its start (the second after a push left out); the base's height range [m] and largest
+#: tilt [rad]; contact-force samples (10 ms apart, per foot) outside the MPC's own cone. Measured 2026-11-27 on the
+#: 2 shared cores, full runs of ./run demo (docs/mpc.md, "Locomotion through the nodes"): solo12 at 199 of 200 Hz
+#: idle and 127 Hz beside a CPU hog, velocity errors within 0.002 m/s and 0.004 rad/s walking, turning,
+#: side-stepping, pacing, bounding and crawling, 0.027 m/s sideways around the 0.8 m/s push; base 0.192-0.236 m
+#: high (the crawl's lowest), tilt under 0.033 rad; 0-19 samples past mu per 3-4 s segment (touchdowns). talos at
+#: 100 of 100 Hz: 0-1 samples past mu, base 1.015-1.019 m high, tilt 0.007 rad through its 0.2 m/s push.
 LEGGED_CASES = {
     "solo12 trot, walk, turn, push": (["--robot", "solo12", "--gait", "trot", "--cmd-vel", "0.3,0.0,0.5",
                                        "--push-velocity", "0.8", "--duration", "7"],
@@ -265,7 +266,7 @@ LEGGED_CASES = {
                      {"rate": 0.5, "error": (0.05, 0.05, 0.1), "height": (0.2, 0.30), "tilt": 0.15,
                       "cone_samples": 60}),
     "solo12 crawl": (["--robot", "solo12", "--gait", "crawl", "--cmd-vel", "0.1,0.0,0.0", "--duration", "5"],
-                     {"rate": 0.5, "error": (0.05, 0.05, 0.1), "height": (0.2, 0.29), "tilt": 0.15,
+                     {"rate": 0.5, "error": (0.05, 0.05, 0.1), "height": (0.17, 0.29), "tilt": 0.15,
                       "cone_samples": 60}),
     "talos stand, push": (["--robot", "talos", "--duration", "5"],
                           {"rate": 0.5, "error": None, "height": (0.98, 1.05), "tilt": 0.05, "cone_samples": 3}),
