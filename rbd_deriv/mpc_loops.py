@@ -87,7 +87,8 @@ def legged_loop(model: Any, p: Mapping[str, Any]) -> LeggedLoop:
                                   max_base_speed=p["odom_max_speed"], max_base_rate=p["odom_max_rate"],
                                   motion_margin=p["motion_margin"], max_velocity=tuple(p["max_cmd_vel"]),
                                   max_acceleration=tuple(p["max_cmd_acceleration"]), path_slack=p["path_slack"],
-                                  heading_slack=p["heading_slack"], idle_gait=p["idle_gait"])
+                                  heading_slack=p["heading_slack"], idle_gait=p["idle_gait"],
+                                  posture_ramp=p["posture_ramp"])
     loop = LeggedLoop(model, mpcs, p["gait"], settings)
     loop.set_sway(p["sway_amplitude"], p["sway_period"])
     return loop

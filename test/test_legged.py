@@ -295,3 +295,30 @@ def test_a_turning_path_is_an_arc_its_velocity_the_derivative_and_a_changed_one_
     after = times >= 2.5
     np.testing.assert_allclose(moved.poses(times[after][:1])[0], position[after][:1], atol=1e-12)
     assert moved.sway_start == path.sway_start and moved.heading == pytest.approx(0.4 + 0.7 * 1.5)
+
+
+def test_a_ramp_takes_the_references_from_the_start_to_the_posture_along_a_smoothstep(solo):
+    """ramp_from: the joints' and the base height's references move from the start configuration's to the
+    posture's, w(s) = 3 s^2 - 2 s^3 of the time since the ramp's start over its duration, the rest of the state
+    reference untouched; past its end, the posture's; a bad start or duration is refused."""
+    model, feet, kind, q = solo
+    mpc = LeggedMPC(model, feet, Gait.standing(feet, kind), q, horizon=10, dt=0.02)
+    start = q.copy()
+    start[7:] += 0.3
+    start[2] += 0.05
+    mpc.ramp_from(start, 1.0, 0.5)
+    mpc.set_path(BasePath(origin=tuple(q[:2])), 1.1)
+    mpc.solve(np.r_[start, np.zeros(model.nv)], phase=0)
+    s = np.clip((1.1 + 0.02 * np.arange(11) - 1.0) / 0.5, 0.0, 1.0)
+    w = s * s * (3 - 2 * s)
+    expected = start[7:] + w[:10, None] * (q[7:] - start[7:])
+    np.testing.assert_allclose(mpc.state_reference[:, 7:model.nq], expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(mpc.state_reference[:, 2], start[2] + w[:10] * (q[2] - start[2]), atol=1e-12)
+    np.testing.assert_allclose(mpc.final_reference[7:model.nq], start[7:] + w[10] * (q[7:] - start[7:]), atol=1e-12)
+    np.testing.assert_array_equal(mpc.state_reference[:, 3:7], np.tile(q[3:7], (10, 1)))
+    mpc.set_path(BasePath(origin=tuple(q[:2])), 1.6)
+    mpc.solve(np.r_[q, np.zeros(model.nv)], phase=0)
+    np.testing.assert_array_equal(mpc.state_reference[:, :model.nq], np.tile(q, (10, 1)))
+    for bad in ((start[:5], 0.0, 1.0), (start * np.nan, 0.0, 1.0), (start, 0.0, -1.0), (start, 0.0, np.inf)):
+        with pytest.raises(InputError):
+            mpc.ramp_from(*bad)

@@ -401,6 +401,43 @@ def test_a_failed_solve_restarts_the_plan_from_scratch(solo):
     assert again.policy.stamp_ns >= failed.policy.stamp_ns >= START, "stamps never go backwards"
 
 
+def test_failed_solves_restart_from_the_last_good_plan_then_from_scratch(solo):
+    """After a failed solve the next tick starts from the last plan sent, shifted to its knot, for up to
+    RESTORE_ATTEMPTS failures in a row; then from scratch (the posture's statics). A good plan ends the count."""
+    from rbd_deriv.control.constants import RESTORE_ATTEMPTS
+
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, mpcs, "stand")
+    x = np.r_[posture, np.zeros(model.nv)]
+    solver = mpcs["stand"].solver
+    restored, colds = [], []
+    restore, cold_start = loop._restore, solver.cold_start
+    loop._restore = lambda *args: restored.append(restore(*args)) or restored[-1]
+    solver.cold_start = lambda *args: colds.append(len(restored)) or cold_start(*args)
+    feed(loop, model, x[:model.nq], x[model.nq:], START)
+    assert loop.tick(START).source is CommandSource.PLAN and colds == [1]
+    good_X = solver.X.copy()
+    original = mpcs["stand"].solve
+
+    def failing(*args, **kwargs):
+        raise FloatingPointError("the solver blew up")
+
+    mpcs["stand"].solve = failing
+    try:
+        for k in range(1, RESTORE_ATTEMPTS + 3):
+            feed(loop, model, x[:model.nq], x[model.nq:], START + k * 20 * MS)
+            assert loop.tick(START + k * 20 * MS).source is CommandSource.SOLVER_FAILURE
+    finally:
+        mpcs["stand"].solve = original
+    # Tick 1 failed warm-started from its own previous plan; ticks 2..RESTORE_ATTEMPTS + 1 from the last good one.
+    assert restored[1:] == [False] + [True] * RESTORE_ATTEMPTS + [False], restored
+    assert colds[-1] == len(restored) and not np.array_equal(solver.X, good_X), "then from scratch"
+    feed(loop, model, x[:model.nq], x[model.nq:], START + 200 * MS)
+    assert loop.tick(START + 200 * MS).source is CommandSource.PLAN
+    assert colds[-1] == len(restored), "from scratch until a plan is good"
+    assert loop._failures_in_row == 0
+
+
 def test_odometry_from_another_frame_or_jumping_is_refused(solo):
     model, feet, posture, mpcs = solo
     loop = LeggedLoop(model, {"stand": mpcs["stand"]}, "stand",

@@ -107,6 +107,12 @@ JUMP_WINDOW = 1.0
 #: ``start_iterations`` Gauss-Newton iterations instead of one.
 STALE_PLAN_FRACTION = 0.25
 
+#: After a failed solve, the legged loop restarts from its last good plan (shifted to the tick) this many times in a
+#: row before it starts from scratch (the posture's statics): a robot mid-motion (talos bending from its brakes'
+#: straight legs, a pushed quadruped) is far from the statics, whose cold start failed tick after tick and let it
+#: fall.
+RESTORE_ATTEMPTS = 3
+
 # --- The legged MPC's real-time steps (rbd_deriv.control.legged) -----------------------------------------
 
 #: A real-time iteration's full step that changes a joint's velocity along the plan by more than this many times

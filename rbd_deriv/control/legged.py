@@ -264,6 +264,8 @@ class LeggedMPC:
         #: The base's path and the time [s] of the horizon's first knot on its clock (None: in place).
         self.path: BasePath | None = None
         self.time = 0.0
+        #: (q (nq,), start [s], duration [s]) of a ramp from a start configuration to the posture (ramp_from).
+        self._ramp: tuple | None = None
         self._update_references()
 
     # ------------------------------------------------------------------------------ schedule
@@ -300,6 +302,43 @@ class LeggedMPC:
         self.swing_reference[:, 2::3] += self.swing_height * self._lift[knots]
         if self.path is not None:
             self._move_references(knots)
+        if self._ramp is not None:
+            self._ramp_references()
+
+    def ramp_from(self, q: np.ndarray, time: float, duration: float) -> None:
+        """Reach the posture's joints and base height from configuration q (nq,) over ``duration`` [s] from
+        ``time`` [s] (on the clock of :meth:`set_path`): the references of those coordinates move from q's to the
+        posture's along a smoothstep, :math:`w(s) = 3 s^2 - 2 s^3`, instead of asking for the whole change at once (a
+        humanoid let go of its brakes' straight legs, whose first plans toward its half-sitting posture asked the
+        soles for forces far out of the cone). ``duration`` 0: no ramp.
+
+        Raises:
+            InputError: q of the wrong size or not finite, a negative or non-finite duration.
+        """
+        q = np.array(q, dtype=float)
+        if q.shape != (self.model.nq,) or not np.isfinite(q).all():
+            raise InputError(f"q must be {self.model.nq} finite numbers, got shape {q.shape}", "q")
+        if not (np.isfinite(duration) and duration >= 0.0):
+            raise InputError(f"a ramp's duration must be >= 0 s, got {duration!r}", "duration")
+        self._ramp = (q, float(time), float(duration)) if duration > 0.0 else None
+
+    def _ramp_references(self) -> None:
+        """The joints' and the base height's references along the ramp of :meth:`ramp_from` (the posture's once it
+        is over)."""
+        q, start, duration = self._ramp
+        N, nq = self.horizon, self.model.nq
+        s = np.clip((self.time + self.dt * np.arange(N + 1) - start) / duration, 0.0, 1.0)
+        if s[0] >= 1.0:
+            self._ramp = None
+            self.state_reference[:, 2] = self.final_reference[2] = self.x_ref[2]
+            self.state_reference[:, 7:nq] = self.x_ref[7:nq]
+            self.final_reference[7:nq] = self.x_ref[7:nq]
+            return
+        w = (s * s * (3.0 - 2.0 * s))[:, None]
+        rows = np.r_[2, np.arange(7, nq)]
+        blended = q[rows] + w * (self.x_ref[rows] - q[rows])
+        self.state_reference[:, rows] = blended[:N]
+        self.final_reference[rows] = blended[N]
 
     def _move_references(self, knots: np.ndarray) -> None:
         """The state references' base (position, heading, velocities) and the swing feet's horizontal references
@@ -448,7 +487,7 @@ class LeggedMPC:
         previous = self.phase
         if phase is not None and int(phase) != self.phase:
             self.set_phase(phase)
-        elif self.path is not None:
+        elif self.path is not None or self._ramp is not None:
             self._update_references()
         solver = self.solver
         if not self._started:

@@ -43,7 +43,8 @@ import numpy as np
 
 import rbd_deriv as rd
 from rbd_deriv.control.base_motion import BasePath, checked_motion, motion_bounds
-from rbd_deriv.control.constants import LATENCY_WINDOW, MAX_TAKEN, STALE_PLAN_FRACTION, STATISTICS_WINDOW
+from rbd_deriv.control.constants import (LATENCY_WINDOW, MAX_TAKEN, RESTORE_ATTEMPTS, STALE_PLAN_FRACTION,
+                                        STATISTICS_WINDOW)
 from rbd_deriv.control.legged import LeggedMPC
 from rbd_deriv.control.policy import (FeedbackPolicy, constant_policy, keep_taken, policy_from_plan,
                                       policy_in_use)
@@ -129,6 +130,9 @@ class LeggedLoop(TickLoop):
             raise InputError(f"idle gait {self.idle_gait!r} is not one of {sorted(self.mpcs)}", "idle_gait")
         self.set_gait(gait)
         self.good_policy: Optional[FeedbackPolicy] = None
+        #: (MPC, gait start, X, U, knot) of the last plan sent, and the failed solves since (_restore).
+        self._good_plan: Optional[tuple] = None
+        self._failures_in_row = 0
         self.cone_violations: collections.deque = collections.deque(maxlen=STATISTICS_WINDOW)
         self.held_policy_ticks = 0
 
@@ -422,9 +426,12 @@ class LeggedLoop(TickLoop):
                     # therefore starts when its solve (from scratch, the slowest) is done, from the state
                     # measured; the gait starts there.
                     knot, start_time, q0, v0 = None, now + self.latency(), q, v
+                    for each in self.mpcs.values():   # from where the robot is to its posture
+                        each.ramp_from(q0, start_time, self.settings.posture_ramp)
                 self._follow_command(start_time, q0)
                 mpc.set_path(self.path, start_time)
                 iterations = 1
+                restored = self._restore(mpc, knot)
                 if self._last_knot is None:
                     # No previous plan to start from: a few Gauss-Newton steps from the posture's statics
                     # instead of the one real-time iteration, whose first plan may be far from converged.
@@ -436,7 +443,7 @@ class LeggedLoop(TickLoop):
                     elapsed, iterations = 0.0, self.settings.start_iterations
                 else:
                     elapsed = max(0, knot - self._last_knot) * mpc.dt  # a previous plan: something was sent
-                    if elapsed > STALE_PLAN_FRACTION * mpc.horizon * mpc.dt:
+                    if restored or elapsed > STALE_PLAN_FRACTION * mpc.horizon * mpc.dt:
                         # A stalled tick: the previous plan, shifted this far, covers little of the new
                         # horizon; one real-time iteration from it lands the robot on a rough plan.
                         iterations = self.settings.start_iterations
@@ -477,8 +484,9 @@ class LeggedLoop(TickLoop):
         if source is not CommandSource.PLAN:
             if source is CommandSource.SOLVER_FAILURE:
                 # A failed iteration may leave NaN or a diverged nominal behind: warm-started from it, every
-                # later solve would fail too.
+                # later solve would fail too. The next tick starts from the last good plan (_restore).
                 self._last_knot = None
+                self._failures_in_row += 1
             if not self._sent:
                 # No plan was ever good: the robot is still held as it was before the controller (the brakes, its
                 # own controller), which is safer than the statics of a posture without feedback (a humanoid's
@@ -490,9 +498,27 @@ class LeggedLoop(TickLoop):
             command, policy = self._safe(q, v, now_ns)
         else:
             self.good_policy = policy
+            self._failures_in_row = 0
+            self._good_plan = (mpc, self._gait_start, mpc.solver.X.copy(), mpc.solver.U.copy(), self._last_knot)
         self._remember(policy)
         self._count(source, command)
         return TickResult(command, source, previous, plan, plan_start_ns, trouble, policy)
+
+    def _restore(self, mpc: LeggedMPC, knot: Optional[int]) -> bool:
+        """After a failed solve (no previous plan to warm-start from), put the last good plan of ``mpc`` back as the
+        solver's nominal, to be shifted to ``knot`` (its multipliers reset), for up to RESTORE_ATTEMPTS failures in a
+        row; whether it did. Otherwise the tick starts from scratch."""
+        good = self._good_plan
+        if (self._last_knot is not None or not self._failures_in_row or self._failures_in_row > RESTORE_ATTEMPTS
+                or good is None or good[0] is not mpc or good[1] != self._gait_start or knot is None
+                or good[4] is None):
+            return False
+        _, _, X, U, good_knot = good
+        mpc.solver.X[:], mpc.solver.U[:] = X, U
+        for constraint in mpc.ocp.constraints:
+            constraint.reset()
+        self._last_knot = good_knot
+        return True
 
     def _remember(self, policy: FeedbackPolicy) -> None:
         """Keep ``policy`` as the robot side does (one stamped like the newest replaces it; an older one is

@@ -180,6 +180,9 @@ class LeggedLoopSettings:
             walking back), > 0.
         idle_gait: The gait followed while the velocity command is zero (a robot that stops stepping), else the
             asked gait; empty: the asked gait always (a zero command steps in place).
+        posture_ramp: The first plans reach the reference posture's joints and base height from the robot's
+            configuration at its first plan over this long [s] (:meth:`LeggedMPC.ramp_from
+            <rbd_deriv.control.legged.LeggedMPC.ramp_from>`), >= 0; 0: at once.
     """
 
     state_timeout: float = 0.05
@@ -202,6 +205,7 @@ class LeggedLoopSettings:
     path_slack: float = 0.1
     heading_slack: float = 0.2
     idle_gait: str = ""
+    posture_ramp: float = 1.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.motion_margin, (int, float)) and 0.0 < self.motion_margin <= 1.0):
@@ -220,7 +224,7 @@ class LeggedLoopSettings:
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise InputError(f"{name} must be an integer >= 1, got {value!r}", name)
-        for name in ("max_stamp_lead", "latency"):
+        for name in ("max_stamp_lead", "latency", "posture_ramp"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0.0):
                 raise InputError(f"{name} must be >= 0, got {value!r}", name)

@@ -385,6 +385,9 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
                         "counted (cmd_vel_clamped)", positive_triple, read_only=True),
     "max_cmd_acceleration": Spec([1.0, 1.0, 2.0], "how fast the base's reference velocity follows the command (ax, "
                                  "ay [m/s^2], yaw [rad/s^2]), each > 0", positive_triple, read_only=True),
+    "posture_ramp": Spec(1.0, "the first plans reach the reference posture's joints and base height from where the "
+                         "robot is over this long [s] (a smoothstep), in [0, 60]; 0: at once", in_range(0.0, 60.0),
+                         read_only=True),
     "path_slack": Spec(0.1, "the base's reference is kept within this distance [m] of the measured base (a pushed "
                        "robot goes on from where it is), in (0, 100]", in_range(0.0, 100.0, low_open=True),
                        read_only=True),
