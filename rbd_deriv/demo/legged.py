@@ -108,15 +108,19 @@ class LeggedRecorder(LoopRecorder):
         # run (decode()): one executor callback per message would cost this process about half a core,
         # taken from the two nodes it watches.
         queue = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+        #: Indices of :attr:`inputs` that delivered at least one message.
+        self.heard: set = set()
         self.inputs = ((PolledSubscription(self.node, Odometry, "odom", queue), []),
                        (PolledSubscription(self.node, ContactForces, "contact_forces", queue), []),
                        (PolledSubscription(self.node, JointState, "joint_states", queue), []))
 
     def poll(self) -> None:
         """Keep the odometry, contact forces and joint states received since the previous call (while
-        recording)."""
-        for subscription, raw in self.inputs:
+        recording); note which inputs have delivered anything (:attr:`heard`)."""
+        for k, (subscription, raw) in enumerate(self.inputs):
             taken = subscription.take(serialized=True)
+            if taken:
+                self.heard.add(k)
             if self.recording:
                 raw.extend(taken)
 
@@ -224,6 +228,11 @@ def run(arguments: Any) -> int:
             print(f"the loop did not start within {STARTUP_TIMEOUT:g} s (exited: {exited(processes) or 'none'}); "
                   f"see the logs in {logs}", file=sys.stderr)
             return 1
+        # The script starts once this process hears the simulator's topics too (a 1 kHz topic's subscription may
+        # match a second after the MPC's commands arrive): its first segment is then measured whole.
+        if not spin_until(recorder, lambda: len(recorder.heard) == len(recorder.inputs), 30.0):
+            print("the simulator's odometry, contact forces or joint states did not arrive within 30 s; the run "
+                  "starts without them", file=sys.stderr)
         print(f"running {duration:g} s: " + "; ".join(_describe(segment) for segment in segments), flush=True)
         start = recorder.now()
         recorder.recording = True
