@@ -12,7 +12,8 @@ import rbd_deriv as rd
 from rbd_deriv.control import ControlLoop, LoopSettings, MPCProblem
 from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
 from rbd_deriv.control.legged_loop import LeggedLoop
-from rbd_deriv.control.legged_settings import LeggedLoopSettings, base_link, make_gait, parse_gait_table
+from rbd_deriv.control.legged_settings import (LeggedLoopSettings, base_link, built_gaits, make_gait,
+                                               parse_gait_table, swing_height)
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.sim.ground import Ground, rest_on_floor
@@ -73,11 +74,10 @@ def legged_loop(model: Any, p: Mapping[str, Any]) -> LeggedLoop:
     weights = LeggedWeights(**{field: p[f"weight_{field}"] for field in LeggedWeights.__dataclass_fields__})
     table = parse_gait_table(p["gait_table"])
     mpcs = {}
-    for name in dict.fromkeys(list(p["gaits"]) + [p["gait"]] + ([p["idle_gait"]] if p["idle_gait"] else [])):
+    for name in built_gaits(p):
         gait = make_gait(name, feet, kinds, table, p["dt"])
-        height = table[name].swing_height if name in table else None
         mpcs[name] = LeggedMPC(model, feet, gait, posture, horizon=max(p["horizon"], gait.period), dt=p["dt"],
-                               mu=p["mu"], weights=weights, swing_height=p["swing_height"] if height is None else height,
+                               mu=p["mu"], weights=weights, swing_height=swing_height(table, name, p["swing_height"]),
                                torso=base_link(model))
     settings = LeggedLoopSettings(state_timeout=p["state_timeout"], policy_validity=p["policy_validity"],
                                   max_stamp_lead=p["max_stamp_lead"], latency=p["command_delay"],

@@ -78,3 +78,14 @@ def test_the_command_bounds_are_checked():
         with pytest.raises(InputError):
             LeggedLoopSettings(**bad)
     assert LeggedLoopSettings(max_velocity=[1, 2, 3]).max_velocity == (1.0, 2.0, 3.0)
+
+
+def test_the_gaits_a_configuration_builds_and_their_swing_height():
+    from rbd_deriv.control.legged_settings import built_gaits, swing_height
+
+    assert built_gaits({"gaits": ["stand", "trot"], "gait": "pace", "idle_gait": ""}) == ["stand", "trot", "pace"]
+    assert built_gaits({"gaits": ["trot"], "gait": "trot", "idle_gait": "stand"}) == ["trot", "stand"]
+    table = parse_gait_table(read_parameters("mpc_node.yaml")["mpc_node"]["gait_table"])
+    assert swing_height(table, "pace", 0.05) == 0.03      # its row's
+    assert swing_height(table, "trot", 0.05) == 0.05      # the robot's
+    assert swing_height(table, STAND, 0.07) == 0.07

@@ -78,7 +78,7 @@ import numpy as np
 import rbd_deriv as rd
 from rbd_deriv.bench.timing import format_table, machine_info, write_json
 from rbd_deriv.control.legged import TIMING_PARTS, LeggedMPC, LeggedWeights
-from rbd_deriv.control.legged_settings import GaitSpec, make_gait, parse_gait_table
+from rbd_deriv.control.legged_settings import GaitSpec, built_gaits, make_gait, parse_gait_table, swing_height
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, LEGGED_ROBOTS, example_robot_srdf
 from rbd_deriv.threads import single_threaded_blas
@@ -121,8 +121,7 @@ def robot_gaits(robot: str) -> tuple[dict[str, GaitSpec], list[str], dict[str, A
 
     parameters = dict(read_parameters("mpc_node.yaml")["mpc_node"],
                       **read_parameters(f"{robot}.yaml").get("mpc_node", {}))
-    names = list(parameters["gaits"]) + [parameters["gait"]] + [parameters["idle_gait"]]
-    return parse_gait_table(parameters["gait_table"]), [n for n in dict.fromkeys(names) if n], parameters
+    return parse_gait_table(parameters["gait_table"]), built_gaits(parameters), parameters
 
 
 def cases(robots: Sequence[str] = tuple(NODE_TARGETS)) -> list[Case]:
@@ -170,12 +169,11 @@ def build(name: str, gait: str, horizon: int, dt: float) -> tuple[Any, LeggedMPC
     posture = reference_posture(model, example_robot_srdf(name), str(info["posture"]),
                                 missing="neutral")
     feet = tuple(info["feet"])
-    table, _, _ = robot_gaits(name)
+    table, _, parameters = robot_gaits(name)
     pattern = make_gait(gait, feet, (str(info["kind"]),) * len(feet), table, dt)
-    height = table[gait].swing_height if gait in table else None
     weights = LeggedWeights(**dict(info.get("weights", {})))
     mpc = LeggedMPC(model, feet, pattern, posture, horizon=horizon, dt=dt, weights=weights,
-                    **({} if height is None else {"swing_height": height}))
+                    swing_height=swing_height(table, gait, parameters["swing_height"]))
     return model, mpc, np.r_[posture, np.zeros(model.nv)]
 
 

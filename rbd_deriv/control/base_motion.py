@@ -20,7 +20,21 @@ import rbd_deriv as rd
 from rbd_deriv.control.constants import GRAVITY, MAX_BASE_SPEED, MAX_SWAY_AMPLITUDE
 from rbd_deriv.exceptions import InputError
 
-__all__ = ["BasePath", "checked_motion", "motion_bounds"]
+__all__ = ["BasePath", "checked_motion", "motion_bounds", "sway_peak_speed", "turned"]
+
+
+def turned(angle: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(K, 2) the planar vectors (x, y) (K,) (or scalars) turned by ``angle`` (K,) [rad] about the vertical."""
+    cos, sin = np.cos(angle), np.sin(angle)
+    out = np.empty(np.shape(cos) + (2,))
+    out[..., 0] = cos * x - sin * y
+    out[..., 1] = sin * x + cos * y
+    return out
+
+
+def sway_peak_speed(amplitude: float, period: float) -> float:
+    """The peak speed [m/s] of a sway A sin(2 pi t / T): 2 pi A / T."""
+    return 2.0 * math.pi * amplitude / period
 
 
 @dataclass(frozen=True)
@@ -77,18 +91,18 @@ class BasePath:
         middle = self.heading + 0.5 * self.yaw_rate * elapsed
         chord = elapsed * np.sinc(0.5 * self.yaw_rate * elapsed / np.pi)   # np.sinc(x) = sin(pi x) / (pi x)
         vx, vy = self.velocity
-        cos, sin = np.cos(middle), np.sin(middle)
-        position = np.asarray(self.origin) + chord[:, None] * np.c_[cos * vx - sin * vy, sin * vx + cos * vy]
-        cos, sin = np.cos(heading), np.sin(heading)
-        velocity = np.where(moving[:, None], np.c_[cos * vx - sin * vy, sin * vx + cos * vy], 0.0)
-        omega = 2.0 * np.pi / self.period
-        swaying = np.where(moving, times - self.sway_start, 0.0)
-        sway = self.amplitude * np.sin(omega * swaying)
-        sway_rate = np.where(moving, self.amplitude * omega * np.cos(omega * swaying), 0.0)
-        lateral = np.c_[-sin, cos]                         # the heading frame's y in the world
-        position += sway[:, None] * lateral
-        # d/dt (s(t) lateral(theta(t))) = s' lateral - s omega_yaw (cos, sin)
-        velocity += sway_rate[:, None] * lateral - (sway * np.where(moving, self.yaw_rate, 0.0))[:, None] * np.c_[cos, sin]
+        position = np.asarray(self.origin) + chord[:, None] * turned(middle, vx, vy)
+        velocity = np.where(moving[:, None], turned(heading, vx, vy), 0.0)
+        if self.amplitude:
+            omega = 2.0 * np.pi / self.period
+            swaying = np.where(moving, times - self.sway_start, 0.0)
+            sway = self.amplitude * np.sin(omega * swaying)
+            sway_rate = np.where(moving, self.amplitude * omega * np.cos(omega * swaying), 0.0)
+            lateral = turned(heading, 0.0, 1.0)            # the heading frame's y in the world
+            position += sway[:, None] * lateral
+            # d/dt (s(t) lateral(theta(t))) = s' lateral - s omega_yaw (cos, sin)
+            forward = turned(heading, 1.0, 0.0)
+            velocity += sway_rate[:, None] * lateral - (sway * np.where(moving, self.yaw_rate, 0.0))[:, None] * forward
         return position, velocity, heading
 
     def moved(self, time: float, velocity: Sequence[float] | None = None, amplitude: float | None = None,
@@ -160,7 +174,7 @@ def checked_motion(velocity: Sequence[float], amplitude: float, period: float, m
     if not (math.isfinite(period) and period > 0.0):
         raise InputError(f"sway period must be > 0 s, got {period!r}", "sway_period")
     omega = 2.0 * math.pi / period
-    speed = float(np.linalg.norm(value)) + amplitude * omega
+    speed = float(np.linalg.norm(value)) + sway_peak_speed(amplitude, period)
     acceleration = amplitude * omega ** 2
     if speed > max_speed or acceleration > max_acceleration:
         raise InputError(

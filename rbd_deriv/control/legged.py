@@ -67,7 +67,7 @@ import numpy as np
 import rbd_deriv as rd
 from rbd_deriv.control.constants import GRAVITY, STEP_BASE_SPEED, STEP_HALVINGS, STEP_VELOCITY_FACTOR
 from rbd_deriv.control.activation import Quadratic, RelaxedLogBarrier
-from rbd_deriv.control.base_motion import BasePath
+from rbd_deriv.control.base_motion import BasePath, turned
 from rbd_deriv.control.constraints import FrictionConeConstraint
 from rbd_deriv.control.contact_force import (ForceStackResidual, FrictionConeResidual,
                                              forces_within_cone)
@@ -152,7 +152,7 @@ class LeggedMPC:
         actuated: Actuated joints in control order (default all but the free flyer).
         torso: The frame of the torso orientation cost (``weights.torso_orientation``).
         capture_point: Step beside Raibert's placement by the capture point's offset of the base's measured
-            velocity error (:meth:`_capture`) when the base moves along a path.
+            velocity error (:meth:`_capture_offset`) when the base moves along a path.
 
     Raises:
         InputError: A fixed-base model, a foot frame the model does not have, a posture of the
@@ -204,11 +204,12 @@ class LeggedMPC:
         self.stance_time = gait.pattern.sum(axis=0) * self.dt
         #: sqrt(h / g) [s] of the posture (h its base's height above its feet) when ``capture_point``, else 0; (2,)
         #: the step beside Raibert's placement of the current solve [m], at most half the nearest foot's distance
-        #: from the base (:meth:`_capture`).
+        #: from the base (:meth:`_capture_offset`).
         height = float(posture[2] - self.stance[:, 2].mean())
         self.capture_time = float(np.sqrt(max(height, 0.0) / GRAVITY)) if capture_point else 0.0
         self.max_capture_offset = 0.5 * float(np.linalg.norm(self.foot_offsets, axis=1).min())
         self.capture_offset = np.zeros(2)
+        self._measured_velocity = np.zeros(2)
 
         w = weights
         joints = nv - FREE_FLYER_DOF
@@ -342,63 +343,66 @@ class LeggedMPC:
 
     def _move_references(self, knots: np.ndarray) -> None:
         """The state references' base (position, heading, velocities) and the swing feet's horizontal references
-        along :attr:`path`."""
+        along :attr:`path`, with the capture point's offset (:meth:`_capture`): the path read once, at the knots'
+        times and at every landing and lift-off the swing references need."""
         N, nq, dt = self.horizon, self.model.nq, self.dt
         times = self.time + dt * np.arange(N + 1)
-        position, velocity, heading = self.path.poses(times)
-        turning = np.where(times >= self.path.start, self.path.yaw_rate, 0.0)
+        # The swing entries (knot, foot): the foot lands `until` knots later, it lifted off one period before.
+        rows, feet = np.nonzero(self.swinging)
+        since, until = self._since[knots[rows], feet], self._until[knots[rows], feet]
+        landing = times[rows] + until * dt
+        count = rows.size
+        position, velocity, heading = self.path.poses(np.r_[times, landing, landing - self.gait.period * dt])
         # The posture's orientation turned about the world's z by the heading: q = q_z(heading) q_posture.
-        half = 0.5 * heading
-        posture = self.x_ref[3:7]
-        turn = np.c_[np.zeros((N + 1, 2)), np.sin(half)]
+        # (With t = (0, 0, sin(heading / 2)) and p the posture's: w = cos p_w - t . p_v, v = cos p_v + p_w t + t x p_v.)
+        half = 0.5 * heading[:N + 1]
+        cos, sin = np.cos(half), np.sin(half)
+        (px, py, pz), pw = self.x_ref[3:6], self.x_ref[6]
         orientation = np.empty((N + 1, 4))
-        orientation[:, 3] = np.cos(half) * posture[3] - turn @ posture[:3]
-        orientation[:, :3] = (np.cos(half)[:, None] * posture[:3] + posture[3] * turn
-                              + np.cross(turn, posture[:3]))
+        orientation[:, 0] = cos * px - sin * py
+        orientation[:, 1] = cos * py + sin * px
+        orientation[:, 2] = cos * pz + pw * sin
+        orientation[:, 3] = cos * pw - sin * pz
         # The base's velocities are in its own frame, R = R_z(heading) R_posture: v_base = R_posture^T R_z^T v.
-        rotation = rotation_of(posture)
-        cos, sin = np.cos(heading), np.sin(heading)
-        local = np.c_[cos * velocity[:, 0] + sin * velocity[:, 1], -sin * velocity[:, 0] + cos * velocity[:, 1],
-                      np.zeros(N + 1)]
-        linear, angular = local @ rotation, np.c_[np.zeros((N + 1, 2)), turning] @ rotation
-        for reference, rows in ((self.state_reference, slice(0, N)), (self.final_reference, N)):
-            reference[..., :2] = position[rows]
-            reference[..., 3:7] = orientation[rows]
-            reference[..., nq:nq + 3] = linear[rows]
-            reference[..., nq + 3:nq + 6] = angular[rows]
-        period = self.gait.period
-        for c in range(len(self.feet)):
-            rows = np.flatnonzero(self.swinging[:, c])
-            if rows.size == 0:
-                continue
-            since, until = self._since[knots[rows], c], self._until[knots[rows], c]
-            landing = times[rows] + until * dt
-            land = self._landing(landing, c) + self.capture_offset
-            lift_off = self._landing(landing - period * dt, c)
-            s = since / (since + until)
-            blend = (0.5 * (1.0 - np.cos(np.pi * s)))[:, None]
-            self.swing_reference[rows, 3 * c:3 * c + 2] = lift_off + blend * (land - lift_off)
-
-    def _landing(self, times: np.ndarray, foot: int) -> np.ndarray:
-        """(K, 2) where foot ``foot`` lands at ``times`` (K,) [s]: under its hip at the base's path (its offset
-        turned with the heading), half its stance's travel ahead."""
-        position, velocity, heading = self.path.poses(times)
-        cos, sin = np.cos(heading), np.sin(heading)
-        ox, oy = self.foot_offsets[foot]
-        hip = np.c_[cos * ox - sin * oy, sin * ox + cos * oy]
-        return position + hip + 0.5 * self.stance_time[foot] * velocity
+        rotation = rotation_of(self.x_ref[3:7])
+        local = np.zeros((N + 1, 3))
+        local[:, :2] = turned(-heading[:N + 1], velocity[:N + 1, 0], velocity[:N + 1, 1])
+        spin = np.zeros((N + 1, 3))
+        spin[:, 2] = np.where(times >= self.path.start, self.path.yaw_rate, 0.0)
+        linear, angular = local @ rotation, spin @ rotation
+        for reference, knot in ((self.state_reference, slice(0, N)), (self.final_reference, N)):
+            reference[..., :2] = position[knot]
+            reference[..., 3:7] = orientation[knot]
+            reference[..., nq:nq + 3] = linear[knot]
+            reference[..., nq + 3:nq + 6] = angular[knot]
+        self._capture_offset(velocity[0])
+        if count == 0:
+            return
+        # Each foot under its hip at the base's path (its offset turned with the heading), half its stance's travel
+        # ahead (Raibert); where it lands, the capture point's offset too.
+        placed = (position[N + 1:] + turned(heading[N + 1:], *np.tile(self.foot_offsets[feet], (2, 1)).T)
+                  + 0.5 * np.tile(self.stance_time[feet], 2)[:, None] * velocity[N + 1:])
+        land, lift_off = placed[:count] + self.capture_offset, placed[count:]
+        blend = (0.5 * (1.0 - np.cos(np.pi * since / (since + until))))[:, None]
+        swing = lift_off + blend * (land - lift_off)
+        self.swing_reference[rows, 3 * feet] = swing[:, 0]
+        self.swing_reference[rows, 3 * feet + 1] = swing[:, 1]
 
     def _capture(self, x0: np.ndarray) -> None:
-        r""":attr:`capture_offset`: where the feet landing in the horizon step beside Raibert's placement to catch
-        the base's measured velocity error, :math:`\sqrt{h / g}\,(\dot p - \dot p^r)` (the capture point's
-        offset, h the posture's base height above its feet), at most :attr:`max_capture_offset` [m]."""
-        self.capture_offset[:] = 0.0
-        if self.path is None or self.capture_time == 0.0:
-            return
+        """Keep the base's measured planar velocity [m/s] of x0 (nx,), in the world frame, for
+        :meth:`_capture_offset`."""
         nq = self.model.nq
-        measured = (rotation_of(x0[3:7]) @ x0[nq:nq + 3])[:2]
-        _, reference = self.path.at(np.array([self.time]))
-        offset = self.capture_time * (measured - reference[0])
+        self._measured_velocity = (rotation_of(x0[3:7]) @ x0[nq:nq + 3])[:2]
+
+    def _capture_offset(self, reference: np.ndarray) -> None:
+        r""":attr:`capture_offset`: where the feet landing in the horizon step beside Raibert's placement to catch
+        the base's measured velocity error against its ``reference`` (2,) [m/s] at the first knot,
+        :math:`\sqrt{h / g}\,(\dot p - \dot p^r)` (the capture point's offset, h the posture's base height above its
+        feet), at most :attr:`max_capture_offset` [m]."""
+        self.capture_offset[:] = 0.0
+        if self.capture_time == 0.0:
+            return
+        offset = self.capture_time * (self._measured_velocity - reference)
         norm = float(np.linalg.norm(offset))
         if np.isfinite(norm):
             self.capture_offset[:] = offset * min(1.0, self.max_capture_offset / max(norm, 1e-12))

@@ -42,7 +42,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.control.base_motion import BasePath, checked_motion, motion_bounds
+from rbd_deriv.control.base_motion import BasePath, checked_motion, motion_bounds, sway_peak_speed
 from rbd_deriv.control.constants import (LATENCY_WINDOW, MAX_TAKEN, RESTORE_ATTEMPTS, STALE_PLAN_FRACTION,
                                         STATISTICS_WINDOW)
 from rbd_deriv.control.legged import LeggedMPC
@@ -205,14 +205,15 @@ class LeggedLoop(TickLoop):
             self._gait_start = None
             self._last_knot = None  # its plan is not this robot's recent past: start it from scratch
 
-    def _follow_gait(self, when: float) -> None:
-        """Switch to the wanted gait (:meth:`_wanted_gait`) if the gait in use has every foot down at the knot at
-        or after ``when`` [s], or never has them all down."""
+    def _follow_gait(self, now: float) -> None:
+        """Switch to the wanted gait (:meth:`_wanted_gait`) if the gait in use has every foot down at the knot the
+        plan of a tick at ``now`` [s] would start at, or never has them all down."""
         wanted = self._wanted_gait()
         if wanted == self.gait:
             return
         pattern = self.mpc.gait.pattern
-        if self._gait_start is None or pattern[self.knot(when) % len(pattern)].all() or not pattern.all(axis=1).any():
+        if (self._gait_start is None or not pattern.all(axis=1).any()
+                or pattern[self.knot(now + self.latency()) % len(pattern)].all()):
             self._switch(wanted)
 
     def take_cmd_vel(self, linear_x: float, linear_y: float, angular_z: float) -> bool:
@@ -230,8 +231,7 @@ class LeggedLoop(TickLoop):
             raise MessageError(f"cmd_vel {value.tolist()} is not finite", "not_finite")
         bound = np.asarray(self.settings.max_velocity)
         target = np.clip(value, -bound, bound)
-        amplitude, period = self._sway
-        speed = max(0.0, self.max_speed - 2.0 * math.pi * amplitude / period)
+        speed = max(0.0, self.max_speed - sway_peak_speed(*self._sway))
         planar = float(np.hypot(*target[:2]))
         if planar > speed:
             target[:2] *= speed / planar
@@ -408,7 +408,7 @@ class LeggedLoop(TickLoop):
         if fresh:
             state_time = self._seconds(state_ns)
             if self._sent:
-                self._follow_gait(now + self.latency())
+                self._follow_gait(now)
             mpc = self.mpc
             try:
                 started = time.perf_counter()

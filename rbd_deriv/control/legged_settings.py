@@ -19,7 +19,8 @@ import rbd_deriv as rd
 from rbd_deriv.control.schedule import Gait
 from rbd_deriv.exceptions import InputError
 
-__all__ = ["STAND", "GaitSpec", "LeggedLoopSettings", "base_link", "make_gait", "parse_gait_table"]
+__all__ = ["STAND", "GaitSpec", "LeggedLoopSettings", "base_link", "built_gaits", "make_gait", "parse_gait_table",
+           "swing_height"]
 
 
 #: The gait every legged robot has without a table row: every foot on the ground.
@@ -132,6 +133,19 @@ def make_gait(name: str, feet: Sequence[str], kinds: Sequence[str], table: Mappi
         raise InputError(f"gait {name!r} is neither {STAND!r} nor in the gait table ({', '.join(table) or 'empty'})",
                          "gait")
     return table[name].gait(feet, kinds, dt)
+
+
+def built_gaits(parameters: Mapping[str, Any]) -> list:
+    """The names of the gaits a legged configuration builds (an MPC each): its ``gaits``, then its ``gait`` and
+    ``idle_gait`` when they are not among them (an empty ``idle_gait`` left out)."""
+    names = list(parameters["gaits"]) + [parameters["gait"], parameters["idle_gait"]]
+    return [name for name in dict.fromkeys(names) if name]
+
+
+def swing_height(table: Mapping[str, GaitSpec], name: str, default: float) -> float:
+    """The swing apex [m] of gait ``name``: its table row's, else ``default`` (the robot's)."""
+    spec = table.get(name)
+    return default if spec is None or spec.swing_height is None else spec.swing_height
 
 
 def base_link(model: Any) -> str:

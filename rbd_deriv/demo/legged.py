@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rbd_deriv.demo.legged_summary import legged_document, summarize_legged
+from rbd_deriv.demo.legged_summary import legged_document, summarize_legged, tilt_and_heading
 from rbd_deriv.demo.plots import plot_legged
 from rbd_deriv.demo.processes import (STARTUP_TIMEOUT, LoopRecorder, exited, logs_folder, read_parameters,
                                       spin_until, start_node, wait_for_loop)
@@ -35,6 +35,14 @@ LEGGED_DEMOS = ("solo12", "talos")
 
 #: Rate [Hz] at which the velocity command is published, as a teleop or a navigation stack does.
 CMD_VEL_RATE = 20.0
+
+
+def _pose(odometry: Any) -> np.ndarray:
+    """(7,) the base pose of a nav_msgs/Odometry: position [m], quaternion x, y, z, w."""
+    from rbd_deriv.messages import odometry_arrays
+
+    position, orientation, _, _ = odometry_arrays(odometry)
+    return np.r_[position, orientation]
 
 
 def legged_parameters(robot: str) -> dict:
@@ -134,9 +142,7 @@ class LeggedRecorder(LoopRecorder):
         (odometry, raw_odometry), (contacts, raw_contacts), (states, raw_states) = self.inputs
         for raw in raw_odometry:
             message = deserialize_message(raw, odometry.message_type)
-            p, o = message.pose.pose.position, message.pose.pose.orientation
-            self.base.append((stamp_to_ns(message.header.stamp) * 1e-9,
-                              np.array([p.x, p.y, p.z, o.x, o.y, o.z, o.w])))
+            self.base.append((stamp_to_ns(message.header.stamp) * 1e-9, _pose(message)))
         for raw in raw_contacts:
             message = deserialize_message(raw, contacts.message_type)
             self.contacts.append((stamp_to_ns(message.header.stamp) * 1e-9, np.array(message.forces).reshape(-1, 3),
@@ -174,8 +180,8 @@ class LeggedRecorder(LoopRecorder):
         subscription, raw = self.inputs[0]
         if not raw:
             return 0.0
-        o = deserialize_message(raw[-1], subscription.message_type).pose.pose.orientation
-        return math.atan2(2.0 * (o.w * o.z + o.x * o.y), 1.0 - 2.0 * (o.y * o.y + o.z * o.z))
+        _, heading = tilt_and_heading(_pose(deserialize_message(raw[-1], subscription.message_type))[None])
+        return float(heading[0])
 
     def push(self, force: Sequence[float], duration: float) -> None:
         """Push the base with ``force`` (3,) [N] in the world frame for ``duration`` [s] (the simulator's push)."""
