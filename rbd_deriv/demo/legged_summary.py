@@ -15,6 +15,7 @@ from typing import Any, Dict, Sequence
 
 import numpy as np
 
+from rbd_deriv.control.base_motion import turned
 from rbd_deriv.demo.processes import loop_counts, solve_times
 
 __all__ = ["PUSH_RECOVERY", "SETTLE_TIME", "cycle_velocity", "legged_document", "summarize_legged", "tilt_and_heading"]
@@ -48,8 +49,7 @@ def cycle_velocity(times: np.ndarray, base: np.ndarray, window: np.ndarray) -> n
     ends = [np.column_stack([np.interp(np.interp(times + sign * 0.5 * window, times, index), index, track[:, i])
                              for i in range(3)]) for sign in (-1.0, 1.0)]
     change = (ends[1] - ends[0]) / window[:, None]
-    c, s = np.cos(heading), np.sin(heading)
-    velocity = np.c_[c * change[:, 0] + s * change[:, 1], -s * change[:, 0] + c * change[:, 1], change[:, 2]]
+    velocity = np.c_[turned(-heading, change[:, 0], change[:, 1]), change[:, 2]]
     inside = (times - 0.5 * window >= times[0]) & (times + 0.5 * window <= times[-1])
     velocity[~inside] = np.nan
     return velocity
@@ -95,7 +95,7 @@ def summarize_legged(recorder: Any, start: float, duration: float, effort_limit:
     if len(forces):
         slack = mu * forces[..., 2] + CONE_TOLERANCE * np.maximum(1.0, np.linalg.norm(forces, axis=-1))
         outside = touching & (np.hypot(forces[..., 0], forces[..., 1]) > slack)
-    rows = []
+    rows, squared = [], []
     for k, segment in enumerate(segments):
         begin, end = begins[k], begins[k + 1]
         here = (base_times >= begin) & (base_times < end)
@@ -106,14 +106,16 @@ def summarize_legged(recorder: Any, start: float, duration: float, effort_limit:
                           & ~np.isnan(velocity[:, 0]))
             settled &= ~recovering
         error = velocity[settled] - np.asarray(segment.cmd_vel)
+        # (A sway moves the base on top of the command: its segments have no velocity error.)
+        measured = settled.sum() > 5 and not swaying[k]
+        if measured:
+            squared.append(error ** 2)
         contacts = (contact_times >= begin) & (contact_times < end)
         commands = (command_times >= begin) & (command_times < end)
         rows.append({
             "name": segment.name, "start_s": float(begin), "duration_s": float(segment.duration),
             "gait": gaits[k], "cmd_vel": [float(x) for x in segment.cmd_vel],
-            # (A sway moves the base on top of the command: its segments have no velocity error.)
-            "cmd_vel_error_rms": (np.sqrt(np.mean(error ** 2, axis=0)).tolist() if settled.sum() > 5
-                                  and not swaying[k] else None),
+            "cmd_vel_error_rms": np.sqrt(np.mean(error ** 2, axis=0)).tolist() if measured else None,
             "velocity_mean": (np.mean(velocity[settled], axis=0).tolist() if settled.sum() > 5 else None),
             "push_velocity_error_max": (np.abs(velocity[recovering] - np.asarray(segment.cmd_vel)).max(axis=0).tolist()
                                         if recovering.any() else None),
@@ -128,11 +130,8 @@ def summarize_legged(recorder: Any, start: float, duration: float, effort_limit:
             "cone_violations": int(outside[contacts].sum()) if len(forces) else 0,
             "max_torque_ratio": (float((np.abs(torques[commands]) / effort_limit).max()) if commands.any() else 0.0),
         })
-    errors = [row["cmd_vel_error_rms"] for row in rows if row["cmd_vel_error_rms"] is not None]
-    counts = [np.sum(((base_times >= row["start_s"] + SETTLE_TIME)
-                      & (base_times < row["start_s"] + row["duration_s"]))) for row in rows
-              if row["cmd_vel_error_rms"] is not None]
-    overall = (np.sqrt(np.average(np.square(errors), axis=0, weights=counts)).tolist() if errors else None)
+    # Over every sample the segments' errors were measured on.
+    overall = np.sqrt(np.mean(np.vstack(squared), axis=0)).tolist() if squared else None
     loaded = touching & (forces[..., 2] > 1e-6) if len(forces) else np.zeros((0, 0), dtype=bool)
     return {
         "base_times": base_times, "base": base, "velocity": velocity, "tilt": tilt, "heading": heading,
