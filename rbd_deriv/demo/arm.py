@@ -143,7 +143,8 @@ def summarize(recorder: ArmRecorder, reference: Any, start: float, duration: flo
 def write_summary(path: Path, summary: dict, diagnostics: dict, simulator: dict, steps: dict, mode: str,
                   rate: float, joint_names: list[str]) -> None:
     """The run's figures as JSON: MPC rate and solve times, tracking errors and torque use per joint, the
-    simulator's steps by actuation source and the refusals of both nodes."""
+    simulator's steps by actuation source, the wall-clock time its physics could not catch up with and the
+    refusals of both nodes."""
     import json
 
     document = {
@@ -151,6 +152,7 @@ def write_summary(path: Path, summary: dict, diagnostics: dict, simulator: dict,
         "joint_names": joint_names, "rms_error_rad": summary["rms"].tolist(), "max_error_rad": summary["max"].tolist(),
         "max_torque_ratio": float(summary["torque_ratio"].max()),
         "steps_policy": steps["policy"], "steps_command": steps["command"], "steps_brake": steps["brake"],
+        "simulator_lost_time_s": float(simulator.get("lost_time_s", "nan")),
         **loop_counts(diagnostics, simulator),
     }
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
