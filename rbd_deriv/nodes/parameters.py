@@ -388,6 +388,11 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
     "posture_ramp": Spec(1.0, "the first plans reach the reference posture's joints and base height from where the "
                          "robot is over this long [s] (a smoothstep), in [0, 60]; 0: at once", in_range(0.0, 60.0),
                          read_only=True),
+    "locked_joints": Spec([], "floating base: joints the MPC plans as locked at the reference posture (a humanoid's "
+                          "arms, grippers, head: a smaller problem); the policy it sends holds each on a spring "
+                          "over its gravity torque (rbd_deriv.control.locked_joints); empty: none", read_only=True),
+    "locked_joint_frequency": Spec(10.0, "natural frequency [Hz] of the locked joints' critically damped springs, "
+                                   "in (0, 100]", in_range(0.0, 100.0, low_open=True), read_only=True),
     "path_slack": Spec(0.1, "the base's reference is kept within this distance [m] of the measured base (a pushed "
                        "robot goes on from where it is), in (0, 100]", in_range(0.0, 100.0, low_open=True),
                        read_only=True),
