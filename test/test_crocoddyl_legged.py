@@ -104,19 +104,21 @@ def test_crocoddyl_solves_the_legged_problem_this_package_solves(gait):
     assert np.linalg.norm(change - ours) < difference * np.linalg.norm(ours)
 
 
-def test_crocoddyl_plans_on_the_reduced_talos_the_node_plans_on():
-    """talos standing as its node plans it (config/talos.yaml's locked_joints: arms, grippers and head locked at
-    half-sitting): Crocoddyl, given the locked joints, builds Pinocchio's reduced model with this package's sizes
+@pytest.mark.parametrize("gait", ["stand", "walk"])
+def test_crocoddyl_plans_on_the_reduced_talos_the_node_plans_on(gait):
+    """talos standing and walking (its soles' swings held flat) as its node plans it (config/talos.yaml's
+    locked_joints: arms, grippers and head locked at half-sitting): Crocoddyl, given the locked joints, builds Pinocchio's reduced model with this package's sizes
     (20 velocity rows, not the full robot's 50), and the cold start's cost agrees within 1 %: both sides plan
     one problem. The start is off the posture (the base 2 cm aside at 0.1 m/s, the knees 0.05 rad bent: a cost
     of 4.6); the cone's terms differ (a log barrier here, a quadratic zero inside the pyramid there) by what
-    this package's cost is at rest, where only they count (-0.56); measured 0.07 % apart once it is taken out."""
+    this package's cost is at rest, where only they count (-0.56 standing); measured 0.07 % apart standing once it
+    is taken out."""
     python = _required_crocoddyl_python()
     from rbd_deriv.bench import legged
 
-    model, mpc, x0 = legged.build("talos", "stand", 10, 0.02)
+    model, mpc, x0 = legged.build("talos", gait, 10, 0.02)
     assert model.nv == 20 and len(legged.node_locked_joints("talos")) == 30
-    at_rest = legged.build("talos", "stand", 10, 0.02)[1].solve(x0, phase=0, evaluate_cost=True).cost
+    at_rest = legged.build("talos", gait, 10, 0.02)[1].solve(x0, phase=0, evaluate_cost=True).cost
     x0 = x0.copy()
     x0[1], x0[model.nq + 1] = 0.02, 0.1
     for knee in ("leg_left_4_joint", "leg_right_4_joint"):

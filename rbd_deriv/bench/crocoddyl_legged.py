@@ -33,8 +33,9 @@ the state its previous plan predicts, as in the benchmark's own loop.
 The JSON (written by :func:`rbd_deriv.bench.legged.crocoddyl_spec`): ``urdf``; ``locked`` {joint: position}, the
 joints locked in the model both sides plan on (Pinocchio's ``buildReducedModel`` here); ``feet`` (nc,) and their
 ``kinds``; ``x0``, ``x_ref`` (nq + nv,); ``state_weights`` (2 nv,); ``weights`` (terminal, torque, force,
-swing); ``cone_weight``; ``u_static`` (nu,) [N m]; ``weight`` [N]; ``pattern``, ``lift`` (P, nc);
-``stance`` (nc, 3) [m] and ``stance_rotations`` (nc, 3, 3); ``swing_height`` [m]; ``mu``; ``dt`` [s];
+swing, swing_orientation); ``cone_weight``; ``u_static`` (nu,) [N m]; ``weight`` [N]; ``pattern``, ``lift`` (P, nc);
+``stance`` (nc, 3) [m] and ``stance_rotations`` (nc, 3, 3) (a sole's swing holds that orientation, weighed by
+``weights["swing_orientation"]``); ``swing_height`` [m]; ``mu``; ``dt`` [s];
 ``horizon`` N; ``ticks`` and ``warmup``.
 
 Crocoddyl's Euler model multiplies a running cost by the knot's dt and leaves the terminal cost as
@@ -128,6 +129,10 @@ def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
             target = np.array(spec["stance"][c]) + np.array([0.0, 0.0, spec["swing_height"] * lift[c]])
             costs.addCost(f"swing {foot}", croc.CostModelResidual(
                 state, croc.ResidualModelFrameTranslation(state, frame, target, nu)), weights["swing"] * scale)
+            if kinds[c] == "frame":  # a sole lands flat: its orientation held at the stance's
+                costs.addCost(f"swing sole {foot}", croc.CostModelResidual(
+                    state, croc.ResidualModelFrameRotation(state, frame, np.array(spec["stance_rotations"][c]), nu)),
+                    weights["swing_orientation"] * scale)
     dynamics = croc.DifferentialActionModelContactFwdDynamics(state, actuation, contacts, costs, 0.0, True)
     return croc.IntegratedActionModelEuler(dynamics, 0.0 if terminal else spec["dt"])
 

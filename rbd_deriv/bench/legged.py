@@ -192,21 +192,17 @@ def build(name: str, gait: str, horizon: int, dt: float) -> tuple[Any, LeggedMPC
 def crocoddyl_spec(name: str, mpc: LeggedMPC, x0: np.ndarray, ticks: int, warmup: int) -> dict:
     """The problem of ``mpc`` as the JSON that :mod:`rbd_deriv.bench.crocoddyl_legged` reads: the gait as its
     knot pattern (P, nc) and lift table (P, nc) of one period, the feet and their kinds, the references and
-    weights, N and dt [s], and how many ticks to time after how many untimed ones."""
-    model = mpc.model
-    data = model.create_data()
-    rd.forward_kinematics(model, data, x0[:model.nq])
-    placements = [rd.frame_placement(model, data, foot) for foot in mpc.feet]
+    weights, N and dt [s], the start x0 (nx,), and how many ticks to time after how many untimed ones. The
+    feet's stance placements are the MPC's own (the posture's), wherever x0 puts them."""
     weights = mpc.weights
     return {"urdf": str(EXAMPLE_ROBOTS[name]), "feet": list(mpc.feet), "kinds": list(mpc.kinds),
             "locked": node_locked_joints(name),
             "x0": x0.tolist(), "x_ref": mpc.x_ref.tolist(), "state_weights": mpc.state_weight.tolist(),
-            "weights": {"terminal": weights.terminal, "torque": weights.torque,
-                        "force": weights.force, "swing": weights.swing},
+            "weights": {"terminal": weights.terminal, "torque": weights.torque, "force": weights.force,
+                        "swing": weights.swing, "swing_orientation": weights.swing_orientation},
             "cone_weight": CROCODDYL_CONE_WEIGHT, "u_static": mpc.u_static.tolist(),
             "weight": mpc.weight, "pattern": mpc.gait.pattern.tolist(), "lift": mpc._lift.tolist(),
-            "stance": [p[:3, 3].tolist() for p in placements],
-            "stance_rotations": [p[:3, :3].tolist() for p in placements],
+            "stance": mpc.stance.tolist(), "stance_rotations": mpc.stance_rotations.tolist(),
             "swing_height": mpc.swing_height, "mu": mpc.mu, "dt": mpc.dt, "horizon": mpc.horizon,
             "ticks": ticks, "warmup": warmup}
 
