@@ -181,13 +181,21 @@ def test_legged_setup_of_any_robot(tmp_path):
     from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_srdf
 
     arguments = argparse.Namespace(robot=None, urdf=str(EXAMPLE_ROBOTS["solo12"]), feet="FL_FOOT,FR_FOOT,HL_FOOT,HR_FOOT",
-                                   contact="point", srdf=str(example_robot_srdf("solo12")), posture="standing")
+                                   contact="point", srdf=str(example_robot_srdf("solo12")), posture="standing",
+                                   locked_joints=None)
     urdf, parameter_file, sim, mpc = legged.legged_setup(arguments)
     assert urdf == arguments.urdf and parameter_file == ""
     assert sim["contact_frames"] == mpc["contact_frames"] == "[FL_FOOT, FR_FOOT, HL_FOOT, HR_FOOT]"
-    assert sim["floating_base"] is True and mpc["posture"] == "standing"
+    assert sim["floating_base"] is True and mpc["posture"] == "standing" and "locked_joints" not in mpc
     robot_file = legged.legged_parameters("solo12")
     np.testing.assert_allclose(sim["initial_positions"], robot_file["sim_node"]["initial_positions"], atol=1e-6)
+    # A humanoid on its soles: straight legs to start (as config/talos.yaml), its upper body locked for the MPC.
+    humanoid = argparse.Namespace(robot=None, urdf=str(EXAMPLE_ROBOTS["talos"]),
+                                  feet="leg_left_sole_fix_joint,leg_right_sole_fix_joint", contact="frame",
+                                  srdf=str(example_robot_srdf("talos")), posture="half_sitting",
+                                  locked_joints="head_1_joint,head_2_joint")
+    _, _, sim, mpc = legged.legged_setup(humanoid)
+    assert "initial_positions" not in sim and mpc["locked_joints"] == "[head_1_joint, head_2_joint]"
 
 
 def test_legged_document_of_a_summary_and_the_nodes_diagnostics():

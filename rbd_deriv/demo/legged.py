@@ -76,7 +76,12 @@ def legged_setup(arguments: Any) -> tuple[str, str, dict, dict]:
     sim = dict(shared)
     mpc = dict(shared, srdf_path=arguments.srdf or "", posture=arguments.posture or "", horizon=20, dt=0.02,
                rate_hz=100.0, state_timeout=0.1)
-    if arguments.srdf and arguments.posture:
+    if arguments.locked_joints:
+        mpc["locked_joints"] = _names(arguments.locked_joints.split(","))
+    # Point feet start at the posture's joints; soles (frame contacts) on straight legs, as config/talos.yaml has it:
+    # the brakes, which hold the robot until the first policy, lock a humanoid bent at half-sitting and throw it
+    # off the floor; the MPC bends it to its posture over posture_ramp.
+    if arguments.srdf and arguments.posture and arguments.contact == "point":
         model = rd.load_urdf(arguments.urdf, floating_base=True)
         posture = reference_posture(model, arguments.srdf, arguments.posture, missing="neutral")
         sim["initial_positions"] = posture[7:].tolist()
