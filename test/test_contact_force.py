@@ -246,3 +246,97 @@ def test_cone_gauss_newton_through_the_forces_equals_the_dense_products():
         results.append(out)
     for name in ("Lxx", "Lx", "Luu", "Lux", "Lu"):
         assert_close(getattr(results[0], name), getattr(results[1], name), what=name)
+
+
+def _yaw(angle):
+    c, s = np.cos(angle), np.sin(angle)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+def test_center_of_pressure_rows_are_the_distances_to_the_soles_edges():
+    """A sole's wrench made from a chosen center of pressure p (in the sole's axes, on a sole turned by its yaw) and
+    force f: tau = (R p) x f at the sole's center. The four rows are f_z times the distance from p to each edge
+    (l - p_x, l + p_x, w - p_y, w + p_y, in the sole's frame: written out, not from the code), an open sole and a
+    point contact give 1, and the rows are linear in the stack (r = A F: a Jacobian through random dF/dx, dF/du
+    is A times them)."""
+    from rbd_deriv.control.contact_force import CenterOfPressureResidual
+
+    rng = np.random.default_rng(4)
+    space = VectorSpace(4)
+    # Contacts: a sole (6 rows), a point (3 rows), a second sole; knots: all closed, the first sole open.
+    schedule = ContactSchedule(("left", "point", "right"), np.array([[1, 1, 1], [0, 1, 1]], bool),
+                               ("frame", "point", "frame"))
+    offsets, m, K = schedule.force_offsets(), schedule.force_rows, 2
+    half = (0.1, 0.05)
+    yaws = {0: np.array([_yaw(0.3), _yaw(0.3)]), 2: np.array([_yaw(-1.2), _yaw(2.0)])}
+    residual = CenterOfPressureResidual(space, 2, offsets, yaws, half)
+    F = np.zeros((K, m))
+    expected = np.ones((K, 8))
+    for k in range(K):
+        for s, c in enumerate((0, 2)):
+            o = offsets[k, c]
+            if o < 0:
+                continue
+            p = np.array([rng.uniform(-0.15, 0.15), rng.uniform(-0.08, 0.08), 0.0])  # in or out of the sole
+            f = np.array([rng.uniform(-20, 20), rng.uniform(-20, 20), rng.uniform(100, 300)])
+            R = yaws[c][k]
+            F[k, o:o + 3], F[k, o + 3:o + 6] = f, np.cross(R @ p, f)
+            fz = f[2]
+            expected[k, 4 * s:4 * s + 4] = fz * np.array([half[0] - p[0], half[0] + p[0], half[1] - p[1],
+                                                          half[1] + p[1]])
+        F[k, offsets[k, 1]:offsets[k, 1] + 3] = rng.uniform(-50, 50, 3)  # the point contact's force: ignored
+    knots = Knots(rng.uniform(-1, 1, (K, 8)), rng.uniform(-1, 1, (K, 2)), F,
+                  rng.uniform(-1, 1, (K, m, 8)), rng.uniform(-1, 1, (K, m, 2)))
+    assert_close(residual.value(knots), expected, what="rows")
+    Rx, Ru = residual.jacobians(knots)
+    for k in range(K):
+        for s, c in enumerate((0, 2)):
+            o = offsets[k, c]
+            if o < 0:
+                assert not Rx[k, 4 * s:4 * s + 4].any() and not Ru[k, 4 * s:4 * s + 4].any()
+                continue
+            # A by finite differences of the (linear) value in each of the sole's six rows.
+            A = np.empty((4, 6))
+            for j in range(6):
+                moved = F.copy()
+                moved[k, o + j] += 1.0
+                A[:, j] = (residual.value(Knots(knots.X, knots.U, moved, knots.dF_dx, knots.dF_du))
+                           - residual.value(knots))[k, 4 * s:4 * s + 4]
+            assert_close(Rx[k, 4 * s:4 * s + 4], A @ knots.dF_dx[k, o:o + 6], what="dr/dx")
+            assert_close(Ru[k, 4 * s:4 * s + 4], A @ knots.dF_du[k, o:o + 6], what="dr/du")
+    with pytest.raises(InputError, match="half_size"):
+        CenterOfPressureResidual(space, 2, offsets, yaws, (0.1, 0.0))
+    with pytest.raises(InputError, match="soles"):
+        CenterOfPressureResidual(space, 2, offsets, {5: yaws[0]}, half)
+
+
+def test_center_of_pressure_gauss_newton_through_the_forces_equals_the_dense_products():
+    """Its products folded into the force stack, and folded through the forces' Jacobians, against the generic
+    dense products of its Jacobians, with an open sole."""
+    from rbd_deriv.control.contact_force import CenterOfPressureResidual
+    from rbd_deriv.control.residuals import Derivatives, Residual, fold_force_derivatives
+
+    rng = np.random.default_rng(5)
+    space = VectorSpace(4)
+    schedule = ContactSchedule(("left", "right"), np.array([[1, 1], [0, 1], [1, 0]], bool), ("frame", "frame"))
+    offsets, m, K = schedule.force_offsets(), schedule.force_rows, 3
+    soles = {0: np.array([_yaw(a) for a in (0.1, 0.2, 0.3)]), 1: np.array([_yaw(a) for a in (-0.5, 0.0, 1.0)])}
+    residual = CenterOfPressureResidual(space, 2, offsets, soles, (0.1, 0.06))
+    knots = Knots(rng.uniform(-1, 1, (K, 8)), rng.uniform(-1, 1, (K, 2)), rng.uniform(-10, 10, (K, m)),
+                  rng.uniform(-1, 1, (K, m, 8)), rng.uniform(-1, 1, (K, m, 2)))
+    r = residual.value(knots)
+    gradient, hessian = rng.uniform(-1, 1, r.shape), rng.uniform(0, 2, r.shape)
+
+    def empty(forces=False):
+        return Derivatives(np.zeros((K, 8, 8)), np.zeros((K, 8)), np.zeros((K, 2, 2)), np.zeros((K, 2, 8)),
+                           np.zeros((K, 2)), np.zeros((K, m, m)) if forces else None,
+                           np.zeros((K, m)) if forces else None)
+
+    dense, folded, in_forces = empty(), empty(), empty(forces=True)
+    Residual.gauss_newton(residual, knots, r, gradient, hessian, dense)
+    residual.gauss_newton(knots, r, gradient, hessian, folded)
+    residual.gauss_newton(knots, r, gradient, hessian, in_forces)
+    fold_force_derivatives(knots, in_forces)
+    for name in ("Lxx", "Lx", "Luu", "Lux", "Lu"):
+        assert_close(getattr(folded, name), getattr(dense, name), what=name)
+        assert_close(getattr(in_forces, name), getattr(dense, name), what=name)

@@ -367,11 +367,11 @@ def test_legged_demo_json_on_a_short_run(tmp_path, case):
         assert document["distance_m"] > 0.5 * sum(np.hypot(*s["cmd_vel"][:2]) * (s["duration_s"] - 1.0)
                                                   for s in moving)
     # Foot clearance: a stepping foot rose by most of its swing (5 cm on talos, 5 cm trotting, 3 cm pacing on
-    # solo12). Standing, talos's 0.2 m/s push rolls its right sole onto an edge (measured 3.7 cm at the sole's
-    # centre, 31 degrees, in every run, with the whole model planned too): it stays below a step's height.
+    # solo12); a standing one stays down, talos's soles through its 0.2 m/s push too (without the MPC's
+    # center-of-pressure cost the push rolled the right sole onto an edge: 3.7 cm, 31 degrees).
     lifts = np.array(document["foot_lift_m"])
     assert lifts.shape == (len(legged.legged_parameters(robot)["mpc_node"]["contact_frames"]),)
-    assert (lifts > 0.015).all() if bounds["error"] is not None else (lifts < 0.05).all(), lifts
+    assert (lifts > 0.015).all() if bounds["error"] is not None else (lifts < 0.01).all(), lifts
     assert (tmp_path / "legged.png").stat().st_size > 10_000
     # The video beside the plot, or one line saying why not (no offscreen OpenGL here): the run's result stands.
     assert not video or not (tmp_path / "legged.gif").exists()

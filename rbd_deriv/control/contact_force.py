@@ -455,3 +455,113 @@ def precompile_kernels() -> None:
     weights.setflags(write=False)
     ForceStackResidual(space, 1, np.zeros((K, 3))).add_quadratic(knots, weights, None, out)
     forces_within_cone(np.zeros(3), offsets[0], 0.5)
+
+
+#: Rows of the center-of-pressure residual per sole: both ends of its length, both sides of its width.
+COP_ROWS = 4
+
+
+class CenterOfPressureResidual(Residual):
+    """The center of pressure of each sole (a frame contact) inside its rectangle, as residuals that must stay
+    non-negative. With the sole's wrench (f, tau) at its center in LOCAL_WORLD_ALIGNED (the force stack's 6 rows)
+    turned into the sole's axes by its orientation R (f' = R^T f, tau' = R^T tau), the center of pressure on the
+    sole is p = (-tau'_y, tau'_x) / f'_z, and
+
+    .. math::
+
+        r = \\big[l f'_z + \\tau'_y,\\; l f'_z - \\tau'_y,\\; w f'_z - \\tau'_x,\\; w f'_z + \\tau'_x\\big] \\ge 0
+
+    with l, w the half-length and half-width: |p_x| <= l, |p_y| <= w. Linear in the stack: r = A_k F, A_k (4, 6)
+    per sole and knot. Open soles and point contacts give the neutral value 1 with zero Jacobians.
+
+    Args:
+        space: The state space.
+        nu: Number of controls.
+        offsets: (K, nc) first force row of each contact per knot, -1 when open; kept.
+        soles: {contact index: (K, 3, 3) orientation of that sole in the world at each knot}, kept (not copied):
+            writing into them turns the rectangles.
+        half_size: (l, w) [m] half the sole's length (along its x) and width (along its y), > 0.
+    """
+
+    uses_control = True
+
+    def __init__(self, space: VectorSpace, nu: int, offsets: np.ndarray, soles: dict,
+                 half_size: Sequence[float]) -> None:
+        contacts = np.asarray(offsets).shape[1]
+        _offsets(offsets, contacts)
+        half_size = np.asarray(half_size, dtype=float)
+        if half_size.shape != (2,) or not (np.isfinite(half_size).all() and (half_size > 0.0).all()):
+            raise InputError(f"half_size must be two numbers > 0 [m], got {half_size.tolist()}", "half_size")
+        if any(not 0 <= c < contacts for c in soles):
+            raise InputError(f"soles {sorted(soles)} for {contacts} contacts", "soles")
+        self.offsets, self.soles = offsets, soles
+        self.indices = sorted(soles)
+        length, width = half_size
+        #: (4, 6) the rows in the sole's axes, on (f', tau').
+        self.rows = np.array([[0, 0, length, 0, 1, 0], [0, 0, length, 0, -1, 0],
+                              [0, 0, width, -1, 0, 0], [0, 0, width, 1, 0, 0]], dtype=float)
+        self.nr = COP_ROWS * len(self.indices)
+        self.ndx, self.nu = space.ndx, nu
+
+    def _maps(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
+        """(K, S, 4, 6) A of each sole at each knot (zero where it is open) and (K, S) its first force row (0 where
+        open)."""
+        _check_forces(knots)
+        offsets = np.asarray(self.offsets)
+        if offsets.shape[0] != knots.count:
+            raise InputError(f"force offsets for {offsets.shape[0]} knots, {knots.count} given")
+        K = knots.count
+        maps = np.zeros((K, len(self.indices), COP_ROWS, 6))
+        first = np.zeros((K, len(self.indices)), dtype=np.int64)
+        for s, c in enumerate(self.indices):
+            R = np.asarray(self.soles[c])
+            RT = np.swapaxes(R, -1, -2)
+            closed = offsets[:, c] >= 0
+            maps[:, s, :, :3] = self.rows[:, :3] @ RT
+            maps[:, s, :, 3:] = self.rows[:, 3:] @ RT
+            maps[~closed, s] = 0.0
+            first[:, s] = np.where(closed, offsets[:, c], 0)
+        return maps, first
+
+    def _wrenches(self, knots: Knots, first: np.ndarray) -> np.ndarray:
+        """(K, S, 6) each sole's rows of the force stack."""
+        return np.take_along_axis(knots.F[:, None, :], (first[:, :, None] + np.arange(6)), axis=2)
+
+    def value(self, knots: Knots) -> np.ndarray:
+        """r (K, 4 S) [N]: 1 on open soles."""
+        maps, first = self._maps(knots)
+        r = np.einsum("ksij,ksj->ksi", maps, self._wrenches(knots, first))
+        open_ = np.asarray(self.offsets)[:, self.indices] < 0
+        r[open_] = 1.0
+        return r.reshape(knots.count, self.nr)
+
+    def jacobians(self, knots: Knots) -> tuple[np.ndarray, np.ndarray]:
+        """dr/dx (K, 4 S, ndx), dr/du (K, 4 S, nu): A through the stack's Jacobians."""
+        maps, first = self._maps(knots)
+        rows = (first[:, :, None] + np.arange(6)).reshape(knots.count, -1)[:, :, None]
+        K, S = first.shape
+        dx = np.take_along_axis(knots.dF_dx, rows, axis=1).reshape(K, S, 6, self.ndx)
+        du = np.take_along_axis(knots.dF_du, rows, axis=1).reshape(K, S, 6, self.nu)
+        return (np.einsum("ksij,ksjd->ksid", maps, dx).reshape(K, self.nr, self.ndx),
+                np.einsum("ksij,ksjd->ksid", maps, du).reshape(K, self.nr, self.nu))
+
+    def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
+                     hessian: np.ndarray, out: Derivatives) -> None:
+        """Through the forces, as the friction cone: the stack's gradient A^T a' and Hessian A^T diag(a'') A on each
+        closed sole's 6 rows, into the force-space derivatives or folded through the forces' Jacobians."""
+        maps, first = self._maps(knots)
+        K, S = first.shape
+        gradient = np.asarray(gradient, dtype=float).reshape(K, S, COP_ROWS)
+        hessian = np.broadcast_to(hessian_rows(hessian, self.nr), (K, self.nr)).reshape(K, S, COP_ROWS)
+        m = knots.F.shape[1]
+        own = out.Lff is not None
+        Lf, Lff = (out.Lf, out.Lff) if own else (np.zeros((K, m)), np.zeros((K, m, m)))
+        # Open soles have A = 0: they add nothing wherever their (unused) rows point.
+        rows = first[:, :, None] + np.arange(6)                                          # (K, S, 6)
+        knot = np.arange(K)[:, None, None]
+        for s in range(S):  # a knot's soles sit on rows of their own: no index repeats within one sole's update
+            Lf[knot[:, :, 0], rows[:, s]] += np.einsum("kij,ki->kj", maps[:, s], gradient[:, s])
+            Lff[knot, rows[:, s, :, None], rows[:, s, None, :]] += np.einsum(
+                "kij,ki,kil->kjl", maps[:, s], hessian[:, s], maps[:, s])
+        if not own:
+            fold_force_derivatives(knots, Derivatives(out.Lxx, out.Lx, out.Luu, out.Lux, out.Lu, Lff, Lf))

@@ -69,7 +69,7 @@ from rbd_deriv.control.constants import GRAVITY, STEP_BASE_SPEED, STEP_HALVINGS,
 from rbd_deriv.control.activation import Quadratic, RelaxedLogBarrier
 from rbd_deriv.control.base_motion import BasePath, turned
 from rbd_deriv.control.constraints import FrictionConeConstraint
-from rbd_deriv.control.contact_force import (ForceStackResidual, FrictionConeResidual,
+from rbd_deriv.control.contact_force import (CenterOfPressureResidual, ForceStackResidual, FrictionConeResidual,
                                              forces_within_cone)
 from rbd_deriv.control.cost import Cost
 from rbd_deriv.control.dynamics import ContactDynamics
@@ -90,6 +90,14 @@ from rbd_deriv.exceptions import InputError
 #: The parts of a tick timed in its plan's ``timings``: moving the schedule and the warm start; the solver's
 #: (:data:`~rbd_deriv.control.solver.SOLVE_PARTS`); the first knot's forces and cone check.
 TIMING_PARTS = ("schedule",) + SOLVE_PARTS + ("cone check",)
+
+
+def _yaw_rotations(angles: np.ndarray) -> np.ndarray:
+    """(K, 3, 3) rotations about the world's z by ``angles`` (K,) [rad]."""
+    cos, sin = np.cos(angles), np.sin(angles)
+    turn = np.zeros((len(angles), 3, 3))
+    turn[:, 0, 0], turn[:, 0, 1], turn[:, 1, 0], turn[:, 1, 1], turn[:, 2, 2] = cos, -sin, sin, cos, 1.0
+    return turn
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,9 @@ class LeggedWeights:
             rho refuses its first plans at 100 Hz and falls); its multipliers are bounded by rho W (the
             multiplier a violation by the whole weight would give in one update).
         torso_orientation: On the torso frame's orientation error [1/rad^2] (0: no such cost).
+        center_of_pressure: Weight of the log barrier keeping each sole's center of pressure inside its rectangle
+            (feet in ``frame`` contact, with a ``sole_size``), relaxed like the cone's at ``cone_delta`` of a foot's
+            weight share times the sole's half-width.
     """
 
     base_position: float = 100.0
@@ -134,6 +145,7 @@ class LeggedWeights:
     cone_delta: float = 0.05
     cone_penalty: float = 600.0
     torso_orientation: float = 0.0
+    center_of_pressure: float = 0.1
 
 
 class LeggedMPC:
@@ -167,7 +179,7 @@ class LeggedMPC:
                  weights: LeggedWeights = LeggedWeights(), swing_height: float = 0.05,
                  impulses: bool = True, effort: np.ndarray | None = None,
                  actuated: Sequence[str] | None = None, torso: str = "base_link",
-                 capture_point: bool = True) -> None:
+                 capture_point: bool = True, sole_size: Sequence[float] | None = None) -> None:
         if not model.has_floating_base:
             raise InputError("a legged MPC needs a model with a floating base", "model")
         feet = tuple(feet)
@@ -259,8 +271,18 @@ class LeggedMPC:
             self.sole_weights[c] = np.zeros(N)
             running.append(Cost(FrameOrientationResidual(space, kinematics, foot, self.sole_references[c]),
                                 Quadratic(w.swing_orientation, 3), self.sole_weights[c], name=f"swing sole {foot}"))
-        self.cone = FrictionConeResidual(space, nu, offsets, mu)
+        #: The soles' orientations at each knot, by foot index, for their center-of-pressure rectangles: the
+        #: posture's, turned with the base's heading reference.
+        self.sole_frames: dict[int, np.ndarray] = {c: np.tile(self.stance_rotations[c], (N, 1, 1))
+                                                   for c in self.sole_references}
         share = self.weight / len(feet)
+        if sole_size is not None and self.sole_frames and w.center_of_pressure > 0.0:
+            half = 0.5 * np.asarray(sole_size, dtype=float)
+            cop = CenterOfPressureResidual(space, nu, offsets, self.sole_frames, half)
+            running.append(Cost(cop, RelaxedLogBarrier(w.center_of_pressure,
+                                                       w.cone_delta * share * float(half.min()), cop.nr),
+                                name="center of pressure"))
+        self.cone = FrictionConeResidual(space, nu, offsets, mu)
         running.append(Cost(self.cone, RelaxedLogBarrier(w.cone, w.cone_delta * share,
                                                          self.cone.nr), name="friction cone"))
         #: The friction pyramid and unilaterality of the closed feet, a constraint of the problem.
@@ -320,6 +342,9 @@ class LeggedMPC:
         for c, weights in self.sole_weights.items():
             weights[:] = self.swinging[:, c]
             self.sole_references[c][:] = self.stance_rotations[c]
+        if self.path is None:  # in place: the soles' rectangles as in the posture
+            for c, frames in self.sole_frames.items():
+                frames[:] = self.stance_rotations[c]
         if self.path is not None:
             self._move_references(knots)
         if self._ramp is not None:
@@ -389,6 +414,8 @@ class LeggedMPC:
         spin = np.zeros((N + 1, 3))
         spin[:, 2] = np.where(times >= self.path.start, self.path.yaw_rate, 0.0)
         linear, angular = local @ rotation, spin @ rotation
+        for c, frames in self.sole_frames.items():  # the soles' rectangles turn with the base
+            frames[:] = _yaw_rotations(heading[:N]) @ self.stance_rotations[c]
         for reference, knot in ((self.state_reference, slice(0, N)), (self.final_reference, N)):
             reference[..., :2] = position[knot]
             reference[..., 3:7] = orientation[knot]
@@ -409,11 +436,7 @@ class LeggedMPC:
         # A swinging sole turns to the heading it lands with.
         for c, references in self.sole_references.items():
             mine = feet == c
-            angle = heading[N + 1:N + 1 + count][mine]
-            cos, sin = np.cos(angle), np.sin(angle)
-            turn = np.zeros((angle.size, 3, 3))
-            turn[:, 0, 0], turn[:, 0, 1], turn[:, 1, 0], turn[:, 1, 1], turn[:, 2, 2] = cos, -sin, sin, cos, 1.0
-            references[rows[mine]] = turn @ self.stance_rotations[c]
+            references[rows[mine]] = _yaw_rotations(heading[N + 1:N + 1 + count][mine]) @ self.stance_rotations[c]
 
     def _capture(self, x0: np.ndarray) -> None:
         """Keep the base's measured planar velocity [m/s] of x0 (nx,), in the world frame, for
