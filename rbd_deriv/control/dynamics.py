@@ -31,7 +31,7 @@ from numba import njit
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING, UINT
 from rbd_deriv.control import euler_riccati
 from rbd_deriv.control.constants import EULER_STEP_TOLERANCE
 from rbd_deriv.core.contact import FORCE_ROWS, contact_data
@@ -207,20 +207,38 @@ class FreeDynamics:
             np.take(B, self.actuated, axis=2, out=out.B)
 
 
-def compose_impulse(out: KnotDynamics, knot: int, Phi_x: np.ndarray) -> None:
-    """Make step ``knot`` start with an impulse: A <- A Phi_x, dF/dx <- dF/dx Phi_x.
+def compose_impulse(out: KnotDynamics, knot: int, dv_dq: np.ndarray, dv_dv: np.ndarray) -> None:
+    """Make step ``knot`` start with an impulse: A <- A Phi_x, dF/dx <- dF/dx Phi_x, with
+    :math:`\Phi_x = [[I, 0], [\partial v^+/\partial q, \partial v^+/\partial v]]` (:func:`_compose_impulse`).
 
     ``out`` must already hold the step taken from the post-impulse state (X_next, B, F and dF/du
-    of :math:`f(\\Phi(x), u)` need nothing more).
+    of :math:`f(\Phi(x), u)` need nothing more).
 
     Args:
         out: The knot dynamics.
         knot: Index of the touchdown step.
-        Phi_x: (ndx, ndx) Jacobian of the impulse map at that knot's nominal state.
+        dv_dq, dv_dv: (nv, nv) Jacobians of the post-impulse velocity at that knot's nominal state.
     """
-    out.A[knot] = out.A[knot] @ Phi_x
+    _compose_impulse(out.A[knot], dv_dq, dv_dv)
     if out.force_rows:
-        out.dF_dx[knot] = out.dF_dx[knot] @ Phi_x
+        _compose_impulse(out.dF_dx[knot], dv_dq, dv_dv)
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def _compose_impulse(M, dv_dq, dv_dv):
+    """M (rows, 2 nv) <- M Phi_x with Phi_x = [[I, 0], [dv_dq, dv_dv]], row by row: with
+    M_i = [a_q, a_v], the row becomes [a_q + a_v dv_dq, a_v dv_dv] (half the work of the dense product)."""
+    nv = dv_dq.shape[0]
+    row_v = np.empty(nv)
+    for i in range(M.shape[0]):
+        for r in range(nv):
+            row_v[r] = M[i, nv + r]
+            M[i, nv + r] = 0.0
+        for r in range(nv):
+            c = row_v[r]
+            for j in range(UINT(0), UINT(nv)):
+                M[i, j] += c * dv_dq[r, j]
+                M[i, nv + j] += c * dv_dv[r, j]
 
 
 class ContactDynamics:
@@ -276,6 +294,9 @@ class ContactDynamics:
         self._by_pattern: dict[bytes, tuple] = {}
         self._layouts: dict[int, tuple] = {}
         self._tau = np.zeros((self.horizon, model.nv))
+        #: (N, nv, nv) twice: the post-impulse velocity's Jacobians at the touchdown knots (dv+/dq, dv+/dv).
+        self._dv_dq = np.zeros((self.horizon, model.nv, model.nv))
+        self._dv_dv = np.zeros((self.horizon, model.nv, model.nv))
         # A slice when the actuated joints are contiguous (every joint after the free flyer):
         # a view instead of a gather.
         first = int(self.actuated[0])
@@ -302,6 +323,7 @@ class ContactDynamics:
         self.offsets[:] = layout[1]
         self.touchdown[:] = layout[2]
         self._sets = layout[3]
+        self._touchdowns = [int(k) for k in np.flatnonzero(self.touchdown)]
 
     def _set(self, row: np.ndarray) -> tuple:
         key = row.tobytes()
@@ -331,7 +353,7 @@ class ContactDynamics:
         ``rd.linearize_batch(..., contacts=sets, force_derivatives=True)`` for the horizon, the
         touchdown knots' velocities replaced by their post-impulse ones first."""
         model, data = self.model, self.data
-        nq, nv = model.nq, model.nv
+        nq = model.nq
         if X.shape[0] != self.horizon:
             raise InputError(f"{X.shape[0]} knots for a schedule of {self.horizon}", "X")
         tau = self._tau
@@ -339,16 +361,13 @@ class ContactDynamics:
         tau[:, self._columns] += U
         Q = np.ascontiguousarray(X[:, :nq])
         V = np.ascontiguousarray(X[:, nq:])
-        touchdowns = np.flatnonzero(self.touchdown) if self.impulses else ()
-        jumps = []
+        touchdowns = self._touchdowns if self.impulses else ()
         for k in touchdowns:
             contacts = self._sets[k]
             dv_dq, dv_dv, _, _ = rd.impulse_dynamics_derivatives(model, data, contacts, Q[k], V[k],
                                                                  self.restitution)
-            phi = np.eye(2 * nv)
-            phi[nv:, :nv] = dv_dq
-            phi[nv:, nv:] = dv_dv
-            jumps.append(phi)
+            self._dv_dq[k] = dv_dq
+            self._dv_dv[k] = dv_dv
             V[k] = contact_data(model, data, contacts).v_plus
         A, B, X_next, F, dF_dx, dF_du = rd.linearize_batch(model, Q, V, tau, self.dt,
                                                            contacts=self._sets,
@@ -364,5 +383,12 @@ class ContactDynamics:
             out.F[:, m:] = 0.0
             out.dF_dx[:, m:] = 0.0
             out.dF_du[:, m:] = 0.0
-        for k, phi in zip(touchdowns, jumps):
-            compose_impulse(out, int(k), phi)
+        for k in touchdowns:
+            compose_impulse(out, k, self._dv_dq[k], self._dv_dv[k])
+
+
+def precompile_kernels() -> None:
+    """Compile :func:`_compose_impulse` into the kernel cache with the argument types
+    :meth:`ContactDynamics.linearize` passes (the package's build runs it)."""
+    M = np.zeros((3, 2))
+    _compose_impulse(M, np.eye(1), np.eye(1))

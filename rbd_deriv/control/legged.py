@@ -182,6 +182,8 @@ class LeggedMPC:
         schedule = gait.schedule(self.horizon, 0)
         # A horizon moving along a periodic gait meets each of its P schedules again.
         self._schedules = {0: schedule}
+        #: Phase of the period -> its references without a path (:meth:`_references_at_phase`).
+        self._phase_references: dict[int, tuple] = {}
         self.dynamics = ContactDynamics(model, dt, schedule, actuated, impulses)
         self.kinds = self.dynamics.kinds
         nv, nu = model.nv, self.dynamics.nu
@@ -287,24 +289,36 @@ class LeggedMPC:
         self._update_references()
 
     def _update_references(self) -> None:
-        active = self.dynamics.active
-        closed = active.sum(axis=1)
+        key = self.phase % self.gait.period
         knots = (self.phase + np.arange(self.horizon)) % self.gait.period
-        share = self.weight / np.maximum(closed, 1)
-        self.force_reference[:] = 0.0
-        for c in range(len(self.feet)):
-            rows = np.flatnonzero(self.dynamics.offsets[:, c] >= 0)
-            self.force_reference[rows, self.dynamics.offsets[rows, c] + 2] = share[rows]
-        # A foot's placement is held at its swing reference from lift-off to its touchdown knot included:
-        # the contact closes there whatever the foot's height, so the foot must be down on its own.
-        touchdown = self._schedules[self.phase % self.gait.period].touchdown
-        self.swinging[:] = ~active | touchdown
-        self.swing_reference[:] = self.stance.ravel()
-        self.swing_reference[:, 2::3] += self.swing_height * self._lift[knots]
+        references = self._phase_references.get(key)
+        if references is None:
+            references = self._phase_references[key] = self._references_at_phase(key, knots)
+        self.force_reference[:], self.swinging[:], self.swing_reference[:] = references
         if self.path is not None:
             self._move_references(knots)
         if self._ramp is not None:
             self._ramp_references()
+
+    def _references_at_phase(self, key: int, knots: np.ndarray) -> tuple:
+        """The references of the schedule in place (phase ``key`` of the gait's period; ``knots`` (N,) the period's
+        knot of each knot), without a path: (N, m) the weight shared by the closed feet on their normal rows [N],
+        (N, nc) the feet in the air, (N, 3 nc) their placements over their stance lifted along their swing [m].
+        Read-only: :meth:`_update_references` copies them into the costs' arrays at every tick of that phase."""
+        active, offsets = self.dynamics.active, self.dynamics.offsets
+        share = self.weight / np.maximum(active.sum(axis=1), 1)
+        force_reference = np.zeros_like(self.force_reference)
+        for c in range(len(self.feet)):
+            rows = np.flatnonzero(offsets[:, c] >= 0)
+            force_reference[rows, offsets[rows, c] + 2] = share[rows]
+        # A foot's placement is held at its swing reference from lift-off to its touchdown knot included:
+        # the contact closes there whatever the foot's height, so the foot must be down on its own.
+        swinging = ~active | self._schedules[key].touchdown
+        swing_reference = np.tile(self.stance.ravel(), (self.horizon, 1))
+        swing_reference[:, 2::3] += self.swing_height * self._lift[knots]
+        for array in (force_reference, swinging, swing_reference):
+            array.setflags(write=False)
+        return force_reference, swinging, swing_reference
 
     def ramp_from(self, q: np.ndarray, time: float, duration: float) -> None:
         """Reach the posture's joints and base height from configuration q (nq,) over ``duration`` [s] from
