@@ -290,10 +290,14 @@ class ContactDynamics:
         self.active = np.zeros((self.horizon, len(self.names)), dtype=bool)
         self.offsets = np.full((self.horizon, len(self.names)), -1, dtype=np.int64)
         self.touchdown = np.zeros(self.horizon, dtype=bool)
-        self._sets: list[tuple] = []
+        self._sets: tuple = ()
         self._by_pattern: dict[bytes, tuple] = {}
         self._layouts: dict[int, tuple] = {}
         self._tau = np.zeros((self.horizon, model.nv))
+        # The batch's B (N, 2 nv, nv) and dforces/dtau (N, m, nv), all the joints' columns: the actuated ones are
+        # taken from them; the batch writes its other results straight into the solver's KnotDynamics.
+        self._B = np.zeros((self.horizon, 2 * model.nv, model.nv))
+        self._dF_dtau = np.zeros((self.horizon, self.force_rows, model.nv))
         #: (N, nv, nv) twice: the post-impulse velocity's Jacobians at the touchdown knots (dv+/dq, dv+/dv).
         self._dv_dq = np.zeros((self.horizon, model.nv, model.nv))
         self._dv_dv = np.zeros((self.horizon, model.nv, model.nv))
@@ -317,7 +321,7 @@ class ContactDynamics:
             # Kept with the schedule itself, whose arrays are read-only: a schedule met again
             # (a periodic gait) is laid out once.
             layout = (schedule, schedule.force_offsets(), schedule.touchdown.any(axis=1),
-                      [self._set(row) for row in schedule.active])
+                      tuple(self._set(row) for row in schedule.active))
             self._layouts[id(schedule)] = layout
         self.active[:] = schedule.active
         self.offsets[:] = layout[1]
@@ -369,20 +373,11 @@ class ContactDynamics:
             self._dv_dq[k] = dv_dq
             self._dv_dv[k] = dv_dv
             V[k] = contact_data(model, data, contacts).v_plus
-        A, B, X_next, F, dF_dx, dF_du = rd.linearize_batch(model, Q, V, tau, self.dt,
-                                                           contacts=self._sets,
-                                                           force_derivatives=True)
-        m = F.shape[1]
-        out.A[:] = A
-        out.B[:] = B[:, :, self._columns]
-        out.X_next[:] = X_next
-        out.F[:, :m] = F
-        out.dF_dx[:, :m] = dF_dx
-        out.dF_du[:, :m] = dF_du[:, :, self._columns]
-        if m < self.force_rows:
-            out.F[:, m:] = 0.0
-            out.dF_dx[:, m:] = 0.0
-            out.dF_du[:, m:] = 0.0
+        # The forces' rows past a knot's own contacts are written zero (the buffers have the rows of every contact).
+        rd.linearize_batch(model, Q, V, tau, self.dt, contacts=self._sets, force_derivatives=True,
+                           out=(out.A, self._B, out.X_next, out.F, out.dF_dx, self._dF_dtau))
+        out.B[:] = self._B[:, :, self._columns]
+        out.dF_du[:] = self._dF_dtau[:, :, self._columns]
         for k in touchdowns:
             compose_impulse(out, k, self._dv_dq[k], self._dv_dv[k])
 

@@ -263,6 +263,8 @@ class LeggedMPC:
         limit = np.asarray(model.velocity_limit, dtype=float)[FREE_FLYER_DOF:]
         #: (nv - 6,) the joints' speed bound of a real-time step [rad/s or m/s] (none where the URDF gives none).
         self._speed_bound = np.where(np.isfinite(limit) & (limit > 0.0), STEP_VELOCITY_FACTOR * limit, np.inf)
+        #: (nv,) the bound of a real-time step's velocity change: :data:`STEP_BASE_SPEED` on the base, then the joints'.
+        self._step_bound = np.r_[np.full(FREE_FLYER_DOF, STEP_BASE_SPEED), self._speed_bound]
         self._started = False
         #: The base's path and the time [s] of the horizon's first knot on its clock (None: in place).
         self.path: BasePath | None = None
@@ -452,10 +454,7 @@ class LeggedMPC:
         """The step DX (N + 1, ndx) changes the velocities by at most :data:`STEP_BASE_SPEED` on the base and
         :data:`STEP_VELOCITY_FACTOR` times the velocity limits the URDF gives on the joints, and its rollout
         X_new is finite."""
-        nv = self.model.nv
-        change = np.abs(DX[:, nv:])
-        return bool(np.isfinite(X_new).all() and (change[:, :FREE_FLYER_DOF] <= STEP_BASE_SPEED).all()
-                    and (change[:, FREE_FLYER_DOF:] <= self._speed_bound).all())
+        return bool(np.isfinite(X_new).all() and (np.abs(DX[:, self.model.nv:]) <= self._step_bound).all())
 
     def _bound_step(self, solver: RiccatiSolver) -> bool:
         """Halve the last rollout's step (X_new, U_new from X, U) until :meth:`_step_within_bounds`, at most
