@@ -219,17 +219,23 @@ def compose_impulse(out: KnotDynamics, knot: int, dv_dq: np.ndarray, dv_dv: np.n
         knot: Index of the touchdown step.
         dv_dq, dv_dv: (nv, nv) Jacobians of the post-impulse velocity at that knot's nominal state.
     """
-    _compose_impulse(out.A[knot], dv_dq, dv_dv)
-    if out.force_rows:
-        _compose_impulse(out.dF_dx[knot], dv_dq, dv_dv)
+    _compose_impulse(out.A[knot], out.dF_dx[knot], dv_dq, dv_dv)
 
 
 @njit(**JIT_OPTIONS_ALLOCATING)
-def _compose_impulse(M, dv_dq, dv_dv):
-    """M (rows, 2 nv) <- M Phi_x with Phi_x = [[I, 0], [dv_dq, dv_dv]], row by row: with
-    M_i = [a_q, a_v], the row becomes [a_q + a_v dv_dq, a_v dv_dv] (half the work of the dense product)."""
+def _compose_impulse(A, dF_dx, dv_dq, dv_dv):
+    """A (2 nv, 2 nv) <- A Phi_x and dF_dx (m, 2 nv) <- dF_dx Phi_x with Phi_x = [[I, 0], [dv_dq, dv_dv]]
+    (:func:`_compose_rows`)."""
+    row_v = np.empty(dv_dq.shape[0])
+    _compose_rows(A, dv_dq, dv_dv, row_v)
+    _compose_rows(dF_dx, dv_dq, dv_dv, row_v)
+
+
+@njit(**JIT_OPTIONS)
+def _compose_rows(M, dv_dq, dv_dv, row_v):
+    """M (rows, 2 nv) <- M Phi_x, row by row: with M_i = [a_q, a_v], the row becomes [a_q + a_v dv_dq, a_v dv_dv]
+    (half the work of the dense product); row_v (nv,) a workspace."""
     nv = dv_dq.shape[0]
-    row_v = np.empty(nv)
     for i in range(M.shape[0]):
         for r in range(nv):
             row_v[r] = M[i, nv + r]
@@ -320,14 +326,15 @@ class ContactDynamics:
         if layout is None or layout[0] is not schedule:
             # Kept with the schedule itself, whose arrays are read-only: a schedule met again
             # (a periodic gait) is laid out once.
-            layout = (schedule, schedule.force_offsets(), schedule.touchdown.any(axis=1),
-                      tuple(self._set(row) for row in schedule.active))
+            touchdown = schedule.touchdown.any(axis=1)
+            layout = (schedule, schedule.force_offsets(), touchdown,
+                      tuple(self._set(row) for row in schedule.active),
+                      [int(k) for k in np.flatnonzero(touchdown)])
             self._layouts[id(schedule)] = layout
         self.active[:] = schedule.active
         self.offsets[:] = layout[1]
         self.touchdown[:] = layout[2]
-        self._sets = layout[3]
-        self._touchdowns = [int(k) for k in np.flatnonzero(self.touchdown)]
+        self._sets, self._touchdowns = layout[3], layout[4]
 
     def _set(self, row: np.ndarray) -> tuple:
         key = row.tobytes()
@@ -385,5 +392,4 @@ class ContactDynamics:
 def precompile_kernels() -> None:
     """Compile :func:`_compose_impulse` into the kernel cache with the argument types
     :meth:`ContactDynamics.linearize` passes (the package's build runs it)."""
-    M = np.zeros((3, 2))
-    _compose_impulse(M, np.eye(1), np.eye(1))
+    _compose_impulse(np.zeros((2, 2)), np.zeros((3, 2)), np.eye(1), np.eye(1))
