@@ -111,6 +111,19 @@ def _mv(A, x, out):
 
 
 @njit(**JIT_OPTIONS_ALLOCATING)
+def _mv_transposed(A, x, out):
+    """out (m,) = A^T x for A (n, m) and x (n,), as the combination sum_p x[p] A[p] of A's rows (contiguous: the
+    loop over a row vectorizes, where a dot product down a column of A would stride)."""
+    n, m = A.shape
+    for i in range(m):
+        out[i] = 0.0
+    for p in range(n):
+        c = x[p]
+        for i in range(m):
+            out[i] += c * A[p, i]
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
 def _all_finite(a):
     for value in a.ravel():
         if not np.isfinite(value):
@@ -317,11 +330,11 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         gemm(1.0, Fu, True, Mu, False, 1.0, Quu)
         # Qx = E^T g_q + Fx^T g_v + Lx, Qu = Fu^T g_v + Lu.
         g_v = g[nv:]
-        _mv(Fx.T, g_v, Qx)
+        _mv_transposed(Fx, g_v, Qx)
         for i in range(nv):
             Qx[i] += g[i]
         Qx += Lx[k]
-        _mv(Fu.T, g_v, Qu)
+        _mv_transposed(Fu, g_v, Qu)
         Qu += Lu[k]
         # An overflow upstream shows here first; it is not a convexity problem.
         if not (_all_finite(Qu) and _all_finite(Quu)):
@@ -390,9 +403,9 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         # p = Qx + K^T (Quu k + Qu) + Qux^T k.
         _mv(Quu, k_ff[k], quu_k)
         quu_k += Qu
-        _mv(K[k].T, quu_k, p)
+        _mv_transposed(K[k], quu_k, p)
         p += Qx
-        _mv(Qux.T, k_ff[k], vector)
+        _mv_transposed(Qux, k_ff[k], vector)
         p += vector
         Vx[k] = p
     if not _all_finite(p):

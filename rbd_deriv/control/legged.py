@@ -500,7 +500,8 @@ class LeggedMPC:
         x0 = check_state("x0", x0, self.space)
         clock = time.perf_counter
         start = started = clock()
-        self._capture(x0)
+        if self.path is not None:  # the base's measured velocity is read along a path only (_capture_offset)
+            self._capture(x0)
         previous = self.phase
         if phase is not None and int(phase) != self.phase:
             self.set_phase(phase)
