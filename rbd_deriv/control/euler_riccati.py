@@ -173,7 +173,8 @@ def _transport_matrix(P, Jq, Jv, dt, S, out):
     """out = T^T P T for the Euler step's T = [[Jq, dt Jv], [0, I]] (see :func:`backward_pass`).
 
     Jq and Jv are the identity but for their leading (b, b) block, given as Jq, Jv (b, b); S is a
-    workspace like P. Costs O(ndx^2 b) instead of two dense products.
+    workspace like P, and out's first 2 b rows serve as one before out is written (2 b <= ndx with a free
+    flyer). Costs O(ndx^2 b) instead of two dense products.
     """
     nx = P.shape[0]
     nv = nx // 2
@@ -192,22 +193,27 @@ def _transport_matrix(P, Jq, Jv, dt, S, out):
                 out[nv + i, j] = dt * p11 + p21
                 out[nv + i, nv + j] = dt * s12 + s22
         return
-    # S = P T, column blocks [P_:q Jq, dt P_:q Jv + P_:v]; P is symmetric, so the columns of
-    # P_:q Jq are the rows of Jq^T P_q:, sums of rows of P (contiguous, vectorized).
+    # S = P T, column blocks [P_:q Jq, dt P_:q Jv + P_:v]. Past the first b columns of each block, copies; the first
+    # b columns of each are, P being symmetric, combinations of rows of P: formed as rows (contiguous, vectorized)
+    # in out's first 2 b rows, a scratch until out is written below, then written into S's columns.
     for i in range(nx):
         for j in range(nv):
             S[i, j] = P[i, j]
             S[i, nv + j] = dt * P[i, j] + P[i, nv + j]
     for j in range(b):
         for i in range(nx):
-            S[i, j] = 0.0
-            S[i, nv + j] = P[i, nv + j]
+            out[j, i] = 0.0
+            out[b + j, i] = P[nv + j, i]
         for r in range(b):
             cq = Jq[r, j]
             cv = dt * Jv[r, j]
             for i in range(nx):
-                S[i, j] += cq * P[r, i]
-                S[i, nv + j] += cv * P[r, i]
+                out[j, i] += cq * P[r, i]
+                out[b + j, i] += cv * P[r, i]
+    for i in range(nx):
+        for j in range(b):
+            S[i, j] = out[j, i]
+            S[i, nv + j] = out[b + j, i]
     # out = T^T S, row blocks: [Jq^T S_q:, dt Jv^T S_q: + S_v:].
     for i in range(nv):
         for j in range(nx):
