@@ -51,7 +51,7 @@ from rbd_deriv.control.constants import (REGULARIZATION_ATTEMPTS, REGULARIZATION
 from rbd_deriv.control.blas import gemm, solve_lower, syrk_lower
 from rbd_deriv.control.riccati import STATUS_NOT_CONVEX, STATUS_NOT_FINITE, STATUS_OK, box_qp
 
-__all__ = ["STATUS_OK", "STATUS_NOT_CONVEX", "STATUS_NOT_FINITE", "flat_size", "backward_pass",
+__all__ = ["STATUS_OK", "STATUS_NOT_CONVEX", "STATUS_NOT_FINITE", "all_finite", "flat_size", "backward_pass",
            "forward_pass", "is_euler_step"]
 
 
@@ -124,7 +124,8 @@ def _mv_transposed(A, x, out):
 
 
 @njit(**JIT_OPTIONS_ALLOCATING)
-def _all_finite(a):
+def all_finite(a):
+    """Whether every entry of the array ``a`` is finite (NaN and inf are not)."""
     for value in a.ravel():
         if not np.isfinite(value):
             return False
@@ -343,7 +344,7 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         _mv_transposed(Fu, g_v, Qu)
         Qu += Lu[k]
         # An overflow upstream shows here first; it is not a convexity problem.
-        if not (_all_finite(Qu) and _all_finite(Quu)):
+        if not (all_finite(Qu) and all_finite(Quu)):
             return STATUS_NOT_FINITE, qp_iterations, clamped
         for i in range(nu):
             lower[i] = control_lower[i] - U[k, i]
@@ -414,7 +415,7 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         _mv_transposed(Qux, k_ff[k], vector)
         p += vector
         Vx[k] = p
-    if not _all_finite(p):
+    if not all_finite(p):
         return STATUS_NOT_FINITE, qp_iterations, clamped
     return STATUS_OK, qp_iterations, clamped
 
@@ -467,7 +468,13 @@ def forward_pass(A, B, d, Jq, Jv, dt, K, k_ff, U, control_lower, control_upper, 
 def precompile_kernels() -> None:
     """Compile :func:`backward_pass` and :func:`forward_pass` into the kernel cache with the argument
     types :class:`rbd_deriv.control.solver.RiccatiSolver` passes (the package's build runs it): one pass
-    of a one-joint problem on a vector space, then with a 6 x 6 integrator block."""
+    of a one-joint problem on a vector space, then with a 6 x 6 integrator block; and :func:`all_finite` for every
+    float vector a state may come as to :func:`rbd_deriv.control.ocp.check_state`: contiguous or strided, writable
+    or read-only (a message's buffer), so that no node compiles it at its first tick."""
+    for vector in (np.zeros(2), np.zeros(4)[::2]):
+        all_finite(vector)
+        vector.setflags(write=False)
+        all_finite(vector)
     for nv, block in ((1, 0), (6, 6)):
         N, nx, nu = 2, 2 * nv, nv
         A = np.tile(np.eye(nx), (N, 1, 1))
