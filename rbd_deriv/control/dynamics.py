@@ -31,8 +31,9 @@ from numba import njit
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING, UINT
+from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING
 from rbd_deriv.control import euler_riccati
+from rbd_deriv.control.blas import gemm
 from rbd_deriv.control.constants import EULER_STEP_TOLERANCE
 from rbd_deriv.core.contact import FORCE_ROWS, contact_data
 from rbd_deriv.exceptions import InputError, ModelError
@@ -226,25 +227,18 @@ def compose_impulse(out: KnotDynamics, knot: int, dv_dq: np.ndarray, dv_dv: np.n
 def _compose_impulse(A, dF_dx, dv_dq, dv_dv):
     """A (2 nv, 2 nv) <- A Phi_x and dF_dx (m, 2 nv) <- dF_dx Phi_x with Phi_x = [[I, 0], [dv_dq, dv_dv]]
     (:func:`_compose_rows`)."""
-    row_v = np.empty(dv_dq.shape[0])
-    _compose_rows(A, dv_dq, dv_dv, row_v)
-    _compose_rows(dF_dx, dv_dq, dv_dv, row_v)
+    _compose_rows(A, dv_dq, dv_dv)
+    _compose_rows(dF_dx, dv_dq, dv_dv)
 
 
-@njit(**JIT_OPTIONS)
-def _compose_rows(M, dv_dq, dv_dv, row_v):
-    """M (rows, 2 nv) <- M Phi_x, row by row: with M_i = [a_q, a_v], the row becomes [a_q + a_v dv_dq, a_v dv_dv]
-    (half the work of the dense product); row_v (nv,) a workspace."""
+@njit(**JIT_OPTIONS_ALLOCATING)
+def _compose_rows(M, dv_dq, dv_dv):
+    """M (rows, 2 nv) <- M Phi_x: with M = [M_q, M_v], [M_q + M_v dv_dq, M_v dv_dv] (half the work of the dense
+    product), two BLAS products of a copy of M_v."""
     nv = dv_dq.shape[0]
-    for i in range(M.shape[0]):
-        for r in range(nv):
-            row_v[r] = M[i, nv + r]
-            M[i, nv + r] = 0.0
-        for r in range(nv):
-            c = row_v[r]
-            for j in range(UINT(0), UINT(nv)):
-                M[i, j] += c * dv_dq[r, j]
-                M[i, nv + j] += c * dv_dv[r, j]
+    velocity = M[:, nv:].copy()
+    gemm(1.0, velocity, False, dv_dq, False, 1.0, M[:, :nv])
+    gemm(1.0, velocity, False, dv_dv, False, 0.0, M[:, nv:])
 
 
 class ContactDynamics:
