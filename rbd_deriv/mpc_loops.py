@@ -4,7 +4,7 @@ a legged robot on its feet (the reference posture put on the floor the way the s
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from rbd_deriv.control.legged import LeggedMPC, LeggedWeights
 from rbd_deriv.control.legged_loop import LeggedLoop
 from rbd_deriv.control.legged_settings import (LeggedLoopSettings, base_link, built_gaits, make_gait,
                                                parse_gait_table, swing_height)
+from rbd_deriv.control.locked_joints import LockedJoints, locked_positions
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.sim.ground import Ground, rest_on_floor
@@ -24,6 +25,35 @@ def per_joint(values: Any) -> Any:
     array, whose length the library checks against the robot)."""
     values = np.asarray(values, dtype=float)
     return float(values[0]) if values.size == 1 else values
+
+
+def reference_configuration(model: Any, p: Mapping[str, Any]) -> np.ndarray:
+    """(nq,) the SRDF's ``posture`` (joints it leaves out at neutral, the ``locked_joints`` a reduced model lacks
+    skipped), else the neutral configuration."""
+    return (reference_posture(model, p["srdf_path"], p["posture"], missing="neutral", absent=p["locked_joints"])
+            if p["srdf_path"] else rd.neutral(model))
+
+
+def planning_model(robot: Any, description: str, p: Mapping[str, Any]) -> Tuple[Any, Optional[LockedJoints]]:
+    """The model the MPC plans on, from the ``robot``'s (every joint, its actuator limits set) and its URDF
+    ``description``: the robot's own, or with ``locked_joints`` its reduced model (those joints locked at the
+    reference posture, their limits the robot's) and the :class:`LockedJoints` that writes its policies for the
+    robot.
+
+    Raises:
+        InputError: Locked joints on a fixed base (whose held mode linearizes the full model), or that the robot
+            lacks; a posture that cannot be read.
+    """
+    names = list(p["locked_joints"])
+    if not names:
+        return robot, None
+    if not p["floating_base"]:
+        raise InputError("locked_joints is for a legged robot (floating_base): a fixed base's held mode "
+                         "linearizes every joint", "locked_joints")
+    positions = locked_positions(robot, names, reference_configuration(robot, p))
+    reduced = rd.load_urdf(description, floating_base=True, locked_joints=positions)
+    reduced.set_actuator_limits([robot.effort_limit[robot.idx_v[name]] for name in reduced.actuated_joint_names])
+    return reduced, LockedJoints(robot, reduced, positions, p["locked_joint_frequency"])
 
 
 def control_loop(model: Any, p: Mapping[str, Any]) -> ControlLoop:
@@ -67,9 +97,7 @@ def legged_loop(model: Any, p: Mapping[str, Any]) -> LeggedLoop:
     kinds = list(p["contact_kinds"]) or ["point"] * len(feet)
     if len(kinds) != len(feet):
         raise InputError(f"{len(kinds)} contact_kinds for {len(feet)} contact_frames", "contact_kinds")
-    posture = (reference_posture(model, p["srdf_path"], p["posture"], missing="neutral") if p["srdf_path"]
-               else rd.neutral(model))
-    posture = rest_on_floor(model, posture, Ground(tuple(feet), tuple(kinds), p["foot_radius"],
+    posture = rest_on_floor(model, reference_configuration(model, p), Ground(tuple(feet), tuple(kinds), p["foot_radius"],
                                                    tuple(p["sole_size"])))
     weights = LeggedWeights(**{field: p[f"weight_{field}"] for field in LeggedWeights.__dataclass_fields__})
     table = parse_gait_table(p["gait_table"])

@@ -386,7 +386,7 @@ def test_legged_benchmark_cases_follow_the_node_configuration():
     assert [(case.name, case.dt, case.target_hz) for case in legged.cases()] == [
         ("solo12/stand/20", 0.02, 500.0), ("solo12/trot/20", 0.02, 500.0), ("solo12/pace/20", 0.02, 500.0),
         ("solo12/bound/20", 0.02, 500.0), ("solo12/crawl/40", 0.02, 200.0), ("solo12/trot/50", 0.01, 100.0),
-        ("talos/stand/20", 0.02, 100.0), ("talos/stand/50", 0.01, 50.0)]
+        ("talos/stand/25", 0.02, 100.0), ("talos/walk/50", 0.02, 100.0), ("talos/stand/50", 0.01, 50.0)]
 
 
 def test_legged_benchmark_smoke_run(tmp_path, capsys):

@@ -181,13 +181,21 @@ def test_legged_setup_of_any_robot(tmp_path):
     from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_srdf
 
     arguments = argparse.Namespace(robot=None, urdf=str(EXAMPLE_ROBOTS["solo12"]), feet="FL_FOOT,FR_FOOT,HL_FOOT,HR_FOOT",
-                                   contact="point", srdf=str(example_robot_srdf("solo12")), posture="standing")
+                                   contact="point", srdf=str(example_robot_srdf("solo12")), posture="standing",
+                                   locked_joints=None)
     urdf, parameter_file, sim, mpc = legged.legged_setup(arguments)
     assert urdf == arguments.urdf and parameter_file == ""
     assert sim["contact_frames"] == mpc["contact_frames"] == "[FL_FOOT, FR_FOOT, HL_FOOT, HR_FOOT]"
-    assert sim["floating_base"] is True and mpc["posture"] == "standing"
+    assert sim["floating_base"] is True and mpc["posture"] == "standing" and "locked_joints" not in mpc
     robot_file = legged.legged_parameters("solo12")
     np.testing.assert_allclose(sim["initial_positions"], robot_file["sim_node"]["initial_positions"], atol=1e-6)
+    # A humanoid on its soles: straight legs to start (as config/talos.yaml), its upper body locked for the MPC.
+    humanoid = argparse.Namespace(robot=None, urdf=str(EXAMPLE_ROBOTS["talos"]),
+                                  feet="leg_left_sole_fix_joint,leg_right_sole_fix_joint", contact="frame",
+                                  srdf=str(example_robot_srdf("talos")), posture="half_sitting",
+                                  locked_joints="head_1_joint,head_2_joint")
+    _, _, sim, mpc = legged.legged_setup(humanoid)
+    assert "initial_positions" not in sim and mpc["locked_joints"] == "[head_1_joint, head_2_joint]"
 
 
 def test_legged_document_of_a_summary_and_the_nodes_diagnostics():
@@ -208,6 +216,42 @@ def test_legged_document_of_a_summary_and_the_nodes_diagnostics():
     assert document["refused_simulator"] == {}
     # A simulator that never reported counts as fallen: nothing survived.
     assert legged_summary.legged_document(summary, diagnostics, {}, pushes, "solo12")["pushes_survived"] == 0
+    assert legged_summary.legged_document(summary, diagnostics, {}, pushes, "solo12", [0.05, 0.0])["foot_lift_m"] \
+        == [0.05, 0.0]
+
+
+def test_foot_lift_is_how_high_each_foot_rose():
+    """solo12's recorded states: the joints still, the base rising 4 cm then back (every foot rises 4 cm with it:
+    the oracle is the base's own motion), then one knee bent, which lifts that foot only (its height from Pinocchio's
+    frame placement at the bent knee against the posture's); the samples of another message's joints are skipped
+    for lack of a matching time, those past the run ignored."""
+    from types import SimpleNamespace
+
+    from rbd_deriv.testing.pinocchio_bridge import PinocchioBridge
+    from rbd_deriv.testing.robots import EXAMPLE_ROBOTS
+
+    source = str(EXAMPLE_ROBOTS["solo12"])
+    model = rd.load_urdf(source, floating_base=True)
+    feet = ["FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT"]
+    names = list(model.actuated_joint_names)
+    posture = np.array([0.0, 0.8, -1.6] * 4)
+    times = np.arange(0.0, 1.0, 0.001)
+    lift = np.where(times < 0.5, 0.04 * np.sin(np.pi * times / 0.5), 0.0)
+    joints = [(t, posture.copy()) for t in times]
+    for k in np.flatnonzero(times >= 0.6):
+        joints[k][1][2] = -2.2  # FL's knee
+    base = [(t, np.r_[0.0, 0.0, 0.3 + h, 0.0, 0.0, 0.0, 1.0]) for t, h in zip(times, lift)]
+    recorder = SimpleNamespace(joints=joints, base=base, joint_names=names)
+    lifts = legged_summary.foot_lift(model, feet, recorder, 0.0, 0.9)
+    bridge = PinocchioBridge(source, floating_base=True)
+    q = np.r_[0.0, 0.0, 0.3, 0.0, 0.0, 0.0, 1.0, posture]
+    q_bent = q.copy()
+    q_bent[7 + 2] = -2.2
+    rise = bridge.frame_placement(q_bent, "FL_FOOT")[2, 3] - bridge.frame_placement(q, "FL_FOOT")[2, 3]
+    assert rise > 0.04
+    np.testing.assert_allclose(lifts, [rise, 0.04, 0.04, 0.04], atol=1e-4)
+    assert np.isnan(legged_summary.foot_lift(model, feet, SimpleNamespace(joints=[], base=base, joint_names=names),
+                                             0.0, 0.9)).all()
 
 
 def test_the_cycle_averaged_velocity_of_a_base_that_walks_turns_and_bobs():
@@ -270,8 +314,11 @@ LEGGED_CASES = {
     "solo12 crawl": (["--robot", "solo12", "--gait", "crawl", "--cmd-vel", "0.1,0.0,0.0", "--duration", "5"],
                      {"rate": 0.5, "error": (0.05, 0.05, 0.1), "height": (0.17, 0.29), "tilt": 0.15,
                       "cone_samples": 60}),
-    "talos stand, push": (["--robot", "talos", "--duration", "5"],
+    "talos stand, push": (["--robot", "talos", "--gait", "stand", "--push-velocity", "0.2", "--duration", "5"],
                           {"rate": 0.5, "error": None, "height": (0.98, 1.05), "tilt": 0.05, "cone_samples": 3}),
+    "talos walk": (["--robot", "talos", "--gait", "walk", "--cmd-vel", "0.15,0.0,0.0", "--duration", "7"],
+                   {"rate": 0.5, "error": (0.05, 0.05, 0.1), "height": (0.98, 1.05), "tilt": 0.08,
+                    "cone_samples": 10}),
 }
 
 
@@ -319,6 +366,12 @@ def test_legged_demo_json_on_a_short_run(tmp_path, case):
             np.testing.assert_allclose(segment["velocity_mean"], segment["cmd_vel"], atol=0.05)
         assert document["distance_m"] > 0.5 * sum(np.hypot(*s["cmd_vel"][:2]) * (s["duration_s"] - 1.0)
                                                   for s in moving)
+    # Foot clearance: a stepping foot rose by most of its swing (5 cm on talos, 5 cm trotting, 3 cm pacing on
+    # solo12). Standing, talos's 0.2 m/s push rolls its right sole onto an edge (measured 3.7 cm at the sole's
+    # centre, 31 degrees, in every run, with the whole model planned too): it stays below a step's height.
+    lifts = np.array(document["foot_lift_m"])
+    assert lifts.shape == (len(legged.legged_parameters(robot)["mpc_node"]["contact_frames"]),)
+    assert (lifts > 0.015).all() if bounds["error"] is not None else (lifts < 0.05).all(), lifts
     assert (tmp_path / "legged.png").stat().st_size > 10_000
     # The video beside the plot, or one line saying why not (no offscreen OpenGL here): the run's result stands.
     assert not video or not (tmp_path / "legged.gif").exists()

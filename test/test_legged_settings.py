@@ -11,14 +11,22 @@ from rbd_deriv.exceptions import InputError
 FEET = ("FL", "FR", "HL", "HR")
 
 
-def test_the_shipped_quadruped_gaits_parse_and_keep_a_foot_down():
-    """config/mpc_node.yaml's table: trot, pace, bound (pairs), crawl (one foot up at a time); every knot of each
-    has feet on the ground, at the MPC steps of solo12 (20 ms) and of the benchmark's long horizon (10 ms)."""
+def test_the_shipped_gaits_parse_and_keep_a_foot_down():
+    """config/mpc_node.yaml's table: trot, pace, bound (pairs), crawl (one foot up at a time) for four feet, walk
+    (one sole up at a time, both down between) for two; every knot of each has feet on the ground, at the MPC steps
+    of solo12 and talos (20 ms) and of the benchmark's long horizon (10 ms)."""
     table = parse_gait_table(read_parameters("mpc_node.yaml")["mpc_node"]["gait_table"])
-    assert {"trot", "pace", "bound", "crawl"} <= set(table)
+    assert {"trot", "pace", "bound", "crawl", "walk"} <= set(table)
+    soles = ("left", "right")
+    for dt in (0.02, 0.01):
+        walk = make_gait("walk", soles, ["frame"] * 2, table, dt)
+        assert walk.pattern.any(axis=1).all() and (~walk.pattern).any(axis=0).all()
+        assert 0.35 < walk.pattern.all(axis=1).mean() < 0.45  # both soles down 2 x 20 % of the cycle
     pairs = {"trot": ({0, 3}, {1, 2}), "pace": ({0, 2}, {1, 3}), "bound": ({0, 1}, {2, 3})}
     for dt in (0.02, 0.01):
         for name, spec in table.items():
+            if name == "walk":
+                continue
             gait = make_gait(name, FEET, ["point"] * 4, table, dt)
             assert gait.period == int(round(spec.period / dt)) and gait.pattern.any(axis=1).all()
             lifted = {frozenset(np.flatnonzero(~row)) for row in gait.pattern} - {frozenset()}

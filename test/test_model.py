@@ -408,3 +408,78 @@ def test_actuator_limits_replace_the_urdfs_placeholders():
     model.set_actuator_limits([])
     np.testing.assert_array_equal(model.effort_limit, urdf)
     np.testing.assert_array_equal(model.urdf_effort_limit, urdf)
+
+
+# ------------------------------------------------------------------ locked joints (a reduced model)
+def _locked_cases():
+    """(URDF, floating base, {joint: position}) on robots of example-robot-data: a humanoid's arms, grippers
+    and head (what its walking MPC locks), an arm's wrist."""
+    talos = EXAMPLE_ROBOTS["talos"]
+    full = rd.load_urdf(str(talos), floating_base=True)
+    rng = np.random.default_rng(3)
+    upper = [n for n in full.actuated_joint_names if not n.startswith(("leg_", "torso_"))]
+    lower = np.array([full.lower_position_limit[full.idx_q[n]] for n in upper])
+    high = np.array([full.upper_position_limit[full.idx_q[n]] for n in upper])
+    talos_locked = dict(zip(upper, rng.uniform(lower, high)))
+    panda = EXAMPLE_ROBOTS["panda"]
+    return [(talos, True, talos_locked), (panda, False, {"panda_joint5": 0.7, "panda_joint7": -1.1})]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["talos_upper_body", "panda_wrist"])
+def test_locked_joints_give_pinocchios_reduced_model(index):
+    """A model with joints locked at given positions is Pinocchio's ``buildReducedModel``: the same joints, and
+    the same placements, inertias, M, RNEA and frame placements at random states, entry by entry."""
+    source, floating, locked = _locked_cases()[index]
+    model = rd.load_urdf(str(source), floating_base=floating, locked_joints=locked)
+    bridge = PinocchioBridge(str(source), floating_base=floating, locked=locked)
+    assert model.joint_names == bridge.joint_names and not set(locked) & set(model.joint_names)
+    assert (model.nq, model.nv) == (bridge.nq, bridge.nv)
+    tree = bridge.tree_arrays()
+    assert_close(model.joint_placements, tree.joint_placements, what="joint placements")
+    assert_close(model.inertias, tree.inertias, what="inertias")
+    rng = np.random.default_rng(7)
+    data = model.create_data()
+    for _ in range(3):
+        q = bridge.random_configuration(rng)
+        v, a = rng.standard_normal(model.nv), rng.standard_normal(model.nv)
+        assert_close(rd.rnea(model, data, q, v, a), bridge.rnea(q, v, a), rtol=1e-9, what="rnea")
+        assert_close(rd.crba(model, data, q), bridge.crba(q), rtol=1e-9, what="M")
+        rd.forward_kinematics(model, data, q)
+        for name in locked:  # the locked joints' frames stay, where the fixed joint puts them
+            assert_close(rd.frame_placement(model, data, name), bridge.frame_placement(q, name), rtol=1e-9,
+                         what=f"frame {name}")
+
+
+def test_a_locked_joint_moves_its_subtree_as_the_full_model_at_that_position():
+    """Independent of Pinocchio: the reduced model's links sit where the full model puts them with the locked
+    joint at its position, and the reduced torques are the full model's at zero locked velocity and acceleration."""
+    full = rd.load_urdf(TWO_LINK)
+    reduced = rd.load_urdf(TWO_LINK, locked_joints={"elbow": 0.8})
+    assert list(reduced.joint_names) == ["shoulder"]
+    q_full = np.array([0.3, 0.8])
+    reduced_data, full_data = reduced.create_data(), full.create_data()
+    rd.forward_kinematics(reduced, reduced_data, q_full[:1])
+    rd.forward_kinematics(full, full_data, q_full)
+    for name in ("hand", "elbow"):
+        assert_close(rd.frame_placement(reduced, reduced_data, name), rd.frame_placement(full, full_data, name),
+                     rtol=1e-12, what=name)
+    tau_full = rd.rnea(full, full.create_data(), q_full, np.array([0.5, 0.0]), np.array([-1.0, 0.0]))
+    tau = rd.rnea(reduced, reduced.create_data(), q_full[:1], np.array([0.5]), np.array([-1.0]))
+    assert_close(tau, tau_full[:1], rtol=1e-12, what="shoulder torque")
+
+
+@pytest.mark.parametrize("locked, match", [
+    ({"wrist": 0.0}, "not a joint of the URDF"),
+    ({"elbow": float("nan")}, "not a finite position"),
+    ({"elbow": 4.0}, "within its limits"),
+])
+def test_bad_locked_joints_are_refused(locked, match):
+    with pytest.raises(ModelError, match=match):  # the elbow's limits are [-1, 1]
+        rd.load_urdf(TWO_LINK, locked_joints=locked)
+
+
+def test_a_fixed_joint_cannot_be_locked():
+    source = urdf(link("base"), link("arm"), link("hand"), joint("shoulder", "base", "arm"),
+                  joint("mount", "arm", "hand", kind="fixed"))
+    with pytest.raises(ModelError, match="only revolute, continuous and prismatic"):
+        rd.load_urdf(source, locked_joints={"mount": 0.0})

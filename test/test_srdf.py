@@ -42,6 +42,23 @@ def test_talos_half_sitting_leaves_the_grippers_out():
     assert q[model.idx_q["gripper_left_joint"]] == 0.0
 
 
+def test_a_reduced_model_skips_the_joints_it_locked_and_only_those():
+    """talos with its arms locked: half-sitting's arm values are skipped, its legs' read as on the full model; an
+    SRDF joint the reduced model lacks and that was not locked is still an error."""
+    full = rd.load_urdf(str(EXAMPLE_ROBOTS["talos"]), floating_base=True)
+    srdf = srdf_of(EXAMPLE_ROBOTS["talos"], "talos.srdf")
+    arms = [n for n in full.actuated_joint_names if n.startswith("arm_")]
+    q_full = reference_posture(full, srdf, "half_sitting", missing="neutral")
+    reduced = rd.load_urdf(str(EXAMPLE_ROBOTS["talos"]), floating_base=True,
+                           locked_joints={name: q_full[full.idx_q[name]] for name in arms})
+    q = reference_posture(reduced, srdf, "half_sitting", missing="neutral", absent=arms)
+    for name in reduced.joint_names:
+        start, size = reduced.idx_q[name], reduced.nq_joint[name]
+        np.testing.assert_array_equal(q[start:start + size], q_full[full.idx_q[name]:full.idx_q[name] + size])
+    with pytest.raises(InputError, match="arm_right_1_joint"):
+        reference_posture(reduced, srdf, "half_sitting", missing="neutral", absent=arms[:7])
+
+
 def test_bad_srdf_input_is_refused():
     model = rd.load_urdf(str(EXAMPLE_ROBOTS["ur5"]))
     joints = "".join(f'<joint name="{name}" value="0.5"/>' for name in model.joint_names)

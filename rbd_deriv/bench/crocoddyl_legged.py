@@ -30,10 +30,12 @@ with one iteration per tick, warm-started by the previous plan shifted one knot,
 govern: without it talos's tick took 25 times longer on the shared cores), and each tick starts from
 the state its previous plan predicts, as in the benchmark's own loop.
 
-The JSON (written by :func:`rbd_deriv.bench.legged.crocoddyl_spec`): ``urdf``; ``feet`` (nc,) and their
+The JSON (written by :func:`rbd_deriv.bench.legged.crocoddyl_spec`): ``urdf``; ``locked`` {joint: position}, the
+joints locked in the model both sides plan on (Pinocchio's ``buildReducedModel`` here); ``feet`` (nc,) and their
 ``kinds``; ``x0``, ``x_ref`` (nq + nv,); ``state_weights`` (2 nv,); ``weights`` (terminal, torque, force,
-swing); ``cone_weight``; ``u_static`` (nu,) [N m]; ``weight`` [N]; ``pattern``, ``lift`` (P, nc);
-``stance`` (nc, 3) [m] and ``stance_rotations`` (nc, 3, 3); ``swing_height`` [m]; ``mu``; ``dt`` [s];
+swing, swing_orientation); ``cone_weight``; ``u_static`` (nu,) [N m]; ``weight`` [N]; ``pattern``, ``lift`` (P, nc);
+``stance`` (nc, 3) [m] and ``stance_rotations`` (nc, 3, 3) (a sole's swing holds that orientation, weighed by
+``weights["swing_orientation"]``); ``swing_height`` [m]; ``mu``; ``dt`` [s];
 ``horizon`` N; ``ticks`` and ``warmup``.
 
 Crocoddyl's Euler model multiplies a running cost by the knot's dt and leaves the terminal cost as
@@ -127,6 +129,10 @@ def _knot_model(spec, croc, pin, model, state, actuation, knot, terminal=False):
             target = np.array(spec["stance"][c]) + np.array([0.0, 0.0, spec["swing_height"] * lift[c]])
             costs.addCost(f"swing {foot}", croc.CostModelResidual(
                 state, croc.ResidualModelFrameTranslation(state, frame, target, nu)), weights["swing"] * scale)
+            if kinds[c] == "frame":  # a sole lands flat: its orientation held at the stance's
+                costs.addCost(f"swing sole {foot}", croc.CostModelResidual(
+                    state, croc.ResidualModelFrameRotation(state, frame, np.array(spec["stance_rotations"][c]), nu)),
+                    weights["swing_orientation"] * scale)
     dynamics = croc.DifferentialActionModelContactFwdDynamics(state, actuation, contacts, costs, 0.0, True)
     return croc.IntegratedActionModelEuler(dynamics, 0.0 if terminal else spec["dt"])
 
@@ -144,6 +150,11 @@ class Ticks:
         check_pinocchio(croc.__version__, pin.__version__)
         self.versions = {"crocoddyl": croc.__version__, "pinocchio": pin.__version__}
         model = pin.buildModelFromUrdf(spec["urdf"], pin.JointModelFreeFlyer())
+        if spec["locked"]:  # the joints this package's MPC plans as locked, in Pinocchio's reduced model
+            q = pin.neutral(model)
+            for joint, position in spec["locked"].items():
+                q[model.joints[model.getJointId(joint)].idx_q] = position
+            model = pin.buildReducedModel(model, [model.getJointId(joint) for joint in spec["locked"]], q)
         state = croc.StateMultibody(model)
         actuation = croc.ActuationModelFloatingBase(state)
         self.horizon = N = spec["horizon"]

@@ -14,7 +14,8 @@ Cases (:func:`cases`), one row each:
   made from its ``gait_table`` (:func:`~rbd_deriv.control.legged_settings.make_gait`), each horizon
   at least one cycle of its gait as the node makes it (:func:`robot_gaits`). solo12: stand, trot,
   pace, bound (cycles of 0.4 s at most) at N = 20, dt = 0.02 s, and crawl (0.8 s) at N = 40; talos: stand at
-  N = 20, dt = 0.02 s;
+  N = 25, dt = 0.02 s, on the reduced model its node plans on (``locked_joints``: arms, grippers and head
+  locked at the posture, :func:`node_locked_joints`; Crocoddyl gets the same reduced model);
 - the long horizons of :data:`LONG_HORIZONS`, N = 50 x dt = 0.01 s (0.5 s ahead): solo12 trotting
   and talos standing.
 
@@ -79,6 +80,7 @@ import rbd_deriv as rd
 from rbd_deriv.bench.timing import format_table, machine_info, write_json
 from rbd_deriv.control.legged import TIMING_PARTS, LeggedMPC, LeggedWeights
 from rbd_deriv.control.legged_settings import GaitSpec, built_gaits, make_gait, parse_gait_table, swing_height
+from rbd_deriv.control.locked_joints import locked_positions
 from rbd_deriv.control.srdf import reference_posture
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, LEGGED_ROBOTS, example_robot_srdf
 from rbd_deriv.threads import single_threaded_blas
@@ -161,15 +163,25 @@ def _crocoddyl_cells(crocoddyl: dict, ours_us: float) -> list:
             "yes" if ratio <= RATIO_TARGET else "NO"]
 
 
+def node_locked_joints(name: str) -> dict[str, float]:
+    """{joint: position [rad]} the MPC node of robot ``name`` plans as locked: its config's ``locked_joints`` at
+    the SRDF posture (:func:`rbd_deriv.mpc_loops.planning_model`); empty for a robot planned whole."""
+    robot = rd.load_urdf(str(EXAMPLE_ROBOTS[name]), floating_base=True)
+    posture = reference_posture(robot, example_robot_srdf(name), str(LEGGED_ROBOTS[name]["posture"]),
+                                missing="neutral")
+    return locked_positions(robot, list(robot_gaits(name)[2]["locked_joints"]), posture)
+
+
 def build(name: str, gait: str, horizon: int, dt: float) -> tuple[Any, LeggedMPC, np.ndarray]:
     """The model of robot ``name``, its legged MPC on gait ``gait`` (``stand`` or a row of its node's gait table,
     :func:`robot_gaits`) over ``horizon`` knots of ``dt`` [s], and the posture's state at rest (nq + nv,)."""
     info = LEGGED_ROBOTS[name]
-    model = rd.load_urdf(str(EXAMPLE_ROBOTS[name]), floating_base=True)
-    posture = reference_posture(model, example_robot_srdf(name), str(info["posture"]),
-                                missing="neutral")
-    feet = tuple(info["feet"])
     table, _, parameters = robot_gaits(name)
+    locked = node_locked_joints(name)
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS[name]), floating_base=True, locked_joints=locked)
+    posture = reference_posture(model, example_robot_srdf(name), str(info["posture"]), missing="neutral",
+                                absent=locked)
+    feet = tuple(info["feet"])
     pattern = make_gait(gait, feet, (str(info["kind"]),) * len(feet), table, dt)
     weights = LeggedWeights(**dict(info.get("weights", {})))
     mpc = LeggedMPC(model, feet, pattern, posture, horizon=horizon, dt=dt, weights=weights,
@@ -180,20 +192,17 @@ def build(name: str, gait: str, horizon: int, dt: float) -> tuple[Any, LeggedMPC
 def crocoddyl_spec(name: str, mpc: LeggedMPC, x0: np.ndarray, ticks: int, warmup: int) -> dict:
     """The problem of ``mpc`` as the JSON that :mod:`rbd_deriv.bench.crocoddyl_legged` reads: the gait as its
     knot pattern (P, nc) and lift table (P, nc) of one period, the feet and their kinds, the references and
-    weights, N and dt [s], and how many ticks to time after how many untimed ones."""
-    model = mpc.model
-    data = model.create_data()
-    rd.forward_kinematics(model, data, x0[:model.nq])
-    placements = [rd.frame_placement(model, data, foot) for foot in mpc.feet]
+    weights, N and dt [s], the start x0 (nx,), and how many ticks to time after how many untimed ones. The
+    feet's stance placements are the MPC's own (the posture's), wherever x0 puts them."""
     weights = mpc.weights
     return {"urdf": str(EXAMPLE_ROBOTS[name]), "feet": list(mpc.feet), "kinds": list(mpc.kinds),
+            "locked": node_locked_joints(name),
             "x0": x0.tolist(), "x_ref": mpc.x_ref.tolist(), "state_weights": mpc.state_weight.tolist(),
-            "weights": {"terminal": weights.terminal, "torque": weights.torque,
-                        "force": weights.force, "swing": weights.swing},
+            "weights": {"terminal": weights.terminal, "torque": weights.torque, "force": weights.force,
+                        "swing": weights.swing, "swing_orientation": weights.swing_orientation},
             "cone_weight": CROCODDYL_CONE_WEIGHT, "u_static": mpc.u_static.tolist(),
             "weight": mpc.weight, "pattern": mpc.gait.pattern.tolist(), "lift": mpc._lift.tolist(),
-            "stance": [p[:3, 3].tolist() for p in placements],
-            "stance_rotations": [p[:3, :3].tolist() for p in placements],
+            "stance": mpc.stance.tolist(), "stance_rotations": mpc.stance_rotations.tolist(),
             "swing_height": mpc.swing_height, "mu": mpc.mu, "dt": mpc.dt, "horizon": mpc.horizon,
             "ticks": ticks, "warmup": warmup}
 

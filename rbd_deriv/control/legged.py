@@ -104,6 +104,8 @@ class LeggedWeights:
         torque: On u - u^s [1/(N m)^2].
         force: On f - f^r [1/N^2].
         swing: On a swing foot's placement error [1/m^2].
+        swing_orientation: On a swing sole's orientation error [1/rad^2] (feet in ``frame`` contact: a sole
+            lands flat, turned with the heading).
         terminal: Factor of the posture cost at the last knot.
         cone: Weight w_b of the friction-cone barrier.
         cone_delta: Relaxation threshold of the barrier, as a fraction of the weight share of a
@@ -126,6 +128,7 @@ class LeggedWeights:
     torque: float = 0.1
     force: float = 1e-3
     swing: float = 1e4
+    swing_orientation: float = 1e3
     terminal: float = 10.0
     cone: float = 1e-3
     cone_delta: float = 0.05
@@ -196,6 +199,8 @@ class LeggedMPC:
         self.weight = float(np.linalg.norm(rd.gravity_torques(model, data, posture)[:3]))
         rd.forward_kinematics(model, data, posture)
         self.stance = np.array([rd.frame_placement(model, data, foot)[:3, 3] for foot in feet])
+        #: (nc, 3, 3) each foot's orientation in the posture.
+        self.stance_rotations = np.array([rd.frame_placement(model, data, foot)[:3, :3] for foot in feet])
         if effort is None:
             effort = model.effort_limit[self.dynamics.actuated]
         effort = np.asarray(effort, dtype=float)
@@ -245,6 +250,17 @@ class LeggedMPC:
         running.append(Cost(FramePositionResidual(space, kinematics, feet, self.swing_reference,
                                                   knots=self.swinging),
                             Quadratic(w.swing, 3 * len(feet)), name="swing feet"))
+        #: The soles (``frame`` feet): (N, 3, 3) orientation references and (N,) knot weights (1 while the sole
+        #: swings and at its touchdown knot) of each, by foot index.
+        self.sole_references: dict[int, np.ndarray] = {}
+        self.sole_weights: dict[int, np.ndarray] = {}
+        for c, foot in enumerate(feet):
+            if self.kinds[c] != "frame":
+                continue
+            self.sole_references[c] = np.tile(self.stance_rotations[c], (N, 1, 1))
+            self.sole_weights[c] = np.zeros(N)
+            running.append(Cost(FrameOrientationResidual(space, kinematics, foot, self.sole_references[c]),
+                                Quadratic(w.swing_orientation, 3), self.sole_weights[c], name=f"swing sole {foot}"))
         self.cone = FrictionConeResidual(space, nu, offsets, mu)
         share = self.weight / len(feet)
         running.append(Cost(self.cone, RelaxedLogBarrier(w.cone, w.cone_delta * share,
@@ -297,6 +313,9 @@ class LeggedMPC:
         if references is None:
             references = self._phase_references[key] = self._references_at_phase(key, knots)
         self.force_reference[:], self.swinging[:], self.swing_reference[:] = references
+        for c, weights in self.sole_weights.items():
+            weights[:] = self.swinging[:, c]
+            self.sole_references[c][:] = self.stance_rotations[c]
         if self.path is not None:
             self._move_references(knots)
         if self._ramp is not None:
@@ -403,6 +422,14 @@ class LeggedMPC:
         swing = lift_off + blend * (land - lift_off)
         self.swing_reference[rows, 3 * feet] = swing[:, 0]
         self.swing_reference[rows, 3 * feet + 1] = swing[:, 1]
+        # A swinging sole turns to the heading it lands with.
+        for c, references in self.sole_references.items():
+            mine = feet == c
+            angle = heading[N + 1:N + 1 + count][mine]
+            cos, sin = np.cos(angle), np.sin(angle)
+            turn = np.zeros((angle.size, 3, 3))
+            turn[:, 0, 0], turn[:, 0, 1], turn[:, 1, 0], turn[:, 1, 1], turn[:, 2, 2] = cos, -sin, sin, cos, 1.0
+            references[rows[mine]] = turn @ self.stance_rotations[c]
 
     def _capture(self, x0: np.ndarray) -> None:
         """Keep the base's measured planar velocity [m/s] of x0 (nx,), in the world frame, for

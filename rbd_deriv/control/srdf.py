@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ElementTree
-from typing import Any, Union
+from typing import Any, Collection, Union
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def posture_names(source: SrdfSource) -> list[str]:
 
 
 def reference_posture(model: Any, source: SrdfSource, name: str,
-                      missing: str = "error") -> np.ndarray:
+                      missing: str = "error", absent: Collection[str] = ()) -> np.ndarray:
     """The configuration (nq,) of the group state ``name`` of an SRDF.
 
     Args:
@@ -55,6 +55,8 @@ def reference_posture(model: Any, source: SrdfSource, name: str,
         name: Name of the ``<group_state>``.
         missing: ``"error"`` to refuse a state that leaves a joint of the model out,
             ``"neutral"`` to take such joints from the neutral configuration.
+        absent: Joints of the robot the model leaves out on purpose (locked in a reduced model): the state's
+            values for them are skipped.
 
     Returns:
         (nq,) new array; a free flyer's quaternion normalized.
@@ -73,6 +75,8 @@ def reference_posture(model: Any, source: SrdfSource, name: str,
     seen = set()
     for joint in states[0].iter("joint"):
         joint_name = joint.get("name")
+        if joint_name in absent and joint_name not in model.idx_q:
+            continue
         if joint_name not in model.idx_q:
             raise InputError(f"group_state {name!r} sets joint {joint_name!r}, which model "
                              f"{model.name!r} does not have", "srdf")

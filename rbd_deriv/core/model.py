@@ -14,6 +14,7 @@ body frame. A continuous joint uses one angle (nq = 1).
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 import numpy as np
 
@@ -335,17 +336,21 @@ class Data:
         return getattr(self, "_" + name)
 
 
-def load_urdf(path_or_xml: str, floating_base: bool = False, gravity=None) -> Model:
+def load_urdf(path_or_xml: str, floating_base: bool = False, gravity=None,
+              locked_joints: Mapping[str, float] | None = None) -> Model:
     """Build a :class:`Model` from a URDF.
 
     Args:
         path_or_xml: URDF file path, or the XML text itself (anything starting with ``<``).
         floating_base: Add a free-flyer joint ``root_joint`` (nq 7, nv 6) above the root link.
         gravity: (3,) or (6,) gravity [m/s^2]; default [0, 0, -9.81].
+        locked_joints: {joint name: position [rad or m]}: a reduced model, those joints fixed at those
+            positions (their bodies merged into their parents', their frames kept), as Pinocchio's
+            ``buildReducedModel``.
 
     Raises:
         URDFError: unreadable or malformed description (syntax, missing file, loop, several roots).
         ModelError: unsupported joint type, zero axis, invalid mass or inertia. A moving body without mass
             loads: the algorithms that need M^-1 raise ModelError at call time where M is singular.
     """
-    return Model(parse_urdf(path_or_xml, floating_base=floating_base), floating_base, gravity)
+    return Model(parse_urdf(path_or_xml, floating_base=floating_base, locked=locked_joints), floating_base, gravity)

@@ -3,7 +3,9 @@
 Reads a URDF (file path or XML string) with urdf_parser_py and produces a :class:`TreeDescription`: the
 movable joints in Pinocchio's order (depth-first from the root link; the children of a link sorted by joint
 name, which is the order urdfdom hands them to Pinocchio, whatever their order in the document), fixed
-joints merged into the body of their nearest movable ancestor, and frames for every link and joint.
+joints merged into the body of their nearest movable ancestor, and frames for every link and joint. A
+joint can be locked at a position: it is then fixed there (its motion folded into its placement), which
+gives the reduced model Pinocchio's ``buildReducedModel`` builds.
 :mod:`rbd_deriv.core.model` packs it into the arrays the kernels read.
 """
 
@@ -15,6 +17,7 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -194,19 +197,25 @@ def _limit(value, default: float) -> float:
     return float(value)
 
 
-def parse_urdf(path_or_xml: str, floating_base: bool = False) -> TreeDescription:
+def parse_urdf(path_or_xml: str, floating_base: bool = False, locked: Mapping[str, float] | None = None
+               ) -> TreeDescription:
     """Read a URDF into a :class:`TreeDescription`.
 
     Args:
         path_or_xml: A URDF file path, or the XML text itself.
         floating_base: Add a free-flyer joint ``root_joint`` between the universe and the root link.
+        locked: {joint name: position [rad or m]} of revolute, continuous or prismatic joints to fix at that
+            position: each becomes a fixed joint whose placement includes its motion (its frame stays).
 
     Raises:
         URDFError: Unreadable file, XML syntax error, no root, several roots, a loop, unknown link names, a
             joint named like the free flyer when ``floating_base`` adds it.
-        ModelError: Unsupported joint type, zero axis, invalid inertia.
+        ModelError: Unsupported joint type, zero axis, invalid inertia; a locked joint the URDF lacks or that
+            is not revolute, continuous or prismatic, or a locked position that is not finite or is outside
+            the joint's limits.
     """
     robot = _parse(_read_xml(path_or_xml))
+    locked = _locked_positions(robot, locked or {})
     links = {link.name: link for link in robot.links}
     if not links:
         raise URDFError("the URDF defines no link")
@@ -266,7 +275,9 @@ def parse_urdf(path_or_xml: str, floating_base: bool = False) -> TreeDescription
         T = link_placement @ transform_from_origin(origin.xyz if origin else None, origin.rpy if origin else None,
                                                    joint.name)
         child = links[joint.child]
-        if joint.type == "fixed":
+        if joint.name in locked:
+            T = T @ _joint_motion(_movable_joint(joint, 0, np.eye(4), np.zeros((6, 6))), locked[joint.name])
+        if joint.type == "fixed" or joint.name in locked:
             frames.append(FrameDescription(joint.name, support, T))
             if support > 0:
                 joints[support - 1].inertia = joints[support - 1].inertia + transform_inertia(T, _link_inertia(child))
@@ -288,6 +299,38 @@ def parse_urdf(path_or_xml: str, floating_base: bool = False) -> TreeDescription
         raise URDFError(f"links not connected to the root {root!r} (a kinematic loop?): {', '.join(unreached)}",
                         unreached[0])
     return TreeDescription(robot.name or "robot", joints, frames)
+
+
+def _locked_positions(robot, locked: Mapping[str, float]) -> dict:
+    """``locked`` checked against the URDF's joints: {name: position} (see :func:`parse_urdf`)."""
+    joints = {joint.name: joint for joint in robot.joints}
+    positions = {}
+    for name, value in locked.items():
+        joint = joints.get(name)
+        if joint is None:
+            raise ModelError(f"locked joint {name!r} is not a joint of the URDF", name)
+        if joint.type not in ("revolute", "continuous", "prismatic"):
+            raise ModelError(f"locked joint {name!r} is {joint.type}: only revolute, continuous and prismatic "
+                             "joints can be locked", name)
+        description = _movable_joint(joint, 0, np.eye(4), np.zeros((6, 6)))
+        position = float(value)
+        if not math.isfinite(position) or not description.lower <= position <= description.upper:
+            raise ModelError(f"locked joint {name!r} at {value!r}: not a finite position within its limits "
+                             f"[{description.lower:g}, {description.upper:g}]", name)
+        positions[name] = position
+    return positions
+
+
+def _joint_motion(joint: JointDescription, position: float) -> np.ndarray:
+    """(4, 4) the motion of a revolute or prismatic ``joint`` at ``position`` [rad or m], in its frame."""
+    T = np.eye(4)
+    if joint.jtype == JOINT_PRISMATIC:
+        T[:3, 3] = joint.axis * position
+        return T
+    x, y, z = joint.axis
+    K = np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
+    T[:3, :3] += math.sin(position) * K + (1.0 - math.cos(position)) * (K @ K)  # Rodrigues
+    return T
 
 
 def _movable_joint(joint, parent: int, placement: np.ndarray, inertia: np.ndarray) -> JointDescription:

@@ -54,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--feet", default=None, help="its contact frames, F1,F2,... (a trot: FL,FR,HL,HR)")
     parser.add_argument("--contact", choices=["point", "frame"], default="point", help="contact kind of the feet")
     parser.add_argument("--srdf", default=None, help="SRDF holding the reference posture")
+    parser.add_argument("--locked-joints", default=None,
+                        help="with --urdf: joints J1,J2,... the MPC plans as locked at the posture (a humanoid's arms, "
+                             "head: see locked_joints in docs/mpc.md)")
     parser.add_argument("--posture", default=None, help="name of the SRDF group_state of the reference posture")
     parser.add_argument("--gait", default=None,
                         help="legged: stand 2 s, then this gait (a row of the gait table) on --cmd-vel, instead of "

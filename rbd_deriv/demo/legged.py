@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rbd_deriv.demo.legged_summary import legged_document, summarize_legged, tilt_and_heading
+from rbd_deriv.demo.legged_summary import foot_lift, legged_document, summarize_legged, tilt_and_heading
 from rbd_deriv.demo.plots import plot_legged
 from rbd_deriv.demo.processes import (STARTUP_TIMEOUT, LoopRecorder, exited, logs_folder, read_parameters,
                                       spin_until, start_node, wait_for_loop)
@@ -76,7 +76,12 @@ def legged_setup(arguments: Any) -> tuple[str, str, dict, dict]:
     sim = dict(shared)
     mpc = dict(shared, srdf_path=arguments.srdf or "", posture=arguments.posture or "", horizon=20, dt=0.02,
                rate_hz=100.0, state_timeout=0.1)
-    if arguments.srdf and arguments.posture:
+    if arguments.locked_joints:
+        mpc["locked_joints"] = _names(arguments.locked_joints.split(","))
+    # Point feet start at the posture's joints; soles (frame contacts) on straight legs, as config/talos.yaml has it:
+    # the brakes, which hold the robot until the first policy, lock a humanoid bent at half-sitting and throw it
+    # off the floor; the MPC bends it to its posture over posture_ramp.
+    if arguments.srdf and arguments.posture and arguments.contact == "point":
         model = rd.load_urdf(arguments.urdf, floating_base=True)
         posture = reference_posture(model, arguments.srdf, arguments.posture, missing="neutral")
         sim["initial_positions"] = posture[7:].tolist()
@@ -230,7 +235,9 @@ def run(arguments: Any) -> int:
     pushes: list = []
     try:
         print(f"starting sim_node and mpc_node for {robot} (logs in {logs}) ...", flush=True)
-        if not wait_for_loop(recorder, processes):
+        loop_ok = wait_for_loop(recorder, processes)
+        started = recorder.now()
+        if not loop_ok:
             print(f"the loop did not start within {STARTUP_TIMEOUT:g} s (exited: {exited(processes) or 'none'}); "
                   f"see the logs in {logs}", file=sys.stderr)
             return 1
@@ -239,6 +246,9 @@ def run(arguments: Any) -> int:
         if not spin_until(recorder, lambda: len(recorder.heard) == len(recorder.inputs), 30.0):
             print("the simulator's odometry, contact forces or joint states did not arrive within 30 s; the run "
                   "starts without them", file=sys.stderr)
+        # And once the MPC has brought the robot to its posture from the simulator's start (posture_ramp after its
+        # first plan): the first segment then shows the robot standing, not still bending to its posture.
+        spin_until(recorder, lambda: recorder.now() >= started + float(mpc_file.get("posture_ramp", 1.0)), 60.0)
         print(f"running {duration:g} s: " + "; ".join(_describe(segment) for segment in segments), flush=True)
         start = recorder.now()
         recorder.recording = True
@@ -257,7 +267,8 @@ def run(arguments: Any) -> int:
     mu = float(mpc_file.get("mu", 0.7))
     periods = {name: spec.period for name, spec in table.items()}
     summary = summarize_legged(recorder, start, duration, effort_limit, mu, segments, periods)
-    document = legged_document(summary, diagnostics, simulator, pushes, robot)
+    document = legged_document(summary, diagnostics, simulator, pushes, robot,
+                               foot_lift(model, feet, recorder, start, duration))
     title = (f"rbd_deriv legged demo: {model.name} (nv = {model.nv}), MuJoCo, MPC N={mpc_file.get('horizon', 20)}, "
              f"dt={mpc_file.get('dt', 0.02)} s, {mpc_file.get('rate_hz')} Hz asked")
     _print_report(title, document, mpc_file, mu)
@@ -342,10 +353,13 @@ def _print_report(title: str, document: dict, mpc_file: dict, mu: float) -> None
     print()
     print(title)
     print(f"MPC rate achieved:      {document['mpc_rate_hz']:.1f} Hz (asked {mpc_file.get('rate_hz', '-')} Hz)")
-    print(f"MPC solve time:         p50 {document['solve_p50_ms']} ms, p99 {document['solve_p99_ms']} ms")
+    p50, p99 = (document[f"solve_{p}_ms"] for p in ("p50", "p99"))
+    print(f"MPC solve time:         p50 {p50 if p50 is None else f'{p50:.2f}'} ms, "
+          f"p99 {p99 if p99 is None else f'{p99:.2f}'} ms")
     print(f"fell:                   {document['fell']}")
     print(f"distance, yaw change:   {document['distance_m']:.2f} m, {document['yaw_change_rad']:.2f} rad; gaits "
           f"{', '.join(document['gaits_run'])}")
+    print(f"feet rose by:           {', '.join(f'{x:.3f}' for x in document['foot_lift_m'])} m")
     print(f"max |torque| / limit:   {document['max_torque_ratio']:.3f}")
     print(f"friction cone:          {document['cone_violations']} contact samples past the MPC's mu {mu:g} "
           f"(max |f_t| / f_n {document['max_cone_use']:.3f}); {document['friction_cone_violations']} past the "

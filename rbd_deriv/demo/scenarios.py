@@ -62,9 +62,14 @@ SCENARIOS: Dict[str, Tuple[Segment, ...]] = {
         Segment("trot, pushed 0.8 m/s", 4.0, (0.3, 0.0, 0.0), {"gait": "trot"}, push=0.8, push_at=1.5),
     ),
     "talos": (
-        Segment("stand", 2.0, parameters={"gait": "stand"}),
+        Segment("stand", 2.0, parameters={"gait": "walk", "idle_gait": "stand"}),
         Segment("standing push 0.2 m/s", 3.0, push=0.2, push_at=0.5),
-        Segment("sway", 6.0, parameters={"sway_amplitude": 0.03, "sway_period": 4.0}),
+        Segment("sway", 4.0, parameters={"sway_amplitude": 0.03, "sway_period": 4.0}),
+        Segment("walk 0.15 m/s", 5.0, (0.15, 0.0, 0.0), {"sway_amplitude": 0.0}),
+        Segment("turn 0.3 rad/s walking", 5.0, (0.1, 0.0, 0.3)),
+        Segment("step sideways", 5.0, (0.0, 0.1, 0.0)),
+        Segment("walk, pushed 0.2 m/s", 5.0, (0.1, 0.0, 0.0), push=0.2, push_at=2.0),
+        Segment("stop", 3.0),
     ),
 }
 

@@ -39,8 +39,9 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 import rbd_deriv as rd
 from rbd_deriv.control import CommandSource, FeedbackPolicy, Plan
+from rbd_deriv.control.locked_joints import LockedJoints
 from rbd_deriv.messages import feedback_policy_fields, fill_message, set_stamp
-from rbd_deriv.mpc_loops import control_loop, legged_loop
+from rbd_deriv.mpc_loops import control_loop, legged_loop, planning_model
 from rbd_deriv.msg import FeedbackPolicy as FeedbackPolicyMessage
 from rbd_deriv.nodes.mpc_inputs import MpcInputs
 from rbd_deriv.nodes.parameters import MPC_NODE, actuator_limits, declare_parameters, updated_values
@@ -62,7 +63,9 @@ class MpcNode(LifecycleNode):
         super().__init__("mpc_node")
         p = self._p = declare_parameters(self, MPC_NODE)
         self.loop: Any = None
-        self.model: Any = None
+        self.model: Any = None  # the model the MPC plans on
+        self.robot: Any = None  # the robot's own (every joint): the same unless joints are locked
+        self.locked: Optional[LockedJoints] = None  # writes the reduced model's policies for the robot
         self.active = False
         self.legged = bool(p["floating_base"])
         self._entities: list = []  # what configure made: publishers, timers
@@ -106,13 +109,14 @@ class MpcNode(LifecycleNode):
             self._say_waiting()
             return FAILURE
         try:
-            self.model = rd.load_urdf(text, floating_base=p["floating_base"])
-            self.model.set_actuator_limits(actuator_limits(p["effort_limits"]))
+            self.robot = rd.load_urdf(text, floating_base=p["floating_base"])
+            self.robot.set_actuator_limits(actuator_limits(p["effort_limits"]))
+            self.model, self.locked = planning_model(self.robot, text, p)
             self.loop = legged_loop(self.model, p) if self.legged else control_loop(self.model, p)
             self.loop.warm_up()
         except Exception as error:  # noqa: BLE001 - a failed configure leaves the node unconfigured, alive
             self.get_logger().error(shorten(f"configure failed: {type(error).__name__}: {error}"))
-            self.model = self.loop = None
+            self.robot = self.model = self.loop = self.locked = None
             return FAILURE
         self._in_use = None if (p["robot_description"] or p["urdf_path"]) else text
         self._make_topics(p)
@@ -166,7 +170,7 @@ class MpcNode(LifecycleNode):
         self.policy_publisher = (self.create_publisher(FeedbackPolicyMessage, p["policy_topic"], 10)
                                  if p["policy_topic"] else None)
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.joint_names = list(self.model.joint_names)
+        self.joint_names = list(self.robot.joint_names)
         self.inputs = MpcInputs(self, p)
         self._entities = [self.command_publisher, self.plan_publisher, self.policy_publisher,
                           self.diagnostics_publisher]
@@ -185,7 +189,7 @@ class MpcNode(LifecycleNode):
         self._entities = []
         if self.loop is not None:
             self.inputs.destroy()
-        self.loop = self.model = None
+        self.loop = self.model = self.robot = self.locked = None
 
     def _on_description(self, message: String) -> None:
         """A description from the topic: kept for configure; one that differs from the configured model's is
@@ -251,9 +255,13 @@ class MpcNode(LifecycleNode):
         self.log_refusal(result.trouble)
         if result.source is not CommandSource.PLAN and result.source is not result.previous_source:
             self.get_logger().warning(f"safe command ({self.loop.SAFE_COMMAND}): {result.source.value}")
-        if self.policy_publisher is not None and result.policy is not None:
-            self._publish_policy(result.policy)
-        self.command_publisher.publish(Float64MultiArray(data=result.command.tolist()))
+        policy, command = result.policy, result.command
+        if self.locked is not None:  # the reduced model's plan, written for every joint of the robot
+            policy = None if policy is None else self.locked.expand(policy)
+            command = self.locked.expand_command(command)
+        if self.policy_publisher is not None and policy is not None:
+            self._publish_policy(policy)
+        self.command_publisher.publish(Float64MultiArray(data=command.tolist()))
         decimation = self._p["plan_decimation"]
         if self.plan_publisher is not None and result.plan is not None and self.loop.ticks % decimation == 0:
             self._publish_plan(result.plan, result.plan_start_ns)
@@ -278,7 +286,7 @@ class MpcNode(LifecycleNode):
             self.log_refusal(self.loop.refuse("non_finite_policy", "a policy with NaN or inf: not published"))
             return
         message = fill_message(FeedbackPolicyMessage(), feedback_policy_fields(
-            self.loop.actuated_joint_names, self.joint_names, self.model.nq, self.model.nv, policy.knot_dt,
+            self.robot.actuated_joint_names, self.joint_names, self.robot.nq, self.robot.nv, policy.knot_dt,
             policy.valid_for, policy.x_ref, policy.u_ff, policy.gain))
         set_stamp(message.header.stamp, policy.stamp_ns)
         self.policy_publisher.publish(message)

@@ -312,12 +312,14 @@ MPC_NODE: Dict[str, Spec] = {
     "plan_topic": Spec("~/plan", "trajectory_msgs/JointTrajectory planned motion output", read_only=True),
 }
 
-#: The default gait table (config/mpc_node.yaml says the same): a quadruped's, feet FL, FR, HL, HR. Trot: diagonal
-#: pairs; pace: left pair, right pair; bound: front pair, hind pair; crawl: one foot at a time (HL, FL, HR, FR).
-QUADRUPED_GAITS = ("trot: period=0.4 duty=0.6 offsets=0.5,0.0,0.0,0.5",
-                   "pace: period=0.32 duty=0.625 offsets=0.5,0.0,0.5,0.0 swing_height=0.03",
-                   "bound: period=0.4 duty=0.7 offsets=0.5,0.5,0.0,0.0",
-                   "crawl: period=0.8 duty=0.8 offsets=0.45,0.95,0.2,0.7")
+#: The default gait table (config/mpc_node.yaml says the same): a quadruped's, feet FL, FR, HL, HR, then a biped's,
+#: feet L, R. Trot: diagonal pairs; pace: left pair, right pair; bound: front pair, hind pair; crawl: one foot at a
+#: time (HL, FL, HR, FR); walk: one sole at a time, both down 2 x 20 % of the cycle.
+DEFAULT_GAITS = ("trot: period=0.4 duty=0.6 offsets=0.5,0.0,0.0,0.5",
+                 "pace: period=0.32 duty=0.625 offsets=0.5,0.0,0.5,0.0 swing_height=0.03",
+                 "bound: period=0.4 duty=0.7 offsets=0.5,0.5,0.0,0.0",
+                 "crawl: period=0.8 duty=0.8 offsets=0.45,0.95,0.2,0.7",
+                 "walk: period=1.0 duty=0.7 offsets=0.0,0.5 swing_height=0.05")
 
 #: The floating-base mode of the MPC node (a legged robot on its feet, rbd_deriv.control.legged_loop): read at
 #: start-up, but ``gait``.
@@ -336,7 +338,7 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
                         "simulator's foot sphere)", positive, read_only=True),
     "sole_size": Spec([0.2, 0.1], "length and width of a sole [m] (the simulator's sole)", finite_values,
                       read_only=True),
-    "gait_table": Spec(list(QUADRUPED_GAITS), "the robot's gaits as data, one string per gait: \"NAME: period=T duty=B offsets=O1,O2,... "
+    "gait_table": Spec(list(DEFAULT_GAITS), "the robot's gaits as data, one string per gait: \"NAME: period=T duty=B offsets=O1,O2,... "
                        "[swing_height=H]\" (T [s] a whole number of dt, B the share of the cycle each foot is down, "
                        "one phase in [0, 1) per foot of contact_frames at which it lands, H [m]); `stand` (every "
                        "foot down) is built in", read_only=True),
@@ -388,6 +390,11 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
     "posture_ramp": Spec(1.0, "the first plans reach the reference posture's joints and base height from where the "
                          "robot is over this long [s] (a smoothstep), in [0, 60]; 0: at once", in_range(0.0, 60.0),
                          read_only=True),
+    "locked_joints": Spec([], "floating base: joints the MPC plans as locked at the reference posture (a humanoid's "
+                          "arms, grippers, head: a smaller problem); the policy it sends holds each on a spring "
+                          "over its gravity torque (rbd_deriv.control.locked_joints); empty: none", read_only=True),
+    "locked_joint_frequency": Spec(10.0, "natural frequency [Hz] of the locked joints' critically damped springs, "
+                                   "in (0, 100]", in_range(0.0, 100.0, low_open=True), read_only=True),
     "path_slack": Spec(0.1, "the base's reference is kept within this distance [m] of the measured base (a pushed "
                        "robot goes on from where it is), in (0, 100]", in_range(0.0, 100.0, low_open=True),
                        read_only=True),

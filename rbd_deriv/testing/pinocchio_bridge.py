@@ -60,6 +60,8 @@ class PinocchioBridge:
         floating_base: add a free-flyer root joint named ``root_joint``.
         gravity: gravity acceleration [m/s^2], (3,) linear or (6,) spatial
             ``[linear, angular]``; ``None`` keeps ``[0, 0, -9.81]``.
+        locked: {joint name: position [rad or m]}: Pinocchio's reduced model (``buildReducedModel``), those
+            joints fixed at those positions.
 
     Attributes:
         model, data: the Pinocchio model and its workspace.
@@ -73,6 +75,7 @@ class PinocchioBridge:
         source: UrdfSource,
         floating_base: bool = False,
         gravity: Optional[Sequence[float]] = None,
+        locked: Optional[Dict[str, float]] = None,
     ) -> None:
         root = pin.JointModelFreeFlyer()
         if _is_xml(source):
@@ -85,9 +88,16 @@ class PinocchioBridge:
             linear = gravity[:3]
             angular = gravity[3:6] if gravity.size == 6 else np.zeros(3)
             self.model.gravity = pin.Motion(linear, angular)
-        self.data = self.model.createData()
         self.floating_base = floating_base
         self._build_layout()
+        if locked:
+            q = self.q_from_pin(pin.neutral(self.model))
+            for name, value in locked.items():
+                q[self.idx_q[name]] = value
+            ids = sorted(self.model.getJointId(name) for name in locked)
+            self.model = pin.buildReducedModel(self.model, ids, self.q_to_pin(q))
+            self._build_layout()
+        self.data = self.model.createData()
 
     # ------------------------------------------------------------------ layout
     def _build_layout(self) -> None:
