@@ -510,7 +510,10 @@ class LeggedMPC:
         (:data:`~rbd_deriv.control.constants.STEP_VELOCITY_FACTOR`; beyond them after
         :data:`~rbd_deriv.control.constants.STEP_HALVINGS` halvings the solve fails ``not_finite`` and keeps its
         nominal); the friction cone's multipliers are updated for each step taken at the next linearization. The
-        plan's first-knot forces are those of ``rd.contact_dynamics`` at its first state and torques.
+        plan's first-knot forces are those of ``rd.contact_dynamics`` at its first state and torques: after one
+        iteration, from the step's linearization at that state, :math:`f + \partial f/\partial u\,(u - \bar u)`
+        (the contact forces are affine in the torques at a given state: the same to round-off, without another
+        contact dynamics).
 
         Args:
             x0: Measured state (nx,).
@@ -544,13 +547,18 @@ class LeggedMPC:
             solver.warm_start(elapsed, x0)
         timings = dict.fromkeys(TIMING_PARTS, 0.0)
         timings["schedule"] = clock() - start
+        linearized = solver.U[0].copy()  # the first knot's torques of the (first) linearization
         result = solver.solve(x0, iterations, tolerance=0.0, line_search=False,
                               cost_of="start" if evaluate_cost else None, step_filter=self._bound_step,
                               timings=timings)
         start = clock()
         offsets = self.dynamics.offsets[0].copy()
         if result.ok:
-            forces = self.dynamics.forces(solver.X[0], solver.U[0])
+            if result.iterations == 1:  # linearized at the plan's first state, x0 (the step leaves it)
+                knot = solver.dynamics
+                forces = knot.F[0] + knot.dF_du[0] @ (solver.U[0] - linearized)
+            else:
+                forces = self.dynamics.forces(solver.X[0], solver.U[0])
             ok, violation = forces_within_cone(forces, offsets, self.mu)
             constraint_violation = self.cone_constraint.stack_violation(forces)
         else:
