@@ -422,6 +422,38 @@ def test_contact_batch_force_derivatives_are_the_single_calls(load_robot, label)
         rd.linearize_batch(model, Q, V, TAU, 0.01, force_derivatives=True)
 
 
+@pytest.mark.parametrize("label", ["solo12-4"])
+def test_contact_batch_into_given_arrays(load_robot, label):
+    """out=: the batch writes the very arrays given, with the results it returns otherwise, the forces' rows
+    past a state's own zeroed when the arrays have more rows than the largest set (a controller's buffers sized
+    for every contact), also for a tuple of sets given again (described once, found by its identity) and
+    without the derivatives; an array that does not fit is refused, naming out."""
+    robot, contacts = _case(load_robot, label)
+    model = robot.model
+    rng = robot.rng("contact batch out")
+    count, nv = 5, model.nv
+    Q = np.array([robot.random_q(rng) for _ in range(count)])
+    V, TAU = rng.uniform(-1, 1, (2, count, nv))
+    gait = tuple(tuple(s) for s in (contacts[:2], contacts[1:3], contacts[:1], contacts[:2], contacts[2:3]))
+    expected = rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=gait, force_derivatives=True)
+    rows = sum(c.rows for c in contacts)
+    for _ in range(2):  # the second time with the tuple's description kept
+        out = (np.full((count, 2 * nv, 2 * nv), np.nan), np.full((count, 2 * nv, nv), np.nan),
+               np.full((count, model.nq + nv), np.nan), np.full((count, rows), np.nan),
+               np.full((count, rows, 2 * nv), np.nan), np.full((count, rows, nv), np.nan))
+        got = rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=gait, force_derivatives=True, out=out)
+        assert all(a is b for a, b in zip(got, out))
+        for ours, theirs in zip(got, expected):
+            assert np.array_equal(ours[:, :theirs.shape[1]], theirs)
+            assert not ours[:, theirs.shape[1]:].any()
+    plain = rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=gait, out=[array.copy() for array in out[:4]])
+    assert all(np.array_equal(a, b) for a, b in zip(plain, got[:4]))
+    with pytest.raises(rd.InputError, match="out"):
+        rd.linearize_batch(model, Q, V, TAU, 0.01, contacts=gait, out=(out[0][:, :, :3],) + out[1:4])
+    with pytest.raises(rd.InputError, match="out"):
+        rd.linearize_batch(model, Q[:4], V[:4], TAU[:4], 0.01, contacts=gait[:4], out=out[:4])
+
+
 # --- bad input ---------------------------------------------------------------------------------------------------
 
 

@@ -154,7 +154,7 @@ def test_kernels_are_found_and_none_is_in_a_module_left_out_of_the_key(tmp_path)
              for name, lazy in report["lazy"].items() if not lazy}
     hooks = {f"hook:rbd_deriv.control.{module}" for module in (
         "mpc", "euler_riccati", "state_space", "residuals", "task_residuals", "orientation_residual",
-        "contact_force", "activation", "constraints")}
+        "contact_force", "activation", "constraints", "dynamics")}
     assert set(report["tasks"]) == built | hooks
     assert {"rnea._rnea_kernel", "linearization._linearize_kernel", "contact._contact_kernel",
             "contact._impulse_kernel", "configuration._difference_kernel"} <= {

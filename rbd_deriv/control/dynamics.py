@@ -31,8 +31,9 @@ from numba import njit
 import numpy as np
 
 import rbd_deriv as rd
-from rbd_deriv.core.constants import JIT_OPTIONS
+from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING
 from rbd_deriv.control import euler_riccati
+from rbd_deriv.control.blas import gemm
 from rbd_deriv.control.constants import EULER_STEP_TOLERANCE
 from rbd_deriv.core.contact import FORCE_ROWS, contact_data
 from rbd_deriv.exceptions import InputError, ModelError
@@ -207,20 +208,37 @@ class FreeDynamics:
             np.take(B, self.actuated, axis=2, out=out.B)
 
 
-def compose_impulse(out: KnotDynamics, knot: int, Phi_x: np.ndarray) -> None:
-    """Make step ``knot`` start with an impulse: A <- A Phi_x, dF/dx <- dF/dx Phi_x.
+def compose_impulse(out: KnotDynamics, knot: int, dv_dq: np.ndarray, dv_dv: np.ndarray) -> None:
+    """Make step ``knot`` start with an impulse: A <- A Phi_x, dF/dx <- dF/dx Phi_x, with
+    :math:`\Phi_x = [[I, 0], [\partial v^+/\partial q, \partial v^+/\partial v]]` (:func:`_compose_impulse`).
 
     ``out`` must already hold the step taken from the post-impulse state (X_next, B, F and dF/du
-    of :math:`f(\\Phi(x), u)` need nothing more).
+    of :math:`f(\Phi(x), u)` need nothing more).
 
     Args:
         out: The knot dynamics.
         knot: Index of the touchdown step.
-        Phi_x: (ndx, ndx) Jacobian of the impulse map at that knot's nominal state.
+        dv_dq, dv_dv: (nv, nv) Jacobians of the post-impulse velocity at that knot's nominal state.
     """
-    out.A[knot] = out.A[knot] @ Phi_x
-    if out.force_rows:
-        out.dF_dx[knot] = out.dF_dx[knot] @ Phi_x
+    _compose_impulse(out.A[knot], out.dF_dx[knot], dv_dq, dv_dv)
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def _compose_impulse(A, dF_dx, dv_dq, dv_dv):
+    """A (2 nv, 2 nv) <- A Phi_x and dF_dx (m, 2 nv) <- dF_dx Phi_x with Phi_x = [[I, 0], [dv_dq, dv_dv]]
+    (:func:`_compose_rows`)."""
+    _compose_rows(A, dv_dq, dv_dv)
+    _compose_rows(dF_dx, dv_dq, dv_dv)
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def _compose_rows(M, dv_dq, dv_dv):
+    """M (rows, 2 nv) <- M Phi_x: with M = [M_q, M_v], [M_q + M_v dv_dq, M_v dv_dv] (half the work of the dense
+    product), two BLAS products of a copy of M_v."""
+    nv = dv_dq.shape[0]
+    velocity = M[:, nv:].copy()
+    gemm(1.0, velocity, False, dv_dq, False, 1.0, M[:, :nv])
+    gemm(1.0, velocity, False, dv_dv, False, 0.0, M[:, nv:])
 
 
 class ContactDynamics:
@@ -272,10 +290,17 @@ class ContactDynamics:
         self.active = np.zeros((self.horizon, len(self.names)), dtype=bool)
         self.offsets = np.full((self.horizon, len(self.names)), -1, dtype=np.int64)
         self.touchdown = np.zeros(self.horizon, dtype=bool)
-        self._sets: list[tuple] = []
+        self._sets: tuple = ()
         self._by_pattern: dict[bytes, tuple] = {}
         self._layouts: dict[int, tuple] = {}
         self._tau = np.zeros((self.horizon, model.nv))
+        # The batch's B (N, 2 nv, nv) and dforces/dtau (N, m, nv), all the joints' columns: the actuated ones are
+        # taken from them; the batch writes its other results straight into the solver's KnotDynamics.
+        self._B = np.zeros((self.horizon, 2 * model.nv, model.nv))
+        self._dF_dtau = np.zeros((self.horizon, self.force_rows, model.nv))
+        #: (N, nv, nv) twice: the post-impulse velocity's Jacobians at the touchdown knots (dv+/dq, dv+/dv).
+        self._dv_dq = np.zeros((self.horizon, model.nv, model.nv))
+        self._dv_dv = np.zeros((self.horizon, model.nv, model.nv))
         # A slice when the actuated joints are contiguous (every joint after the free flyer):
         # a view instead of a gather.
         first = int(self.actuated[0])
@@ -295,13 +320,15 @@ class ContactDynamics:
         if layout is None or layout[0] is not schedule:
             # Kept with the schedule itself, whose arrays are read-only: a schedule met again
             # (a periodic gait) is laid out once.
-            layout = (schedule, schedule.force_offsets(), schedule.touchdown.any(axis=1),
-                      [self._set(row) for row in schedule.active])
+            touchdown = schedule.touchdown.any(axis=1)
+            layout = (schedule, schedule.force_offsets(), touchdown,
+                      tuple(self._set(row) for row in schedule.active),
+                      [int(k) for k in np.flatnonzero(touchdown)])
             self._layouts[id(schedule)] = layout
         self.active[:] = schedule.active
         self.offsets[:] = layout[1]
         self.touchdown[:] = layout[2]
-        self._sets = layout[3]
+        self._sets, self._touchdowns = layout[3], layout[4]
 
     def _set(self, row: np.ndarray) -> tuple:
         key = row.tobytes()
@@ -331,7 +358,7 @@ class ContactDynamics:
         ``rd.linearize_batch(..., contacts=sets, force_derivatives=True)`` for the horizon, the
         touchdown knots' velocities replaced by their post-impulse ones first."""
         model, data = self.model, self.data
-        nq, nv = model.nq, model.nv
+        nq = model.nq
         if X.shape[0] != self.horizon:
             raise InputError(f"{X.shape[0]} knots for a schedule of {self.horizon}", "X")
         tau = self._tau
@@ -339,30 +366,24 @@ class ContactDynamics:
         tau[:, self._columns] += U
         Q = np.ascontiguousarray(X[:, :nq])
         V = np.ascontiguousarray(X[:, nq:])
-        touchdowns = np.flatnonzero(self.touchdown) if self.impulses else ()
-        jumps = []
+        touchdowns = self._touchdowns if self.impulses else ()
         for k in touchdowns:
             contacts = self._sets[k]
             dv_dq, dv_dv, _, _ = rd.impulse_dynamics_derivatives(model, data, contacts, Q[k], V[k],
                                                                  self.restitution)
-            phi = np.eye(2 * nv)
-            phi[nv:, :nv] = dv_dq
-            phi[nv:, nv:] = dv_dv
-            jumps.append(phi)
+            self._dv_dq[k] = dv_dq
+            self._dv_dv[k] = dv_dv
             V[k] = contact_data(model, data, contacts).v_plus
-        A, B, X_next, F, dF_dx, dF_du = rd.linearize_batch(model, Q, V, tau, self.dt,
-                                                           contacts=self._sets,
-                                                           force_derivatives=True)
-        m = F.shape[1]
-        out.A[:] = A
-        out.B[:] = B[:, :, self._columns]
-        out.X_next[:] = X_next
-        out.F[:, :m] = F
-        out.dF_dx[:, :m] = dF_dx
-        out.dF_du[:, :m] = dF_du[:, :, self._columns]
-        if m < self.force_rows:
-            out.F[:, m:] = 0.0
-            out.dF_dx[:, m:] = 0.0
-            out.dF_du[:, m:] = 0.0
-        for k, phi in zip(touchdowns, jumps):
-            compose_impulse(out, int(k), phi)
+        # The forces' rows past a knot's own contacts are written zero (the buffers have the rows of every contact).
+        rd.linearize_batch(model, Q, V, tau, self.dt, contacts=self._sets, force_derivatives=True,
+                           out=(out.A, self._B, out.X_next, out.F, out.dF_dx, self._dF_dtau))
+        out.B[:] = self._B[:, :, self._columns]
+        out.dF_du[:] = self._dF_dtau[:, :, self._columns]
+        for k in touchdowns:
+            compose_impulse(out, k, self._dv_dq[k], self._dv_dv[k])
+
+
+def precompile_kernels() -> None:
+    """Compile :func:`_compose_impulse` into the kernel cache with the argument types
+    :meth:`ContactDynamics.linearize` passes (the package's build runs it)."""
+    _compose_impulse(np.zeros((2, 2)), np.zeros((3, 2)), np.eye(1), np.eye(1))

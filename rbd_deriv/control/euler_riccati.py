@@ -51,7 +51,7 @@ from rbd_deriv.control.constants import (REGULARIZATION_ATTEMPTS, REGULARIZATION
 from rbd_deriv.control.blas import gemm, solve_lower, syrk_lower
 from rbd_deriv.control.riccati import STATUS_NOT_CONVEX, STATUS_NOT_FINITE, STATUS_OK, box_qp
 
-__all__ = ["STATUS_OK", "STATUS_NOT_CONVEX", "STATUS_NOT_FINITE", "flat_size", "backward_pass",
+__all__ = ["STATUS_OK", "STATUS_NOT_CONVEX", "STATUS_NOT_FINITE", "all_finite", "flat_size", "backward_pass",
            "forward_pass", "is_euler_step"]
 
 
@@ -111,7 +111,21 @@ def _mv(A, x, out):
 
 
 @njit(**JIT_OPTIONS_ALLOCATING)
-def _all_finite(a):
+def _mv_transposed(A, x, out):
+    """out (m,) = A^T x for A (n, m) and x (n,), as the combination sum_p x[p] A[p] of A's rows (contiguous: the
+    loop over a row vectorizes, where a dot product down a column of A would stride)."""
+    n, m = A.shape
+    for i in range(m):
+        out[i] = 0.0
+    for p in range(n):
+        c = x[p]
+        for i in range(m):
+            out[i] += c * A[p, i]
+
+
+@njit(**JIT_OPTIONS_ALLOCATING)
+def all_finite(a):
+    """Whether every entry of the array ``a`` is finite (NaN and inf are not)."""
     for value in a.ravel():
         if not np.isfinite(value):
             return False
@@ -160,7 +174,8 @@ def _transport_matrix(P, Jq, Jv, dt, S, out):
     """out = T^T P T for the Euler step's T = [[Jq, dt Jv], [0, I]] (see :func:`backward_pass`).
 
     Jq and Jv are the identity but for their leading (b, b) block, given as Jq, Jv (b, b); S is a
-    workspace like P. Costs O(ndx^2 b) instead of two dense products.
+    workspace like P, and out's first 2 b rows serve as one before out is written (2 b <= ndx with a free
+    flyer). Costs O(ndx^2 b) instead of two dense products.
     """
     nx = P.shape[0]
     nv = nx // 2
@@ -179,22 +194,27 @@ def _transport_matrix(P, Jq, Jv, dt, S, out):
                 out[nv + i, j] = dt * p11 + p21
                 out[nv + i, nv + j] = dt * s12 + s22
         return
-    # S = P T, column blocks [P_:q Jq, dt P_:q Jv + P_:v]; P is symmetric, so the columns of
-    # P_:q Jq are the rows of Jq^T P_q:, sums of rows of P (contiguous, vectorized).
+    # S = P T, column blocks [P_:q Jq, dt P_:q Jv + P_:v]. Past the first b columns of each block, copies; the first
+    # b columns of each are, P being symmetric, combinations of rows of P: formed as rows (contiguous, vectorized)
+    # in out's first 2 b rows, a scratch until out is written below, then written into S's columns.
     for i in range(nx):
         for j in range(nv):
             S[i, j] = P[i, j]
             S[i, nv + j] = dt * P[i, j] + P[i, nv + j]
     for j in range(b):
         for i in range(nx):
-            S[i, j] = 0.0
-            S[i, nv + j] = P[i, nv + j]
+            out[j, i] = 0.0
+            out[b + j, i] = P[nv + j, i]
         for r in range(b):
             cq = Jq[r, j]
             cv = dt * Jv[r, j]
             for i in range(nx):
-                S[i, j] += cq * P[r, i]
-                S[i, nv + j] += cv * P[r, i]
+                out[j, i] += cq * P[r, i]
+                out[b + j, i] += cv * P[r, i]
+    for i in range(nx):
+        for j in range(b):
+            S[i, j] = out[j, i]
+            S[i, nv + j] = out[b + j, i]
     # out = T^T S, row blocks: [Jq^T S_q:, dt Jv^T S_q: + S_v:].
     for i in range(nv):
         for j in range(nx):
@@ -317,14 +337,14 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         gemm(1.0, Fu, True, Mu, False, 1.0, Quu)
         # Qx = E^T g_q + Fx^T g_v + Lx, Qu = Fu^T g_v + Lu.
         g_v = g[nv:]
-        _mv(Fx.T, g_v, Qx)
+        _mv_transposed(Fx, g_v, Qx)
         for i in range(nv):
             Qx[i] += g[i]
         Qx += Lx[k]
-        _mv(Fu.T, g_v, Qu)
+        _mv_transposed(Fu, g_v, Qu)
         Qu += Lu[k]
         # An overflow upstream shows here first; it is not a convexity problem.
-        if not (_all_finite(Qu) and _all_finite(Quu)):
+        if not (all_finite(Qu) and all_finite(Quu)):
             return STATUS_NOT_FINITE, qp_iterations, clamped
         for i in range(nu):
             lower[i] = control_lower[i] - U[k, i]
@@ -390,12 +410,12 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         # p = Qx + K^T (Quu k + Qu) + Qux^T k.
         _mv(Quu, k_ff[k], quu_k)
         quu_k += Qu
-        _mv(K[k].T, quu_k, p)
+        _mv_transposed(K[k], quu_k, p)
         p += Qx
-        _mv(Qux.T, k_ff[k], vector)
+        _mv_transposed(Qux, k_ff[k], vector)
         p += vector
         Vx[k] = p
-    if not _all_finite(p):
+    if not all_finite(p):
         return STATUS_NOT_FINITE, qp_iterations, clamped
     return STATUS_OK, qp_iterations, clamped
 
@@ -448,7 +468,13 @@ def forward_pass(A, B, d, Jq, Jv, dt, K, k_ff, U, control_lower, control_upper, 
 def precompile_kernels() -> None:
     """Compile :func:`backward_pass` and :func:`forward_pass` into the kernel cache with the argument
     types :class:`rbd_deriv.control.solver.RiccatiSolver` passes (the package's build runs it): one pass
-    of a one-joint problem on a vector space, then with a 6 x 6 integrator block."""
+    of a one-joint problem on a vector space, then with a 6 x 6 integrator block; and :func:`all_finite` for every
+    float vector a state may come as to :func:`rbd_deriv.control.ocp.check_state`: contiguous or strided, writable
+    or read-only (a message's buffer), so that no node compiles it at its first tick."""
+    for vector in (np.zeros(2), np.zeros(4)[::2]):
+        all_finite(vector)
+        vector.setflags(write=False)
+        all_finite(vector)
     for nv, block in ((1, 0), (6, 6)):
         N, nx, nu = 2, 2 * nv, nv
         A = np.tile(np.eye(nx), (N, 1, 1))

@@ -197,6 +197,8 @@ class LeggedMPC:
         schedule = gait.schedule(self.horizon, 0)
         # A horizon moving along a periodic gait meets each of its P schedules again.
         self._schedules = {0: schedule}
+        #: Phase of the period -> its references without a path (:meth:`_references_at_phase`).
+        self._phase_references: dict[int, tuple] = {}
         self.dynamics = ContactDynamics(model, dt, schedule, actuated, impulses)
         self.kinds = self.dynamics.kinds
         nv, nu = model.nv, self.dynamics.nu
@@ -299,6 +301,8 @@ class LeggedMPC:
         limit = np.asarray(model.velocity_limit, dtype=float)[FREE_FLYER_DOF:]
         #: (nv - 6,) the joints' speed bound of a real-time step [rad/s or m/s] (none where the URDF gives none).
         self._speed_bound = np.where(np.isfinite(limit) & (limit > 0.0), STEP_VELOCITY_FACTOR * limit, np.inf)
+        #: (nv,) the bound of a real-time step's velocity change: :data:`STEP_BASE_SPEED` on the base, then the joints'.
+        self._step_bound = np.r_[np.full(FREE_FLYER_DOF, STEP_BASE_SPEED), self._speed_bound]
         self._started = False
         #: The base's path and the time [s] of the horizon's first knot on its clock (None: in place).
         self.path: BasePath | None = None
@@ -325,20 +329,12 @@ class LeggedMPC:
         self._update_references()
 
     def _update_references(self) -> None:
-        active = self.dynamics.active
-        closed = active.sum(axis=1)
+        key = self.phase % self.gait.period
         knots = (self.phase + np.arange(self.horizon)) % self.gait.period
-        share = self.weight / np.maximum(closed, 1)
-        self.force_reference[:] = 0.0
-        for c in range(len(self.feet)):
-            rows = np.flatnonzero(self.dynamics.offsets[:, c] >= 0)
-            self.force_reference[rows, self.dynamics.offsets[rows, c] + 2] = share[rows]
-        # A foot's placement is held at its swing reference from lift-off to its touchdown knot included:
-        # the contact closes there whatever the foot's height, so the foot must be down on its own.
-        touchdown = self._schedules[self.phase % self.gait.period].touchdown
-        self.swinging[:] = ~active | touchdown
-        self.swing_reference[:] = self.stance.ravel()
-        self.swing_reference[:, 2::3] += self.swing_height * self._lift[knots]
+        references = self._phase_references.get(key)
+        if references is None:
+            references = self._phase_references[key] = self._references_at_phase(key, knots)
+        self.force_reference[:], self.swinging[:], self.swing_reference[:] = references
         for c, weights in self.sole_weights.items():
             weights[:] = self.swinging[:, c]
             self.sole_references[c][:] = self.stance_rotations[c]
@@ -349,6 +345,26 @@ class LeggedMPC:
             self._move_references(knots)
         if self._ramp is not None:
             self._ramp_references()
+
+    def _references_at_phase(self, key: int, knots: np.ndarray) -> tuple:
+        """The references of the schedule in place (phase ``key`` of the gait's period; ``knots`` (N,) the period's
+        knot of each knot), without a path: (N, m) the weight shared by the closed feet on their normal rows [N],
+        (N, nc) the feet in the air, (N, 3 nc) their placements over their stance lifted along their swing [m].
+        Read-only: :meth:`_update_references` copies them into the costs' arrays at every tick of that phase."""
+        active, offsets = self.dynamics.active, self.dynamics.offsets
+        share = self.weight / np.maximum(active.sum(axis=1), 1)
+        force_reference = np.zeros_like(self.force_reference)
+        for c in range(len(self.feet)):
+            rows = np.flatnonzero(offsets[:, c] >= 0)
+            force_reference[rows, offsets[rows, c] + 2] = share[rows]
+        # A foot's placement is held at its swing reference from lift-off to its touchdown knot included:
+        # the contact closes there whatever the foot's height, so the foot must be down on its own.
+        swinging = ~active | self._schedules[key].touchdown
+        swing_reference = np.tile(self.stance.ravel(), (self.horizon, 1))
+        swing_reference[:, 2::3] += self.swing_height * self._lift[knots]
+        for array in (force_reference, swinging, swing_reference):
+            array.setflags(write=False)
+        return force_reference, swinging, swing_reference
 
     def ramp_from(self, q: np.ndarray, time: float, duration: float) -> None:
         """Reach the posture's joints and base height from configuration q (nq,) over ``duration`` [s] from
@@ -488,10 +504,7 @@ class LeggedMPC:
         """The step DX (N + 1, ndx) changes the velocities by at most :data:`STEP_BASE_SPEED` on the base and
         :data:`STEP_VELOCITY_FACTOR` times the velocity limits the URDF gives on the joints, and its rollout
         X_new is finite."""
-        nv = self.model.nv
-        change = np.abs(DX[:, nv:])
-        return bool(np.isfinite(X_new).all() and (change[:, :FREE_FLYER_DOF] <= STEP_BASE_SPEED).all()
-                    and (change[:, FREE_FLYER_DOF:] <= self._speed_bound).all())
+        return bool(np.isfinite(X_new).all() and (np.abs(DX[:, self.model.nv:]) <= self._step_bound).all())
 
     def _bound_step(self, solver: RiccatiSolver) -> bool:
         """Halve the last rollout's step (X_new, U_new from X, U) until :meth:`_step_within_bounds`, at most
@@ -520,7 +533,10 @@ class LeggedMPC:
         (:data:`~rbd_deriv.control.constants.STEP_VELOCITY_FACTOR`; beyond them after
         :data:`~rbd_deriv.control.constants.STEP_HALVINGS` halvings the solve fails ``not_finite`` and keeps its
         nominal); the friction cone's multipliers are updated for each step taken at the next linearization. The
-        plan's first-knot forces are those of ``rd.contact_dynamics`` at its first state and torques.
+        plan's first-knot forces are those of ``rd.contact_dynamics`` at its first state and torques: after one
+        iteration, from the step's linearization at that state, :math:`f + \partial f/\partial u\,(u - \bar u)`
+        (the contact forces are affine in the torques at a given state: the same to round-off, without another
+        contact dynamics).
 
         Args:
             x0: Measured state (nx,).
@@ -537,7 +553,8 @@ class LeggedMPC:
         x0 = check_state("x0", x0, self.space)
         clock = time.perf_counter
         start = started = clock()
-        self._capture(x0)
+        if self.path is not None:  # the base's measured velocity is read along a path only (_capture_offset)
+            self._capture(x0)
         previous = self.phase
         if phase is not None and int(phase) != self.phase:
             self.set_phase(phase)
@@ -553,13 +570,18 @@ class LeggedMPC:
             solver.warm_start(elapsed, x0)
         timings = dict.fromkeys(TIMING_PARTS, 0.0)
         timings["schedule"] = clock() - start
+        linearized = solver.U[0].copy()  # the first knot's torques of the (first) linearization
         result = solver.solve(x0, iterations, tolerance=0.0, line_search=False,
                               cost_of="start" if evaluate_cost else None, step_filter=self._bound_step,
                               timings=timings)
         start = clock()
         offsets = self.dynamics.offsets[0].copy()
         if result.ok:
-            forces = self.dynamics.forces(solver.X[0], solver.U[0])
+            if result.iterations == 1:  # linearized at the plan's first state, x0 (the step leaves it)
+                knot = solver.dynamics
+                forces = knot.F[0] + knot.dF_du[0] @ (solver.U[0] - linearized)
+            else:
+                forces = self.dynamics.forces(solver.X[0], solver.U[0])
             ok, violation = forces_within_cone(forces, offsets, self.mu)
             constraint_violation = self.cone_constraint.stack_violation(forces)
         else:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from rbd_deriv.control.blas import gemm
 from rbd_deriv.control.state_space import (FREE_FLYER_DOF, VectorSpace, difference_batch,
                                            difference_block)
 from rbd_deriv.core.constants import JIT_OPTIONS, JIT_OPTIONS_ALLOCATING, UINT
@@ -91,7 +92,14 @@ def fold_force_derivatives(knots: Knots, out: Derivatives) -> None:
     """Add the force-space derivatives through the forces' Jacobians F_x, F_u:
     :math:`L_x \\mathrel{+}= F_x^T L_f`, :math:`L_{xx} \\mathrel{+}= F_x^T L_{ff} F_x`,
     likewise for u and ux (:func:`_fold`: the rows of the stack that carry no cost or no force left
-    out)."""
+    out). L_xx, L_ux and L_uu must have contiguous columns (BLAS writes their rows).
+
+    Raises:
+        InputError: L_xx, L_ux or L_uu with strided columns."""
+    for name in ("Lxx", "Lux", "Luu"):
+        array = getattr(out, name)
+        if array.strides[-1] != array.itemsize:
+            raise InputError(f"{name}: its columns must be contiguous", name)
     _fold(knots.dF_dx, knots.dF_du, out.Lff, out.Lf, out.Lx, out.Lxx, out.Lu, out.Luu, out.Lux)
 
 
@@ -101,8 +109,9 @@ def _fold(Fx, Fu, Lff, Lf, Lx, Lxx, Lu, Luu, Lux):
     + nu), L_x += F_x^T L_f, L_u += F_u^T L_f and the blocks of F^T L_ff F into L_xx, L_ux, L_uu.
 
     Only the rows r of the stack that carry something enter the products: L_f[r] or a row of L_ff not
-    zero, and a row of F not zero (the rows past a knot's closed contacts carry nothing). The product is
-    a rank-c update of the derivatives' rows (c the rows kept), row by row."""
+    zero, and a row of F not zero (the rows past a knot's closed contacts carry nothing). With F and
+    GF = L_ff F on the c rows kept, the blocks of F^T GF are three products accumulated by BLAS
+    (:func:`rbd_deriv.control.blas.gemm`: F_x^T GF_x, F_u^T GF_x, F_u^T GF_u)."""
     K, m, ndx = Fx.shape
     nu = Fu.shape[2]
     n = ndx + nu
@@ -128,6 +137,8 @@ def _fold(Fx, Fu, Lff, Lf, Lx, Lxx, Lu, Luu, Lux):
             if moves:
                 used[count] = r
                 count += 1
+        if count == 0:
+            continue
         for a in range(count):
             r = used[a]
             F[a, :ndx] = Fx[k, r]
@@ -146,32 +157,9 @@ def _fold(Fx, Fu, Lff, Lf, Lx, Lxx, Lu, Luu, Lux):
                 if w != 0.0:
                     for j in range(UINT(0), UINT(n)):
                         GF[a, j] += w * F[b, j]
-        # Row i of F^T GF is sum_a F[a, i] GF[a]: x rows into L_xx, u rows into L_ux and L_uu.
-        for i in range(ndx):
-            _add_combination(F, count, i, GF, 0, ndx, Lxx[k, i])
-        for u in range(nu):
-            _add_combination(F, count, ndx + u, GF, 0, ndx, Lux[k, u])
-            _add_combination(F, count, ndx + u, GF, ndx, n, Luu[k, u])
-
-
-@njit(**JIT_OPTIONS)
-def _add_combination(F, count, i, G, start, stop, row):
-    """row += sum_a F[a, i] G[a, start:stop] over the first count rows, four rows of G per pass over
-    row (one load and store of row for four multiply-adds). G is taken whole and sliced row by row
-    here, so that the rows are contiguous to the compiler and the inner loop vectorizes."""
-    a = 0
-    while a + 4 <= count:
-        c0, c1, c2, c3 = F[a, i], F[a + 1, i], F[a + 2, i], F[a + 3, i]
-        g0, g1 = G[a, start:stop], G[a + 1, start:stop]
-        g2, g3 = G[a + 2, start:stop], G[a + 3, start:stop]
-        for j in range(UINT(0), UINT(stop - start)):
-            row[j] += c0 * g0[j] + c1 * g1[j] + c2 * g2[j] + c3 * g3[j]
-        a += 4
-    while a < count:
-        c0, g0 = F[a, i], G[a, start:stop]
-        for j in range(UINT(0), UINT(stop - start)):
-            row[j] += c0 * g0[j]
-        a += 1
+        gemm(1.0, F[:count, :ndx], True, GF[:count, :ndx], False, 1.0, Lxx[k])
+        gemm(1.0, F[:count, ndx:], True, GF[:count, :ndx], False, 1.0, Lux[k])
+        gemm(1.0, F[:count, ndx:], True, GF[:count, ndx:], False, 1.0, Luu[k])
 
 
 _NO_KNOT_WEIGHTS = np.zeros(0)

@@ -129,8 +129,10 @@ def box_qp(H, g_lin, lower, upper, x, free, index, L, work):
     iterations = 0
     m = 0
     factored = False
+    current = False  # whether free and gradient are those of x
     for iterations in range(1, BOX_QP_MAX_ITERATIONS + 1):
         norm = _free_set(H, g_lin, x, lower, upper, free, gradient)
+        current = True
         if not np.isfinite(norm):
             return iterations, 0, STATUS_NOT_FINITE
         if norm <= BOX_QP_TOLERANCE:
@@ -166,9 +168,11 @@ def box_qp(H, g_lin, lower, upper, x, free, index, L, work):
         for i in range(n):
             x[i] = trial[i]
         value = trial_value
+        current = False
     # The feedback gain needs the factor of the free set at the returned point: the last one
     # if the set has not changed since it was factored.
-    _free_set(H, g_lin, x, lower, upper, free, gradient)
+    if not current:
+        _free_set(H, g_lin, x, lower, upper, free, gradient)
     if factored and _same_free_set(free, index, m):
         return iterations, m, STATUS_OK
     m, convex = _factor_free_set(H, free, index, L)

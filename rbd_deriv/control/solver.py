@@ -258,9 +258,8 @@ class RiccatiSolver:
     def backward(self) -> tuple[int, int, int]:
         """Riccati backward pass at the current derivatives: (status, QP iterations, clamped)."""
         dynamics = self.dynamics
-        # The previous feedforward, read at the new nominal, is a good first guess of the QP.
-        np.clip(self.k_ff, self.control_lower - self.U, self.control_upper - self.U,
-                out=self.k_ff)
+        # The previous feedforward, read at the new nominal, is a good first guess of the QP: each stage's
+        # QP clamps it into the box at the nominal, U + k in [lower, upper], first.
         if self.dense():
             return riccati.backward_pass(
                 dynamics.A, dynamics.B, self.d, self.Lxx, self.Lx, self.Luu, self.Lux, self.Lu, self.U,

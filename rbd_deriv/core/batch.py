@@ -125,7 +125,8 @@ def _zero_forces(model: Model) -> np.ndarray:
 
 
 def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Dict[str, tuple]] = None,
-              explain: Optional[Callable[[int, int, Sequence[str]], Exception]] = None) -> List[np.ndarray]:
+              explain: Optional[Callable[[int, int, Sequence[str]], Exception]] = None,
+              out: Optional[Sequence[np.ndarray]] = None) -> List[np.ndarray]:
     """Run a registered kernel at K states; return its outputs, each (K, ...).
 
     Args:
@@ -138,10 +139,13 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
         shapes: One state's shape of an output that is not a Data region of the same name.
         explain: The exception of state k's nonzero status, given (k, status, argument names), for errors
             that depend on the state's own arguments (a contact set's frames); default ``registered.error``.
+        out: The outputs to write, in spec order, instead of new arrays (a controller's buffers, written at
+            every tick): each a C-contiguous, writable float64 array of K rows and one state's number of
+            dimensions (the kernel checks the rest of its shape).
 
     Raises:
-        InputError: an input that is not an array of K rows, or the first failing state's error, prefixed
-            with "state k of K".
+        InputError: an input that is not an array of K rows, an ``out`` array that does not fit, or the first
+            failing state's error, prefixed with "state k of K".
     """
     check_model(model)
     if not registered.compiled:
@@ -168,7 +172,10 @@ def run_batch(registered: Registered, model: Model, *inputs, shapes: Optional[Di
         per_state.append(array)
     if not direct or count is None:
         count = _convert_states(values, plan.inputs, per_state)
-    outputs = [np.empty((count,) + _state_shape(model, name, shapes)) for name in plan.outputs]
+    if out is None:
+        outputs = [np.empty((count,) + _state_shape(model, name, shapes)) for name in plan.outputs]
+    else:
+        outputs = _given_outputs(out, count, model, plan.outputs, shapes)
     codes = np.zeros(count, dtype=np.int64)
     threads = max(1, min(numba.get_num_threads(), count))
     workspaces = _take_workspaces(model, threads)
@@ -221,6 +228,21 @@ def _convert_states(values: list, taken: Sequence, per_state: Sequence[bool]) ->
             raise InputError(f"{name}: {array.shape[0]} states, the other arguments have {count}", name)
         values[k] = array if array.flags.writeable else array.copy()
     return count
+
+
+def _given_outputs(out: Sequence[np.ndarray], count: int, model: Model, names: Sequence[str],
+                   shapes: Optional[Dict[str, tuple]]) -> List[np.ndarray]:
+    """The ``out`` arrays of :func:`run_batch` as a list, after checking that each can take its output (K rows,
+    one state's number of dimensions, float64, C-contiguous, writable); InputError naming the first that cannot."""
+    if len(out) != len(names):
+        raise InputError(f"out: {len(out)} arrays for the {len(names)} outputs {list(names)}", "out")
+    for array, name in zip(out, names):
+        ndim = 1 + len(_state_shape(model, name, shapes))
+        if type(array) is not np.ndarray or array.dtype != np.float64 or array.ndim != ndim \
+                or array.shape[0] != count or not array.flags.c_contiguous or not array.flags.writeable:
+            raise InputError(f"out: {name} must be a writable C-contiguous float64 array of {count} rows and "
+                             f"{ndim} dimensions", "out")
+    return list(out)
 
 
 def _state_shape(model: Model, name: str, shapes: Optional[Dict[str, tuple]]) -> tuple:

@@ -1272,29 +1272,25 @@ def _set_layout(model: Model, key: tuple) -> tuple:
     return ci, cf, rows
 
 
-def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts, force_derivatives: bool = False):
-    """linearize_contacts at K states, one contact set per state.
+_BATCH_LAYOUTS: "weakref.WeakKeyDictionary[Model, dict]" = weakref.WeakKeyDictionary()
+"""Per model, the batch description of each tuple of contact sets met (a controller's schedules, given again at
+every tick), by the tuple's identity: (the tuple, CI, CF, force rows, distinct sets, each state's set), at most
+_CACHE_SIZE, the oldest dropped past that."""
 
-    Args:
-        contacts: K sequences of :class:`Contact` (one per state; they may differ: a gait), or one sequence
-            for all states.
-        force_derivatives: Also return the derivatives of each state's forces.
 
-    Returns:
-        (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv), forces (K, m_max)): each state's forces first,
-        padded with zeros to the largest number of force rows of a state. With ``force_derivatives``, two more:
-        dforces_dx (K, m_max, 2nv) = [dforces/dq, dforces/dv] (q in the tangent space) and dforces_du
-        (K, m_max, nv) = dforces/dtau, zero in the padding rows.
-    """
-    check_model(model)
-    dt = check_time_step(dt)
-    try:
-        count = len(Q)
-    except TypeError:
-        raise InputError("Q: expected K configurations", "Q") from None
-    # A horizon repeats few contact sets (the phases of a gait): each distinct set (the same contacts in the same
-    # order, whichever sequence holds them) is checked and laid out once per model (_set_layout), and the states'
-    # descriptions are gathered from those layouts.
+def _batch_layout(model: Model, contacts, count: int) -> tuple:
+    """(CI (K, width, CI_COLS), CF (K, width, CF_COLS), force rows of the largest set, the distinct sets, the
+    index (K,) of each state's among them) of ``contacts`` as :func:`linearize_contacts_batch` takes them.
+
+    A horizon repeats few contact sets (the phases of a gait): each distinct set (the same contacts in the same
+    order, whichever sequence holds them) is checked and laid out once per model (:func:`_set_layout`), and the
+    states' descriptions are gathered from those layouts. A tuple of tuples (immutable) whose sets read no
+    reference placement is described once: the description is kept with the tuple itself and found again by its
+    identity."""
+    cache = _BATCH_LAYOUTS.get(model)
+    found = None if cache is None else cache.get(id(contacts))
+    if found is not None and found[0] is contacts:
+        return found[1:]
     if not len(contacts) or isinstance(contacts[0], Contact):
         given = [_set_key(contacts, None)]
         index = np.zeros(count, dtype=np.intp)
@@ -1320,16 +1316,52 @@ def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts, force_deriva
     for k, (ci, cf, _) in enumerate(layouts):
         layout_i[k, :len(ci)] = ci
         layout_f[k, :len(cf)] = cf
-    CI, CF = layout_i[index], layout_f[index]
-    rows = max(r for _, _, r in layouts) if count else 0
-    distinct = given
+    description = (layout_i[index], layout_f[index], max(r for _, _, r in layouts) if count else 0, given, index)
+    fixed = type(contacts) is tuple and all(type(s) is tuple for s in contacts) \
+        and not any(c.baumgarte[0] > 0.0 for key in given for c in key)
+    if fixed:
+        if cache is None:
+            cache = _BATCH_LAYOUTS.setdefault(model, {})
+        if len(cache) >= _CACHE_SIZE:
+            del cache[next(iter(cache))]
+        cache[id(contacts)] = (contacts,) + description
+    return description
+
+
+def linearize_contacts_batch(model: Model, Q, V, TAU, dt, contacts, force_derivatives: bool = False, out=None):
+    """linearize_contacts at K states, one contact set per state.
+
+    Args:
+        contacts: K sequences of :class:`Contact` (one per state; they may differ: a gait), or one sequence
+            for all states.
+        force_derivatives: Also return the derivatives of each state's forces.
+        out: The arrays to write the results into (a controller's buffers), as they are returned: (A, B, X_next,
+            forces), then (dforces_dx, dforces_du) with ``force_derivatives``; the forces' arrays may have more
+            rows than m_max (padded with zeros too). See :func:`rbd_deriv.core.batch.run_batch`.
+
+    Returns:
+        (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv), forces (K, m_max)): each state's forces first,
+        padded with zeros to the largest number of force rows of a state. With ``force_derivatives``, two more:
+        dforces_dx (K, m_max, 2nv) = [dforces/dq, dforces/dv] (q in the tangent space) and dforces_du
+        (K, m_max, nv) = dforces/dtau, zero in the padding rows.
+    """
+    check_model(model)
+    dt = check_time_step(dt)
+    try:
+        count = len(Q)
+    except TypeError:
+        raise InputError("Q: expected K configurations", "Q") from None
+    CI, CF, rows, distinct, index = _batch_layout(model, contacts, count)
+    width = CI.shape[1]
     nv = model.nv
     derivative_rows = rows if force_derivatives else 0
+    if out is not None and not force_derivatives:
+        out = tuple(out) + (np.zeros((count, 0, 2 * nv)), np.zeros((count, 0, nv)))
     outputs = run_batch(
         CONTACT, model, Q, V, TAU, None, CI, CF, dt, MODE_LINEARIZE_FORCES if force_derivatives else MODE_LINEARIZE,
         workspace_size(nv, 6 * width),
         shapes={"forces": (rows,), "dforces_dx": (derivative_rows, 2 * nv), "dforces_du": (derivative_rows, nv)},
-        explain=lambda k, code, names: _error(CONTACT, model, code, distinct[index[k]], names))
+        explain=lambda k, code, names: _error(CONTACT, model, code, distinct[index[k]], names), out=out)
     return tuple(outputs) if force_derivatives else tuple(outputs[:4])
 
 
@@ -1351,15 +1383,16 @@ def linearize(model: Model, data: Data, q, v, tau, dt, fext=None, contacts=None)
     return linearize_contacts(model, data, contacts, q, v, tau, dt, fext)
 
 
-def linearize_batch(model: Model, Q, V, TAU, dt, contacts=None, force_derivatives: bool = False):
+def linearize_batch(model: Model, Q, V, TAU, dt, contacts=None, force_derivatives: bool = False, out=None):
     """linearize at K states with time step dt [s] -> (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv)).
 
     With ``contacts`` (K sequences of :class:`Contact`, one per state, or one for all): the contact step at each
     state, and a fourth result, the forces (K, m_max) padded with zeros (m_max: the most force rows of a state).
     With ``force_derivatives`` too, two more: the forces' derivatives dforces_dx (K, m_max, 2nv) (with respect
-    to q in the tangent space, then v) and dforces_du (K, m_max, nv) (:func:`linearize_contacts_batch`)."""
+    to q in the tangent space, then v) and dforces_du (K, m_max, nv) (:func:`linearize_contacts_batch`).
+    ``out``: arrays to write the results into, as they are returned (:func:`linearize_contacts_batch`)."""
     if contacts is not None:
-        return linearize_contacts_batch(model, Q, V, TAU, dt, contacts, force_derivatives)
+        return linearize_contacts_batch(model, Q, V, TAU, dt, contacts, force_derivatives, out)
     if force_derivatives:
         raise InputError("force_derivatives: there are forces only with contacts", "force_derivatives")
-    return linearization.linearize_batch(model, Q, V, TAU, dt)
+    return linearization.linearize_batch(model, Q, V, TAU, dt, out)

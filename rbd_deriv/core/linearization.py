@@ -174,7 +174,8 @@ def linearize(model: Model, data: Data, q, v, tau, dt, fext=None):
     return data.A, data.B
 
 
-def linearize_batch(model: Model, Q, V, TAU, dt):
+def linearize_batch(model: Model, Q, V, TAU, dt, out=None):
     """linearize at K states with time step dt [s] -> (A (K, 2nv, 2nv), B (K, 2nv, nv), X_next (K, nq + nv)),
-    without contacts (:func:`rbd_deriv.linearize_batch` adds ``contacts=``)."""
-    return tuple(run_batch(LINEARIZE, model, Q, V, TAU, None, check_time_step(dt)))
+    without contacts (:func:`rbd_deriv.linearize_batch` adds ``contacts=``); written into ``out`` (A, B, X_next)
+    when given (:func:`rbd_deriv.core.batch.run_batch`)."""
+    return tuple(run_batch(LINEARIZE, model, Q, V, TAU, None, check_time_step(dt), out=out))
