@@ -82,10 +82,16 @@ from rbd_deriv.control.solver import SOLVE_PARTS, RiccatiSolver
 from rbd_deriv.control.state_space import FREE_FLYER_DOF, ConfigurationSpace
 from rbd_deriv.control.statics import static_torques
 from rbd_deriv.control.task_residuals import (CenterOfMassResidual, FramePositionResidual,
-                                              RobotKinematics)
+                                              FrameVelocityResidual, RobotKinematics)
 from rbd_deriv.core.configuration import rotation_of
 from rbd_deriv.exceptions import InputError
 
+
+#: The knots at each end of a swing, with ``weights.swing_ends``, where the foot's horizontal reference holds its
+#: lift-off or landing place and its horizontal velocity is costed: the first SWING_END_KNOTS knots after its
+#: lift-off knot, the last SWING_END_KNOTS before its touchdown knot and the touchdown knot itself (its velocity
+#: before the impulse).
+SWING_END_KNOTS = 1
 
 #: The parts of a tick timed in its plan's ``timings``: moving the schedule and the warm start; the solver's
 #: (:data:`~rbd_deriv.control.solver.SOLVE_PARTS`); the first knot's forces and cone check.
@@ -104,6 +110,8 @@ class LeggedWeights:
         torque: On u - u^s [1/(N m)^2].
         force: On f - f^r [1/N^2].
         swing: On a swing foot's placement error [1/m^2].
+        swing_ends: On a swing foot's horizontal world velocity at the ends of its swing [s^2/m^2]
+            (:data:`SWING_END_KNOTS`; 0: no such cost, and the horizontal reference moves over the whole swing).
         terminal: Factor of the posture cost at the last knot.
         cone: Weight w_b of the friction-cone barrier.
         cone_delta: Relaxation threshold of the barrier, as a fraction of the weight share of a
@@ -126,6 +134,7 @@ class LeggedWeights:
     torque: float = 0.1
     force: float = 1e-3
     swing: float = 1e4
+    swing_ends: float = 0.0
     terminal: float = 10.0
     cone: float = 1e-3
     cone_delta: float = 0.05
@@ -243,6 +252,13 @@ class LeggedMPC:
         running.append(Cost(FramePositionResidual(space, kinematics, feet, self.swing_reference,
                                                   knots=self.swinging),
                             Quadratic(w.swing, 3 * len(feet)), name="swing feet"))
+        #: (N, nc) the swing feet at the ends of their swings (:data:`SWING_END_KNOTS`), with ``weights.swing_ends``.
+        self.swing_ends = np.zeros((N, len(feet)), dtype=bool)
+        #: The knots held at each end of a swing (0 without ``weights.swing_ends``).
+        self.end_knots = SWING_END_KNOTS if w.swing_ends > 0.0 else 0
+        if self.end_knots:
+            running.append(Cost(FrameVelocityResidual(space, kinematics, feet, axes=(0, 1), knots=self.swing_ends),
+                                Quadratic(w.swing_ends, 2 * len(feet)), name="swing ends"))
         self.cone = FrictionConeResidual(space, nu, offsets, mu)
         share = self.weight / len(feet)
         running.append(Cost(self.cone, RelaxedLogBarrier(w.cone, w.cone_delta * share,
@@ -299,6 +315,9 @@ class LeggedMPC:
         # the contact closes there whatever the foot's height, so the foot must be down on its own.
         touchdown = self._schedules[self.phase % self.gait.period].touchdown
         self.swinging[:] = ~active | touchdown
+        if self.end_knots:
+            since, until = self._since[knots], self._until[knots]
+            self.swing_ends[:] = self.swinging & (((since >= 1) & (since <= self.end_knots)) | (until <= self.end_knots))
         self.swing_reference[:] = self.stance.ravel()
         self.swing_reference[:, 2::3] += self.swing_height * self._lift[knots]
         if self.path is not None:
@@ -383,7 +402,11 @@ class LeggedMPC:
         placed = (position[N + 1:] + turned(heading[N + 1:], *np.tile(self.foot_offsets[feet], (2, 1)).T)
                   + 0.5 * np.tile(self.stance_time[feet], 2)[:, None] * velocity[N + 1:])
         land, lift_off = placed[:count] + self.capture_offset, placed[count:]
-        blend = (0.5 * (1.0 - np.cos(np.pi * since / (since + until))))[:, None]
+        # The blend 0.5 (1 - cos(pi s)) along the swing but its held ends: s = 0 until end_knots after the lift-off,
+        # 1 from end_knots before the touchdown.
+        held = self.end_knots
+        s = np.clip((since - held) / np.maximum(since + until - 2 * held, 1), 0.0, 1.0)
+        blend = (0.5 * (1.0 - np.cos(np.pi * s)))[:, None]
         swing = lift_off + blend * (land - lift_off)
         self.swing_reference[rows, 3 * feet] = swing[:, 0]
         self.swing_reference[rows, 3 * feet + 1] = swing[:, 1]
