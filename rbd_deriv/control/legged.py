@@ -14,13 +14,19 @@ follow a :class:`~rbd_deriv.control.schedule.Gait`:
       \\tfrac12 \\|x \\ominus x^r\\|^2_{W_x} + \\tfrac12 w_c \\|c_{xy}(q) - c^r_{xy}\\|^2
       + \\tfrac12 w_u \\|u - u^s\\|^2 + \\sum_{feet} \\big(\\tfrac12 w_f \\|f_c - f^r_c\\|^2
       [\\text{closed}] + \\tfrac12 w_s \\|p_c(q) - p^r_{c,k}\\|^2 [\\text{open}]\\big)
+      + \\tfrac12 w_e \\|(J_c(q)\\,v)_{xy}\\|^2 [\\text{swing end}]
       + w_b \\sum \\mathrm{barrier}(C f_c) + \\tfrac12 w_o \\|\\log_3(R^{r\\,T}_o R_o(q))\\|^2
 
   with x^r the reference posture (an SRDF group_state, :mod:`rbd_deriv.control.srdf`) at rest,
   u^s the static torques that hold it (:func:`static_torques`), f^r the robot's weight shared by
   the closed feet of the knot, p^r a swing foot's placement over its stance position lifted by
   :math:`h \\sin^2(\\pi s)` (s in [0, 1] along the swing: it leaves and reaches the ground
-  with no vertical speed, so a touchdown a little off its knot is a gentle one), a relaxed log
+  with no vertical speed, so a touchdown a little off its knot is a gentle one), with ``weights.swing_ends`` the
+  horizontal world velocity of a swing foot (:class:`~rbd_deriv.control.task_residuals.FrameVelocityResidual`) at the
+  ends of its swing (:data:`SWING_END_KNOTS`: the knot after its lift-off, the knot before its touchdown and the
+  touchdown knot, before the impulse), its horizontal reference held still there (a semi-implicit Euler step of dt
+  lands the foot at the chord's velocity of its last step, whatever the reference's slope at the touchdown: solo12's
+  feet landed at 0.2 m/s sideways and slid on the floor), a relaxed log
   barrier on the friction pyramid (:mod:`rbd_deriv.control.contact_force`), and, when its weight is
   set, the torso frame's orientation R_o kept at the posture's
   (:mod:`rbd_deriv.control.orientation_residual`);
