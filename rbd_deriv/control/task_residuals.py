@@ -236,20 +236,7 @@ class RobotKinematics:
         Raises:
             InputError: No frame of that name; states or mask of the wrong shape.
         """
-        X, frames, mask = self._checked(X, frames, mask, self.model.nq)
-        K = X.shape[0]
-        joints, placements = self._description(frames)
-        self._fresh(X)
-        entry = self._frames.get(frames)
-        if entry is None:
-            P, nv = len(frames), self.model.nv
-            entry = self._frames[frames] = (np.zeros((K, P, 3)), np.zeros((K, P, 3, nv)),
-                                            np.zeros((K, P), dtype=bool))
-        positions, jacobians, done = entry
-        model = self.model
-        _frame_kinematics(model.mi, model.mf, self.data.ws, X, joints, placements, mask, positions,
-                          jacobians, done)
-        return positions, jacobians
+        return self._frame_quantities(self._frames, _frame_kinematics, X, frames, mask, self.model.nq, self.model.nv)
 
     def frame_velocities(self, X: np.ndarray, frames: Sequence[str], mask: np.ndarray | None = None
                          ) -> tuple[np.ndarray, np.ndarray]:
@@ -265,19 +252,26 @@ class RobotKinematics:
             InputError: No frame of that name; states or mask of the wrong shape.
         """
         model = self.model
-        X, frames, mask = self._checked(X, frames, mask, model.nq + model.nv)
-        K = X.shape[0]
+        return self._frame_quantities(self._velocities, _frame_velocity_kinematics, X, frames, mask,
+                                      model.nq + model.nv, 2 * model.nv, self._work)
+
+    def _frame_quantities(self, store: dict, kernel: Any, X: np.ndarray, frames: Sequence[str],
+                          mask: np.ndarray | None, width: int, columns: int, *work: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """The values (K, P, 3) and Jacobians (K, P, 3, columns) of ``kernel`` (:func:`_frame_kinematics`,
+        :func:`_frame_velocity_kinematics`) at the states X (K, nx >= width), kept in ``store`` by frames for
+        these states and completed where the mask asks."""
+        X, frames, mask = self._checked(X, frames, mask, width)
         joints, placements = self._description(frames)
         self._fresh(X)
-        entry = self._velocities.get(frames)
+        entry = store.get(frames)
         if entry is None:
-            P, nv = len(frames), model.nv
-            entry = self._velocities[frames] = (np.zeros((K, P, 3)), np.zeros((K, P, 3, 2 * nv)),
-                                                np.zeros((K, P), dtype=bool))
-        velocities, jacobians, done = entry
-        _frame_velocity_kinematics(model.mi, model.mf, self.data.ws, X, joints, placements, mask, velocities,
-                                   jacobians, done, self._work)
-        return velocities, jacobians
+            K, P = X.shape[0], len(frames)
+            entry = store[frames] = (np.zeros((K, P, 3)), np.zeros((K, P, 3, columns)), np.zeros((K, P), dtype=bool))
+        values, jacobians, done = entry
+        model = self.model
+        kernel(model.mi, model.mf, self.data.ws, X, joints, placements, mask, values, jacobians, done, *work)
+        return values, jacobians
 
     @staticmethod
     def _checked(X: np.ndarray, frames: Sequence[str], mask: np.ndarray | None, width: int
@@ -424,7 +418,22 @@ class _PositionResidual(Residual):
                               hessian_rows(hessian, self.nr), out.Lx, out.Lxx)
 
 
-class FramePositionResidual(_PositionResidual):
+class _FrameResidual(_PositionResidual):
+    """A quantity of one frame or several (stacked frame by frame) from the kinematics: the arguments of
+    :class:`FramePositionResidual`."""
+
+    def __init__(self, space: VectorSpace, kinematics: RobotKinematics,
+                 frame: str | Sequence[str], reference: np.ndarray | None = None,
+                 axes: Sequence[int] = (0, 1, 2), knots: np.ndarray | None = None) -> None:
+        self.frames = (frame,) if isinstance(frame, str) else tuple(frame)
+        if not self.frames:
+            raise InputError("no frame given", "frame")
+        super().__init__(space, len(self.frames), reference, axes, knots)
+        self.kinematics = kinematics
+        self.frame = frame
+
+
+class FramePositionResidual(_FrameResidual):
     """r = p_f(q)[axes] - p_ref for one frame f, or for several (stacked frame by frame).
 
     Args:
@@ -438,22 +447,12 @@ class FramePositionResidual(_PositionResidual):
             foot is in the air, needs the kinematics of those knots only); None for everywhere.
     """
 
-    def __init__(self, space: VectorSpace, kinematics: RobotKinematics,
-                 frame: str | Sequence[str], reference: np.ndarray | None = None,
-                 axes: Sequence[int] = (0, 1, 2), knots: np.ndarray | None = None) -> None:
-        self.frames = (frame,) if isinstance(frame, str) else tuple(frame)
-        if not self.frames:
-            raise InputError("no frame given", "frame")
-        super().__init__(space, len(self.frames), reference, axes, knots)
-        self.kinematics = kinematics
-        self.frame = frame
-
     def _positions(self, X: np.ndarray, mask: np.ndarray | None
                    ) -> tuple[np.ndarray, np.ndarray]:
         return self.kinematics.frame_positions(X, self.frames, mask)
 
 
-class FrameVelocityResidual(_PositionResidual):
+class FrameVelocityResidual(_FrameResidual):
     """r = (J_f(q) v)[axes] - v_ref: the world velocity of one frame's origin, or of several (stacked
     frame by frame); its Jacobian [d(J v)/dq, J] on (dq, dv) (:meth:`RobotKinematics.frame_velocities`).
 
@@ -466,16 +465,6 @@ class FrameVelocityResidual(_PositionResidual):
         knots: (K,) booleans (or (K, frames) for several frames), kept (not copied): where the
             residual is computed, zero elsewhere (a foot about to land); None for everywhere.
     """
-
-    def __init__(self, space: VectorSpace, kinematics: RobotKinematics,
-                 frame: str | Sequence[str], reference: np.ndarray | None = None,
-                 axes: Sequence[int] = (0, 1, 2), knots: np.ndarray | None = None) -> None:
-        self.frames = (frame,) if isinstance(frame, str) else tuple(frame)
-        if not self.frames:
-            raise InputError("no frame given", "frame")
-        super().__init__(space, len(self.frames), reference, axes, knots)
-        self.kinematics = kinematics
-        self.frame = frame
 
     def _positions(self, X: np.ndarray, mask: np.ndarray | None
                    ) -> tuple[np.ndarray, np.ndarray]:
