@@ -54,6 +54,15 @@ def placement_pass(mi, mf, ws, q):
 
 
 @njit(**JIT_OPTIONS)
+def _pending(wanted, done):
+    """Whether a frame of the knot is wanted (wanted (P,)) and not done yet (done (P,))."""
+    for p in range(wanted.shape[0]):
+        if wanted[p] and not done[p]:
+            return True
+    return False
+
+
+@njit(**JIT_OPTIONS)
 def _frame_kinematics(mi, mf, ws, X, joints, placements, wanted, positions, jacobians, done):
     """For every knot k with a frame p such that wanted[k, p] and not done[k, p]: one forward pass at q_k,
     then each such frame's origin positions[k, p] (3,) in the world and the linear rows of its
@@ -62,11 +71,7 @@ def _frame_kinematics(mi, mf, ws, X, joints, placements, wanted, positions, jaco
     joints[p] at placements[p] (12,: rotation row-major, translation)."""
     K, P = wanted.shape
     for k in range(K):
-        needed = False
-        for p in range(P):
-            if wanted[k, p] and not done[k, p]:
-                needed = True
-        if not needed:
+        if not _pending(wanted[k], done[k]):
             continue
         placement_pass(mi, mf, ws, X[k])
         for p in range(P):
@@ -90,11 +95,7 @@ def _frame_velocity_kinematics(mi, mf, ws, X, joints, placements, wanted, veloci
     nq = X.shape[1] - nv
     J, G = work[0], work[1]
     for k in range(K):
-        needed = False
-        for p in range(P):
-            if wanted[k, p] and not done[k, p]:
-                needed = True
-        if not needed:
+        if not _pending(wanted[k], done[k]):
             continue
         placement_pass(mi, mf, ws, X[k])
         v = X[k, nq:]
