@@ -252,7 +252,7 @@ def test_walking_references_move_the_base_and_land_the_swing_feet_ahead(solo):
 def test_swing_ends_lift_and_land_the_feet_without_horizontal_speed(solo):
     """Walking at 0.3 m/s with weights.swing_ends: its knots are, for each foot, the knot after its lift-off, the knot
     before its touchdown and the touchdown knot (read off the gait's table here); the horizontal reference holds the
-    lift-off place at the lift-off knot and the next, the landing place at the last two; and the plan's feet
+    landing place at the last two; and the plan's feet
     (rd.frame_velocity at its states) move at most 2 cm/s horizontally there, where the same problem without the
     cost moves them at 0.15 m/s and more (a foot that lands that fast slides on the floor)."""
     model, feet, kind, q = solo
@@ -268,12 +268,9 @@ def test_swing_ends_lift_and_land_the_feet_without_horizontal_speed(solo):
         touchdown, liftoff = down & ~before, ~down & before
         ends = touchdown[:-1] | touchdown[1:]
         ends[1:] |= liftoff[:-2]
-        touchdown, liftoff = touchdown[:-1], liftoff[:-1]
+        touchdown = touchdown[:-1]
         if weight:
             np.testing.assert_array_equal(mpc.swing_ends, ends)
-            for k, c in zip(*np.nonzero(liftoff[:-1])):
-                np.testing.assert_array_equal(mpc.swing_reference[k + 1, 3 * c:3 * c + 2],
-                                              mpc.swing_reference[k, 3 * c:3 * c + 2])
             for k, c in zip(*np.nonzero(touchdown[1:])):
                 np.testing.assert_array_equal(mpc.swing_reference[k, 3 * c:3 * c + 2],
                                               mpc.swing_reference[k + 1, 3 * c:3 * c + 2])
