@@ -249,6 +249,36 @@ def test_walking_references_move_the_base_and_land_the_swing_feet_ahead(solo):
     assert checked >= 2
 
 
+def test_swing_ends_lift_and_land_the_feet_without_horizontal_speed(solo):
+    """Walking at 0.3 m/s with weights.swing_ends: its knots are, for each foot, the knot after its lift-off, the knot
+    before its touchdown and the touchdown knot (read off the gait's table here); the horizontal reference holds the
+    landing place at the last two; and the plan's feet
+    (rd.frame_velocity at its states) move at most 2 cm/s horizontally there, where the same problem without the
+    cost moves them at 0.15 m/s and more (a foot that lands that fast slides on the floor)."""
+    model, feet, kind, q = solo
+    gait = Gait.trot(feet, swing=8, support=2)
+    data = model.create_data()
+    fastest = {}
+    for weight in (0.0, 1000.0):
+        mpc = LeggedMPC(model, feet, gait, q, horizon=20, dt=0.02, weights=replace(weights("solo12"), swing_ends=weight))
+        mpc.set_path(BasePath(origin=tuple(q[:2]), velocity=(0.3, 0.0)), 0.0)
+        assert mpc.solve(np.r_[q, np.zeros(model.nv)], phase=0, iterations=20).ok
+        down = gait.pattern[np.arange(mpc.horizon + 1) % gait.period]  # one knot past the horizon too
+        before = np.vstack([gait.pattern[-1], down[:-1]])
+        touchdown, liftoff = down & ~before, ~down & before
+        ends = touchdown[:-1] | touchdown[1:]
+        ends[1:] |= liftoff[:-2]
+        touchdown = touchdown[:-1]
+        if weight:
+            np.testing.assert_array_equal(mpc.swing_ends, ends)
+            for k, c in zip(*np.nonzero(touchdown[1:])):
+                np.testing.assert_array_equal(mpc.swing_reference[k, 3 * c:3 * c + 2],
+                                              mpc.swing_reference[k + 1, 3 * c:3 * c + 2])
+        speeds = [np.hypot(*rd.frame_velocity(model, data, mpc.solver.X[k, :model.nq], mpc.solver.X[k, model.nq:],
+                                              feet[c])[:2]) for k, c in zip(*np.nonzero(ends))]
+        fastest[weight] = max(speeds)
+    assert fastest[1000.0] < 0.02 and fastest[0.0] > 0.15, fastest
+
 def test_far_from_the_plan_a_step_is_bounded_and_the_nominal_stays_finite(talos):
     """talos measured while moving at about 2 m/s or rad/s on every dof (a stumble, a robot pushed or left moving
     by a stalled controller): the full real-time step of the linearized contact dynamics overshoots by orders of

@@ -2,7 +2,8 @@
 
 Oracles: positions from rd.frame_placement and their Jacobians by central differences on the
 manifold (perturbations through rd.integrate), on a floating base too, and rd.frame_jacobian knot
-by knot for the (knot, frame) pairs asked; the center of mass as the
+by knot for the (knot, frame) pairs asked; frame velocities from rd.frame_velocity and their Jacobians by
+central differences of it along the state space's tangent (dq through its integrate, dv); the center of mass as the
 mass-weighted mean of the bodies' centers computed here from the URDF; a reaching problem solved
 to convergence, checked by the gradient of single-shooting rollouts.
 """
@@ -21,7 +22,7 @@ from rbd_deriv.control.residuals import ControlResidual, Knots, StateResidual
 from rbd_deriv.control.solver import RiccatiSolver
 from rbd_deriv.control.state_space import state_space
 from rbd_deriv.control.task_residuals import (CenterOfMassResidual, FramePositionResidual,
-                                              RobotKinematics)
+                                              FrameVelocityResidual, RobotKinematics)
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.testing import assert_close
 from rbd_deriv.testing.finite_diff import central_difference
@@ -257,13 +258,16 @@ def test_one_pass_quadratic_equals_the_general_path():
     space = state_space(model)
     rng = np.random.default_rng(9)
     X = _floating_states(model, rng, 4)
+    X[:, model.nq:] = rng.uniform(-1.0, 1.0, (4, model.nv))
     kinematics = RobotKinematics(model)
     mask = np.array([[True, False], [True, True], [False, True], [False, False]])
     residuals = (FramePositionResidual(space, kinematics, ("FL_FOOT", "HR_FOOT"),
                                        rng.uniform(-0.3, 0.3, (4, 6)), knots=mask),
                  FramePositionResidual(space, kinematics, "HL_FOOT", rng.uniform(-0.3, 0.3, 2),
                                        axes=(0, 2)),
-                 CenterOfMassResidual(space, kinematics, rng.uniform(-0.1, 0.1, 2), axes=(0, 1)))
+                 CenterOfMassResidual(space, kinematics, rng.uniform(-0.1, 0.1, 2), axes=(0, 1)),
+                 FrameVelocityResidual(space, kinematics, ("FL_FOOT", "HR_FOOT"), rng.uniform(-0.3, 0.3, 4),
+                                       axes=(0, 1), knots=mask))
     for residual in residuals:
         for knot_weights in (None, np.array([1.0, 0.0, 2.5, 0.3])):
             activation = Quadratic(rng.uniform(0, 2, residual.nr), residual.nr)
@@ -301,3 +305,46 @@ def test_frame_kinematics_are_the_core_frame_functions():
     positions[1, 0] = -1.0
     again, _ = kinematics.frame_positions(X.copy(), feet, wanted)
     assert (again[1, 0] == -1.0).all()
+
+
+def test_frame_velocity_against_the_core_and_finite_differences():
+    """A frame origin's world velocity J(q) v against rd.frame_velocity (linear rows, LOCAL_WORLD_ALIGNED) at states
+    with a moving floating base, its Jacobian against central differences of rd.frame_velocity along each tangent
+    direction of the state space ((q (+) dq, v) and (q, v + dv)); the knots and frames left out of the mask zero;
+    its structured products against the dense ones."""
+    model = rd.load_urdf(str(EXAMPLE_ROBOTS["solo12"]), floating_base=True)
+    space = state_space(model)
+    rng = np.random.default_rng(11)
+    K, nq, nv = 3, model.nq, model.nv
+    X = np.array([np.r_[rd.random_configuration(model, rng), rng.uniform(-2.0, 2.0, nv)] for _ in range(K)])
+    feet = ("FL_FOOT", "HR_FOOT")
+    mask = np.array([[True, True], [False, True], [True, False]])
+    reference = rng.uniform(-0.5, 0.5, (K, 6))
+    residual = FrameVelocityResidual(space, RobotKinematics(model), feet, reference, knots=mask)
+    data = model.create_data()
+
+    def velocities(x):
+        return np.concatenate([rd.frame_velocity(model, data, x[:nq], x[nq:], foot)[:3] for foot in feet])
+
+    r = residual.value(Knots(X))
+    Rx, Ru = residual.jacobians(Knots(X))
+    assert Ru is None and Rx.shape == (K, 6, 2 * nv)
+    eps = 1e-6
+    for k in range(K):
+        expected = velocities(X[k]) - reference[k]
+        columns = []
+        for j in range(2 * nv):
+            step = np.zeros((1, 2 * nv))
+            step[0, j] = eps
+            ahead, behind = (space.integrate(X[k:k + 1], sign * step, np.empty((1, space.nx)))[0] for sign in (1, -1))
+            columns.append((velocities(ahead) - velocities(behind)) / (2 * eps))
+        expected_jacobian = np.array(columns).T
+        for p in range(2):
+            rows = slice(3 * p, 3 * p + 3)
+            if mask[k, p]:
+                assert_close(r[k, rows], expected[rows], what=f"velocity {k} {feet[p]}")
+                assert_close(Rx[k, rows], expected_jacobian[rows], rtol=1e-6, what=f"jacobian {k} {feet[p]}")
+                assert np.abs(expected_jacobian[rows, :nv]).max() > 0.1, "the q block is not zero: it is tested"
+            else:
+                assert not r[k, rows].any() and not Rx[k, rows].any()
+    _check_structured_products(residual, X, rng)

@@ -1,22 +1,26 @@
-"""Task residuals on the robot's kinematics: a frame's position, the center of mass.
+"""Task residuals on the robot's kinematics: a frame's position and velocity, the center of mass.
 
 The kinematics come from :class:`RobotKinematics`: the core library's forward pass, frame
 origins and Jacobians for all the knots at once, and its center of mass (``rd.center_of_mass``,
-``rd.com_jacobian``). Both quantities depend on q only, so with dx = [dq, dv] the Jacobian is
+``rd.com_jacobian``). Positions depend on q only, so with dx = [dq, dv] the Jacobian is
 [J, 0] with J the provider's (3, nv) Jacobian in the tangent space of q (LOCAL_WORLD_ALIGNED for
-a frame: the world-frame velocity of its origin).
+a frame: the world-frame velocity of its origin). A frame origin's velocity :math:`J(q)\,v` has the
+Jacobian :math:`[\partial (J v) / \partial q,\ J]` (the first block the core's
+``lwa_velocity_derivative``, Pinocchio's ``getFrameVelocityDerivatives`` on the linear rows).
 
 - :class:`FramePositionResidual`: :math:`p_f(q) - p^r` on selected axes (a foot's placement,
   a swing foot's height with ``axes=(2,)``, a hand's target);
+- :class:`FrameVelocityResidual`: :math:`J_f(q)\,v - \dot p^r` on selected axes (a swing foot that
+  lands still);
 - :class:`CenterOfMassResidual`: :math:`c(q) - c^r` on selected axes (balance, COM sway).
 
 Their compiled kernels reuse the core's joint placements and motion subspaces
 (``joint_placement``, ``motion_subspace``: its forward pass without the inertias,
 :func:`placement_pass`), frame origin and LOCAL_WORLD_ALIGNED Jacobian (``frame_origin``,
-``lwa_jacobian_into``). The Gauss-Newton products use the structure of the Jacobian, nonzero on the
-q columns only: row by row, :math:`L_x[:n_v] \\mathrel{+}= a'_i J_i` and
-:math:`L_{xx}[:n_v, :n_v] \\mathrel{+}= a''_i J_i J_i^T` (:func:`position_gauss_newton`,
-:func:`position_quadratic`, which any residual of q alone with such rows can use).
+``lwa_jacobian_into``, ``lwa_velocity_derivative``). The Gauss-Newton products use the structure of the
+Jacobian, nonzero on its first n columns only (n = nv for a residual of q alone, n = ndx = 2 nv for a velocity):
+row by row, :math:`L_x[:n] \\mathrel{+}= a'_i J_i` and :math:`L_{xx}[:n, :n] \\mathrel{+}= a''_i J_i J_i^T`
+(:func:`position_gauss_newton`, :func:`position_quadratic`, which any residual with such rows can use).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, knot_fact
                                          hessian_rows)
 from rbd_deriv.control.state_space import VectorSpace
 from rbd_deriv.core.constants import JIT_OPTIONS, UINT
-from rbd_deriv.core.frames import frame_origin, lwa_jacobian_into
+from rbd_deriv.core.frames import frame_origin, lwa_jacobian_into, lwa_velocity_derivative
 from rbd_deriv.core.kinematics import joint_placement, motion_subspace
 from rbd_deriv.core.layout import MI_NJ, MI_NVTOT, MI_PARENT, R_OMI, R_S, region2, region3
 from rbd_deriv.exceptions import InputError
@@ -50,6 +54,15 @@ def placement_pass(mi, mf, ws, q):
 
 
 @njit(**JIT_OPTIONS)
+def _pending(wanted, done):
+    """Whether a frame of the knot is wanted (wanted (P,)) and not done yet (done (P,))."""
+    for p in range(wanted.shape[0]):
+        if wanted[p] and not done[p]:
+            return True
+    return False
+
+
+@njit(**JIT_OPTIONS)
 def _frame_kinematics(mi, mf, ws, X, joints, placements, wanted, positions, jacobians, done):
     """For every knot k with a frame p such that wanted[k, p] and not done[k, p]: one forward pass at q_k,
     then each such frame's origin positions[k, p] (3,) in the world and the linear rows of its
@@ -58,11 +71,7 @@ def _frame_kinematics(mi, mf, ws, X, joints, placements, wanted, positions, jaco
     joints[p] at placements[p] (12,: rotation row-major, translation)."""
     K, P = wanted.shape
     for k in range(K):
-        needed = False
-        for p in range(P):
-            if wanted[k, p] and not done[k, p]:
-                needed = True
-        if not needed:
+        if not _pending(wanted[k], done[k]):
             continue
         placement_pass(mi, mf, ws, X[k])
         for p in range(P):
@@ -71,6 +80,38 @@ def _frame_kinematics(mi, mf, ws, X, joints, placements, wanted, positions, jaco
             px, py, pz = frame_origin(mi, ws, joints[p], placements[p])
             positions[k, p, 0], positions[k, p, 1], positions[k, p, 2] = px, py, pz
             lwa_jacobian_into(mi, ws, joints[p], px, py, pz, 3, jacobians[k, p], 0)
+            done[k, p] = True
+
+
+@njit(**JIT_OPTIONS)
+def _frame_velocity_kinematics(mi, mf, ws, X, joints, placements, wanted, velocities, jacobians, done, work):
+    """For every knot k with a frame p such that wanted[k, p] and not done[k, p]: one forward pass at q_k,
+    then each such frame origin's world velocity velocities[k, p] (3,) = J v_k [m/s] and its Jacobian
+    jacobians[k, p] (3, 2 nv) = [d(J v)/dq, J] with respect to (dq, dv) (J the linear rows of the
+    LOCAL_WORLD_ALIGNED Jacobian); done[k, p] set. X (K, nq + nv); ws, joints, placements as in
+    :func:`_frame_kinematics`; work (2, 3, nv) scratch."""
+    K, P = wanted.shape
+    nv = mi[0, MI_NVTOT]
+    nq = X.shape[1] - nv
+    J, G = work[0], work[1]
+    for k in range(K):
+        if not _pending(wanted[k], done[k]):
+            continue
+        placement_pass(mi, mf, ws, X[k])
+        v = X[k, nq:]
+        for p in range(P):
+            if not wanted[k, p] or done[k, p]:
+                continue
+            px, py, pz = frame_origin(mi, ws, joints[p], placements[p])
+            lwa_jacobian_into(mi, ws, joints[p], px, py, pz, 3, J, 0)
+            lwa_velocity_derivative(mi, ws, joints[p], px, py, pz, 3, v, J, G, 0)
+            for a in range(3):
+                s = 0.0
+                for i in range(nv):
+                    s += J[a, i] * v[i]
+                    jacobians[k, p, a, i] = G[a, i]
+                    jacobians[k, p, a, nv + i] = J[a, i]
+                velocities[k, p, a] = s
             done[k, p] = True
 
 
@@ -159,12 +200,16 @@ class RobotKinematics:
         # frames -> (positions, jacobians, done) at the last states: new arrays for new states, so
         # that what an earlier call returned stays as it was.
         self._frames: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # frames -> (velocities, jacobians, done) at the last states, likewise.
+        self._velocities: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._com: tuple[np.ndarray, np.ndarray] | None = None
+        self._work: np.ndarray = np.empty((2, 3, model.nv))
 
     def _fresh(self, X: np.ndarray) -> None:
         if self._X is None or self._X.shape != X.shape or not np.array_equal(self._X, X):
             self._X = X.copy()
             self._frames.clear()
+            self._velocities.clear()
             self._com = None
 
     def _description(self, frames: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -192,30 +237,60 @@ class RobotKinematics:
         Raises:
             InputError: No frame of that name; states or mask of the wrong shape.
         """
-        X = np.ascontiguousarray(X, dtype=float)
-        frames = tuple(frames)
-        if X.ndim != 2 or X.shape[1] < self.model.nq:
-            raise InputError(f"states must be (K, nx) with nx >= {self.model.nq}, got {X.shape}", "X")
-        K = X.shape[0]
-        if mask is None:
-            mask = np.ones((K, len(frames)), dtype=bool)
-        else:
-            mask = np.ascontiguousarray(mask, dtype=bool)
-            if mask.shape != (K, len(frames)):
-                raise InputError(f"mask of shape {mask.shape} for {K} knots and {len(frames)} "
-                                 "frames", "mask")
+        return self._frame_quantities(self._frames, _frame_kinematics, X, frames, mask, self.model.nq, self.model.nv)
+
+    def frame_velocities(self, X: np.ndarray, frames: Sequence[str], mask: np.ndarray | None = None
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """Velocities (K, P, 3) [m/s] of the P frames' origins in the world, :math:`J(q)\\,v`, at the states
+        X (K, nx) (nx = nq + nv), and their Jacobians (K, P, 3, 2 nv) with respect to the tangent (dq, dv):
+        :math:`[\\partial (J v) / \\partial q,\\ J]` (J the linear rows of the LOCAL_WORLD_ALIGNED Jacobian).
+
+        Args:
+            mask: (K, P) booleans: compute these knots and frames only (the others are left zero
+                unless an earlier call at the same states computed them); None for all.
+
+        Raises:
+            InputError: No frame of that name; states or mask of the wrong shape.
+        """
+        model = self.model
+        return self._frame_quantities(self._velocities, _frame_velocity_kinematics, X, frames, mask,
+                                      model.nq + model.nv, 2 * model.nv, self._work)
+
+    def _frame_quantities(self, store: dict, kernel: Any, X: np.ndarray, frames: Sequence[str],
+                          mask: np.ndarray | None, width: int, columns: int, *work: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """The values (K, P, 3) and Jacobians (K, P, 3, columns) of ``kernel`` (:func:`_frame_kinematics`,
+        :func:`_frame_velocity_kinematics`) at the states X (K, nx >= width), kept in ``store`` by frames for
+        these states and completed where the mask asks."""
+        X, frames, mask = self._checked(X, frames, mask, width)
         joints, placements = self._description(frames)
         self._fresh(X)
-        entry = self._frames.get(frames)
+        entry = store.get(frames)
         if entry is None:
-            P, nv = len(frames), self.model.nv
-            entry = self._frames[frames] = (np.zeros((K, P, 3)), np.zeros((K, P, 3, nv)),
-                                            np.zeros((K, P), dtype=bool))
-        positions, jacobians, done = entry
+            K, P = X.shape[0], len(frames)
+            entry = store[frames] = (np.zeros((K, P, 3)), np.zeros((K, P, 3, columns)), np.zeros((K, P), dtype=bool))
+        values, jacobians, done = entry
         model = self.model
-        _frame_kinematics(model.mi, model.mf, self.data.ws, X, joints, placements, mask, positions,
-                          jacobians, done)
-        return positions, jacobians
+        kernel(model.mi, model.mf, self.data.ws, X, joints, placements, mask, values, jacobians, done, *work)
+        return values, jacobians
+
+    @staticmethod
+    def _checked(X: np.ndarray, frames: Sequence[str], mask: np.ndarray | None, width: int
+                 ) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
+        """X as a C array of floats (K, nx >= width), the frames as a tuple, the mask (K, P) as a C array of
+        booleans (all True for None)."""
+        X = np.ascontiguousarray(X, dtype=float)
+        frames = tuple(frames)
+        if X.ndim != 2 or X.shape[1] < width:
+            raise InputError(f"states must be (K, nx) with nx >= {width}, got {X.shape}", "X")
+        K = X.shape[0]
+        if mask is None:
+            return X, frames, np.ones((K, len(frames)), dtype=bool)
+        mask = np.ascontiguousarray(mask, dtype=bool)
+        if mask.shape != (K, len(frames)):
+            raise InputError(f"mask of shape {mask.shape} for {K} knots and {len(frames)} "
+                             "frames", "mask")
+        return X, frames, mask
 
     def frame_position(self, X: np.ndarray, frame: str, rows: np.ndarray | None = None
                        ) -> tuple[np.ndarray, np.ndarray]:
@@ -260,8 +335,9 @@ def _axes(axes: Sequence[int]) -> np.ndarray:
 
 
 class _PositionResidual(Residual):
-    """p_i(q)[axes] - reference for P points i (frames, the center of mass) given with their
-    Jacobians by the kinematics: nr = P * len(axes), point-major."""
+    """y_i(x)[axes] - reference for P points i given with their Jacobians by the kinematics: positions p_i(q)
+    (frames, the center of mass; Jacobians (3, nv) on dq) or velocities (Jacobians (3, 2 nv) on (dq, dv)):
+    nr = P * len(axes), point-major."""
 
     uses_control = False
 
@@ -290,7 +366,8 @@ class _PositionResidual(Residual):
 
     def _positions(self, X: np.ndarray, mask: np.ndarray | None
                    ) -> tuple[np.ndarray, np.ndarray]:
-        """Positions (K, P, 3) and Jacobians (K, P, 3, nv), at least where mask holds."""
+        """Values (K, P, 3) and Jacobians (K, P, 3, n) on the first n entries of the tangent (n = nv or
+        2 nv), at least where mask holds."""
         raise NotImplementedError
 
     def value(self, knots: Knots) -> np.ndarray:
@@ -304,12 +381,12 @@ class _PositionResidual(Residual):
         return r
 
     def jacobians(self, knots: Knots) -> tuple[np.ndarray, None]:
-        """dr/dx = [J[axes], 0] (K, nr, ndx); zero where :attr:`knots` is False."""
+        """dr/dx = [J[axes], 0] (K, nr, ndx) (J of n columns); zero where :attr:`knots` is False."""
         K = knots.count
         mask = self._mask(K)
         _, jacobian = self._positions(knots.X, mask)
         Rx = np.zeros((K, self.points, self.axes.size, self.space.ndx))
-        Rx[..., :self.space.nv] = jacobian[:, :, self.axes, :]
+        Rx[..., :jacobian.shape[-1]] = jacobian[:, :, self.axes, :]
         if mask is not None:
             Rx[~mask] = 0.0
         return Rx.reshape(K, self.nr, self.space.ndx), None
@@ -332,8 +409,8 @@ class _PositionResidual(Residual):
 
     def gauss_newton(self, knots: Knots, r: np.ndarray, gradient: np.ndarray,
                      hessian: np.ndarray, out: Derivatives) -> None:
-        """Products on the q columns of the computed knots only (dr/dv = 0 and the rows left
-        out are zero): :func:`position_gauss_newton`."""
+        """Products on the Jacobian's first n columns of the computed knots only (the columns past them
+        and the rows left out are zero): :func:`position_gauss_newton`."""
         K = knots.count
         mask = self._mask(K)
         _, jacobian = self._positions(knots.X, mask)
@@ -342,7 +419,22 @@ class _PositionResidual(Residual):
                               hessian_rows(hessian, self.nr), out.Lx, out.Lxx)
 
 
-class FramePositionResidual(_PositionResidual):
+class _FrameResidual(_PositionResidual):
+    """A quantity of one frame or several (stacked frame by frame) from the kinematics: the arguments of
+    :class:`FramePositionResidual`."""
+
+    def __init__(self, space: VectorSpace, kinematics: RobotKinematics,
+                 frame: str | Sequence[str], reference: np.ndarray | None = None,
+                 axes: Sequence[int] = (0, 1, 2), knots: np.ndarray | None = None) -> None:
+        self.frames = (frame,) if isinstance(frame, str) else tuple(frame)
+        if not self.frames:
+            raise InputError("no frame given", "frame")
+        super().__init__(space, len(self.frames), reference, axes, knots)
+        self.kinematics = kinematics
+        self.frame = frame
+
+
+class FramePositionResidual(_FrameResidual):
     """r = p_f(q)[axes] - p_ref for one frame f, or for several (stacked frame by frame).
 
     Args:
@@ -356,19 +448,28 @@ class FramePositionResidual(_PositionResidual):
             foot is in the air, needs the kinematics of those knots only); None for everywhere.
     """
 
-    def __init__(self, space: VectorSpace, kinematics: RobotKinematics,
-                 frame: str | Sequence[str], reference: np.ndarray | None = None,
-                 axes: Sequence[int] = (0, 1, 2), knots: np.ndarray | None = None) -> None:
-        self.frames = (frame,) if isinstance(frame, str) else tuple(frame)
-        if not self.frames:
-            raise InputError("no frame given", "frame")
-        super().__init__(space, len(self.frames), reference, axes, knots)
-        self.kinematics = kinematics
-        self.frame = frame
-
     def _positions(self, X: np.ndarray, mask: np.ndarray | None
                    ) -> tuple[np.ndarray, np.ndarray]:
         return self.kinematics.frame_positions(X, self.frames, mask)
+
+
+class FrameVelocityResidual(_FrameResidual):
+    """r = (J_f(q) v)[axes] - v_ref: the world velocity of one frame's origin, or of several (stacked
+    frame by frame); its Jacobian [d(J v)/dq, J] on (dq, dv) (:meth:`RobotKinematics.frame_velocities`).
+
+    Args:
+        space: The state space.
+        kinematics: The kinematics (:class:`RobotKinematics`).
+        frame: Frame name, or a sequence of frame names.
+        reference: (K, nr) or (nr,) target velocities [m/s], kept (not copied); None for 0.
+        axes: World axes compared (default all three).
+        knots: (K,) booleans (or (K, frames) for several frames), kept (not copied): where the
+            residual is computed, zero elsewhere (a foot about to land); None for everywhere.
+    """
+
+    def _positions(self, X: np.ndarray, mask: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        return self.kinematics.frame_velocities(X, self.frames, mask)
 
 
 class CenterOfMassResidual(_PositionResidual):
@@ -409,3 +510,8 @@ def precompile_kernels() -> None:
     for knot_weights in (None, np.ones(K)):
         residual.add_quadratic(Knots(X), weights, knot_weights, out)
     residual.gauss_newton(Knots(X), residual.value(Knots(X)), np.zeros((K, 3)), np.ones(3), out)
+    velocity = FrameVelocityResidual(space, RobotKinematics(model), model.frame_names[-1],
+                                     knots=np.ones(K, dtype=bool))
+    for knot_weights in (None, np.ones(K)):
+        velocity.add_quadratic(Knots(X), weights, knot_weights, out)
+    velocity.gauss_newton(Knots(X), velocity.value(Knots(X)), np.zeros((K, 3)), np.ones(3), out)
