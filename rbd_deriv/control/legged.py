@@ -357,17 +357,13 @@ class LeggedMPC:
         references = self._phase_references.get(key)
         if references is None:
             references = self._phase_references[key] = self._references_at_phase(key, knots)
-        self.force_reference[:], self.swinging[:], self.swing_reference[:] = references
-        if self.end_knots:
-            since, until = self._since[knots], self._until[knots]
-            self.swing_ends[:] = self.swinging & (((since >= 1) & (since <= self.end_knots)) | (until <= self.end_knots))
+        self.force_reference[:], self.swinging[:], self.swing_reference[:], self.swing_ends[:] = references
         for c, weights in self.sole_weights.items():
             weights[:] = self.swinging[:, c]
-            self.sole_references[c][:] = self.stance_rotations[c]
-        if self.path is None:  # in place: the soles' rectangles as in the posture
-            for c, frames in self.sole_frames.items():
-                frames[:] = self.stance_rotations[c]
-        if self.path is not None:
+        if self.path is None:  # in place: the soles swing to, and stand on, the posture's orientation
+            for c in self.sole_references:
+                self.sole_references[c][:] = self.sole_frames[c][:] = self.stance_rotations[c]
+        else:
             self._move_references(knots)
         if self._ramp is not None:
             self._ramp_references()
@@ -375,7 +371,8 @@ class LeggedMPC:
     def _references_at_phase(self, key: int, knots: np.ndarray) -> tuple:
         """The references of the schedule in place (phase ``key`` of the gait's period; ``knots`` (N,) the period's
         knot of each knot), without a path: (N, m) the weight shared by the closed feet on their normal rows [N],
-        (N, nc) the feet in the air, (N, 3 nc) their placements over their stance lifted along their swing [m].
+        (N, nc) the feet in the air, (N, 3 nc) their placements over their stance lifted along their swing [m],
+        (N, nc) the feet at the ends of their swings (:attr:`swing_ends`, none without ``weights.swing_ends``).
         Read-only: :meth:`_update_references` copies them into the costs' arrays at every tick of that phase."""
         active, offsets = self.dynamics.active, self.dynamics.offsets
         share = self.weight / np.maximum(active.sum(axis=1), 1)
@@ -388,9 +385,12 @@ class LeggedMPC:
         swinging = ~active | self._schedules[key].touchdown
         swing_reference = np.tile(self.stance.ravel(), (self.horizon, 1))
         swing_reference[:, 2::3] += self.swing_height * self._lift[knots]
-        for array in (force_reference, swinging, swing_reference):
+        since, until = self._since[knots], self._until[knots]
+        ends = self.end_knots
+        swing_ends = swinging & (((since >= 1) & (since <= ends)) | (until <= ends)) if ends else np.zeros_like(swinging)
+        for array in (force_reference, swinging, swing_reference, swing_ends):
             array.setflags(write=False)
-        return force_reference, swinging, swing_reference
+        return force_reference, swinging, swing_reference, swing_ends
 
     def ramp_from(self, q: np.ndarray, time: float, duration: float) -> None:
         """Reach the posture's joints and base height from configuration q (nq,) over ``duration`` [s] from

@@ -91,15 +91,18 @@ class LockedJoints:
         self._locked_v = np.array([full.idx_v[n] for n in self.names], dtype=np.int64)
         self._locked_u = np.array([full_u[n] for n in self.names], dtype=np.int64)
         self.positions = np.array([positions[n] for n in self.names], dtype=float)
+        #: The full velocity columns of the reduced gain's, [v rows, nv + v rows].
+        self._columns = np.concatenate([self._v_rows, full.nv + self._v_rows])
         q = rd.neutral(full)
         q[self._locked_q] = self.positions
-        inertia = np.diag(rd.crba(full, full.create_data(), q))[self._locked_v]
+        data = full.create_data()
+        inertia = np.diag(rd.crba(full, data, q))[self._locked_v]
         w = 2.0 * math.pi * frequency
         self.kp = inertia * w * w
         self.kd = 2.0 * damping_ratio * inertia * w
         #: (L,) [N m] the locked joints' torques in a command: the gravity torques of the last policy expanded
         #: (at first, of the locked posture on a level base).
-        self.hold = rd.gravity_torques(full, full.create_data(), q)[self._locked_v].copy()
+        self.hold = rd.gravity_torques(full, data, q)[self._locked_v].copy()
 
     def full_states(self, x: np.ndarray) -> np.ndarray:
         """(K, nq_r + nv_r) reduced states -> (K, nq + nv) full ones: the locked joints at their positions, still."""
@@ -116,14 +119,14 @@ class LockedJoints:
         model's rows, each locked joint held by its spring on top of its gravity torque (see the module)."""
         full, nv = self.full, self.full.nv
         x_ref = self.full_states(policy.x_ref)
-        gravity = rd.rnea_batch(full, x_ref[:, :full.nq], np.zeros((len(x_ref), nv)), np.zeros((len(x_ref), nv)))
+        still = np.zeros((len(x_ref), nv))
+        gravity = rd.rnea_batch(full, x_ref[:, :full.nq], still, still)
         u_ff = np.zeros((policy.knots, len(full.actuated_joint_names)))
         u_ff[:, self._u_rows] = policy.u_ff
         u_ff[:, self._locked_u] = gravity[:, self._locked_v]
         gains = policy.gains
         gain = np.zeros((gains.shape[0], u_ff.shape[1], 2 * nv))
-        columns = np.concatenate([self._v_rows, nv + self._v_rows])
-        gain[:, self._u_rows[:, None], columns[None, :]] = gains
+        gain[:, self._u_rows[:, None], self._columns[None, :]] = gains
         gain[:, self._locked_u, self._locked_v] = -self.kp
         gain[:, self._locked_u, nv + self._locked_v] = -self.kd
         self.hold = u_ff[0, self._locked_u].copy()

@@ -75,9 +75,9 @@ def reference_posture(model: Any, source: SrdfSource, name: str,
     seen = set()
     for joint in states[0].iter("joint"):
         joint_name = joint.get("name")
-        if joint_name in absent and joint_name not in model.idx_q:
-            continue
         if joint_name not in model.idx_q:
+            if joint_name in absent:
+                continue
             raise InputError(f"group_state {name!r} sets joint {joint_name!r}, which model "
                              f"{model.name!r} does not have", "srdf")
         try:

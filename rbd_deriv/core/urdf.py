@@ -276,7 +276,7 @@ def parse_urdf(path_or_xml: str, floating_base: bool = False, locked: Mapping[st
                                                    joint.name)
         child = links[joint.child]
         if joint.name in locked:
-            T = T @ _joint_motion(_movable_joint(joint, 0, np.eye(4), np.zeros((6, 6))), locked[joint.name])
+            T = T @ _joint_motion(*locked[joint.name])
         if joint.type == "fixed" or joint.name in locked:
             frames.append(FrameDescription(joint.name, support, T))
             if support > 0:
@@ -302,7 +302,8 @@ def parse_urdf(path_or_xml: str, floating_base: bool = False, locked: Mapping[st
 
 
 def _locked_positions(robot, locked: Mapping[str, float]) -> dict:
-    """``locked`` checked against the URDF's joints: {name: position} (see :func:`parse_urdf`)."""
+    """``locked`` checked against the URDF's joints: {name: (its description, its position)} (see
+    :func:`parse_urdf`)."""
     joints = {joint.name: joint for joint in robot.joints}
     positions = {}
     for name, value in locked.items():
@@ -317,7 +318,7 @@ def _locked_positions(robot, locked: Mapping[str, float]) -> dict:
         if not math.isfinite(position) or not description.lower <= position <= description.upper:
             raise ModelError(f"locked joint {name!r} at {value!r}: not a finite position within its limits "
                              f"[{description.lower:g}, {description.upper:g}]", name)
-        positions[name] = position
+        positions[name] = (description, position)
     return positions
 
 
