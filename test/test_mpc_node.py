@@ -465,9 +465,11 @@ def test_closed_loop_tracking_on_the_simulator(ros, arm):
     assert np.abs(error).max() < 0.15, why
     assert np.sqrt(np.mean(error ** 2)) < 0.05, why
     assert int(listener.diagnostics.get("commands_plan", "0")) > 100
-    # The simulator applied the MPC's feedback policy, not its held torque.
+    # The simulator applied the MPC's feedback policy, not its held torque. A policy that is never valid on
+    # arrival (a wrong stamp, a wrong validity) gives no policy steps at all; a loaded CI machine that stalls
+    # the MPC past a policy's validity (0.1 s) gives a few hundred command steps in 9 s (232 of 8597 seen).
     policy_steps = int(listener.simulator.get("steps_policy", "0"))
-    assert policy_steps > 5000 and int(listener.simulator.get("steps_command", "0")) < 0.01 * policy_steps, \
+    assert policy_steps > 5000 and int(listener.simulator.get("steps_command", "0")) < 0.1 * policy_steps, \
         listener.simulator
 
 

@@ -209,7 +209,7 @@ class FreeDynamics:
 
 
 def compose_impulse(out: KnotDynamics, knot: int, dv_dq: np.ndarray, dv_dv: np.ndarray) -> None:
-    """Make step ``knot`` start with an impulse: A <- A Phi_x, dF/dx <- dF/dx Phi_x, with
+    r"""Make step ``knot`` start with an impulse: A <- A Phi_x, dF/dx <- dF/dx Phi_x, with
     :math:`\Phi_x = [[I, 0], [\partial v^+/\partial q, \partial v^+/\partial v]]` (:func:`_compose_impulse`).
 
     ``out`` must already hold the step taken from the post-impulse state (X_next, B, F and dF/du

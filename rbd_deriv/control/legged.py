@@ -553,7 +553,7 @@ class LeggedMPC:
 
     def solve(self, x0: np.ndarray, phase: int | None = None, elapsed: float | None = None,
               iterations: int = 1, evaluate_cost: bool = False) -> Plan:
-        """One tick: move to the gait phase, warm-start, iterate, check the first knot's cone.
+        r"""One tick: move to the gait phase, warm-start, iterate, check the first knot's cone.
 
         The iterations are the solver's (:meth:`RiccatiSolver.solve <rbd_deriv.control.solver.RiccatiSolver.solve>`):
         each relinearizes the contact dynamics at the nominal and takes the full Riccati step (no line search: a

@@ -1,4 +1,4 @@
-"""Task residuals on the robot's kinematics: a frame's position and velocity, the center of mass.
+r"""Task residuals on the robot's kinematics: a frame's position and velocity, the center of mass.
 
 The kinematics come from :class:`RobotKinematics`: the core library's forward pass, frame
 origins and Jacobians for all the knots at once, and its center of mass (``rd.center_of_mass``,
