@@ -19,8 +19,8 @@ import numpy as np
 
 from rbd_deriv.nodes.processes import ros_parameters
 
-__all__ = ["STARTUP_TIMEOUT", "LoopRecorder", "config_folder", "exited", "logs_folder", "loop_counts",
-           "read_parameters", "solve_times", "spin_until", "start_node", "wait_for_loop"]
+__all__ = ["CLOCKS", "STARTUP_TIMEOUT", "LoopRecorder", "clock_fields", "config_folder", "exited", "logs_folder",
+           "loop_counts", "read_parameters", "solve_times", "spin_until", "start_node", "wait_for_loop"]
 
 #: Seconds given to the processes to start before giving up: a few once the kernels are compiled
 #: (./run setup, colcon build); kernels without signatures (the MPC solver's) compile at their first use
@@ -46,9 +46,18 @@ def read_parameters(file_name: str) -> dict:
     return {node: section["ros__parameters"] for node, section in document.items()}
 
 
-def start_node(node: str, parameter_file: str, overrides: dict, log: Path) -> subprocess.Popen:
+#: The demos' clocks (``--clock``): the simulator's time on /clock, every node on it (``use_sim_time``), or the wall
+#: clock. On the simulated clock a machine too busy for the loop slows the simulated time down; on the wall clock
+#: the simulated robot falls behind the clock its controller runs on.
+CLOCKS = ("simulated", "wall")
+
+
+def start_node(node: str, parameter_file: str, overrides: dict, log: Path, clock: str = "wall") -> subprocess.Popen:
     """Start node ``node`` (rbd_deriv.nodes.<node>) with its own file of config/, then ``parameter_file`` (the
-    demo's: demo.yaml or a legged robot's; none if empty), then ``overrides``; its output goes to ``log``."""
+    demo's: demo.yaml or a legged robot's; none if empty), then ``overrides``; its output goes to ``log``.
+    ``clock`` (one of :data:`CLOCKS`): ``simulated`` has the simulator publish /clock and the others use it."""
+    if clock == "simulated":
+        overrides = dict(overrides, **({"publish_clock": True} if node == "sim_node" else {"use_sim_time": True}))
     config = config_folder()
     files = [config / f"{node}.yaml"] + ([config / parameter_file] if parameter_file else [])
     arguments = ["--ros-args"] + [a for f in files for a in ("--params-file", str(f))] + ros_parameters(overrides)[1:]
@@ -78,13 +87,16 @@ class LoopRecorder:
         diagnostics: The last key-value pairs of each /diagnostics status, by status name.
     """
 
-    def __init__(self, name: str, command_topic: str) -> None:
+    def __init__(self, name: str, command_topic: str, clock: str = "wall") -> None:
+        """``clock``: one of :data:`CLOCKS`, the nodes' (``simulated``: this node's clock is /clock)."""
         from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.parameter import Parameter
         from std_msgs.msg import Float64MultiArray
 
         import rclpy
 
-        self.node = rclpy.create_node(name)
+        self.node = rclpy.create_node(
+            name, parameter_overrides=[Parameter("use_sim_time", value=clock == "simulated")])
         self.commands: list[tuple[float, np.ndarray]] = []
         self.diagnostics: dict[str, dict[str, str]] = {}
         self.recording = False
@@ -139,12 +151,19 @@ def spin_until(recorder: LoopRecorder, condition: Callable[[], bool], timeout: f
 
 
 def wait_for_loop(recorder: LoopRecorder, processes: Sequence[subprocess.Popen] = ()) -> bool:
-    """Wait up to STARTUP_TIMEOUT for the MPC's first commands from its plan (the loop runs); False if they do
-    not come, or one of ``processes`` exits meanwhile."""
+    """Wait up to STARTUP_TIMEOUT for the MPC's first commands from its plan (the loop runs) and the recorder's
+    clock (on /clock, it reads 0 until its first message); False if they do not come, or one of ``processes``
+    exits meanwhile."""
     return spin_until(
-        recorder, lambda: int(recorder.mpc_diagnostics().get("commands_plan", "0")) > 0
+        recorder, lambda: int(recorder.mpc_diagnostics().get("commands_plan", "0")) > 0 and recorder.now() > 0.0
         or any(p.poll() is not None for p in processes), STARTUP_TIMEOUT) and all(
         p.poll() is None for p in processes)
+
+
+def clock_fields(clock: str, simulated_s: float, wall_s: float) -> dict:
+    """The run's clock (one of :data:`CLOCKS`) and its pace: ``simulated_s`` seconds of the nodes' clock over
+    ``wall_s`` of the wall clock (1 on the wall clock; below 1 where a busy machine slowed the simulated time)."""
+    return {"clock": clock, "real_time_factor": simulated_s / wall_s if wall_s > 0.0 else float("nan")}
 
 
 def solve_times(diagnostics: dict) -> dict:

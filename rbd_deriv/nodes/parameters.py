@@ -458,9 +458,24 @@ SIM_NODE: Dict[str, Spec] = {
                               read_only=True),
     "odom_topic": Spec("odom", "nav_msgs/Odometry output of a floating base (ground truth)", read_only=True),
     "odom_frame_id": Spec("odom", "the odometry's world frame", read_only=True),
+    "tf_period": Spec(0.01, "floating base: period [s] of the base's transform (odom_frame_id -> base link) on /tf, "
+                      "where tf2_msgs is installed, in [0, 3600]; 0: none", AGE, read_only=True),
     "push_topic": Spec("push", "rbd_deriv/msg/Push input: a wrench on a floating base for a while", read_only=True),
     "contact_forces_topic": Spec("contact_forces", "rbd_deriv/msg/ContactForces output: the floor's force on each "
                                  "foot (world frame); empty: not published", read_only=True),
     "contact_forces_period": Spec(0.01, "period of contact_forces [s], in [0.001, 3600]", in_range(0.001, 3600.0),
                                   read_only=True),
+    "publish_clock": Spec(False, "simulated time: the simulator's time goes out on /clock (rosgraph_msgs/Clock) and "
+                          "stamps its outputs; a machine too busy to keep up slows that time instead of leaving the "
+                          "robot behind it (the other nodes need use_sim_time); false: the wall clock",
+                          read_only=True),
+    "real_time_factor": Spec(1.0, "with publish_clock: simulated seconds per wall-clock second asked for, in "
+                             "(0, 100]", in_range(0.0, 100.0, low_open=True), read_only=True),
+    "wait_for_policy": Spec(0.03, "with publish_clock: the simulated time runs at most this far [s] past the newest "
+                            "policy's stamp, then waits for the next policy (at most WAIT_FOR_POLICY_MAX of the wall "
+                            "clock: a controller that died meets the expiry's safe mode), so a machine too busy for "
+                            "the controller slows the simulation down, in [0, 3600]; 0: never waits", AGE,
+                            read_only=True),
+    "clock_period": Spec(0.001, "with publish_clock: simulated time between two /clock messages [s], in "
+                         "[0.0001, 1]", in_range(0.0001, 1.0), read_only=True),
 }
