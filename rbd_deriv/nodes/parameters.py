@@ -214,7 +214,8 @@ AUTOSTART = Spec(True, "walk the lifecycle through configure and activate at sta
 #: while unconfigured: taken at configure).
 DYNAMICS_NODE: Dict[str, Spec] = {
     "robot_description": Spec("", "URDF XML of the robot. Empty: use urdf_path, or wait for the robot_description "
-                              "topic. Setting it rebuilds the model (refused if the URDF is broken)."),
+                              "topic. Setting it while configured rebuilds the model (refused if the URDF is "
+                              "broken); unconfigured, configure takes it."),
     "urdf_path": Spec("", "Path of a URDF file, used when robot_description is empty."),
     "floating_base": Spec(False, "Add a free-flyer root joint; its pose and twist come from the odom topic."),
     "allow_robot_change": Spec(False, "Accept a new description whose joints differ from the running model's "
