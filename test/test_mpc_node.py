@@ -15,10 +15,6 @@ Each test runs in its own random ROS domain, limited to this machine.
 
 from __future__ import annotations
 
-import os
-import random
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -31,7 +27,6 @@ import rbd_deriv as rd  # noqa: E402
 from rbd_deriv.control import SinusoidReference  # noqa: E402
 from rbd_deriv.demo.arm import demo_parameters  # noqa: E402
 from rbd_deriv.messages import feedback_policy_arrays, feedback_policy_fields, fill_message, set_stamp, stamp_to_ns  # noqa: E402,E501
-from rbd_deriv.nodes.processes import ros_parameters, stop_processes  # noqa: E402
 from rbd_deriv.nodes.spin import PolledSubscription  # noqa: E402
 from rbd_deriv.testing.robots import bundled_urdf  # noqa: E402
 
@@ -45,27 +40,6 @@ STARTUP_TIMEOUT = 240.0
 def arm():
     model = rd.load_urdf(URDF)
     return model, model.create_data()
-
-
-@pytest.fixture
-def ros():
-    """A private ROS domain for the test, rclpy initialised in it, and a process launcher."""
-    os.environ["ROS_DOMAIN_ID"] = str(random.randint(100, 200))
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    rclpy.init()
-    processes = []
-
-    def start(module: str, parameters: dict) -> subprocess.Popen:
-        arguments = [sys.executable, "-m", module, *ros_parameters(parameters)]
-        process = subprocess.Popen(arguments, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        processes.append(process)
-        return process
-
-    node = rclpy.create_node("test_mpc_node")
-    yield node, start, processes
-    stop_processes(processes, timeout=10.0)
-    node.destroy_node()
-    rclpy.try_shutdown()
 
 
 class Listener:
@@ -194,7 +168,7 @@ def test_safety_rules_of_the_running_node(ros, arm):
     model, data = arm
     q = np.array([0.3, 0.6, -0.2, -1.0, 0.4, 0.7, 0.1])
     goal = q + 0.05
-    start("rbd_deriv.nodes.mpc_node", {
+    log = start("rbd_deriv.nodes.mpc_node", {
         "urdf_path": URDF, "mode": "held", "rate_hz": 100.0, "dt": 0.01,
         "state_timeout": 0.2, "linearization_timeout": 0.2, "diagnostics_period": 0.2,
         "disturbance_time_constant": 0.0, "goal_positions": goal.tolist()})
@@ -204,7 +178,7 @@ def test_safety_rules_of_the_running_node(ros, arm):
 
     # Fresh, good inputs: the MPC plans.
     assert listener.spin(STARTUP_TIMEOUT, fake.publish, lambda: listener.source() == "plan"), \
-        processes[0].stderr.read1().decode() if processes[0].poll() is not None else "no plan"
+        log.read_text()[-3000:] if processes[0].poll() is not None else "no plan"
     listener.commands.clear()
     listener.spin(1.0, fake.publish)
     check_commands(listener.commands, model)
@@ -274,7 +248,7 @@ def test_absurd_and_future_inputs_never_stop_the_controller(ros, arm, mode):
     node, start, processes = ros
     model, data = arm
     q = np.array([0.3, 0.6, -0.2, -1.0, 0.4, 0.7, 0.1])
-    start("rbd_deriv.nodes.mpc_node", {
+    log = start("rbd_deriv.nodes.mpc_node", {
         "urdf_path": URDF, "mode": mode, "rate_hz": 100.0, "dt": 0.01, "state_timeout": 0.2,
         "linearization_timeout": 0.2, "diagnostics_period": 0.2, "goal_positions": (q + 0.05).tolist()})
     listener = Listener(node)
@@ -288,7 +262,7 @@ def test_absurd_and_future_inputs_never_stop_the_controller(ros, arm, mode):
         return int(listener.diagnostics.get("commands_plan", "0"))
 
     assert listener.spin(STARTUP_TIMEOUT, fake.publish, lambda: listener.source() == "plan"), \
-        processes[0].stderr.read1().decode() if processes[0].poll() is not None else "no plan"
+        log.read_text()[-3000:] if processes[0].poll() is not None else "no plan"
 
     fake.joint_state_velocities = np.full(model.nv, 1e307)
     assert listener.spin(10.0, fake.publish, lambda: refused("joint_states/implausible") >= 5)
@@ -481,7 +455,7 @@ def test_one_future_state_then_good_ones_at_250_hz_are_planned_on(ros, arm):
     node, start, processes = ros
     model, _ = arm
     q = np.array([0.3, 0.6, -0.2, -1.0, 0.4, 0.7, 0.1])
-    start("rbd_deriv.nodes.mpc_node", {"urdf_path": URDF, "mode": "relinearize", "diagnostics_period": 0.2,
+    log = start("rbd_deriv.nodes.mpc_node", {"urdf_path": URDF, "mode": "relinearize", "diagnostics_period": 0.2,
                                        "goal_positions": q.tolist()})
     listener = Listener(node)
     states = node.create_publisher(JointState, "joint_states", 10)
@@ -507,7 +481,7 @@ def test_one_future_state_then_good_ones_at_250_hz_are_planned_on(ros, arm):
         return int(listener.diagnostics.get(key, "0"))
 
     assert at_250_hz(STARTUP_TIMEOUT, lambda: listener.source() == "plan"), \
-        processes[0].stderr.read1().decode() if processes[0].poll() is not None else "no plan"
+        log.read_text()[-3000:] if processes[0].poll() is not None else "no plan"
     at_250_hz(0.5)
     publish(3600 * 10**9)
     assert at_250_hz(5.0, lambda: count("refused_joint_states/future") == 1), listener.diagnostics
@@ -547,7 +521,7 @@ def test_every_message_is_counted_and_a_clock_that_stands_still_gives_the_safe_c
     node, start, processes = ros
     model, data = arm
     q = np.array([0.3, 0.6, -0.2, -1.0, 0.4, 0.7, 0.1])
-    start("rbd_deriv.nodes.mpc_node", {"urdf_path": URDF, "mode": "relinearize", "rate_hz": 100.0,
+    log = start("rbd_deriv.nodes.mpc_node", {"urdf_path": URDF, "mode": "relinearize", "rate_hz": 100.0,
                                        "diagnostics_period": 0.2, "goal_positions": q.tolist()})
     listener = Listener(node)
     states = node.create_publisher(JointState, "joint_states", 1000)
@@ -577,7 +551,7 @@ def test_every_message_is_counted_and_a_clock_that_stands_still_gives_the_safe_c
         return count(f"used_{kind}") + refused + count(f"superseded_{kind}") + count(f"lost_{kind}")
 
     assert listener.spin(STARTUP_TIMEOUT, publish, lambda: listener.source() == "plan"), \
-        processes[0].stderr.read1().decode() if processes[0].poll() is not None else "no plan"
+        log.read_text()[-3000:] if processes[0].poll() is not None else "no plan"
     # What the node counted of the messages sent before it had subscribed is not known: the balance is taken
     # from here, once the totals have stopped moving.
     listener.spin(0.6)

@@ -206,14 +206,21 @@ STATE_QOS_TEXT = ("reliability of the state subscriptions (joint_states, odom): 
                   "and best-effort publishers (REP 2003's sensor data profile); reliable matches reliable "
                   "publishers only")
 
-#: rbd_deriv/nodes/dynamics_node.py; every parameter may be set at run time.
+#: The managed nodes' (dynamics and MPC).
+AUTOSTART = Spec(True, "walk the lifecycle through configure and activate at start (once a description is known); "
+                 "false: wait for 'ros2 lifecycle set <node> configure' then 'activate'", read_only=True)
+
+#: rbd_deriv/nodes/dynamics_node.py; every parameter but autostart and state_qos may be set at run time (the model's
+#: while unconfigured: taken at configure).
 DYNAMICS_NODE: Dict[str, Spec] = {
     "robot_description": Spec("", "URDF XML of the robot. Empty: use urdf_path, or wait for the robot_description "
-                              "topic. Setting it rebuilds the model (refused if the URDF is broken)."),
+                              "topic. Setting it while configured rebuilds the model (refused if the URDF is "
+                              "broken); unconfigured, configure takes it."),
     "urdf_path": Spec("", "Path of a URDF file, used when robot_description is empty."),
     "floating_base": Spec(False, "Add a free-flyer root joint; its pose and twist come from the odom topic."),
     "allow_robot_change": Spec(False, "Accept a new description whose joints differ from the running model's "
                                "(by default refused: consumers rely on the state layout)."),
+    "autostart": AUTOSTART,
     "publish_mode": Spec("on_message", "on_message: compute on every joint_states message; timer: at 'rate' from "
                          "the latest state.", one_of(PUBLISH_MODES)),
     "rate": Spec(100.0, "Output rate in timer mode [Hz], in [0.01, 10000].", RATE),
@@ -249,9 +256,7 @@ MPC_NODE: Dict[str, Spec] = {
     "allow_robot_change": Spec(False, "accept a robot_description topic message that differs from the model in use; "
                                "it is taken at the next configure (cleanup, configure). By default refused and "
                                "counted, the model in use stays"),
-    "autostart": Spec(True, "walk the lifecycle through configure and activate at start (once a description is "
-                      "known); false: wait for 'ros2 lifecycle set <node> configure' then 'activate'",
-                      read_only=True),
+    "autostart": AUTOSTART,
     "state_qos": Spec("best_effort", STATE_QOS_TEXT, one_of(STATE_QOS_CHOICES), read_only=True),
     "mode": Spec("held", "held: linearization from the dynamics node held over the horizon; relinearize: "
                  "in-process re-linearization along the prediction (one Gauss-Newton step per tick)",
