@@ -319,3 +319,32 @@ def test_the_base_pose_goes_out_on_tf(solo, tmp_path_factory):
     assert len(matched) >= 0.5 * len(transforms), (len(matched), len(transforms))
     for transform, pose in matched:
         assert transform == pose
+
+
+def test_the_robot_from_the_robot_description_topic():
+    """Without urdf_path nor robot_description, the simulator waits for the latched robot_description topic (no
+    joint_states before it, no bundled robot), then simulates that robot: a description that cannot be built is
+    refused and the node waits on; the next good one starts it."""
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    from rbd_deriv import bundled_urdf
+
+    urdf = bundled_urdf("rbd_arm7")
+    expected = list(rd.load_urdf(str(urdf)).joint_names)
+    sim = Simulator({"diagnostics_period": 0.2})
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    description = sim.node.create_publisher(String, "robot_description", latched)
+    try:
+        sim.spin_until(lambda: description.get_subscription_count() > 0, STARTUP_TIMEOUT, "the description input")
+        sim.spin(1.0)
+        assert sim.joint_states is None and sim.process.poll() is None
+        description.publish(String(data="<robot name='broken'><link name='a'/><joint name='j' type='revolute'/>"))
+        sim.spin(1.0)
+        assert sim.joint_states is None and sim.process.poll() is None
+        description.publish(String(data=urdf.read_text(encoding="utf-8")))
+        sim.spin_until(lambda: sim.joint_states is not None, STARTUP_TIMEOUT, "joint_states of the topic's robot")
+        names = list(sim.joint_states.name)
+    finally:
+        sim.close()
+    assert names == expected

@@ -416,7 +416,9 @@ MPC_NODE.update(MPC_NODE_LEGGED)
 
 #: rbd_deriv/nodes/sim_node.py; read at start-up.
 SIM_NODE: Dict[str, Spec] = {
-    "urdf_path": Spec("", "URDF file of the robot; empty: the bundled 7-dof arm", read_only=True),
+    "urdf_path": Spec("", "URDF file of the robot; empty with robot_description empty: the robot comes from the "
+                      "robot_description topic (latched), the simulation starts when it arrives", read_only=True),
+    "robot_description": Spec("", "URDF text; used instead of urdf_path when not empty", read_only=True),
     "backend": Spec("mujoco", f"physics backend, one of {', '.join(BACKENDS)}", one_of(BACKENDS), read_only=True),
     "physics_rate_hz": Spec(1000.0, "physics and joint_states rate [Hz], in [0.01, 10000]", RATE, read_only=True),
     "damping": Spec([0.1], "joint viscous damping [N m s/rad]; one value for every joint or one per joint",

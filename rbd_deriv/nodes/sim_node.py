@@ -16,6 +16,10 @@ With neither (before the first input, or both stale) joint damping (``expiry_dam
 expired, else the brakes hold the joints where they are. Torques saturate at ``effort_limits`` (the
 actuators' limits; the URDF's by default).
 
+The robot: ``robot_description`` (URDF text) or ``urdf_path``; with neither, the latched ``robot_description``
+topic (robot_state_publisher's), and the simulation starts when the first description arrives (said once while
+it waits).
+
 A floating-base robot (``floating_base``; a legged robot) stands on a floor with a foot sphere or a sole at each
 of ``contact_frames`` (:class:`rbd_deriv.sim.Ground`). Besides the actuated joints' states it publishes the
 base's ground-truth odometry at the joint_states rate (nav_msgs/Odometry on ``odom_topic``: the pose of the base
@@ -49,7 +53,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import rclpy
@@ -58,17 +61,17 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import TransformStamped, Vector3
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
-from rosgraph_msgs.msg import Clock
 from rclpy.time import Time
+from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float64MultiArray, String
 
 import rbd_deriv as rd
-from rbd_deriv import bundled_urdf
 from rbd_deriv.control import Actuation, PolicyExecutor
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.messages import feedback_policy_arrays, set_stamp, stamp_to_ns
 from rbd_deriv.msg import ContactForces, FeedbackPolicy, Push
+from rbd_deriv.nodes.lifecycle import DESCRIPTION_QOS
 from rbd_deriv.nodes.parameters import SIM_NODE, actuator_limits, declare_parameters, per_joint
 from rbd_deriv.nodes.spin import guard, run_node
 from rbd_deriv.refusals import shorten
@@ -105,10 +108,36 @@ class SimNode(Node):
         self._running = False
         self._thread: threading.Thread | None = None
         super().__init__("sim_node")
-        p = declare_parameters(self, SIM_NODE)
-        urdf_path = p["urdf_path"] or str(bundled_urdf("rbd_arm7"))
+        self._p = p = declare_parameters(self, SIM_NODE)
+        self._description_input = None
+        if not (p["robot_description"] or p["urdf_path"]):
+            self._description_input = self.create_subscription(String, "robot_description", self._on_description,
+                                                               DESCRIPTION_QOS)
+            self.get_logger().info("no robot_description nor urdf_path parameter: waiting on the robot_description "
+                                   "topic")
+            return
+        self._start(p["robot_description"] or p["urdf_path"])
+
+    def _on_description(self, message: String) -> None:
+        """The robot from the topic: the first description starts the simulation; later ones are ignored (a
+        simulated robot does not change)."""
+        if self._running or not message.data.strip():
+            return
+        try:
+            self._start(message.data)
+        except Exception as error:  # noqa: BLE001 - a description MuJoCo cannot build: say why, wait for another
+            self.get_logger().error(shorten(f"robot_description topic: {type(error).__name__}: {error}; waiting "
+                                            "for another one"))
+            return
+        self.destroy_subscription(self._description_input)
+
+    def _start(self, description: str) -> None:
+        """Build the plant of ``description`` (URDF text or file path), its inputs and outputs, and start the
+        physics thread."""
+        p = self._p
+        urdf_path = description
         rate = p["physics_rate_hz"]
-        self.model = rd.load_urdf(str(Path(urdf_path)), floating_base=p["floating_base"])
+        self.model = rd.load_urdf(urdf_path, floating_base=p["floating_base"])
         self.model.set_actuator_limits(actuator_limits(p["effort_limits"]))
         ground = None
         if p["floating_base"] and p["contact_frames"]:
