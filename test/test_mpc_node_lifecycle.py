@@ -209,3 +209,23 @@ def test_best_effort_joint_states_are_served(ros):
     assert robot.spin(10.0, lambda: robot.diagnostics.get("command_source") == "plan"), robot.diagnostics
     assert int(robot.diagnostics.get("used_joint_states", "0")) > 0
     assert processes[0].poll() is None
+
+
+def test_ctrl_c_on_an_active_node_sends_its_last_command(ros):
+    """SIGINT to an active MPC node (Ctrl-C in its terminal): one last command, the hold at the measured state with
+    its policy (no gain), as on deactivate; then the process ends with 0."""
+    import signal
+
+    node, start, processes = ros
+    start(MODULE, {"urdf_path": URDF, "autostart": True, **PARAMETERS})
+    robot = Robot(node)
+    assert robot.spin(STARTUP_TIMEOUT, lambda: len(robot.commands) >= 50), "no command once active"
+    processes[0].send_signal(signal.SIGINT)
+    assert robot.spin(30.0, lambda: processes[0].poll() is not None), "the node did not end"
+    robot.spin(0.5)
+    assert processes[0].returncode == 0
+    holds = [k for k, command in enumerate(robot.commands) if robot.is_hold(command)]
+    assert holds == [len(robot.commands) - 1], f"hold commands at {holds} of {len(robot.commands)}"
+    last = feedback_policy_arrays(robot.policies[-1])
+    np.testing.assert_allclose(last["u_ff"][0], robot.hold, rtol=1e-9, atol=1e-9)
+    assert not np.any(last["K"])

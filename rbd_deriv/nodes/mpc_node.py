@@ -123,6 +123,12 @@ class MpcNode(LifecycleNode):
         self._release()
         return SUCCESS
 
+    def on_exit(self) -> None:
+        """The process ends (Ctrl-C, SIGTERM, launch's stop): an active node sends its last command, as on
+        deactivate, so that the robot side holds the measured posture rather than a plan made for later."""
+        if self.active:
+            self._stop()
+
     def _stop(self) -> None:
         """Publish the loop's last command (and its policy), then no more."""
         self.active = False
@@ -287,7 +293,7 @@ def main(args: list[str] | None = None) -> int:
     if not single_threaded_blas():
         print("mpc_node: no BLAS library found to hold to one thread: products run on as many threads as BLAS "
               "chooses", file=sys.stderr)
-    return run_node(MpcNode, args)
+    return run_node(MpcNode, args, cleanup=MpcNode.on_exit)
 
 
 if __name__ == "__main__":
