@@ -307,9 +307,11 @@ def test_safe_command_never_over_a_limit_nor_nan(solo):
 
     mpc.solve = failing
     try:
+        # Ticks 10 s apart: the first policy starts when its solve from scratch ends (now plus the solve's own
+        # time, tens of milliseconds to a second on a loaded machine), and must have expired by the next tick.
         for k in range(1, 5):
-            feed(loop, model, posture, np.zeros(model.nv), START + k * 20 * MS)
-            tick = loop.tick(START + k * 20 * MS)
+            feed(loop, model, posture, np.zeros(model.nv), START + k * 10_000 * MS)
+            tick = loop.tick(START + k * 10_000 * MS)
             assert tick.source is CommandSource.SOLVER_FAILURE
             commands.append(tick.command)
     finally:
@@ -523,6 +525,34 @@ def test_a_clock_that_stands_still_gives_the_safe_command(solo):
     held = loop.tick(START + 20 * MS, monotonic_ns=71 * MS)
     assert held.source is CommandSource.STALE_CLOCK and held.plan is None
     assert loop.diagnostics(1.0)[2]["commands_stale_clock"] == "2"
+
+
+def test_a_clock_that_stands_still_while_the_robot_walks_stands_it_down(solo):
+    """Walking when the node's clock stops (simulated time without /clock) while the robot's states still come: the
+    safe command ``stale_clock`` is a plan on the states' clock with the velocity command at zero, so the robot
+    stops walking and takes its idle gait instead of being held on its last policy (which let a trotting solo12
+    fall); once the clock moves again, the plans are plans."""
+    model, feet, posture, mpcs = solo
+    loop = LeggedLoop(model, mpcs, "trot", LeggedLoopSettings(state_timeout=0.05, idle_gait="stand"))
+    q, v = posture.copy(), np.zeros(model.nv)
+    for k in range(3):  # a teleop sends its command before every tick
+        loop.take_cmd_vel(0.2, 0.0, 0.0)
+        feed(loop, model, q, v, START + k * 10 * MS)
+        assert loop.tick(START + k * 10 * MS, monotonic_ns=k * 10 * MS).source is CommandSource.PLAN
+    assert loop.gait == "trot" and loop.command_target[0] == 0.2
+    ticks = []
+    for k in range(3, 60):  # the node's clock stuck at START + 20 ms, the robot's moving on, the teleop too
+        loop.take_cmd_vel(0.2, 0.0, 0.0)
+        feed(loop, model, q, v, START + k * 10 * MS)
+        ticks.append(loop.tick(START + 20 * MS, monotonic_ns=k * 10 * MS))
+    down = [t for t in ticks if t.source is CommandSource.STALE_CLOCK]
+    assert len(down) >= 50 and all(t.plan is not None and within(t.command, loop) for t in down)
+    assert not loop.command.any() and loop.gait == "stand", (loop.command, loop.gait)
+    # The policies go on along the robot's clock: each starts after the one before.
+    stamps = [t.policy.stamp_ns for t in down]
+    assert stamps == sorted(stamps) and stamps[-1] > stamps[0]
+    feed(loop, model, q, v, START + 60 * 10 * MS)
+    assert loop.tick(START + 60 * 10 * MS, monotonic_ns=600 * MS).source is CommandSource.PLAN
 
 
 def test_a_broken_pose_is_refused_as_bad_base_not_judged_as_a_jump(solo):

@@ -51,7 +51,7 @@ from rbd_deriv.control.policy import (FeedbackPolicy, constant_policy, keep_take
 from rbd_deriv.control.prediction import predict_on_contacts
 from rbd_deriv.control.legged_settings import LeggedLoopSettings
 from rbd_deriv.control.odometry import check_frames, check_jump, check_twist
-from rbd_deriv.control.safety import CommandSource, clamp_torque, hold_command, is_stale
+from rbd_deriv.control.safety import ClockWatch, CommandSource, clamp_torque, hold_command, is_stale
 from rbd_deriv.control.statics import static_torques
 from rbd_deriv.control.tick_loop import TickLoop, TickResult
 from rbd_deriv.core.configuration import rotation_of
@@ -89,6 +89,8 @@ class LeggedLoop(TickLoop):
             if mpc.model.nv != model.nv or mpc.feet != first.feet:
                 raise InputError(f"the MPC of gait {name!r} is on other feet or another model", "mpcs")
         self._start(model, settings.max_stamp_lead, settings.state_timeout, log_period)
+        #: The robot's clock (its states' stamps), watched like the node's: see :meth:`tick`.
+        self.robot_clock = ClockWatch(settings.state_timeout)
         self.mpcs, self.settings = dict(mpcs), settings
         self.feet, self.kinds = first.feet, first.kinds
         self.actuated = first.dynamics.actuated
@@ -381,7 +383,10 @@ class LeggedLoop(TickLoop):
         Args:
             monotonic_ns: A monotonic clock [ns] (``time.monotonic_ns()`` when None), against which the
                 caller's clock must advance: one that stands still (simulated time without ``/clock``) gives
-                the safe command ``stale_clock``.
+                the safe command ``stale_clock``. While the robot's own clock (its states' stamps) still
+                advances, that command is a plan to stand down: the velocity command set to zero (the idle gait
+                follows where there is one), planned on the states' clock; otherwise the held policy, then the
+                statics of the posture.
 
         Returns:
             None before the base and every joint have been received, or before any plan was good enough to send
@@ -393,16 +398,23 @@ class LeggedLoop(TickLoop):
             self._count(CommandSource.NO_STATE)
             return None
         q, v = self.state.q.copy(), self.state.v.copy()
-        clock = self.clock.advancing(now_ns, time.monotonic_ns() if monotonic_ns is None else monotonic_ns)
+        monotonic_ns = time.monotonic_ns() if monotonic_ns is None else monotonic_ns
+        clock = self.clock.advancing(now_ns, monotonic_ns)
+        # The robot's own clock: the newest state's stamp, which a live robot moves on with.
+        robot_clock = self.robot_clock.advancing(max(self._joints_ns, self._base_ns), monotonic_ns)
+        standing_down = not clock and robot_clock
         if not clock:
-            # No age can be measured on a clock that stands still: the safe command, valid from the newest
-            # state's time (the robot's clock as last heard).
+            # No age can be measured on a clock that stands still: the time is the newest state's (the robot's
+            # clock as last heard). While that clock moves on, the robot is told to stand down, planned on it: a
+            # trotting robot held on its last policy, then on the statics of four feet, falls.
             now_ns = max(self._joints_ns, self._base_ns)
+            if standing_down:
+                self.command_target[:] = 0.0
         now = self._seconds(now_ns)
         timeout = self.settings.state_timeout
         state_ns = min(self._joints_ns, self._base_ns)
-        fresh = clock and not (is_stale(self._seconds(self._joints_ns), now, timeout)
-                               or is_stale(self._seconds(self._base_ns), now, timeout))
+        fresh = (clock or standing_down) and not (is_stale(self._seconds(self._joints_ns), now, timeout)
+                                                  or is_stale(self._seconds(self._base_ns), now, timeout))
         plan, trouble, source = None, None, CommandSource.STALE_STATE if clock else CommandSource.STALE_CLOCK
         plan_start_ns = 0
         if fresh:
@@ -478,6 +490,12 @@ class LeggedLoop(TickLoop):
                     if policy is not None:
                         source = CommandSource.PLAN
                         command = clamp_torque(plan.torque, self.lower, self.upper)
+                        if standing_down:  # a good plan, sent as the safe command it is (and counted so)
+                            self._keep_good(policy)
+                            source = CommandSource.STALE_CLOCK
+                            self._remember(policy)
+                            self._count(source, command)
+                            return TickResult(command, source, previous, plan, plan_start_ns, trouble, policy)
                     else:
                         trouble = self.refuse("solver_failure", "a plan with NaN or inf")
                         source = CommandSource.SOLVER_FAILURE
@@ -497,12 +515,18 @@ class LeggedLoop(TickLoop):
                 return None
             command, policy = self._safe(q, v, now_ns)
         else:
-            self.good_policy = policy
-            self._failures_in_row = 0
-            self._good_plan = (mpc, self._gait_start, mpc.solver.X.copy(), mpc.solver.U.copy(), self._last_knot)
+            self._keep_good(policy)
         self._remember(policy)
         self._count(source, command)
         return TickResult(command, source, previous, plan, plan_start_ns, trouble, policy)
+
+    def _keep_good(self, policy: FeedbackPolicy) -> None:
+        """``policy``, of the plan just solved, is good: the one to hold when a later tick fails, its plan the one to
+        restore."""
+        mpc = self.mpc
+        self.good_policy = policy
+        self._failures_in_row = 0
+        self._good_plan = (mpc, self._gait_start, mpc.solver.X.copy(), mpc.solver.U.copy(), self._last_knot)
 
     def _restore(self, mpc: LeggedMPC, knot: Optional[int]) -> bool:
         """After a failed solve (no previous plan to warm-start from), put the last good plan of ``mpc`` back as the
