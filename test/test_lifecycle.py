@@ -76,7 +76,7 @@ def test_waiting_is_said_once(node, monkeypatch):
     lines = []
 
     class Logger:
-        def info(self, line):
+        def warning(self, line):
             lines.append(line)
     monkeypatch.setattr(node, "get_logger", Logger)
     say = waiting_notice(node)

@@ -29,7 +29,7 @@ def waiting_notice(node: LifecycleNode) -> Callable[[], None]:
 
     def say() -> None:
         if not said:
-            node.get_logger().info("no robot description yet: waiting on the robot_description topic")
+            node.get_logger().warning("no robot description yet: waiting on the robot_description topic")
             said.append(True)
     return say
 

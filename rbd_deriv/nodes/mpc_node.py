@@ -101,7 +101,8 @@ class MpcNode(LifecycleNode):
             return FAILURE
         self._in_use = None if (p["robot_description"] or p["urdf_path"]) else text
         self._make_topics(p)
-        self.get_logger().info(f"{self.loop.describe()}, {p['rate_hz']:g} Hz; configured, inactive")
+        self.get_logger().info(f"{self.loop.describe()}, {p['rate_hz']:g} Hz; configured, inactive; torques for "
+                               f"{', '.join(self.loop.actuated_joint_names)}, in that order")
         return SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -277,7 +278,10 @@ class MpcNode(LifecycleNode):
         now = time.monotonic()
         healthy, summary, values = self.loop.diagnostics(now - self._window_start)
         values.update(self.inputs.lost())
+        values["lifecycle_state"] = "active" if self.active else "inactive"
         self._window_start = now
+        if not self.active:  # configured, not commanding: nothing is wrong
+            healthy, summary = True, "inactive: no command is sent"
         status = DiagnosticStatus(name=f"{self.get_name()}: MPC", hardware_id=self.model.name,
                                   level=DiagnosticStatus.OK if healthy else DiagnosticStatus.WARN, message=summary,
                                   values=[KeyValue(key=k, value=v) for k, v in values.items()])
