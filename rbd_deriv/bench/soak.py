@@ -85,7 +85,7 @@ def legged_report(result: LeggedSoakResult) -> str:
         f"  cmd_vel beyond the bounds: {result.beyond_limits} sent, {result.clamped} clamped (the others superseded); "
         f"small pushes applied: {result.pushes_applied}",
         f"  other refusals (not the soak's reasons): {listed(result.refused_other) or 'none'}",
-        f"  fell: {result.fell}" + (f" after {result.fell_after_s:.1f} s" if result.fell else "")
+        f"  fell: {result.fell}" + (f" after {result.fell_after_s:.1f} s" if result.fell_after_s is not None else "")
         + f"; walked {result.walked_m:.1f} m, turned {result.turned_rad:.1f} rad",
         f"  MPC: {result.mpc_rate_hz:.1f} Hz over the soak, lowest 1-s window {result.mpc_rate_min_hz:.1f} Hz; "
         f"commands: {listed(result.commands)}",
