@@ -70,7 +70,8 @@ def topic_line(topic: TopicBalance) -> str:
         balance = (f"sent = used + refused + superseded + lost: {topic.sent} = {topic.used} + {topic.refused_total} + "
                    f"{topic.superseded} + {topic.lost}")
     else:
-        balance = f"broken sent = refused under their reasons (+ lost): {topic.sent} = {topic.refused_as_sent} (+ {topic.lost})"
+        balance = (f"broken sent = refused under their reasons (+ lost): {topic.sent} = {topic.refused_as_sent} "
+                   f"(+ {topic.lost})")
     return (f"  {topic.topic}: sent {topic.sent} ({listed(topic.sent_bad) or 'none broken'}); node: used {topic.used}, "
             f"refused {topic.refused_total} ({listed(topic.refused)}), superseded {topic.superseded}, lost "
             f"{topic.lost}; {balance}: {holds}")

@@ -124,8 +124,8 @@ class SimNode(Node):
             self._odometry.header.frame_id = p["odom_frame_id"]
             self._odometry.child_frame_id = self.plant.base_link
             self.odometry_publisher = self.create_publisher(Odometry, p["odom_topic"], 10)
-            self.create_subscription(Push, p["push_topic"], self.input_gaps["push"].counting(self._guard(self._on_push)),
-                                     10)
+            self.create_subscription(Push, p["push_topic"],
+                                     self.input_gaps["push"].counting(self._guard(self._on_push)), 10)
         self.contact_forces_publisher = None
         if ground is not None and p["contact_forces_topic"]:
             self._contact_forces = ContactForces(frames=list(ground.contact_frames))
