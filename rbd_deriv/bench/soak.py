@@ -88,7 +88,8 @@ def legged_report(result: LeggedSoakResult) -> str:
         f"  other refusals (not the soak's reasons): {listed(result.refused_other) or 'none'}",
         f"  fell: {result.fell}" + (f" after {result.fell_after_s:.1f} s" if result.fell_after_s is not None else "")
         + f"; walked {result.walked_m:.1f} m, turned {result.turned_rad:.1f} rad",
-        f"  MPC: {result.mpc_rate_hz:.1f} Hz over the soak, lowest 1-s window {result.mpc_rate_min_hz:.1f} Hz; "
+        f"  MPC: {result.mpc_rate_hz:.1f} Hz over the soak, lowest diagnostics window (read each second) "
+        f"{result.mpc_rate_min_hz:.1f} Hz; "
         f"commands: {listed(result.commands)}",
         f"  balance on every topic: {'holds' if result.balanced else 'DOES NOT HOLD'}",
     ]

@@ -74,7 +74,8 @@ class LeggedSoakResult:
             the soak (those not superseded first). pushes_applied: the small pushes applied.
         rss: Each node's memory: {node: {"start", "end", "max"}}.
         fell: The simulator reported a fall; fell_after_s: when (None if not).
-        mpc_rate_hz: The MPC's ticks over the soak per second; mpc_rate_min_hz: its lowest diagnostics window.
+        mpc_rate_hz: The MPC's ticks over the soak per second; mpc_rate_min_hz: the lowest rate of its diagnostics
+            windows (0.25 s), read once a second.
         commands: The MPC's commands by source over the soak; refused_other: refusals of the nodes outside the
             soak's reasons (others' messages), by key.
         walked_m, turned_rad: The base's path length and heading change (odometry, 10 Hz samples).
