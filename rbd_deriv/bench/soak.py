@@ -72,6 +72,8 @@ def topic_line(topic: TopicBalance) -> str:
     else:
         balance = (f"broken sent = refused under their reasons (+ lost): {topic.sent} = {topic.refused_as_sent} "
                    f"(+ {topic.lost})")
+    if not topic.exclusive and topic.refused_as_sent > topic.sent:
+        holds += " (more refused under the soak's reasons than it sent: the other publishers' messages too)"
     return (f"  {topic.topic}: sent {topic.sent} ({listed(topic.sent_bad) or 'none broken'}); node: used {topic.used}, "
             f"refused {topic.refused_total} ({listed(topic.refused)}), superseded {topic.superseded}, lost "
             f"{topic.lost}; {balance}: {holds}")
@@ -87,7 +89,8 @@ def legged_report(result: LeggedSoakResult) -> str:
         f"small pushes applied: {result.pushes_applied}",
         f"  other refusals (not the soak's reasons): {listed(result.refused_other) or 'none'}",
         f"  fell: {result.fell}" + (f" after {result.fell_after_s:.1f} s" if result.fell_after_s is not None else "")
-        + f"; walked {result.walked_m:.1f} m, turned {result.turned_rad:.1f} rad",
+        + f"; walked {result.walked_m:.1f} m, turned {result.turned_rad:.1f} rad; the simulator behind the wall "
+        f"clock for {result.sim_lost_time_s:.3f} s",
         f"  MPC: {result.mpc_rate_hz:.1f} Hz over the soak, lowest diagnostics window (read each second) "
         f"{result.mpc_rate_min_hz:.1f} Hz; "
         f"commands: {listed(result.commands)}",

@@ -79,6 +79,7 @@ class LeggedSoakResult:
         commands: The MPC's commands by source over the soak; refused_other: refusals of the nodes outside the
             soak's reasons (others' messages), by key.
         walked_m, turned_rad: The base's path length and heading change (odometry, 10 Hz samples).
+        sim_lost_time_s: Wall-clock time the simulator could not catch up with over the soak (a starved process).
         alive: Each node was still running at the end.
     """
 
@@ -97,6 +98,7 @@ class LeggedSoakResult:
     refused_other: Dict[str, int] = field(default_factory=dict)
     walked_m: float = 0.0
     turned_rad: float = 0.0
+    sim_lost_time_s: float = 0.0
     alive: Dict[str, bool] = field(default_factory=dict)
 
     @property
@@ -421,6 +423,7 @@ def run_legged_soak(robot: str = "solo12", duration: float = 600.0, speed: float
         result.mpc_rate_hz = sum(commands.values()) / soaked
         result.clamped = nodes.count("mpc", "cmd_vel_clamped") - int(values_before["mpc"].get("cmd_vel_clamped", 0))
         result.pushes_applied = topics["push"].used
+        result.sim_lost_time_s = float(sim.get("lost_time_s", 0)) - float(values_before["sim"].get("lost_time_s", 0))
         soak_reasons = {reason for kinds in BROKEN.values() for reason in kinds.values()}
         result.refused_other = {
             f"{which}:{key}": count for which in ("mpc", "sim")
