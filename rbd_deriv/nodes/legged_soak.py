@@ -123,7 +123,7 @@ class _Nodes:
                                             QoSProfile(depth=100, reliability=ReliabilityPolicy.BEST_EFFORT))
         self._odometry_type = Odometry
         self.values: Dict[str, Dict[str, str]] = {"mpc": {}, "sim": {}}
-        self.base: Optional[np.ndarray] = None  # x, y, heading [m, m, rad] of the simulator's newest odometry
+        self._newest_odometry: Optional[bytes] = None
         self.refreshed = {"mpc": 0, "sim": 0}  # reports received
 
     def take(self) -> None:
@@ -136,17 +136,24 @@ class _Nodes:
                     self.refreshed[which] += 1
         odometry = self._odometry.take(serialized=True)
         if odometry:
-            from rclpy.serialization import deserialize_message
+            self._newest_odometry = odometry[-1]  # read only when asked: a message object costs tens of us
 
-            from rbd_deriv.messages import stamp_to_ns
+    def base(self) -> Optional[np.ndarray]:
+        """x, y, heading [m, m, rad] of the simulator's newest odometry (None before it, or when the newest is one
+        of the soak's broken messages: another frame, NaN, stamped an hour off)."""
+        if self._newest_odometry is None:
+            return None
+        from rclpy.serialization import deserialize_message
 
-            message = deserialize_message(odometry[-1], self._odometry_type)
-            pose = message.pose.pose
-            # The simulator's, not one of the soak's broken messages (another frame, NaN, stamped an hour off).
-            if (message.header.frame_id == "odom" and math.isfinite(pose.position.z)
-                    and abs(stamp_to_ns(message.header.stamp) - time.time_ns()) < _NS):
-                z, w = pose.orientation.z, pose.orientation.w
-                self.base = np.array([pose.position.x, pose.position.y, 2.0 * math.atan2(z, w)])
+        from rbd_deriv.messages import stamp_to_ns
+
+        message = deserialize_message(self._newest_odometry, self._odometry_type)
+        pose = message.pose.pose
+        if not (message.header.frame_id == "odom" and math.isfinite(pose.position.z)
+                and abs(stamp_to_ns(message.header.stamp) - time.time_ns()) < _NS):
+            return None
+        z, w = pose.orientation.z, pose.orientation.w
+        return np.array([pose.position.x, pose.position.y, 2.0 * math.atan2(z, w)])
 
     def count(self, which: str, key: str) -> int:
         return int(self.values[which].get(key, "0"))
@@ -357,7 +364,7 @@ def run_legged_soak(robot: str = "solo12", duration: float = 600.0, speed: float
         next_walk, next_bad, next_push, next_sample, turn = 0.0, bad_period / 2, push_period, 1.0, 0
         over_budget = None  # (pushes applied before the small push, when it was sent) while one may follow
         path, last_base, started = 0.0, None, time.monotonic()
-        for elapsed in paced(duration, 200.0, nodes.take):
+        for elapsed in paced(duration, 200.0, nodes.take, nap=5e-3):
             if elapsed >= next_walk:
                 turning = (elapsed % turn_period) >= turn_period / 2
                 sender.walk(speed, turn_rate if turning else 0.0)
@@ -382,11 +389,12 @@ def run_legged_soak(robot: str = "solo12", duration: float = 600.0, speed: float
                 over_budget = None
             if elapsed >= next_sample:
                 next_sample += 0.1
-                if nodes.base is not None:
+                base = nodes.base()
+                if base is not None:
                     if last_base is not None:
-                        path += float(np.hypot(*(nodes.base[:2] - last_base[:2])))
-                        result.turned_rad += math.remainder(nodes.base[2] - last_base[2], 2 * math.pi)
-                    last_base = nodes.base
+                        path += float(np.hypot(*(base[:2] - last_base[:2])))
+                        result.turned_rad += math.remainder(base[2] - last_base[2], 2 * math.pi)
+                    last_base = base
                 if nodes.values["sim"].get("fell") == "true" and result.fell_after_s is None:
                     result.fell, result.fell_after_s = True, elapsed
                 if "rate_hz" in nodes.values["mpc"] and round(elapsed * 10) % 10 == 0:

@@ -108,9 +108,9 @@ class TopicBalance:
         return self.balanced and (self.exclusive or self.refused_as_sent == self.sent)
 
 
-def paced(duration: float, rate: float, idle: Callable[[], None]) -> Iterator[float]:
+def paced(duration: float, rate: float, idle: Callable[[], None], nap: float = 1e-3) -> Iterator[float]:
     """The times [s] since the start of a loop at ``rate`` [Hz] for ``duration`` [s], each yielded when it is due;
-    ``idle()`` runs meanwhile (take what arrived), with short sleeps between calls."""
+    ``idle()`` runs meanwhile (take what arrived), with sleeps of at most ``nap`` [s] between calls."""
     period_ns, start, tick = int(1e9 / rate), time.monotonic_ns(), 0
     while True:
         due = start + tick * period_ns
@@ -121,6 +121,6 @@ def paced(duration: float, rate: float, idle: Callable[[], None]) -> Iterator[fl
             idle()
             remaining = (due - time.monotonic_ns()) * 1e-9
             if remaining > 2e-4:
-                time.sleep(min(remaining - 1e-4, 1e-3))
+                time.sleep(min(remaining - 1e-4, nap))
         yield elapsed
         tick += 1
