@@ -23,7 +23,12 @@ the slow oracles. Models are loaded once per session.
 from __future__ import annotations
 
 import dataclasses
+import os
+import random
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 import numpy as np
@@ -226,3 +231,30 @@ def arm7(request) -> RobotCase:
     from rbd_deriv.testing.robots import bundled_urdf
 
     return _load("rbd_arm7", bundled_urdf("rbd_arm7"), request.param)
+
+
+@pytest.fixture
+def ros(tmp_path):
+    """A private ROS domain (limited to this machine), rclpy initialised in it, a client node, and
+    ``start(module, parameters) -> log path``, which starts ``python -m module`` with those parameters as a
+    process (its output in ``tmp_path``); every process started is stopped at the end."""
+    rclpy = pytest.importorskip("rclpy")
+    from rbd_deriv.nodes.processes import ros_parameters, stop_processes
+
+    os.environ["ROS_DOMAIN_ID"] = str(random.randint(100, 200))
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    rclpy.init()
+    processes: List[subprocess.Popen] = []
+
+    def start(module: str, parameters: dict) -> Path:
+        log = tmp_path / f"{module.rsplit('.', 1)[-1]}_{len(processes)}.log"
+        with open(log, "wb") as stream:
+            processes.append(subprocess.Popen([sys.executable, "-m", module, *ros_parameters(parameters)],
+                                              stdout=stream, stderr=stream))
+        return log
+
+    node = rclpy.create_node("test_client")
+    yield node, start, processes
+    stop_processes(processes, timeout=10.0)
+    node.destroy_node()
+    rclpy.try_shutdown()

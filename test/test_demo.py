@@ -58,12 +58,19 @@ def test_script_starts_each_node_with_its_file_then_demo_yaml(tmp_path, monkeypa
     assert command[3:8] == ["--ros-args", "--params-file", str(config / "mpc_node.yaml"), "--params-file",
                             str(config / "demo.yaml")]
     assert command[8:] == ["-p", "urdf_path:=/robot.urdf", "-p", "mode:=held"]
+    # On the simulated clock the simulator publishes /clock and every other node runs on it.
+    for node, clock_parameter in (("sim_node", "publish_clock:=true"), ("mpc_node", "use_sim_time:=true"),
+                                  ("dynamics_node", "use_sim_time:=true")):
+        processes.start_node(node, arm.DEMO_PARAMETERS, {"urdf_path": "/robot.urdf"}, tmp_path / "log", "simulated")
+        assert started[-1][1:3] == ["-m", f"rbd_deriv.nodes.{node}"]
+        assert started[-1][8:] == ["-p", "urdf_path:=/robot.urdf", "-p", clock_parameter], started[-1]
 
 
 def test_launch_file_gives_the_nodes_the_same_files():
     tree = ast.parse(LAUNCH.read_text(encoding="utf-8"))
     strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
-    assert {"demo.yaml", "sim_node", "dynamics_node", "mpc_node", "--reference-only"} <= strings
+    assert {"demo.yaml", "sim_node", "dynamics_node", "mpc_node", "--reference-only", "--clock", "use_sim_time",
+            "publish_clock"} <= strings
     # Each node gets [its own file, demo.yaml, overrides], in that order, like the script.
     assert 'parameters=[str(config / f"{name}.yaml"), str(config / "demo.yaml")' in LAUNCH.read_text()
 
@@ -78,8 +85,9 @@ def test_json_summary_reports_the_simulators_steps_by_source(tmp_path):
     simulator = {"steps_policy": "19800", "refused_policy/size": "3", "actuation": "policy", "lost_time_s": "0.25"}
     path = tmp_path / "demo.json"
     arm.write_summary(path, summary, diagnostics, simulator, {"policy": 19800, "command": 12, "brake": 3000},
-                       "held", 200.0, ["j1", "j2"])
+                       "held", 200.0, ["j1", "j2"], processes.clock_fields("simulated", 9.0, 10.0))
     document = json.loads(path.read_text())
+    assert document["clock"] == "simulated" and document["real_time_factor"] == 0.9
     assert document["mpc_rate_hz"] == 198.5 and document["rate_asked_hz"] == 200.0
     assert document["solve_p50_ms"] == 0.6 and document["solve_p99_ms"] == 2.5
     assert document["max_torque_ratio"] == 0.9 and document["max_error_rad"] == [0.01, 0.03]
@@ -112,6 +120,8 @@ def test_main_job_tracks_through_the_three_nodes(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     document = json.loads(path.read_text())
     assert document["mode"] == "held" and document["rate_asked_hz"] == 200.0
+    # On the simulator's clock (the default), at most as fast as the wall clock (a busy machine slows it).
+    assert document["clock"] == "simulated" and 0.2 < document["real_time_factor"] < 1.05, document
     assert document["mpc_rate_hz"] > 120.0, document
     assert max(document["rms_error_rad"]) < 0.1, document
     assert max(document["max_error_rad"]) < 0.25, document["max_error_rad"]
@@ -169,7 +179,8 @@ def test_legged_launch_file_gives_the_nodes_the_demo_files():
                   and getattr(node.targets[0], "id", "") == "ROBOTS")
     assert tuple(ast.literal_eval(robots)) == legged.LEGGED_DEMOS
     strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
-    assert {"sim_node", "mpc_node", "robot", "gait", "urdf_path", "srdf_path"} <= strings
+    assert {"sim_node", "mpc_node", "robot", "gait", "urdf_path", "srdf_path", "use_sim_time", "publish_clock",
+            "robot_state_publisher"} <= strings
     # Each node gets [its own file, the robot's file, overrides], like the demo script.
     assert 'parameters=[str(config / f"{name}.yaml"), str(config / f"{robot}.yaml"), overrides]' in \
         LEGGED_LAUNCH.read_text()
@@ -348,6 +359,7 @@ def test_legged_demo_json_on_a_short_run(tmp_path, case):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     document = json.loads(path.read_text())
     asked = legged.legged_parameters(robot)["mpc_node"]["rate_hz"]
+    assert document["clock"] == "simulated" and 0.2 < document["real_time_factor"] < 1.05, document
     assert document["fell"] is False and document["pushes_survived"] == document["pushes_sent"] == \
         document["pushes_applied"] >= (1 if "push" in case else 0), document
     # Torques against the actuators' limits the robot file gives both nodes (2.7 N m on solo12, not the URDF's 1000).

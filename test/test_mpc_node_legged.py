@@ -40,7 +40,7 @@ from std_msgs.msg import Float64MultiArray  # noqa: E402
 
 import rbd_deriv as rd  # noqa: E402
 from rbd_deriv.demo import config_folder  # noqa: E402
-from rbd_deriv.messages import set_stamp  # noqa: E402
+from rbd_deriv.messages import set_stamp, stamp_to_ns  # noqa: E402
 from rbd_deriv.msg import Push  # noqa: E402
 from rbd_deriv.nodes.processes import ros_parameters, stop_processes  # noqa: E402
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_srdf  # noqa: E402
@@ -370,18 +370,20 @@ class Nodes:
     """Both nodes of solo12.yaml as processes (the MPC node last: it may be stopped or killed) and a client that
     records the base (position, orientation, linear velocity), the commands and the diagnostics."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, sim: dict | None = None, mpc: dict | None = None) -> None:
+        """``sim``, ``mpc``: parameters of each node beyond solo12.yaml's and the test's."""
         domain = 1 + (os.getpid() * 7 + len(name) * 13) % 200
         env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
-        self.processes = [start("sim_node", {"urdf_path": SOLO, "diagnostics_period": 0.2}, env),
+        self.processes = [start("sim_node", {"urdf_path": SOLO, "diagnostics_period": 0.2, **(sim or {})}, env),
                           start("mpc_node", {"urdf_path": SOLO, "srdf_path": str(example_robot_srdf("solo12")),
-                                             "diagnostics_period": 0.2}, env)]
+                                             "diagnostics_period": 0.2, **(mpc or {})}, env)]
         self.context = rclpy.Context()
         rclpy.init(context=self.context, domain_id=domain)
         self.node = rclpy.create_node(f"test_client_{name}", context=self.context)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self.base: list = []  # (monotonic time [s], x y z qx qy qz qw vx vy vz)
+        self.stamps: list = []  # (monotonic time [s], the odometry's stamp [ns])
         self.commands: list = []
         self.seen = {"mpc": {}, "sim": {}}
         self.node.create_subscription(Odometry, "odom", self._on_odometry, 100)
@@ -392,6 +394,7 @@ class Nodes:
     def _on_odometry(self, m) -> None:
         p, o, v = m.pose.pose.position, m.pose.pose.orientation, m.twist.twist.linear
         self.base.append((time.monotonic(), np.array([p.x, p.y, p.z, o.x, o.y, o.z, o.w, v.x, v.y, v.z])))
+        self.stamps.append((time.monotonic(), stamp_to_ns(m.header.stamp)))
 
     def _on_diagnostics(self, message) -> None:
         for status in message.status:
@@ -565,3 +568,107 @@ def test_trotting_solo12_holds_when_the_mpc_clock_stands_still():
     assert base[:, 2].min() > 0.15 and tilt(base[:, 3:7]).max() < 0.3, (base[:, 2].min(), tilt(base[:, 3:7]).max())
     assert walked > 0.2, walked
     assert "refused_internal_error" not in mpc, mpc
+
+
+# ---------------------------------------------------------------------------------------- simulated time
+def test_solo12_trots_on_the_simulators_clock_slowed_to_half_speed():
+    """The simulator on its own clock (``publish_clock``) paced at half the wall clock's speed, the MPC node on
+    /clock (``use_sim_time``): solo12 stands, then trots forward on cmd_vel. A robot side that ran on the wall clock
+    at that pace would fall behind its controller's clock by half a second every second; on /clock the loop keeps
+    its timing (the MPC ticks twice as often per simulated second) and the robot walks."""
+    from rosgraph_msgs.msg import Clock
+
+    nodes = Nodes("legged_on_a_simulated_clock_at_half_speed", sim={"publish_clock": True, "real_time_factor": 0.5},
+                  mpc={"use_sim_time": True})
+    clock: list = []  # (monotonic time [s], /clock [ns])
+    nodes.node.create_subscription(Clock, "/clock", lambda m: clock.append((time.monotonic(), stamp_to_ns(m.clock))),
+                                   100)
+    cmd_vel = nodes.node.create_publisher(Twist, "cmd_vel", 10)
+    try:
+        nodes.spin(STARTUP_TIMEOUT, lambda: nodes.count("commands_plan") > 0 and nodes.base, "the MPC's first plans")
+        nodes.spin(2.0)  # from the brakes' posture to the MPC's
+        start = nodes.base[-1][1]
+        walking = time.monotonic()
+        stale = nodes.count("commands_stale_clock") + nodes.count("commands_stale_state")
+        deadline = walking + 8.0
+        while time.monotonic() < deadline:
+            cmd_vel.publish(Twist(linear=Vector3(x=0.2)))
+            nodes.spin(0.05)
+        nodes.spin(0.5)
+        base = nodes.since(walking)
+        mpc, sim = dict(nodes.seen["mpc"]), dict(nodes.seen["sim"])
+        stamps = np.array([(t, s) for t, s in nodes.stamps if t >= walking])
+        ticks = np.array([(t, s) for t, s in clock if t >= walking])
+    finally:
+        nodes.close()
+    assert sim["fell"] == "false" and sim["clock"] == "simulated", sim
+    # The simulated time: half the wall clock's pace, measured by the simulator (over its last 0.2 s) and by this
+    # client (/clock against its own monotonic clock); nothing lost.
+    assert 0.4 < float(sim["real_time_factor"]) < 0.55, sim
+    def pace(samples: np.ndarray) -> float:
+        """Simulated seconds per wall-clock second of (monotonic time [s], stamp [ns]) samples."""
+        return (samples[-1, 1] - samples[0, 1]) * 1e-9 / (samples[-1, 0] - samples[0, 0])
+    assert 0.4 < pace(ticks) < 0.55, pace(ticks)
+    assert float(sim["lost_time_s"]) == 0.0, sim
+    # The outputs are stamped on that clock: the odometry's stamps follow /clock, not the wall clock.
+    assert 0.4 < pace(stamps) < 0.55, pace(stamps)
+    # The MPC planned on every tick but a few: neither its clock nor its states went stale.
+    planned = int(mpc["commands_plan"])
+    assert nodes.count("commands_stale_clock") + nodes.count("commands_stale_state") - stale <= 0.02 * planned, mpc
+    # It walked: about 8 s x 0.5 x 0.2 m/s = 0.8 m asked of it; upright and at its height.
+    progress = base[-1, 0] - start[0]
+    print(f"pace {pace(ticks):.3f} (/clock), {pace(stamps):.3f} (odometry), simulator's {sim['real_time_factor']}; "
+          f"progress {progress:.3f} m; {planned} plans, {mpc}")
+    assert progress > 0.4, progress
+    assert tilt(base[:, 3:7]).max() < 0.3, tilt(base[:, 3:7]).max()
+    assert base[:, 2].min() > 0.8 * start[2], (base[:, 2].min(), start[2])
+
+
+def test_the_simulated_time_waits_for_a_stalled_mpc_and_goes_on_without_a_dead_one():
+    """On the simulator's clock with ``wait_for_policy`` (config/sim_node.yaml's 0.03 s): the MPC node stopped
+    (SIGSTOP) for 0.6 s stops the simulated time within 0.03 s of its newest policy, and solo12 stands as if
+    nothing happened; killed, the simulator waits WAIT_FOR_POLICY_MAX, then its time goes on, the policy expires and
+    the robot side's safe mode lets the robot settle. (The simulated time is read from the odometry's stamps: a
+    /clock subscription at 1 kHz beside the odometry's would leave this client's executor seconds behind.)"""
+    from rbd_deriv.nodes.sim_node import WAIT_FOR_POLICY_MAX
+
+    wait = float(yaml.safe_load((config_folder() / "sim_node.yaml").read_text())["sim_node"]["ros__parameters"]
+                 ["wait_for_policy"])
+    nodes = Nodes("legged_simulated_time_waits_for_its_mpc", sim={"publish_clock": True},
+                  mpc={"use_sim_time": True})
+
+    def simulated_time(at: float) -> float:
+        """The simulated time [s] of the last odometry received before ``at`` (monotonic [s])."""
+        return max(s for t, s in nodes.stamps if t <= at) * 1e-9
+    try:
+        nodes.spin(STARTUP_TIMEOUT, lambda: nodes.count("commands_plan") > 0 and nodes.base, "the MPC's first plans")
+        nodes.spin(2.0)  # from the brakes' posture to the MPC's
+        standing = nodes.base[-1][1]
+        stalled = time.monotonic()
+        nodes.processes[1].send_signal(signal.SIGSTOP)
+        nodes.spin(0.6, alive=1)
+        resumed = time.monotonic()
+        nodes.processes[1].send_signal(signal.SIGCONT)
+        nodes.spin(1.0)
+        held = nodes.since(stalled)
+        killed = time.monotonic()
+        nodes.processes[1].kill()
+        nodes.spin(WAIT_FOR_POLICY_MAX + 10.0, lambda: nodes.seen["sim"].get("actuation") == "damping",
+                   "the simulator's safe mode", alive=1)
+        nodes.spin(1.0, alive=1)
+        end = time.monotonic()
+        settling = nodes.since(killed)
+        sim = dict(nodes.seen["sim"])
+    finally:
+        nodes.close()
+    # Stalled: the simulated time stood within the wait of the newest policy. Measured from this client, whose last
+    # odometry before the stall may be a few ticks old: 0.042-0.043 s seen, where a simulator that does not wait
+    # runs on for the 0.6 s of the stall.
+    assert simulated_time(resumed) - simulated_time(stalled) < wait + 0.03, \
+        (simulated_time(resumed) - simulated_time(stalled))
+    assert int(sim["policy_waits"]) >= 2 and float(sim["policy_wait_time_s"]) >= WAIT_FOR_POLICY_MAX + 0.5, sim
+    assert np.abs(held[:, 2] - standing[2]).max() < 0.005 and np.abs(held[:, :2] - standing[:2]).max() < 0.005
+    # Dead: after the longest wait the time goes on (at about the wall clock's pace).
+    assert simulated_time(end) - simulated_time(killed) > 1.0, simulated_time(end) - simulated_time(killed)
+    assert sim["fell"] == "false" or settling[:, 2].max() < standing[2] + 0.01, sim
+    assert settling[:, 2].max() < standing[2] + 0.01 and np.abs(settling[:, 7:10]).max() < 1.0

@@ -8,10 +8,6 @@ bundled arm: commands are checked against the library (the hold is gravity compe
 
 from __future__ import annotations
 
-import os
-import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,7 +20,7 @@ lifecycle_msgs = pytest.importorskip("lifecycle_msgs")
 
 import rbd_deriv as rd  # noqa: E402
 from rbd_deriv.messages import feedback_policy_arrays  # noqa: E402
-from rbd_deriv.nodes.processes import ros_parameters, stop_processes  # noqa: E402
+from rbd_deriv.nodes.processes import stop_processes  # noqa: E402
 from rbd_deriv.testing.robots import bundled_urdf  # noqa: E402
 
 URDF = str(bundled_urdf("rbd_arm7"))
@@ -33,32 +29,11 @@ STARTUP_TIMEOUT = 240.0
 Q = np.array([0.3, 0.6, -0.2, -1.0, 0.4, 0.7, 0.1])
 #: Far enough that a plan's first torque is far from the hold at Q.
 GOAL = Q + 0.5
+MODULE = "rbd_deriv.nodes.mpc_node"
 #: The MPC alone (no dynamics node): it linearizes in process. A state_timeout far above the publishing period, so
 #: that a loaded machine does not make the active node send its safe command (the hold the last command is told by).
 PARAMETERS = {"mode": "relinearize", "rate_hz": 100.0, "dt": 0.01, "state_timeout": 1.0,
               "diagnostics_period": 0.2, "disturbance_time_constant": 0.0, "goal_positions": GOAL.tolist()}
-
-
-@pytest.fixture
-def ros(tmp_path):
-    """A private ROS domain, rclpy initialised in it, a launcher of the MPC node (its log in ``tmp_path``)."""
-    os.environ["ROS_DOMAIN_ID"] = str(random.randint(100, 200))
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    rclpy.init()
-    processes = []
-
-    def start(parameters: dict) -> Path:
-        log = tmp_path / f"mpc_node_{len(processes)}.log"
-        with open(log, "wb") as stream:
-            processes.append(subprocess.Popen([sys.executable, "-m", "rbd_deriv.nodes.mpc_node",
-                                               *ros_parameters(parameters)], stdout=stream, stderr=stream))
-        return log
-
-    node = rclpy.create_node("test_mpc_lifecycle")
-    yield node, start, processes
-    stop_processes(processes, timeout=10.0)
-    node.destroy_node()
-    rclpy.try_shutdown()
 
 
 class Robot:
@@ -117,14 +92,19 @@ class Robot:
 
 
 class Lifecycle:
-    """The standard lifecycle services of /mpc_node, called as `ros2 lifecycle` calls them."""
+    """The standard lifecycle services of a node (/mpc_node by default), called as `ros2 lifecycle` calls them.
 
-    def __init__(self, robot: Robot) -> None:
+    Args:
+        robot: Has the client ``node`` and ``spin(seconds, until)``.
+        name: The managed node's full name.
+    """
+
+    def __init__(self, robot: Robot, name: str = "/mpc_node") -> None:
         from lifecycle_msgs.srv import ChangeState, GetState
 
         self.robot = robot
-        self.get = robot.node.create_client(GetState, "/mpc_node/get_state")
-        self.change = robot.node.create_client(ChangeState, "/mpc_node/change_state")
+        self.get = robot.node.create_client(GetState, f"{name}/get_state")
+        self.change = robot.node.create_client(ChangeState, f"{name}/change_state")
 
     def _call(self, client, request, seconds: float = 120.0):
         assert client.wait_for_service(timeout_sec=STARTUP_TIMEOUT), f"no service {client.srv_name}"
@@ -152,7 +132,7 @@ def test_managed_node_commands_only_while_active(ros):
     from lifecycle_msgs.msg import Transition
 
     node, start, processes = ros
-    start({"urdf_path": URDF, "autostart": False, **PARAMETERS})
+    start(MODULE, {"urdf_path": URDF, "autostart": False, **PARAMETERS})
     robot = Robot(node)
     lifecycle = Lifecycle(robot)
     assert lifecycle.state() == "unconfigured"
@@ -196,7 +176,7 @@ def test_model_from_the_robot_description_topic(ros):
     from std_msgs.msg import String
 
     node, start, processes = ros
-    log = start(PARAMETERS)
+    log = start(MODULE, PARAMETERS)
     robot = Robot(node)
     robot.spin(5.0)
     assert robot.commands == [], "commands without a robot description"
@@ -223,7 +203,7 @@ def test_best_effort_joint_states_are_served(ros):
     from rclpy.qos import ReliabilityPolicy
 
     node, start, processes = ros
-    start({"urdf_path": URDF, **PARAMETERS})
+    start(MODULE, {"urdf_path": URDF, **PARAMETERS})
     robot = Robot(node, ReliabilityPolicy.BEST_EFFORT)
     assert robot.spin(STARTUP_TIMEOUT, lambda: len(robot.commands) >= 50), "no command from best-effort states"
     assert robot.spin(10.0, lambda: robot.diagnostics.get("command_source") == "plan"), robot.diagnostics

@@ -64,9 +64,11 @@ def mpc_mu() -> float:
 class Simulator:
     """The simulator node's process and a client node in this process, on a domain of their own."""
 
-    def __init__(self, parameters: dict) -> None:
+    def __init__(self, parameters: dict, environment: dict | None = None) -> None:
+        """``environment``: the node's (default: this process's) before the test's domain is set."""
         domain = 1 + (os.getpid() * 7 + len(NAME) * 13) % 200
-        env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+        env = dict(environment or os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+        self.env = env
         self.process = subprocess.Popen([sys.executable, "-m", "rbd_deriv.nodes.sim_node",
                                          *ros_parameters(parameters)], env=env, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE)
@@ -255,3 +257,68 @@ def test_a_flood_of_pushes_is_held_to_the_push_budget(solo):
     # Every push sent is accounted for: applied, refused or lost before the node (no middleware event tells of
     # those: the gaps in the publisher's sequence numbers do).
     assert applied + refused + lost == 1000 and lost > 0, (applied, refused, lost)
+
+
+#: A process that listens to /tf and the odometry for argv[1] seconds (from the first transform) and prints both
+#: as JSON: the transforms as [stamp [ns], parent, child, x, y, z, qx, qy, qz, qw], the poses by stamp.
+TF_LISTENER = """
+import json, sys, time
+import rclpy
+from nav_msgs.msg import Odometry
+from tf2_msgs.msg import TFMessage
+rclpy.init()
+node = rclpy.create_node("tf_listener")
+transforms, poses = [], {}
+def ns(stamp):
+    return stamp.sec * 10**9 + stamp.nanosec
+def on_tf(message):
+    for t in message.transforms:
+        p, r = t.transform.translation, t.transform.rotation
+        transforms.append([ns(t.header.stamp), t.header.frame_id, t.child_frame_id, p.x, p.y, p.z, r.x, r.y, r.z, r.w])
+def on_odometry(message):
+    p, r = message.pose.pose.position, message.pose.pose.orientation
+    poses[str(ns(message.header.stamp))] = [p.x, p.y, p.z, r.x, r.y, r.z, r.w]
+node.create_subscription(TFMessage, "/tf", on_tf, 1000)
+node.create_subscription(Odometry, "odom", on_odometry, 1000)
+deadline = time.monotonic() + 120.0
+while not transforms and time.monotonic() < deadline:
+    rclpy.spin_once(node, timeout_sec=0.01)
+transforms.clear()
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    rclpy.spin_once(node, timeout_sec=0.01)
+print(json.dumps({"transforms": transforms, "poses": poses}))
+"""
+
+
+def test_the_base_pose_goes_out_on_tf(solo, tmp_path_factory):
+    """Where tf2_msgs is installed (here: built for the test from its one-line definition, the same type a ROS
+    installation has), the simulator puts the base's pose on /tf every tf_period: odom -> base_link, the same pose
+    as the odometry of the same stamp. A process with tf2_msgs reads it, as RViz would."""
+    import json
+
+    from rbd_deriv.testing.interfaces import build_interfaces, environment_with
+
+    prefix = build_interfaces("tf2_msgs", {"TFMessage": "geometry_msgs/TransformStamped[] transforms\n"},
+                              ["geometry_msgs"], tmp_path_factory.mktemp("tf2_msgs"))
+    model, _ = solo
+    sim = Simulator({"urdf_path": SOLO, "floating_base": True, "contact_frames": "[" + ", ".join(FEET) + "]",
+                     "initial_positions": standing_joints(model).tolist(), "tf_period": 0.02},
+                    environment_with(prefix))
+    try:
+        listened = subprocess.run([sys.executable, "-c", TF_LISTENER, "2.0"], env=sim.env, capture_output=True,
+                                  text=True, timeout=STARTUP_TIMEOUT)
+    finally:
+        sim.close()
+    assert listened.returncode == 0, listened.stderr[-3000:]
+    heard = json.loads(listened.stdout)
+    transforms, poses = heard["transforms"], heard["poses"]
+    # 2 s at one transform per 0.02 s: about 100 (a loaded machine may drop some).
+    assert 60 <= len(transforms) <= 102, len(transforms)
+    assert {(t[1], t[2]) for t in transforms} == {("odom", "base_link")}
+    stamps = np.array([t[0] for t in transforms])
+    assert (np.diff(stamps) >= 0.02e9 - 1).all(), np.diff(stamps).min()
+    matched = [(t[3:], poses[str(t[0])]) for t in transforms if str(t[0]) in poses]
+    assert len(matched) >= 0.5 * len(transforms), (len(matched), len(transforms))
+    for transform, pose in matched:
+        assert transform == pose

@@ -58,9 +58,9 @@ def legged_result() -> LeggedSoakResult:
                              used=6000, refused={"odom/bad_base": 40}, superseded=24000),
         "push": TopicBalance("push", True, {"over_budget": "push/budget"}, sent=12, sent_bad={"over_budget": 6},
                              used=6, refused={"push/budget": 6})}
-    return LeggedSoakResult(robot="solo12", duration_s=30.0, topics=topics, beyond_limits=5, clamped=4,
-                            pushes_applied=6, rss={"sim": {"start": 300 * 2**20, "end": 301 * 2**20,
-                                                           "max": 302 * 2**20}},
+    return LeggedSoakResult(robot="solo12", duration_s=30.0, simulated_s=29.5, topics=topics, beyond_limits=5,
+                            clamped=4, pushes_applied=6,
+                            rss={"sim": {"start": 300 * 2**20, "end": 301 * 2**20, "max": 302 * 2**20}},
                             mpc_rate_hz=199.5, mpc_rate_min_hz=180.0, commands={"plan": 5985},
                             walked_m=5.8, turned_rad=4.5, alive={"sim": True, "mpc": True})
 
@@ -69,7 +69,8 @@ def test_legged_report_gives_each_topic_its_balance_the_memory_falls_and_rate():
     result = legged_result()
     text = soak.legged_report(result)
     assert result.balanced
-    assert_contains(text, "legged soak, solo12: 30 s, nodes alive at the end: mpc True, sim True",
+    assert_contains(text, "legged soak, solo12: 30 s on the simulated clock (29.5 s of it), nodes alive at the end: "
+                    "mpc True, sim True",
                     "sim RSS: start 300.0 MiB, end 301.0 MiB, max 302.0 MiB",
                     "odom: sent 40 (non_finite 40); node: used 6000, refused 40 (odom/bad_base 40), superseded 24000",
                     "40 = 40 (+ 0): holds", "sent = used + refused + superseded + lost: 12 = 6 + 6 + 0 + 0: holds",

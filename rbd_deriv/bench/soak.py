@@ -28,6 +28,7 @@ from typing import Optional, Sequence
 from rbd_deriv.bench.timing import machine_info, write_json
 from rbd_deriv.nodes.dynamics_soak import SoakResult, run_soak
 from rbd_deriv.nodes.legged_soak import LeggedSoakResult, run_legged_soak
+from rbd_deriv.nodes.processes import CLOCKS
 from rbd_deriv.nodes.soak_accounting import TopicBalance
 
 __all__ = ["legged_report", "main", "report"]
@@ -81,7 +82,8 @@ def topic_line(topic: TopicBalance) -> str:
 
 def legged_report(result: LeggedSoakResult) -> str:
     """The legged soak's figures as text."""
-    lines = [f"legged soak, {result.robot}: {result.duration_s:g} s, nodes alive at the end: " + listed(result.alive)]
+    lines = [f"legged soak, {result.robot}: {result.duration_s:g} s on the {result.clock} clock "
+             f"({result.simulated_s:.1f} s of it), nodes alive at the end: " + listed(result.alive)]
     lines += [memory_line(name, rss["start"], rss["end"], rss["max"]) for name, rss in result.rss.items()]
     lines += [topic_line(topic) for topic in result.topics.values()]
     lines += [
@@ -105,6 +107,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--duration", type=float, default=600.0, help="publishing time [s]")
     parser.add_argument("--robot", default=None, help="soak the legged loop of this robot (solo12) instead")
     parser.add_argument("--logs", default=None, help="legged soak: keep the nodes' logs in this folder")
+    parser.add_argument("--clock", choices=CLOCKS, default="simulated",
+                        help="legged soak: the nodes' clock, as the demos' (simulated: the simulator's on /clock)")
     parser.add_argument("--rate", type=float, default=1000.0, help="joint_states rate [Hz]")
     parser.add_argument("--bad-every", type=int, default=50, help="one broken message in this many (0: none)")
     parser.add_argument("--burst", type=int, default=200, help="messages sent at once in each burst (0: none)")
@@ -113,7 +117,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", default=None, help="write the figures to this JSON file")
     options = parser.parse_args(argv)
     if options.robot:
-        legged = run_legged_soak(options.robot, options.duration, progress=True, logs=options.logs)
+        legged = run_legged_soak(options.robot, options.duration, clock=options.clock, progress=True,
+                                 logs=options.logs)
         print(legged_report(legged))
         if options.json:
             write_json(options.json, {"machine": machine_info(), **asdict(legged), "balanced": legged.balanced})

@@ -26,6 +26,7 @@ import sys
 from typing import Sequence
 
 from rbd_deriv.demo import arm, legged
+from rbd_deriv.demo.processes import CLOCKS
 
 __all__ = ["main"]
 
@@ -46,6 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--video", default=None,
                         help="video of the run (.gif, or .mp4 with ffmpeg), rendered offscreen after it; default: "
                              "beside --output with .gif; 'none' for no video")
+    parser.add_argument("--clock", choices=CLOCKS, default="simulated",
+                        help="simulated (default): the simulator's time on /clock, every node on it (use_sim_time), so "
+                             "a machine too busy for the loop slows the simulation down; wall: the wall clock, the "
+                             "simulated robot falls behind it on a busy machine")
     parser.add_argument("--logs", default=None, help="folder for the nodes' logs (default: temp)")
     parser.add_argument("--robot", choices=legged.LEGGED_DEMOS, default=None,
                         help="a legged robot instead of the arm, through its script (rbd_deriv/demo/scenarios.py): "
@@ -75,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (arguments.robot or arguments.urdf) and arguments.duration is None:
         arguments.duration = 20.0
     if arguments.reference_only:
-        return arm.publish_reference_only(arguments.duration)
+        return arm.publish_reference_only(arguments.duration, arguments.clock)
 
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(20, 99)))
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")

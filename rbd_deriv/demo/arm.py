@@ -10,13 +10,14 @@ tracking error per joint, torque use and the simulator's steps by actuation sour
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rbd_deriv.demo.plots import plot_arm
-from rbd_deriv.demo.processes import (STARTUP_TIMEOUT, LoopRecorder, exited, logs_folder, loop_counts,
+from rbd_deriv.demo.processes import (STARTUP_TIMEOUT, LoopRecorder, clock_fields, exited, logs_folder, loop_counts,
                                       read_parameters, solve_times, spin_until, start_node, wait_for_loop)
 from rbd_deriv.demo.video import run_video, video_path
 from rbd_deriv.nodes.processes import stop_processes
@@ -68,14 +69,14 @@ def _one_value(ratios: np.ndarray) -> str:
 class ArmRecorder(LoopRecorder):
     """The arm demo's rclpy node: publishes the reference, records joint_states and the torque commands."""
 
-    def __init__(self, joint_names: list[str], command_topic: str) -> None:
+    def __init__(self, joint_names: list[str], command_topic: str, clock: str = "wall") -> None:
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import JointState
         from trajectory_msgs.msg import JointTrajectory
 
         from rbd_deriv.nodes.spin import PolledSubscription
 
-        super().__init__("rbd_deriv_demo", command_topic)
+        super().__init__("rbd_deriv_demo", command_topic, clock)
         self.joint_names = joint_names
         self.states: list[tuple[float, np.ndarray, np.ndarray]] = []
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -141,10 +142,10 @@ def summarize(recorder: ArmRecorder, reference: Any, start: float, duration: flo
 
 
 def write_summary(path: Path, summary: dict, diagnostics: dict, simulator: dict, steps: dict, mode: str,
-                  rate: float, joint_names: list[str]) -> None:
+                  rate: float, joint_names: list[str], clock: dict) -> None:
     """The run's figures as JSON: MPC rate and solve times, tracking errors and torque use per joint, the
-    simulator's steps by actuation source, the wall-clock time its physics could not catch up with and the
-    refusals of both nodes."""
+    simulator's steps by actuation source, the wall-clock time its physics could not catch up with, the refusals
+    of both nodes and the clock (``clock`` of :func:`clock_fields`)."""
     import json
 
     document = {
@@ -152,15 +153,16 @@ def write_summary(path: Path, summary: dict, diagnostics: dict, simulator: dict,
         "joint_names": joint_names, "rms_error_rad": summary["rms"].tolist(), "max_error_rad": summary["max"].tolist(),
         "max_torque_ratio": float(summary["torque_ratio"].max()),
         "steps_policy": steps["policy"], "steps_command": steps["command"], "steps_brake": steps["brake"],
-        "simulator_lost_time_s": float(simulator.get("lost_time_s", "nan")),
+        "simulator_lost_time_s": float(simulator.get("lost_time_s", "nan")), **clock,
         **loop_counts(diagnostics, simulator),
     }
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
 
 
-def publish_reference_only(duration: float) -> int:
+def publish_reference_only(duration: float, clock: str = "wall") -> int:
     """For demo.launch.py: once the loop runs, publish the demo reference (starting 1 s later, as the script
-    does) and stay until it ends. Returns 1 if the loop did not start within STARTUP_TIMEOUT."""
+    does) and stay until it ends, on ``clock`` (one of CLOCKS, the nodes'). Returns 1 if the loop did not start
+    within STARTUP_TIMEOUT."""
     import rclpy
     from rclpy.executors import ExternalShutdownException
     from rclpy.signals import SignalHandlerOptions
@@ -175,7 +177,7 @@ def publish_reference_only(duration: float) -> int:
     recorder = None
     try:
         rclpy.init(signal_handler_options=SignalHandlerOptions.NO if signals.install() else None)
-        recorder = ArmRecorder(joint_names, demo_parameters()["mpc_node"]["command_topic"])
+        recorder = ArmRecorder(joint_names, demo_parameters()["mpc_node"]["command_topic"], clock)
         print("waiting for the loop to run (the MPC's first commands) ...", flush=True)
         if not wait_for_loop(recorder):
             print(f"the loop did not start within {STARTUP_TIMEOUT:g} s", file=sys.stderr)
@@ -217,20 +219,21 @@ def run(arguments: Any) -> int:
     mode = arguments.mode or mpc["mode"]
     rate = arguments.rate or float(mpc["rate_hz"])
     backend = parameters["sim_node"]["backend"]
+    clock = arguments.clock
     processes = [
-        start_node("sim_node", DEMO_PARAMETERS, {"urdf_path": urdf}, logs / "sim_node.log"),
+        start_node("sim_node", DEMO_PARAMETERS, {"urdf_path": urdf}, logs / "sim_node.log", clock),
         start_node("mpc_node", DEMO_PARAMETERS, {"urdf_path": urdf, "mode": mode, "rate_hz": rate},
-                   logs / "mpc_node.log"),
+                   logs / "mpc_node.log", clock),
     ]
     if mode == "held":
         processes.append(start_node("dynamics_node", DEMO_PARAMETERS, {"urdf_path": urdf, "rate": rate},
-                                    logs / "dynamics_node.log"))
+                                    logs / "dynamics_node.log", clock))
     rclpy.init()
-    recorder = ArmRecorder(joint_names, mpc["command_topic"])
+    recorder = ArmRecorder(joint_names, mpc["command_topic"], clock)
     try:
         print(f"starting sim_node ({backend}), "
               f"{'dynamics_node, ' if mode == 'held' else ''}mpc_node "
-              f"(logs in {logs}) ...", flush=True)
+              f"(logs in {logs}), on the {clock} clock ...", flush=True)
         if not wait_for_loop(recorder, processes):
             print(f"the loop did not start within {STARTUP_TIMEOUT:g} s "
                   f"(exited: {exited(processes) or 'none'}); see the logs in {logs}", file=sys.stderr)
@@ -238,10 +241,12 @@ def run(arguments: Any) -> int:
         start = recorder.now() + 1.0
         recorder.publish_reference(reference, start, arguments.duration)
         recorder.recording = True
+        paced = (recorder.now(), time.monotonic())
         print(f"tracking for {arguments.duration:g} s ...", flush=True)
         spin_until(recorder, lambda: recorder.now() > start + arguments.duration + 0.2, arguments.duration + 30.0)
         recorder.poll()
         recorder.recording = False
+        pace = clock_fields(clock, recorder.now() - paced[0], time.monotonic() - paced[1])
         # The simulator's last report covers the end of the run.
         spin_until(recorder, lambda: False, 1.2)
         diagnostics, simulator = recorder.mpc_diagnostics(), recorder.sim_diagnostics()
@@ -255,7 +260,7 @@ def run(arguments: Any) -> int:
              f"(damping {_one_value(damping)} N m s/rad and friction {_one_value(friction)} N m per "
              f"N m of effort limit), MPC mode {mode}, N={mpc['horizon']}, dt={mpc['dt']} s")
     steps = {source: int(simulator.get(f"steps_{source}", "0")) for source in ("policy", "command", "brake")}
-    _print_report(title, summary, diagnostics, steps, mode, rate, joint_names)
+    _print_report(title, summary, diagnostics, steps, mode, rate, joint_names, pace)
     exceeded = bool((summary["torque_ratio"] > 1.0).any())
     print(f"torque limits exceeded: {'YES' if exceeded else 'never'}")
     output = Path(arguments.output)
@@ -263,16 +268,18 @@ def run(arguments: Any) -> int:
     print(f"plot written to {output.resolve()}")
     run_video(video_path(arguments.video, output), urdf, joint_names, recorder.states, start, arguments.duration)
     if arguments.json:
-        write_summary(Path(arguments.json), summary, diagnostics, simulator, steps, mode, rate, joint_names)
+        write_summary(Path(arguments.json), summary, diagnostics, simulator, steps, mode, rate, joint_names, pace)
         print(f"summary written to {Path(arguments.json).resolve()}")
     return 0 if not exceeded else 1
 
 
 def _print_report(title: str, summary: dict, diagnostics: dict, steps: dict, mode: str, rate: float,
-                  joint_names: list[str]) -> None:
+                  joint_names: list[str], pace: dict) -> None:
     print()
     print(title)
-    print(f"MPC rate achieved:      {summary['command_rate']:.1f} Hz (asked {rate:g} Hz)")
+    print(f"clock:                  {pace['clock']}, {pace['real_time_factor']:.3f} of its seconds per wall second")
+    print(f"MPC rate achieved:      {summary['command_rate']:.1f} Hz of the {pace['clock']} clock "
+          f"(asked {rate:g} Hz)")
     print(f"MPC solve time:         p50 {diagnostics.get('solve_time_p50_us', '-')} us, "
           f"p99 {diagnostics.get('solve_time_p99_us', '-')} us, "
           f"max {diagnostics.get('solve_time_max_us', '-')} us")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,8 +22,8 @@ import numpy as np
 
 from rbd_deriv.demo.legged_summary import foot_lift, legged_document, summarize_legged, tilt_and_heading
 from rbd_deriv.demo.plots import plot_legged
-from rbd_deriv.demo.processes import (STARTUP_TIMEOUT, LoopRecorder, exited, logs_folder, read_parameters,
-                                      spin_until, start_node, wait_for_loop)
+from rbd_deriv.demo.processes import (STARTUP_TIMEOUT, LoopRecorder, clock_fields, exited, logs_folder,
+                                      read_parameters, spin_until, start_node, wait_for_loop)
 from rbd_deriv.demo.scenarios import MAX_PUSH_VELOCITY, PUSH_DURATION, SCENARIOS, Segment, generic_scenario, scaled
 from rbd_deriv.demo.video import run_video, video_path
 from rbd_deriv.nodes.processes import stop_processes
@@ -98,7 +99,7 @@ class LeggedRecorder(LoopRecorder):
         joint_names: The joints of :attr:`joints`' positions (those of the first message).
     """
 
-    def __init__(self, command_topic: str) -> None:
+    def __init__(self, command_topic: str, clock: str = "wall") -> None:
         from nav_msgs.msg import Odometry
         from rcl_interfaces.srv import SetParameters
         from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -107,7 +108,7 @@ class LeggedRecorder(LoopRecorder):
         from rbd_deriv.msg import ContactForces, Push
         from rbd_deriv.nodes.spin import PolledSubscription
 
-        super().__init__("rbd_deriv_legged_demo", command_topic)
+        super().__init__("rbd_deriv_legged_demo", command_topic, clock)
         self.base: list[tuple[float, np.ndarray]] = []
         self.contacts: list[tuple[float, np.ndarray, np.ndarray]] = []
         self.joints: list[tuple[float, np.ndarray]] = []
@@ -228,13 +229,14 @@ def run(arguments: Any) -> int:
                          f"({', '.join(table) or 'empty'}): add a row to the robot's gait_table")
     duration = sum(segment.duration for segment in segments)
     logs = logs_folder(arguments.logs)
-    processes = [start_node("sim_node", parameter_file, sim_overrides, logs / "sim_node.log"),
-                 start_node("mpc_node", parameter_file, mpc_overrides, logs / "mpc_node.log")]
+    clock = arguments.clock
+    processes = [start_node("sim_node", parameter_file, sim_overrides, logs / "sim_node.log", clock),
+                 start_node("mpc_node", parameter_file, mpc_overrides, logs / "mpc_node.log", clock)]
     rclpy.init()
-    recorder = LeggedRecorder(mpc_file.get("command_topic", "/effort_controller/commands"))
+    recorder = LeggedRecorder(mpc_file.get("command_topic", "/effort_controller/commands"), clock)
     pushes: list = []
     try:
-        print(f"starting sim_node and mpc_node for {robot} (logs in {logs}) ...", flush=True)
+        print(f"starting sim_node and mpc_node for {robot} (logs in {logs}), on the {clock} clock ...", flush=True)
         loop_ok = wait_for_loop(recorder, processes)
         started = recorder.now()
         if not loop_ok:
@@ -250,11 +252,12 @@ def run(arguments: Any) -> int:
         # first plan): the first segment then shows the robot standing, not still bending to its posture.
         spin_until(recorder, lambda: recorder.now() >= started + float(mpc_file.get("posture_ramp", 1.0)), 60.0)
         print(f"running {duration:g} s: " + "; ".join(_describe(segment) for segment in segments), flush=True)
-        start = recorder.now()
+        start, wall_start = recorder.now(), time.monotonic()
         recorder.recording = True
         pushes = _play(recorder, segments, start, mass, processes)
         recorder.poll()
         recorder.recording = False
+        pace = clock_fields(clock, recorder.now() - start, time.monotonic() - wall_start)
         # The last reports of both nodes cover the end of the run.
         spin_until(recorder, lambda: False, 1.2)
         diagnostics, simulator = recorder.mpc_diagnostics(), recorder.sim_diagnostics()
@@ -269,6 +272,7 @@ def run(arguments: Any) -> int:
     summary = summarize_legged(recorder, start, duration, effort_limit, mu, segments, periods)
     document = legged_document(summary, diagnostics, simulator, pushes, robot,
                                foot_lift(model, feet, recorder, start, duration))
+    document.update(pace)
     title = (f"rbd_deriv legged demo: {model.name} (nv = {model.nv}), MuJoCo, MPC N={mpc_file.get('horizon', 20)}, "
              f"dt={mpc_file.get('dt', 0.02)} s, {mpc_file.get('rate_hz')} Hz asked")
     _print_report(title, document, mpc_file, mu)
@@ -352,7 +356,10 @@ def _play(recorder: LeggedRecorder, segments: Sequence[Segment], start: float, m
 def _print_report(title: str, document: dict, mpc_file: dict, mu: float) -> None:
     print()
     print(title)
-    print(f"MPC rate achieved:      {document['mpc_rate_hz']:.1f} Hz (asked {mpc_file.get('rate_hz', '-')} Hz)")
+    print(f"clock:                  {document['clock']}, {document['real_time_factor']:.3f} of its seconds per wall "
+          "second")
+    print(f"MPC rate achieved:      {document['mpc_rate_hz']:.1f} Hz of the {document['clock']} clock (asked "
+          f"{mpc_file.get('rate_hz', '-')} Hz)")
     p50, p99 = (document[f"solve_{p}_ms"] for p in ("p50", "p99"))
     print(f"MPC solve time:         p50 {p50 if p50 is None else f'{p50:.2f}'} ms, "
           f"p99 {p99 if p99 is None else f'{p99:.2f}'} ms")

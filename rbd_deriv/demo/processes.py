@@ -16,10 +16,10 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from rbd_deriv.nodes.processes import config_folder, start_node
+from rbd_deriv.nodes.processes import CLOCKS, config_folder, start_node
 
-__all__ = ["STARTUP_TIMEOUT", "LoopRecorder", "config_folder", "exited", "logs_folder", "loop_counts",
-           "read_parameters", "solve_times", "spin_until", "start_node", "wait_for_loop"]
+__all__ = ["CLOCKS", "STARTUP_TIMEOUT", "LoopRecorder", "clock_fields", "config_folder", "exited", "logs_folder",
+           "loop_counts", "read_parameters", "solve_times", "spin_until", "start_node", "wait_for_loop"]
 
 #: Seconds given to the processes to start before giving up: a few once the kernels are compiled
 #: (./run setup, colcon build); kernels without signatures (the MPC solver's) compile at their first use
@@ -58,13 +58,16 @@ class LoopRecorder:
         diagnostics: The last key-value pairs of each /diagnostics status, by status name.
     """
 
-    def __init__(self, name: str, command_topic: str) -> None:
+    def __init__(self, name: str, command_topic: str, clock: str = "wall") -> None:
+        """``clock``: one of :data:`CLOCKS`, the nodes' (``simulated``: this node's clock is /clock)."""
         from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.parameter import Parameter
         from std_msgs.msg import Float64MultiArray
 
         import rclpy
 
-        self.node = rclpy.create_node(name)
+        self.node = rclpy.create_node(
+            name, parameter_overrides=[Parameter("use_sim_time", value=clock == "simulated")])
         self.commands: list[tuple[float, np.ndarray]] = []
         self.diagnostics: dict[str, dict[str, str]] = {}
         self.recording = False
@@ -119,12 +122,19 @@ def spin_until(recorder: LoopRecorder, condition: Callable[[], bool], timeout: f
 
 
 def wait_for_loop(recorder: LoopRecorder, processes: Sequence[subprocess.Popen] = ()) -> bool:
-    """Wait up to STARTUP_TIMEOUT for the MPC's first commands from its plan (the loop runs); False if they do
-    not come, or one of ``processes`` exits meanwhile."""
+    """Wait up to STARTUP_TIMEOUT for the MPC's first commands from its plan (the loop runs) and the recorder's
+    clock (on /clock, it reads 0 until its first message); False if they do not come, or one of ``processes``
+    exits meanwhile."""
     return spin_until(
-        recorder, lambda: int(recorder.mpc_diagnostics().get("commands_plan", "0")) > 0
+        recorder, lambda: int(recorder.mpc_diagnostics().get("commands_plan", "0")) > 0 and recorder.now() > 0.0
         or any(p.poll() is not None for p in processes), STARTUP_TIMEOUT) and all(
         p.poll() is None for p in processes)
+
+
+def clock_fields(clock: str, simulated_s: float, wall_s: float) -> dict:
+    """The run's clock (one of :data:`CLOCKS`) and its pace: ``simulated_s`` seconds of the nodes' clock over
+    ``wall_s`` of the wall clock (1 on the wall clock; below 1 where a busy machine slowed the simulated time)."""
+    return {"clock": clock, "real_time_factor": simulated_s / wall_s if wall_s > 0.0 else float("nan")}
 
 
 def solve_times(diagnostics: dict) -> dict:

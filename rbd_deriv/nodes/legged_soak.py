@@ -5,7 +5,8 @@ The benchmark that runs it and prints its figures is :mod:`rbd_deriv.bench.soak`
 solo12``); this module holds the run itself, which talks to the nodes through rclpy.
 
 Both nodes run as processes with the robot's own parameter file (``config/<robot>.yaml``, as the legged demo
-starts them) on a private ROS domain; only their diagnostics period is shortened. Once the MPC plans, this
+starts them, on its clock: by default the simulator's on /clock) on a private ROS domain; only their diagnostics
+period is shortened. Once the MPC plans, this
 process walks the robot: cmd_vel at 20 Hz, ``speed`` forward, turning at ``turn_rate`` for the second half of
 every ``turn_period``. Every ``bad_period`` it sends one broken message, in turn each kind of :data:`BROKEN`: to
 the MPC node's joint_states, odom and cmd_vel, to the simulator's policy and push topics, each of a kind the node
@@ -69,6 +70,7 @@ class LeggedSoakResult:
     """What one legged soak measured. Memory in [bytes], times in [s], rates in [Hz].
 
     Attributes:
+        clock: The nodes' clock (``simulated`` or ``wall``); simulated_s: how far it went over the soak.
         topics: Each input topic's :class:`~rbd_deriv.nodes.soak_accounting.TopicBalance`.
         beyond_limits: cmd_vel messages sent beyond the MPC's bounds; clamped: the MPC's ``cmd_vel_clamped`` over
             the soak (those not superseded first). pushes_applied: the small pushes applied.
@@ -85,6 +87,8 @@ class LeggedSoakResult:
 
     robot: str
     duration_s: float
+    clock: str = "simulated"
+    simulated_s: float = 0.0
     topics: Dict[str, TopicBalance] = field(default_factory=dict)
     beyond_limits: int = 0
     clamped: int = 0
@@ -110,10 +114,11 @@ class LeggedSoakResult:
 class _Nodes:
     """The two nodes' last /diagnostics values and the base's odometry, taken when asked (no executor)."""
 
-    def __init__(self, node) -> None:
+    def __init__(self, node, simulated: bool) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
         from nav_msgs.msg import Odometry
         from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from rosgraph_msgs.msg import Clock
 
         from rbd_deriv.nodes.spin import PolledSubscription
 
@@ -122,6 +127,10 @@ class _Nodes:
         self._odometry = PolledSubscription(node, Odometry, "odom",
                                             QoSProfile(depth=100, reliability=ReliabilityPolicy.BEST_EFFORT))
         self._odometry_type = Odometry
+        # On the simulator's clock, the newest /clock is the time (read when asked, as the odometry: no executor).
+        self._clock = PolledSubscription(node, Clock, "/clock", QoSProfile(
+            depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)) if simulated else None
+        self._newest_clock: Optional[bytes] = None
         self.values: Dict[str, Dict[str, str]] = {"mpc": {}, "sim": {}}
         self._newest_odometry: Optional[bytes] = None
         self.refreshed = {"mpc": 0, "sim": 0}  # reports received
@@ -137,6 +146,21 @@ class _Nodes:
         odometry = self._odometry.take(serialized=True)
         if odometry:
             self._newest_odometry = odometry[-1]  # read only when asked: a message object costs tens of us
+        clock = self._clock.take(serialized=True) if self._clock is not None else None
+        if clock:
+            self._newest_clock = clock[-1]
+
+    def now_ns(self) -> int:
+        """The nodes' clock [ns]: the wall clock, or the simulator's newest /clock (0 before the first)."""
+        if self._clock is None:
+            return time.time_ns()
+        if self._newest_clock is None:
+            return 0
+        from rclpy.serialization import deserialize_message
+
+        from rbd_deriv.messages import stamp_to_ns
+
+        return stamp_to_ns(deserialize_message(self._newest_clock, self._clock.message_type).clock)
 
     def base(self) -> Optional[np.ndarray]:
         """x, y, heading [m, m, rad] of the simulator's newest odometry (None before it, or when the newest is one
@@ -150,7 +174,7 @@ class _Nodes:
         message = deserialize_message(self._newest_odometry, self._odometry_type)
         pose = message.pose.pose
         if not (message.header.frame_id == "odom" and math.isfinite(pose.position.z)
-                and abs(stamp_to_ns(message.header.stamp) - time.time_ns()) < _NS):
+                and abs(stamp_to_ns(message.header.stamp) - self.now_ns()) < _NS):
             return None
         z, w = pose.orientation.z, pose.orientation.w
         return np.array([pose.position.x, pose.position.y, 2.0 * math.atan2(z, w)])
@@ -177,12 +201,14 @@ class _Nodes:
     def destroy(self) -> None:
         self._diagnostics.destroy()
         self._odometry.destroy()
+        if self._clock is not None:
+            self._clock.destroy()
 
 
 class _Sender:
     """The soak's publishers: the walking command, the broken messages of :data:`BROKEN`, the pushes."""
 
-    def __init__(self, node, model, topics: Dict[str, TopicBalance]) -> None:
+    def __init__(self, node, model, topics: Dict[str, TopicBalance], now_ns) -> None:
         from geometry_msgs.msg import Twist
         from nav_msgs.msg import Odometry
         from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -193,7 +219,7 @@ class _Sender:
         from rbd_deriv.messages import feedback_policy_fields
         from rbd_deriv.msg import FeedbackPolicy, Push
 
-        self.node, self.topics = node, topics
+        self.node, self.topics, self._now_ns = node, topics, now_ns
         qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         types = {"joint_states": JointState, "odom": Odometry, "cmd_vel": Twist, "policy": FeedbackPolicy,
                  "push": Push}
@@ -212,9 +238,6 @@ class _Sender:
 
     def matched(self) -> bool:
         return all(publisher.get_subscription_count() > 0 for publisher in self.publishers.values())
-
-    def _now_ns(self) -> int:
-        return self.node.get_clock().now().nanoseconds
 
     def _stamped(self, message, stamp_ns: int):
         message.header.stamp.sec, message.header.stamp.nanosec = divmod(stamp_ns, _NS)
@@ -291,15 +314,17 @@ class _Sender:
 
 def run_legged_soak(robot: str = "solo12", duration: float = 600.0, speed: float = 0.2, turn_rate: float = 0.3,
                     turn_period: float = 30.0, bad_period: float = 0.1, push_period: float = 5.0,
-                    domain: Optional[int] = None, startup_timeout: float = 300.0, progress: bool = False,
-                    logs: Optional[str] = None) -> LeggedSoakResult:
+                    clock: str = "simulated", domain: Optional[int] = None, startup_timeout: float = 300.0,
+                    progress: bool = False, logs: Optional[str] = None) -> LeggedSoakResult:
     """Run one legged soak (see the module's docstring) and return what it measured.
 
     Args:
         robot: An example robot with a parameter file of its own in config/ (solo12).
-        duration: Soak time [s], from the first walking command.
+        duration: Soak time [s] of the wall clock, from the first walking command.
         speed: Forward walking speed [m/s]; turn_rate: the turn [rad/s] of the second half of each turn_period [s].
         bad_period: Time between two broken messages [s]; push_period: between two pushes [s].
+        clock: The nodes' clock (:data:`~rbd_deriv.nodes.processes.CLOCKS`, as the demos'): ``simulated``, the
+            simulator's time on /clock, which a busy machine slows down; ``wall``. The soak stamps its messages on it.
         domain: ROS_DOMAIN_ID (default: one of this process's own). logs: Folder of the nodes' logs (default: a
             temporary one, removed).
     """
@@ -316,15 +341,16 @@ def run_legged_soak(robot: str = "solo12", duration: float = 600.0, speed: float
     log_folder = Path(logs or folder.name)
     log_folder.mkdir(parents=True, exist_ok=True)
     shared = {"urdf_path": urdf, "diagnostics_period": _DIAGNOSTICS_PERIOD}
-    processes = {"sim": start_node("sim_node", f"{robot}.yaml", shared, log_folder / "sim_node.log", env),
+    processes = {"sim": start_node("sim_node", f"{robot}.yaml", shared, log_folder / "sim_node.log", clock, env),
                  "mpc": start_node("mpc_node", f"{robot}.yaml", dict(shared, srdf_path=srdf),
-                                   log_folder / "mpc_node.log", env)}
+                                   log_folder / "mpc_node.log", clock, env)}
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     node = rclpy.create_node("legged_soak", context=context)
     topics = {topic: TopicBalance(topic, topic in EXCLUSIVE, dict(kinds)) for topic, kinds in BROKEN.items()}
-    nodes, sender = _Nodes(node), _Sender(node, model, topics)
-    result = LeggedSoakResult(robot=robot, duration_s=duration, topics=topics)
+    nodes = _Nodes(node, clock == "simulated")
+    sender = _Sender(node, model, topics, nodes.now_ns)
+    result = LeggedSoakResult(robot=robot, duration_s=duration, clock=clock, topics=topics)
 
     def alive() -> Dict[str, bool]:
         return {name: process.poll() is None for name, process in processes.items()}
@@ -363,7 +389,7 @@ def run_legged_soak(robot: str = "solo12", duration: float = 600.0, speed: float
         rotation.insert(rotation.index(("cmd_vel", "non_finite")) + 1, ("cmd_vel", "beyond_limits"))
         next_walk, next_bad, next_push, next_sample, turn = 0.0, bad_period / 2, push_period, 1.0, 0
         over_budget = None  # (pushes applied before the small push, when it was sent) while one may follow
-        path, last_base, started = 0.0, None, time.monotonic()
+        path, last_base, started, clock_start = 0.0, None, time.monotonic(), nodes.now_ns()
         for elapsed in paced(duration, 200.0, nodes.take, nap=5e-3):
             if elapsed >= next_walk:
                 turning = (elapsed % turn_period) >= turn_period / 2
@@ -408,6 +434,7 @@ def run_legged_soak(robot: str = "solo12", duration: float = 600.0, speed: float
                               + ", ".join(f"{name} {watch.max / 2**20:.1f} MiB" for name, watch in memory.items())
                               + f", walked {path:.1f} m, fell {result.fell}", flush=True)
         soaked = time.monotonic() - started
+        result.simulated_s = (nodes.now_ns() - clock_start) * 1e-9
 
         # Until the exclusive topics are accounted for (or 10 s), then two more reports of each node.
         settle = time.monotonic() + 10.0

@@ -33,7 +33,6 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
@@ -43,16 +42,12 @@ from rbd_deriv.control.locked_joints import LockedJoints
 from rbd_deriv.messages import feedback_policy_fields, fill_message, set_stamp
 from rbd_deriv.mpc_loops import control_loop, legged_loop, planning_model
 from rbd_deriv.msg import FeedbackPolicy as FeedbackPolicyMessage
+from rbd_deriv.nodes.lifecycle import DESCRIPTION_QOS, FAILURE, SUCCESS, Autostart, destroy, waiting_notice
 from rbd_deriv.nodes.mpc_inputs import MpcInputs
 from rbd_deriv.nodes.parameters import MPC_NODE, actuator_limits, declare_parameters, updated_values
 from rbd_deriv.nodes.spin import guard, run_node
 from rbd_deriv.refusals import shorten
 from rbd_deriv.threads import single_threaded_blas
-
-#: robot_state_publisher's: the last description is kept for late subscribers.
-DESCRIPTION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
-SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 
 
 class MpcNode(LifecycleNode):
@@ -72,39 +67,25 @@ class MpcNode(LifecycleNode):
         self._window_start = time.monotonic()
         self._description: Optional[str] = None  # the newest usable text from the topic
         self._in_use: Optional[str] = None  # the description the configured model was loaded from
-        self._said_waiting = False
-        self._failed: Optional[str] = None  # the description autostart failed to configure from
+        self._say_waiting = waiting_notice(self)
         if not (p["robot_description"] or p["urdf_path"]):
             self.create_subscription(String, "robot_description", self.guarded(self._on_description),
                                      DESCRIPTION_QOS)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         if p["autostart"]:
-            # Now, and on a timer while the description may still come from the topic (the executor delivers it).
-            steady = Clock(clock_type=ClockType.STEADY_TIME)
-            self._autostart_timer = self.create_timer(0.1, self.guarded(self._autostart), clock=steady)
-            self._autostart()
+            self._autostart = Autostart(self, self._description_to_load, lambda: self.loop is not None,
+                                        self._say_waiting, self.guarded)
 
-    def _autostart(self) -> None:
-        """Configure, then activate, once a description is known (a description that failed is not tried again);
-        then the timer stops."""
-        if self.loop is None:
-            text = self._p["robot_description"] or self._p["urdf_path"] or self._description
-            if text is None or text == self._failed:
-                if text is None:
-                    self._say_waiting()
-                return
-            if self.trigger_configure() != SUCCESS:
-                self._failed = text
-                return
-        self.destroy_timer(self._autostart_timer)
-        self.trigger_activate()
+    def _description_to_load(self) -> Optional[str]:
+        """The parameter's description, else the file's path, else the topic's text; None while none is known."""
+        return self._p["robot_description"] or self._p["urdf_path"] or self._description
 
     # ------------------------------------------------------------------------------------- lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Load the model, build and warm up the loop, make the topics; FAILURE (the node stays unconfigured) without
         a description or with one that cannot be used."""
         p = self._p
-        text = p["robot_description"] or p["urdf_path"] or self._description
+        text = self._description_to_load()
         if not text:
             self._say_waiting()
             return FAILURE
@@ -122,11 +103,6 @@ class MpcNode(LifecycleNode):
         self._make_topics(p)
         self.get_logger().info(f"{self.loop.describe()}, {p['rate_hz']:g} Hz; configured, inactive")
         return SUCCESS
-
-    def _say_waiting(self) -> None:
-        if not self._said_waiting:
-            self.get_logger().info("no robot description yet: waiting on the robot_description topic")
-            self._said_waiting = True
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.active = True
@@ -179,13 +155,7 @@ class MpcNode(LifecycleNode):
     def _release(self) -> None:
         """Remove what configure made; the node is then unconfigured."""
         self.active = False
-        for entity in self._entities:
-            if entity is None:
-                continue
-            if hasattr(entity, "cancel"):
-                self.destroy_timer(entity)
-            else:
-                self.destroy_publisher(entity)
+        destroy(self, self._entities)
         self._entities = []
         if self.loop is not None:
             self.inputs.destroy()

@@ -206,14 +206,21 @@ STATE_QOS_TEXT = ("reliability of the state subscriptions (joint_states, odom): 
                   "and best-effort publishers (REP 2003's sensor data profile); reliable matches reliable "
                   "publishers only")
 
-#: rbd_deriv/nodes/dynamics_node.py; every parameter may be set at run time.
+#: The managed nodes' (dynamics and MPC).
+AUTOSTART = Spec(True, "walk the lifecycle through configure and activate at start (once a description is known); "
+                 "false: wait for 'ros2 lifecycle set <node> configure' then 'activate'", read_only=True)
+
+#: rbd_deriv/nodes/dynamics_node.py; every parameter but autostart and state_qos may be set at run time (the model's
+#: while unconfigured: taken at configure).
 DYNAMICS_NODE: Dict[str, Spec] = {
     "robot_description": Spec("", "URDF XML of the robot. Empty: use urdf_path, or wait for the robot_description "
-                              "topic. Setting it rebuilds the model (refused if the URDF is broken)."),
+                              "topic. Setting it while configured rebuilds the model (refused if the URDF is "
+                              "broken); unconfigured, configure takes it."),
     "urdf_path": Spec("", "Path of a URDF file, used when robot_description is empty."),
     "floating_base": Spec(False, "Add a free-flyer root joint; its pose and twist come from the odom topic."),
     "allow_robot_change": Spec(False, "Accept a new description whose joints differ from the running model's "
                                "(by default refused: consumers rely on the state layout)."),
+    "autostart": AUTOSTART,
     "publish_mode": Spec("on_message", "on_message: compute on every joint_states message; timer: at 'rate' from "
                          "the latest state.", one_of(PUBLISH_MODES)),
     "rate": Spec(100.0, "Output rate in timer mode [Hz], in [0.01, 10000].", RATE),
@@ -249,9 +256,7 @@ MPC_NODE: Dict[str, Spec] = {
     "allow_robot_change": Spec(False, "accept a robot_description topic message that differs from the model in use; "
                                "it is taken at the next configure (cleanup, configure). By default refused and "
                                "counted, the model in use stays"),
-    "autostart": Spec(True, "walk the lifecycle through configure and activate at start (once a description is "
-                      "known); false: wait for 'ros2 lifecycle set <node> configure' then 'activate'",
-                      read_only=True),
+    "autostart": AUTOSTART,
     "state_qos": Spec("best_effort", STATE_QOS_TEXT, one_of(STATE_QOS_CHOICES), read_only=True),
     "mode": Spec("held", "held: linearization from the dynamics node held over the horizon; relinearize: "
                  "in-process re-linearization along the prediction (one Gauss-Newton step per tick)",
@@ -458,9 +463,24 @@ SIM_NODE: Dict[str, Spec] = {
                               read_only=True),
     "odom_topic": Spec("odom", "nav_msgs/Odometry output of a floating base (ground truth)", read_only=True),
     "odom_frame_id": Spec("odom", "the odometry's world frame", read_only=True),
+    "tf_period": Spec(0.01, "floating base: period [s] of the base's transform (odom_frame_id -> base link) on /tf, "
+                      "where tf2_msgs is installed, in [0, 3600]; 0: none", AGE, read_only=True),
     "push_topic": Spec("push", "rbd_deriv/msg/Push input: a wrench on a floating base for a while", read_only=True),
     "contact_forces_topic": Spec("contact_forces", "rbd_deriv/msg/ContactForces output: the floor's force on each "
                                  "foot (world frame); empty: not published", read_only=True),
     "contact_forces_period": Spec(0.01, "period of contact_forces [s], in [0.001, 3600]", in_range(0.001, 3600.0),
                                   read_only=True),
+    "publish_clock": Spec(False, "simulated time: the simulator's time goes out on /clock (rosgraph_msgs/Clock) and "
+                          "stamps its outputs; a machine too busy to keep up slows that time instead of leaving the "
+                          "robot behind it (the other nodes need use_sim_time); false: the wall clock",
+                          read_only=True),
+    "real_time_factor": Spec(1.0, "with publish_clock: simulated seconds per wall-clock second asked for, in "
+                             "(0, 100]", in_range(0.0, 100.0, low_open=True), read_only=True),
+    "wait_for_policy": Spec(0.03, "with publish_clock: the simulated time runs at most this far [s] past the newest "
+                            "policy's stamp, then waits for the next policy (at most WAIT_FOR_POLICY_MAX of the wall "
+                            "clock: a controller that died meets the expiry's safe mode), so a machine too busy for "
+                            "the controller slows the simulation down, in [0, 3600]; 0: never waits", AGE,
+                            read_only=True),
+    "clock_period": Spec(0.001, "with publish_clock: simulated time between two /clock messages [s], in "
+                         "[0.0001, 1]", in_range(0.0001, 1.0), read_only=True),
 }

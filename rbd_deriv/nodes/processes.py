@@ -72,11 +72,20 @@ def config_folder() -> Path:
     return bundled_urdf("rbd_arm7").parent.parent / "config"
 
 
-def start_node(node: str, parameter_file: str, overrides: dict, log: Path,
+#: The clocks the nodes may run on (the demos' and the legged soak's ``--clock``): the simulator's time on /clock,
+#: every node on it (``use_sim_time``), or the wall clock. On the simulated clock a machine too busy for the loop
+#: slows the simulated time down; on the wall clock the simulated robot falls behind the clock its controller runs on.
+CLOCKS = ("simulated", "wall")
+
+
+def start_node(node: str, parameter_file: str, overrides: dict, log: Path, clock: str = "wall",
                env: Optional[dict] = None) -> subprocess.Popen:
     """Start node ``node`` (rbd_deriv.nodes.<node>) with its own file of config/, then ``parameter_file`` (the
     demo's: demo.yaml or a legged robot's; none if empty), then ``overrides``; its output goes to ``log``, its
-    environment is ``env`` (None: this process's)."""
+    environment is ``env`` (None: this process's). ``clock`` (one of :data:`CLOCKS`): ``simulated`` has the
+    simulator publish /clock and the others use it."""
+    if clock == "simulated":
+        overrides = dict(overrides, **({"publish_clock": True} if node == "sim_node" else {"use_sim_time": True}))
     config = config_folder()
     files = [config / f"{node}.yaml"] + ([config / parameter_file] if parameter_file else [])
     arguments = ["--ros-args"] + [a for f in files for a in ("--params-file", str(f))] + ros_parameters(overrides)[1:]

@@ -20,13 +20,22 @@ A floating-base robot (``floating_base``; a legged robot) stands on a floor with
 of ``contact_frames`` (:class:`rbd_deriv.sim.Ground`). Besides the actuated joints' states it publishes the
 base's ground-truth odometry at the joint_states rate (nav_msgs/Odometry on ``odom_topic``: the pose of the base
 link in ``odom_frame_id``, the twist in the base link's own frame, as nav_msgs specifies for
-``child_frame_id``) and the floor's force on each foot (rbd_deriv/msg/ContactForces on ``contact_forces_topic``,
-every ``contact_forces_period``); it takes pushes (rbd_deriv/msg/Push on ``push_topic``: a wrench on the base for
-a while; the pushes accepted within a second may change the base's momentum by at most its mass times
+``child_frame_id``; the same pose on ``/tf`` every ``tf_period`` where tf2_msgs is installed, so RViz and
+Foxglove place the robot, with robot_state_publisher for its links) and the floor's force on each foot
+(rbd_deriv/msg/ContactForces on ``contact_forces_topic``, every ``contact_forces_period``); it takes pushes
+(rbd_deriv/msg/Push on ``push_topic``: a wrench on the base for a while; the pushes accepted within a second may change the base's momentum by at most its mass times
 ``push_budget``, those beyond are refused as ``push/budget``). Its brakes lock the joints and the robot keeps
 standing (or falling) on them. ``/diagnostics`` adds ``fell`` (the base below half its initial height, or a trunk
 or limb on the floor), ``pushes_applied`` and ``friction_cone_violations`` (foot-steps whose contact force left the
 friction cone).
+
+Time: by default the physics is paced on the wall clock and stamps with the node's clock; a machine too busy
+to keep up for more than MAX_CATCH_UP_STEPS steps leaves the simulated robot behind that clock (``lost_time_s``).
+With ``publish_clock`` the simulator owns the time, as a simulator on a ROS graph does: its time starts at the wall
+clock's at start-up, advances by one step per physics step, goes out on ``/clock`` (rosgraph_msgs/Clock, every
+``clock_period`` of it) and stamps every output; the other nodes run on it with ``use_sim_time``. It is paced at
+``real_time_factor`` simulated seconds per wall-clock second, and a machine too busy to keep up slows it down
+(``/diagnostics``: ``real_time_factor`` measured) instead of leaving the robot behind its own clock.
 
 A bad input (wrong sizes, unknown joints, NaN or inf, a policy from the future or already expired) is
 refused, counted by reason in ``/diagnostics`` and logged at most once a second per reason; the last
@@ -46,8 +55,10 @@ import numpy as np
 import rclpy
 from builtin_interfaces.msg import Time as StampMessage
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import TransformStamped, Vector3
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
+from rosgraph_msgs.msg import Clock
 from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -73,6 +84,15 @@ MAX_CATCH_UP_STEPS = 250
 #: While catching up, the state is published every this many steps (stamped with its step's time): a
 #: controller must not wait for the end of a long burst to see the robot.
 CATCH_UP_PUBLISH_STEPS = 10
+
+#: With ``publish_clock``: the most steps taken at once to keep up with the wall clock (an operating system's
+#: scheduling jitter, a few milliseconds); beyond, the simulated time slows down. Small: a controller starved of
+#: the CPU with the simulator must not see the simulated time run on in bursts without it.
+SIM_CLOCK_CATCH_UP_STEPS = 5
+
+#: With ``wait_for_policy``: the longest wait [s of the wall clock] for a policy before the simulated time goes on
+#: without one (the controller died or stalled: the robot side's expiry then applies, as on a robot).
+WAIT_FOR_POLICY_MAX = 1.0
 
 
 class SimNode(Node):
@@ -110,6 +130,23 @@ class SimNode(Node):
                                          expiry_hold=p["expiry_hold"], expiry_damping=damping)
         self.actuation = Actuation.BRAKE
         self.lost_time = 0.0  # [s] of the wall clock the physics could not catch up with
+        # Simulated time (publish_clock): its time [ns] now, its pace, its /clock; None: the wall clock.
+        self._sim_ns: int | None = None
+        self._real_time_factor = 1.0
+        self.clock_publisher = None
+        if p["publish_clock"]:
+            self._sim_ns = time.time_ns()
+            self._real_time_factor = p["real_time_factor"]  # on the wall clock the physics keeps its pace
+            self._clock_period_ns = int(round(p["clock_period"] * 1e9))
+            self._clock_due_ns = 0
+            self._wait_ns = int(round(p["wait_for_policy"] * 1e9))
+            self._clock_message = Clock()
+            self.clock_publisher = self.create_publisher(Clock, "/clock", 10)
+        self._steps_taken = 0  # physics steps since the start (the brakes' included)
+        self.policy_waits = 0  # times the simulated time stopped for the next policy (wait_for_policy)
+        self.policy_wait_time = 0.0  # [s] of the wall clock it stood still for them
+        self._pace = (time.monotonic(), 0)  # (wall clock [s], steps taken) at the last diagnostics
+        self.measured_real_time_factor = float("nan")
         self._published_ns = 0  # stamp of the last state published (the next must be later)
         self._message = JointState()
         self._message.name = list(self.plant.joint_names)
@@ -126,6 +163,9 @@ class SimNode(Node):
             self.odometry_publisher = self.create_publisher(Odometry, p["odom_topic"], 10)
             self.create_subscription(Push, p["push_topic"],
                                      self.input_gaps["push"].counting(self._guard(self._on_push)), 10)
+        self.tf_publisher = None
+        if self.model.has_floating_base and p["tf_period"] > 0.0:
+            self._make_tf_publisher(p["tf_period"])
         self.contact_forces_publisher = None
         if ground is not None and p["contact_forces_topic"]:
             self._contact_forces = ContactForces(frames=list(ground.contact_frames))
@@ -151,6 +191,23 @@ class SimNode(Node):
         if visuals is not None and visuals.note:
             self.get_logger().info(visuals.note)
 
+    def _make_tf_publisher(self, period: float) -> None:
+        """/tf (tf2_msgs/TFMessage): the base in the odometry's frame every ``period`` [s], where tf2_msgs is
+        installed (every ROS installation); a pip-only install has no tf2_msgs, which is said once."""
+        try:
+            from tf2_msgs.msg import TFMessage
+        except ImportError:
+            self.get_logger().info("no /tf: tf2_msgs is not installed (a ROS installation has it; the PyPI wheels "
+                                   "do not); the base's pose is on the odometry topic")
+            return
+        self._transform = TransformStamped()
+        self._transform.header.frame_id = self._odometry.header.frame_id
+        self._transform.child_frame_id = self._odometry.child_frame_id
+        self._tf_message = TFMessage(transforms=[self._transform])
+        self._tf_period_ns = int(round(period * 1e9))
+        self._tf_due_ns = 0
+        self.tf_publisher = self.create_publisher(TFMessage, "/tf", 100)
+
     def _guard(self, callback):
         return guard(callback, lambda error: self._refused("internal_error", error))
 
@@ -161,6 +218,9 @@ class SimNode(Node):
             self.get_logger().warning(shorten(line))
 
     def _now_ns(self) -> int:
+        """The simulator's time [ns]: its own with ``publish_clock``, else the node's clock."""
+        if self._sim_ns is not None:
+            return self._sim_ns
         return self.get_clock().now().nanoseconds
 
     def _on_command(self, message: Float64MultiArray) -> None:
@@ -186,35 +246,60 @@ class SimNode(Node):
             self._refused("push", error)
 
     def _physics_loop(self) -> None:
-        period = self.plant.dt
-        period_ns = int(round(period * 1e9))
+        period_ns = int(round(self.plant.dt * 1e9))
+        wall_period = self.plant.dt / self._real_time_factor  # [s] of the wall clock per step
+        simulated = self._sim_ns is not None
+        catch_up = SIM_CLOCK_CATCH_UP_STEPS if simulated else MAX_CATCH_UP_STEPS
         next_time = time.monotonic()
+        waiting_since = None  # [s] wall clock since which the simulated time waits for a policy
+        given_up_on = None  # stamp [ns] of the newest policy when a wait for the next one ran out
         while self._running and rclpy.ok():
             now = time.monotonic()
-            steps = min(MAX_CATCH_UP_STEPS, max(1, int((now - next_time) / period) + 1))
-            now_ns = self._now_ns()
+            steps = min(catch_up, max(1, int((now - next_time) / wall_period) + 1))
+            if simulated and self._wait_ns > 0:
+                allowed, newest_ns = self._steps_before_waiting(steps, period_ns)
+                if allowed == 0 and newest_ns != given_up_on:
+                    if waiting_since is None:
+                        waiting_since = now
+                        self.policy_waits += 1
+                    if now - waiting_since < WAIT_FOR_POLICY_MAX:
+                        time.sleep(0.0002)
+                        continue
+                    given_up_on = newest_ns  # no policy came: time goes on, the policy expires, the safe mode
+                if waiting_since is not None:
+                    self.policy_wait_time += now - waiting_since
+                    waiting_since, next_time = None, now
+                    steps = 1
+                elif allowed > 0:
+                    steps = allowed
+            # The time of the last of these steps: the simulated time moves on by them, the wall clock has.
+            end_ns = self._sim_ns + steps * period_ns if simulated else self._now_ns()
             for step in range(steps):
                 # Each step is evaluated at its own time: a policy moves along its knots.
+                step_ns = end_ns - (steps - 1 - step) * period_ns
                 with self._lock:
-                    torque, actuation = self.robot_side.torque(self.plant.q, self.plant.v,
-                                                             now_ns - (steps - 1 - step) * period_ns)
+                    torque, actuation = self.robot_side.torque(self.plant.q, self.plant.v, step_ns)
                     if torque is None:
                         self.plant.hold()
                         self._applied = None
                     else:
                         self._applied = self.plant.step(torque)
+                    if simulated:
+                        self._sim_ns = step_ns
+                    self._steps_taken += 1
                 self.actuation = actuation
-                step_ns = now_ns - (steps - 1 - step) * period_ns
                 if (step < steps - 1 and step % CATCH_UP_PUBLISH_STEPS == CATCH_UP_PUBLISH_STEPS - 1
                         and step_ns > self._published_ns):
                     self._publish(step_ns)
-            next_time += steps * period
-            if now - next_time > MAX_CATCH_UP_STEPS * period:
-                # Too far behind: slow down rather than jump. The simulated robot then lags the clock.
-                self.lost_time += now - next_time
+            next_time += steps * wall_period
+            if now - next_time > catch_up * wall_period:
+                # Too far behind: slow down rather than jump. On the wall clock the simulated robot then lags
+                # the clock; on its own clock the simulated time runs slower.
+                if not simulated:
+                    self.lost_time += now - next_time
                 next_time = now
             try:
-                self._publish()
+                self._publish(end_ns if simulated else None)
             except Exception:  # noqa: BLE001 - Ctrl-C shut the context down between ok() and publish
                 if rclpy.ok():
                     raise
@@ -222,6 +307,16 @@ class SimNode(Node):
             delay = next_time - time.monotonic()
             if delay > 0.0:
                 time.sleep(delay)
+
+    def _steps_before_waiting(self, steps: int, period_ns: int) -> tuple[int, int | None]:
+        """How many of ``steps`` the simulated time may take before it waits for the next policy
+        (``wait_for_policy`` past the newest one's stamp; all of them when no policy applies), and that stamp."""
+        with self._lock:
+            taken = self.robot_side.taken
+            newest_ns = taken[-1].stamp_ns if taken else None
+        if newest_ns is None:
+            return steps, None
+        return max(0, min(steps, (newest_ns + self._wait_ns - self._sim_ns) // period_ns)), newest_ns
 
     def _publish(self, stamp_ns: int | None = None) -> None:
         """joint_states, odometry (and contact forces) of the plant's state, stamped ``stamp_ns`` (default:
@@ -231,6 +326,11 @@ class SimNode(Node):
             stamp = self.get_clock().now().to_msg()
         else:
             stamp = set_stamp(StampMessage(), stamp_ns)
+            if self.clock_publisher is not None and stamp_ns >= self._clock_due_ns:
+                # The clock first: a node on it then finds the state no newer than its time.
+                self._clock_due_ns = stamp_ns + self._clock_period_ns
+                self._clock_message.clock = stamp
+                self.clock_publisher.publish(self._clock_message)
         with self._lock:
             q, v, applied = self.plant.q, self.plant.v, self._applied
             if self.contact_forces_publisher is not None:
@@ -253,6 +353,13 @@ class SimNode(Node):
             twist.angular.x, twist.angular.y, twist.angular.z = v[3:6].tolist()
             self.odometry_publisher.publish(odometry)
         now_ns = Time.from_msg(stamp).nanoseconds
+        if self.tf_publisher is not None and now_ns >= self._tf_due_ns:
+            self._tf_due_ns = now_ns + self._tf_period_ns
+            transform = self._transform
+            transform.header.stamp = stamp
+            transform.transform.translation = Vector3(x=pose.position.x, y=pose.position.y, z=pose.position.z)
+            transform.transform.rotation = pose.orientation
+            self.tf_publisher.publish(self._tf_message)
         if self.contact_forces_publisher is not None and now_ns >= self._contact_forces_due_ns:
             self._contact_forces_due_ns = now_ns + self._contact_forces_period_ns
             contact = self._contact_forces
@@ -270,6 +377,17 @@ class SimNode(Node):
         values.update({f"steps_{source.value}": str(steps.get(source, 0)) for source in Actuation})
         values["policy_stamp"] = "" if policy is None else f"{policy.stamp_ns * 1e-9:.6f}"
         values["lost_time_s"] = f"{self.lost_time:.3f}"
+        wall, steps_taken = time.monotonic(), self._steps_taken
+        if wall > self._pace[0]:
+            # Simulated seconds per wall-clock second since the last diagnostics: below 1 on the wall clock, the
+            # physics lost time; on its own clock, it ran slower.
+            self.measured_real_time_factor = (steps_taken - self._pace[1]) * self.plant.dt / (wall - self._pace[0])
+        self._pace = (wall, steps_taken)
+        values["clock"] = "simulated" if self._sim_ns is not None else "wall"
+        values["real_time_factor"] = f"{self.measured_real_time_factor:.3f}"
+        if self._sim_ns is not None and self._wait_ns > 0:
+            values["policy_waits"] = str(self.policy_waits)
+            values["policy_wait_time_s"] = f"{self.policy_wait_time:.3f}"
         plant = self.plant
         if self.model.has_floating_base:
             with self._lock:
@@ -286,7 +404,7 @@ class SimNode(Node):
                                   message=f"actuation: {self.actuation.value}" + (", fell" if fell else ""),
                                   values=[KeyValue(key=k, value=v) for k, v in values.items()])
         array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
+        set_stamp(array.header.stamp, self._now_ns())
         self.diagnostics_publisher.publish(array)
 
     def stop(self) -> None:
