@@ -1,5 +1,6 @@
 """A short soak of the legged loop (rbd_deriv/nodes/legged_soak.py): solo12 trotting through the simulator and MPC
-nodes as processes, broken inputs of every kind mixed into both nodes' topics, every message sent accounted for.
+nodes as processes on the simulated clock (as the demos), broken inputs of every kind mixed into both nodes' topics,
+every message sent accounted for.
 
 The full soak (10 minutes) is a benchmark, ``./run bench soak --robot solo12`` (rbd_deriv/bench/soak.py, whose
 report gives the failures' text here); its figures are in docs/ros.md.
