@@ -403,11 +403,14 @@ class Nodes:
     def count(self, key: str, which: str = "mpc") -> int:
         return int(self.seen[which].get(key, "0"))
 
-    def spin(self, seconds: float, until=None, what: str = "", alive: int = 2) -> None:
-        """Spin for ``seconds`` or until ``until()``; the first ``alive`` processes must keep running."""
+    def spin(self, seconds: float, until=None, what: str = "", alive: int = 2, every=None) -> None:
+        """Spin for ``seconds`` or until ``until()``; the first ``alive`` processes must keep running; ``every()``
+        is called between two waits (publish a command)."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            self.executor.spin_once(timeout_sec=0.02)
+            if every is not None:
+                every()
+            self.executor.spin_once(timeout_sec=0.005 if every is not None else 0.02)
             for process in self.processes[:alive]:
                 assert process.poll() is None, f"a node died: {process.stderr.read().decode()[-2000:]}"
             if until is not None and until():
@@ -503,6 +506,68 @@ def test_killed_mpc_leaves_solo12_settling_not_thrown():
     assert tilt(base[:, 3:7]).max() < 0.3, tilt(base[:, 3:7]).max()
     assert np.abs(base[:, :2] - standing[:2]).max() < 0.05, np.abs(base[:, :2] - standing[:2]).max()
     assert int(sim["steps_hold"]) > 900 and int(sim["steps_damping"]) > 1000, sim
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "solo12 falls: the MPC's safe command holds the last good policy while it is valid (0.3 s), then sends the "
+    "statics of the measured posture on the feet the trot has down (two), which the robot side applies. It fell in "
+    "all four runs (2026-11-27, load 1-5): 1.06, 1.55 and 1.42 s after the clock stopped in the three timed, "
+    "tipped over (tilt 3.09-3.14 rad), 180-199 of 187-203 commands stale_clock; once fallen the simulation went "
+    "unstable in one (the base thrown 7.5 m up). Standing, it holds "
+    "(test_solo12_stands_through_a_push_trots_and_refuses_bad_inputs)."))
+def test_trotting_solo12_holds_when_the_mpc_clock_stands_still():
+    """solo12 trotting at 0.2 m/s when the MPC node gets ``use_sim_time`` at run time with no /clock: its clock
+    stands still, so for that second it sends its safe command (``stale_clock``, counted) and the simulator's robot
+    side applies it; the robot must not fall, and must trot on after."""
+    nodes = Nodes("legged_mpc_node_trotting_without_a_clock")
+    cmd_vel = nodes.node.create_publisher(Twist, "cmd_vel", 10)
+    parameters = nodes.node.create_client(SetParameters, "/mpc_node/set_parameters")
+    walk = {"next": 0.0}
+    fell_at = []  # monotonic time [s] the simulator first reported a fall
+
+    def command():
+        if time.monotonic() >= walk["next"]:
+            cmd_vel.publish(Twist(linear=Vector3(x=0.2)))
+            walk["next"] = time.monotonic() + 0.05
+        if not fell_at and nodes.seen["sim"].get("fell") == "true":
+            fell_at.append(time.monotonic())
+
+    def set_parameters(**values):
+        future = parameters.call_async(SetParameters.Request(
+            parameters=[Parameter(name, value=value).to_parameter_msg() for name, value in values.items()]))
+        nodes.spin(10.0, lambda: future.done(), "the parameter answer", every=command)
+        return future.result().results[0]
+
+    try:
+        nodes.spin(STARTUP_TIMEOUT, lambda: nodes.count("commands_plan") > 0 and nodes.base, "the MPC's first plans")
+        nodes.spin(3.0, every=command)
+        trotting = dict(nodes.seen["mpc"])
+        stale, commands = nodes.count("commands_stale_clock"), len(nodes.commands)
+        stopped = time.monotonic()
+        assert set_parameters(use_sim_time=True).successful
+        nodes.spin(1.0, every=command)
+        assert set_parameters(use_sim_time=False).successful
+        resumed = time.monotonic()
+        clockless = {"stale": nodes.count("commands_stale_clock") - stale, "commands": len(nodes.commands) - commands}
+        nodes.spin(4.0, every=command)
+        base, after = nodes.since(stopped), nodes.since(resumed + 1.0)
+        sim, mpc = dict(nodes.seen["sim"]), dict(nodes.seen["mpc"])
+    finally:
+        nodes.close()
+    walked = float(np.hypot(*(after[-1, :2] - after[0, :2])))
+    print(f"trotting without a clock: {clockless['stale']} stale_clock of {clockless['commands']} commands; fell "
+          f"{sim['fell']}" + (f" {fell_at[0] - stopped:.2f} s after the clock stopped" if fell_at else "")
+          + f"; base {base[:, 2].min():.4f}..{base[:, 2].max():.4f} m high, tilt max {tilt(base[:, 3:7]).max():.4f} "
+          f"rad, walked {walked:.3f} m after; simulator {sim}; MPC {mpc}")
+    assert trotting["gait"] == "trot", trotting
+    # Its clock stood still: every command of that second the safe one (about 200 at the node's rate; fewer on a
+    # loaded machine), counted.
+    assert clockless["stale"] > 50 and clockless["commands"] > 50, clockless
+    assert sim["fell"] == "false", sim
+    # Upright through it and trotting on after it.
+    assert base[:, 2].min() > 0.15 and tilt(base[:, 3:7]).max() < 0.3, (base[:, 2].min(), tilt(base[:, 3:7]).max())
+    assert walked > 0.2, walked
+    assert "refused_internal_error" not in mpc, mpc
 
 
 # ---------------------------------------------------------------------------------------- simulated time

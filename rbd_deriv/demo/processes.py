@@ -9,7 +9,6 @@ share (solve times, commands by source, refusals) are made here too.
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from rbd_deriv.nodes.processes import ros_parameters
+from rbd_deriv.nodes.processes import CLOCKS, config_folder, start_node
 
 __all__ = ["CLOCKS", "STARTUP_TIMEOUT", "LoopRecorder", "clock_fields", "config_folder", "exited", "logs_folder",
            "loop_counts", "read_parameters", "solve_times", "spin_until", "start_node", "wait_for_loop"]
@@ -28,14 +27,6 @@ __all__ = ["CLOCKS", "STARTUP_TIMEOUT", "LoopRecorder", "clock_fields", "config_
 STARTUP_TIMEOUT = 180.0
 
 
-def config_folder() -> Path:
-    """The package's config/ folder: beside the bundled robots' urdf/ folder, wherever the package found it
-    (a source checkout, a colcon install's share folder, a pip install's prefix)."""
-    from rbd_deriv import bundled_urdf
-
-    return bundled_urdf("rbd_arm7").parent.parent / "config"
-
-
 def read_parameters(file_name: str) -> dict:
     """{node name: {parameter: value}} of the parameter file ``file_name`` of config/ (``node: ros__parameters:``
     sections)."""
@@ -44,26 +35,6 @@ def read_parameters(file_name: str) -> dict:
     with open(config_folder() / file_name, encoding="utf-8") as stream:
         document = yaml.safe_load(stream)
     return {node: section["ros__parameters"] for node, section in document.items()}
-
-
-#: The demos' clocks (``--clock``): the simulator's time on /clock, every node on it (``use_sim_time``), or the wall
-#: clock. On the simulated clock a machine too busy for the loop slows the simulated time down; on the wall clock
-#: the simulated robot falls behind the clock its controller runs on.
-CLOCKS = ("simulated", "wall")
-
-
-def start_node(node: str, parameter_file: str, overrides: dict, log: Path, clock: str = "wall") -> subprocess.Popen:
-    """Start node ``node`` (rbd_deriv.nodes.<node>) with its own file of config/, then ``parameter_file`` (the
-    demo's: demo.yaml or a legged robot's; none if empty), then ``overrides``; its output goes to ``log``.
-    ``clock`` (one of :data:`CLOCKS`): ``simulated`` has the simulator publish /clock and the others use it."""
-    if clock == "simulated":
-        overrides = dict(overrides, **({"publish_clock": True} if node == "sim_node" else {"use_sim_time": True}))
-    config = config_folder()
-    files = [config / f"{node}.yaml"] + ([config / parameter_file] if parameter_file else [])
-    arguments = ["--ros-args"] + [a for f in files for a in ("--params-file", str(f))] + ros_parameters(overrides)[1:]
-    handle = open(log, "w", encoding="utf-8")
-    return subprocess.Popen([sys.executable, "-m", f"rbd_deriv.nodes.{node}"] + arguments,
-                            stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def exited(processes: Sequence[subprocess.Popen]) -> list[str]:

@@ -32,7 +32,8 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from rbd_deriv.nodes.processes import node_command, resident_memory, stop_processes
+from rbd_deriv.nodes.processes import node_command, stop_processes
+from rbd_deriv.nodes.soak_accounting import MemoryWatch, counts_with_prefix, differences, paced
 
 __all__ = ["BAD_KINDS", "OUTPUT_TOPICS", "SoakResult", "run_soak"]
 
@@ -225,35 +226,25 @@ def run_soak(duration: float = 600.0, rate: float = 1000.0, bad_every: int = 50,
             time.sleep(0.1)
             outputs.take()
         before = {key: outputs.count(key) for key in ("inputs_total", "outputs_total", "lost_joint_states")}
-        refused_before = _refused(outputs.totals)
+        refused_before = rejections(outputs.totals)
         received_before = dict(outputs.received)
         publisher.sent, publisher.sent_bad = 0, {kind: 0 for kind in BAD_KINDS}
-        result.rss_start = result.rss_max = resident_memory(process.pid)
+        memory = MemoryWatch(process.pid)
+        memory.begin()
 
-        period_ns, start = int(1e9 / rate), time.monotonic_ns()
-        next_burst, next_sample, tick = burst_period, 1.0, 0
-        while True:
-            due = start + tick * period_ns
-            elapsed = (due - start) * 1e-9
-            if elapsed >= duration:
-                break
-            while time.monotonic_ns() < due:
-                outputs.take()
-                remaining = (due - time.monotonic_ns()) * 1e-9
-                if remaining > 2e-4:
-                    time.sleep(min(remaining - 1e-4, 1e-3))
+        next_burst, next_sample = burst_period, 1.0
+        for elapsed in paced(duration, rate, outputs.take):
             publisher.publish(elapsed, time.time_ns())
             if burst and burst_period and elapsed >= next_burst:
                 for _ in range(burst):
                     publisher.publish(elapsed, time.time_ns())
                 next_burst += burst_period
             if elapsed >= next_sample:
-                result.rss_max = max(result.rss_max, resident_memory(process.pid))
+                memory.sample()
                 next_sample += 1.0
                 if progress and int(elapsed) % 60 == 0:
-                    print(f"  {elapsed:.0f} s: {publisher.sent} sent, node RSS {result.rss_max / 2**20:.1f} MiB",
+                    print(f"  {elapsed:.0f} s: {publisher.sent} sent, node RSS {memory.max / 2**20:.1f} MiB",
                           flush=True)
-            tick += 1
 
         # Until the node's totals account for everything sent (or they stop moving).
         settle = time.monotonic() + 30.0
@@ -266,16 +257,14 @@ def run_soak(duration: float = 600.0, rate: float = 1000.0, bad_every: int = 50,
                 break
         time.sleep(1.5)  # one more diagnostics period
         outputs.take()
-        result.rss_end = resident_memory(process.pid)
-        result.rss_max = max(result.rss_max, result.rss_end)
+        memory.finish()
+        result.rss_start, result.rss_end, result.rss_max = memory.start, memory.end, memory.max
         result.node_alive = process.poll() is None
         result.sent, result.sent_bad = publisher.sent, dict(publisher.sent_bad)
         result.inputs = outputs.count("inputs_total") - before["inputs_total"]
         result.outputs = outputs.count("outputs_total") - before["outputs_total"]
         result.lost = outputs.count("lost_joint_states") - before["lost_joint_states"]
-        refused = _refused(outputs.totals)
-        result.refused = {reason: count - refused_before.get(reason, 0) for reason, count in refused.items()
-                          if count - refused_before.get(reason, 0)}
+        result.refused = differences(rejections(outputs.totals), refused_before)
         result.received = {topic: count - received_before[topic] for topic, count in outputs.received.items()}
         result.received_lost = outputs.lost
         result.non_finite_outputs = outputs.non_finite
@@ -289,6 +278,8 @@ def run_soak(duration: float = 600.0, rate: float = 1000.0, bad_every: int = 50,
     return result
 
 
-def _refused(totals: Dict[str, str]) -> Dict[str, int]:
-    return {key[len("rejected_"):]: int(value) for key, value in totals.items()
-            if key.startswith("rejected_") and key != "rejected_total"}
+def rejections(totals: Dict[str, str]) -> Dict[str, int]:
+    """The dynamics node's refusals by reason, of its /diagnostics values (``rejected_<reason>``, not the total)."""
+    counts = counts_with_prefix(totals, "rejected_")
+    counts.pop("total", None)
+    return counts

@@ -73,7 +73,7 @@ from rbd_deriv.messages import feedback_policy_arrays, set_stamp, stamp_to_ns
 from rbd_deriv.msg import ContactForces, FeedbackPolicy, Push
 from rbd_deriv.nodes.lifecycle import DESCRIPTION_QOS
 from rbd_deriv.nodes.parameters import SIM_NODE, actuator_limits, declare_parameters, per_joint
-from rbd_deriv.nodes.spin import guard, run_node
+from rbd_deriv.nodes.spin import SequenceGaps, guard, run_node
 from rbd_deriv.refusals import shorten
 from rbd_deriv.sim import Ground, make_plant
 from rbd_deriv.sim.ground import initial_configuration
@@ -182,12 +182,16 @@ class SimNode(Node):
         self._message.header.frame_id = p["frame_id"]
         self.publisher = self.create_publisher(JointState, p["joint_states_topic"], 10)
         self.odometry_publisher = None
+        # Pushes and policies dropped before the node (beyond their queue) are told by no middleware event: counted
+        # from the gaps in their publishers' sequence numbers (lost_push, lost_policy).
+        self.input_gaps = {"push": SequenceGaps(), "policy": SequenceGaps()}
         if self.model.has_floating_base:
             self._odometry = Odometry()
             self._odometry.header.frame_id = p["odom_frame_id"]
             self._odometry.child_frame_id = self.plant.base_link
             self.odometry_publisher = self.create_publisher(Odometry, p["odom_topic"], 10)
-            self.create_subscription(Push, p["push_topic"], self._guard(self._on_push), 10)
+            self.create_subscription(Push, p["push_topic"],
+                                     self.input_gaps["push"].counting(self._guard(self._on_push)), 10)
         self.tf_publisher = None
         if self.model.has_floating_base and p["tf_period"] > 0.0:
             self._make_tf_publisher(p["tf_period"])
@@ -201,7 +205,8 @@ class SimNode(Node):
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(Float64MultiArray, p["command_topic"], self._guard(self._on_command), 10)
         if p["policy_topic"]:
-            self.create_subscription(FeedbackPolicy, p["policy_topic"], self._guard(self._on_policy), 10)
+            self.create_subscription(FeedbackPolicy, p["policy_topic"],
+                                     self.input_gaps["policy"].counting(self._guard(self._on_policy)), 10)
         self.create_timer(p["diagnostics_period"], self._guard(self._publish_diagnostics))
         self._running = True
         self._thread = threading.Thread(target=self._physics_loop, daemon=True)
@@ -420,6 +425,7 @@ class SimNode(Node):
                               feet_touching="".join("1" if t else "0" for t in plant.touching),
                               base_height_m=f"{plant.q[2]:.4f}")
         values.update({f"refused_{reason}": str(count) for reason, count in sorted(refused.items())})
+        values.update((f"lost_{kind}", str(gaps.lost)) for kind, gaps in self.input_gaps.items())
         healthy = self.actuation is Actuation.POLICY
         fell = self.model.has_floating_base and plant.fell
         level = DiagnosticStatus.ERROR if fell else DiagnosticStatus.OK if healthy else DiagnosticStatus.WARN

@@ -135,6 +135,49 @@ def guard(callback: Callable, on_error: Callable[[Exception], None]) -> Callable
 _READER_NUMBERS = itertools.count()
 
 
+class SequenceGaps:
+    """Messages lost before a subscriber, counted from the gaps in each publisher's sequence numbers.
+
+    A history that overflows drops its oldest message without telling anyone (Fast DDS raises no message-lost
+    event for it: ``SubscriptionEventCallbacks(message_lost=...)`` stays silent), and whatever the middleware
+    loses on the way is not reported either; both leave a gap in the sequence numbers of the publisher, which
+    every taken message carries in its info (``publication_sequence_number``, ``publisher_gid``).
+
+    Attributes:
+        lost: Messages lost so far: gaps in the sequence numbers of each publisher, from the first message
+            seen from it (what it sent before is not known).
+    """
+
+    #: Publishers whose last sequence number is remembered; a topic with more forgets them all at once
+    #: (the gap across that moment is not counted).
+    MAX_PUBLISHERS = 256
+
+    def __init__(self) -> None:
+        self.lost = 0
+        self._last_sequence: dict = {}
+
+    def count(self, info: dict) -> None:
+        """Count the messages lost before the one whose message info is ``info``."""
+        sequence, publisher = info.get("publication_sequence_number"), info.get("publisher_gid")
+        if sequence is None or publisher is None:
+            return  # a middleware that does not number its messages: losses cannot be seen
+        key = bytes(publisher["data"])
+        last = self._last_sequence.get(key)
+        if last is None and len(self._last_sequence) >= self.MAX_PUBLISHERS:
+            self._last_sequence.clear()
+        elif last is not None and sequence > last + 1:
+            self.lost += sequence - last - 1
+        self._last_sequence[key] = sequence
+
+    def counting(self, callback: Callable[[object], None]) -> Callable[[object, dict], None]:
+        """An executor callback that counts the losses before each message, then hands it to ``callback``
+        (rclpy passes the message info to a callback of two arguments)."""
+        def counted(message: object, info: dict) -> None:
+            self.count(info)
+            callback(message)
+        return counted
+
+
 class PolledSubscription:
     """A subscription read when the node asks (:meth:`take`), not by executor callbacks.
 
@@ -145,10 +188,8 @@ class PolledSubscription:
     The subscription lives on a hidden helper node (``_<node>_input_<n>``, same namespace and
     context) that no executor spins. The topic is resolved, remappings included, by the owning node.
 
-    Messages lost before the node are counted in :attr:`lost`: a queue that overflowed between two takes
-    (the history drops its oldest message without telling anyone: Fast DDS raises no message-lost event
-    for it) and whatever the middleware lost on the way both leave a gap in the publisher's sequence
-    numbers, which every taken message carries.
+    Messages lost before the node (a queue that overflowed between two takes, the middleware) are counted in
+    :attr:`lost` (:class:`SequenceGaps`).
 
     Args:
         node: The node the subscription belongs to.
@@ -157,18 +198,12 @@ class PolledSubscription:
         qos: QoS profile; its depth bounds how many messages wait between two takes.
 
     Attributes:
-        lost: Messages lost so far: gaps in the sequence numbers of each publisher, from the first message
-            taken from it (what it sent before is not known).
+        lost: Messages lost so far (:attr:`SequenceGaps.lost`).
     """
-
-    #: Publishers whose last sequence number is remembered; a topic with more forgets them all at once
-    #: (the gap across that moment is not counted).
-    MAX_PUBLISHERS = 256
 
     def __init__(self, node: Node, message_type: type, topic: str, qos) -> None:
         self.message_type = message_type
-        self.lost = 0
-        self._last_sequence: dict = {}
+        self._gaps = SequenceGaps()
         # The owner resolves the topic; the helper ignores the command line (a launch file's
         # ``__node:=`` rename or a remapping must not apply to it a second time) and gets a name of
         # its own.
@@ -197,19 +232,11 @@ class PolledSubscription:
                 if taken is None:
                     return messages
                 messages.append(taken[0])
-                self._count_losses(taken[1])
+                self._gaps.count(taken[1])
 
-    def _count_losses(self, info: dict) -> None:
-        sequence, publisher = info.get("publication_sequence_number"), info.get("publisher_gid")
-        if sequence is None or publisher is None:
-            return  # a middleware that does not number its messages: losses cannot be seen
-        key = bytes(publisher["data"])
-        last = self._last_sequence.get(key)
-        if last is None and len(self._last_sequence) >= self.MAX_PUBLISHERS:
-            self._last_sequence.clear()
-        elif last is not None and sequence > last + 1:
-            self.lost += sequence - last - 1
-        self._last_sequence[key] = sequence
+    @property
+    def lost(self) -> int:
+        return self._gaps.lost
 
     def destroy(self) -> None:
         """Remove the subscription and its helper node."""
