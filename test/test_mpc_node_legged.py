@@ -508,17 +508,13 @@ def test_killed_mpc_leaves_solo12_settling_not_thrown():
     assert int(sim["steps_hold"]) > 900 and int(sim["steps_damping"]) > 1000, sim
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "solo12 falls: the MPC's safe command holds the last good policy while it is valid (0.3 s), then sends the "
-    "statics of the measured posture on the feet the trot has down (two), which the robot side applies. It fell in "
-    "all four runs (2026-11-27, load 1-5): 1.06, 1.55 and 1.42 s after the clock stopped in the three timed, "
-    "tipped over (tilt 3.09-3.14 rad), 180-199 of 187-203 commands stale_clock; once fallen the simulation went "
-    "unstable in one (the base thrown 7.5 m up). Standing, it holds "
-    "(test_solo12_stands_through_a_push_trots_and_refuses_bad_inputs)."))
 def test_trotting_solo12_holds_when_the_mpc_clock_stands_still():
     """solo12 trotting at 0.2 m/s when the MPC node gets ``use_sim_time`` at run time with no /clock: its clock
     stands still, so for that second it sends its safe command (``stale_clock``, counted) and the simulator's robot
-    side applies it; the robot must not fall, and must trot on after."""
+    side applies it; the robot must not fall, and must trot on after. The safe command while the robot's states
+    still come is a plan to stand down on their clock (LeggedLoop.tick); before it held the last policy, then the
+    statics of the two feet the trot had down, and solo12 fell in all four runs, 1.06-1.55 s after the clock
+    stopped (tipped over, 3.09-3.14 rad)."""
     nodes = Nodes("legged_mpc_node_trotting_without_a_clock")
     cmd_vel = nodes.node.create_publisher(Twist, "cmd_vel", 10)
     parameters = nodes.node.create_client(SetParameters, "/mpc_node/set_parameters")
