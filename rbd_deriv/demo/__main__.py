@@ -48,9 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="video of the run (.gif, or .mp4 with ffmpeg), rendered offscreen after it; default: "
                              "beside --output with .gif; 'none' for no video")
     parser.add_argument("--clock", choices=CLOCKS, default="simulated",
-                        help="simulated (default): the simulator's time on /clock, every node on it (use_sim_time), so "
-                             "a machine too busy for the loop slows the simulation down; wall: the wall clock, the "
-                             "simulated robot falls behind it on a busy machine")
+                        help="simulated (default): the simulator's time on /clock, every node on it (use_sim_time): a "
+                             "busy machine slows the simulation down and a stalled controller stops it; wall: the wall "
+                             "clock, the simulated robot falls behind it on a busy machine")
     parser.add_argument("--logs", default=None, help="folder for the nodes' logs (default: temp)")
     parser.add_argument("--robot", choices=legged.LEGGED_DEMOS, default=None,
                         help="a legged robot instead of the arm, through its script (rbd_deriv/demo/scenarios.py): "

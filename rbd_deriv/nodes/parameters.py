@@ -480,8 +480,8 @@ SIM_NODE: Dict[str, Spec] = {
                              "(0, 100]", in_range(0.0, 100.0, low_open=True), read_only=True),
     "wait_for_policy": Spec(0.03, "with publish_clock: the simulated time runs at most this far [s] past the last "
                             "policy message heard, then waits for the next one (at most WAIT_FOR_POLICY_MAX of the wall "
-                            "clock: a controller that died meets the expiry's safe mode), so a machine too busy for "
-                            "the controller slows the simulation down, in [0, 3600]; 0: never waits", AGE,
+                            "clock: a controller that died meets the expiry's safe mode), so a stalled controller "
+                            "stops the simulated time, in [0, 3600]; 0: never waits", AGE,
                             read_only=True),
     "clock_period": Spec(0.005, "with publish_clock: simulated time between two /clock messages [s], in "
                          "[0.0001, 1]", in_range(0.0001, 1.0), read_only=True),
