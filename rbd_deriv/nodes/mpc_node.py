@@ -33,19 +33,21 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock as ClockMessage
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 import rbd_deriv as rd
 from rbd_deriv.control import CommandSource, FeedbackPolicy, Plan
 from rbd_deriv.control.locked_joints import LockedJoints
-from rbd_deriv.messages import feedback_policy_fields, fill_message, set_stamp
+from rbd_deriv.messages import feedback_policy_fields, fill_message, set_stamp, stamp_to_ns
 from rbd_deriv.mpc_loops import control_loop, legged_loop, planning_model
 from rbd_deriv.msg import FeedbackPolicy as FeedbackPolicyMessage
 from rbd_deriv.nodes.lifecycle import DESCRIPTION_QOS, FAILURE, SUCCESS, Autostart, destroy, waiting_notice
 from rbd_deriv.nodes.mpc_inputs import MpcInputs
 from rbd_deriv.nodes.parameters import MPC_NODE, actuator_limits, declare_parameters, updated_values
-from rbd_deriv.nodes.spin import guard, run_node
+from rbd_deriv.nodes.spin import PolledSubscription, guard, run_node
 from rbd_deriv.refusals import shorten
 from rbd_deriv.threads import single_threaded_blas
 
@@ -64,6 +66,8 @@ class MpcNode(LifecycleNode):
         self.active = False
         self.legged = bool(p["floating_base"])
         self._entities: list = []  # what configure made: publishers, timers
+        self._clock_input: Optional[PolledSubscription] = None  # /clock, read at each tick on simulated time
+        self._newest_clock_ns = 0
         self._window_start = time.monotonic()
         self._description: Optional[str] = None  # the newest usable text from the topic
         self._in_use: Optional[str] = None  # the description the configured model was loaded from
@@ -155,6 +159,9 @@ class MpcNode(LifecycleNode):
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.joint_names = list(self.robot.joint_names)
         self.inputs = MpcInputs(self, p)
+        self._clock_input = PolledSubscription(self, ClockMessage, "/clock",
+                                               QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+        self._newest_clock_ns = 0
         self._entities = [self.command_publisher, self.plan_publisher, self.policy_publisher,
                           self.diagnostics_publisher]
         self._start_timers(self._tick)
@@ -166,6 +173,9 @@ class MpcNode(LifecycleNode):
         self._entities = []
         if self.loop is not None:
             self.inputs.destroy()
+        if self._clock_input is not None:
+            self._clock_input.destroy()
+            self._clock_input = None
         self.loop = self.model = self.robot = self.locked = None
 
     def _on_description(self, message: String) -> None:
@@ -194,7 +204,16 @@ class MpcNode(LifecycleNode):
                                                 clock=steady))
 
     def now_ns(self) -> int:
-        return self.get_clock().now().nanoseconds
+        """The node's clock [ns]. On simulated time, the newest /clock message taken now, when rclpy's own has not
+        caught up: its clock moves in an executor callback, which a busy node runs after its overdue tick timer
+        (the clock lagged the states by more than max_stamp_lead, and states were refused as from the future)."""
+        clock = self.get_clock()
+        now = clock.now().nanoseconds
+        if self._clock_input is not None and clock.ros_time_is_active:
+            for message in self._clock_input.take():
+                self._newest_clock_ns = max(self._newest_clock_ns, stamp_to_ns(message.clock))
+            now = max(now, self._newest_clock_ns)
+        return now
 
     def guarded(self, callback: Callable) -> Callable:
         """``callback`` with an unexpected error counted (once configured) and logged instead of killing the node."""
