@@ -10,6 +10,7 @@ a stamp later than the moment the deactivate reply arrived (messages already in 
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 
 import numpy as np
@@ -87,8 +88,15 @@ def arm(ros):
         # Spinning (so configured and active already with autostart): it answers a parameter service.
         listing = node.create_client(ListParameters, "/dynamics_node/list_parameters")
         assert listing.wait_for_service(timeout_sec=STARTUP_TIMEOUT), "no dynamics node"
-        future = listing.call_async(ListParameters.Request())
-        assert arm.spin(STARTUP_TIMEOUT, future.done, publishing=False), "the dynamics node does not spin"
+        # Asked again every 5 s: a service found may not yet have matched this client's response reader, and Fast
+        # DDS then drops the answer ("failed to send response (timeout)" in the node's log; seen under colcon test
+        # after test_dynamics_node.py, where the single call waited its 240 s).
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while True:
+            future = listing.call_async(ListParameters.Request())
+            if arm.spin(5.0, future.done, publishing=False):
+                break
+            assert time.monotonic() < deadline, "the dynamics node does not spin"
         return arm, Lifecycle(arm, "/dynamics_node"), processes[-1]
     return start_node
 
