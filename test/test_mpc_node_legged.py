@@ -662,7 +662,9 @@ def test_the_simulated_time_waits_for_a_stalled_mpc_and_goes_on_without_a_dead_o
     # runs on for the 0.6 s of the stall.
     assert simulated_time(resumed) - simulated_time(stalled) < wait + 0.03, \
         (simulated_time(resumed) - simulated_time(stalled))
-    assert int(sim["policy_waits"]) >= 2 and float(sim["policy_wait_time_s"]) >= WAIT_FOR_POLICY_MAX + 0.5, sim
+    # The dead controller's wait ran its whole second (on a loaded machine the stall's wait may run on into it, when
+    # the resumed MPC sends nothing before it is killed: one wait then, counted once; seen in CI).
+    assert int(sim["policy_waits"]) >= 1 and float(sim["policy_wait_time_s"]) >= WAIT_FOR_POLICY_MAX, sim
     assert np.abs(held[:, 2] - standing[2]).max() < 0.005 and np.abs(held[:, :2] - standing[:2]).max() < 0.005
     # Dead: after the longest wait the time goes on (at about the wall clock's pace).
     assert simulated_time(end) - simulated_time(killed) > 1.0, simulated_time(end) - simulated_time(killed)
