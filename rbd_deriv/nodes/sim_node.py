@@ -27,8 +27,9 @@ link in ``odom_frame_id``, the twist in the base link's own frame, as nav_msgs s
 ``child_frame_id``; the same pose on ``/tf`` every ``tf_period`` where tf2_msgs is installed, so RViz and
 Foxglove place the robot, with robot_state_publisher for its links) and the floor's force on each foot
 (rbd_deriv/msg/ContactForces on ``contact_forces_topic``, every ``contact_forces_period``); it takes pushes
-(rbd_deriv/msg/Push on ``push_topic``: a wrench on the base for a while; the pushes accepted within a second may change the base's momentum by at most its mass times
-``push_budget``, those beyond are refused as ``push/budget``). Its brakes lock the joints and the robot keeps
+(rbd_deriv/msg/Push on ``push_topic``: a wrench on the base for a while; the pushes accepted within a second may
+change the base's momentum by at most its mass times ``push_budget``, those beyond are refused as
+``push/budget``). Its brakes lock the joints and the robot keeps
 standing (or falling) on them. ``/diagnostics`` adds ``fell`` (the base below half its initial height, or a trunk
 or limb on the floor), ``pushes_applied`` and ``friction_cone_violations`` (foot-steps whose contact force left the
 friction cone).
@@ -136,15 +137,14 @@ class SimNode(Node):
         """Build the plant of ``description`` (URDF text or file path), its inputs and outputs, and start the
         physics thread."""
         p = self._p
-        urdf_path = description
         rate = p["physics_rate_hz"]
-        self.model = rd.load_urdf(urdf_path, floating_base=p["floating_base"])
+        self.model = rd.load_urdf(description, floating_base=p["floating_base"])
         self.model.set_actuator_limits(actuator_limits(p["effort_limits"]))
         ground = None
         if p["floating_base"] and p["contact_frames"]:
             ground = Ground(p["contact_frames"], p["contact_kinds"], p["foot_radius"], p["sole_size"],
                             p["ground_friction"])
-        self.plant = make_plant(p["backend"], urdf_path, dt=1.0 / rate, damping=per_joint(p["damping"]),
+        self.plant = make_plant(p["backend"], description, dt=1.0 / rate, damping=per_joint(p["damping"]),
                                 friction=per_joint(p["friction"]), model=self.model, ground=ground,
                                 push_budget=p["push_budget"])
         self.plant.reset(initial_configuration(self.model, p["initial_positions"], p["initial_base_pose"], ground))
