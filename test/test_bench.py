@@ -9,6 +9,7 @@ import math
 import os
 import time
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -413,6 +414,37 @@ def test_legged_benchmark_smoke_run(tmp_path, capsys):
         assert 0.0 < sum(row["parts_us"].values()) <= 1.05 * row["p99_us"]
     (push,) = report["pushes"]
     assert push["refused"] == 0 and push["final_m"] < 0.1 * push["peak_m"]
+
+
+def test_load_benchmark_spins_the_cores_and_calls_a_fall_a_miss():
+    """``bench load``'s busy processes each take a core until stopped, and its verdict names any run that fell
+    or did not finish as a missed target (the run itself, a demo of 20 s and more, is not run here)."""
+    import time
+
+    from rbd_deriv.bench import load
+    from rbd_deriv.nodes.processes import resident_memory, stop_processes
+
+    spinning = load.busy_processes(2)
+    try:
+        time.sleep(1.0)
+        assert all(process.poll() is None for process in spinning)
+        assert all(resident_memory(process.pid) > 0 for process in spinning)
+        # Each has run on a core (user time [clock ticks], /proc/PID/stat's 14th field) rather than slept.
+        ticks = [int(Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()[11])
+                 for process in spinning]
+        assert min(ticks) > 0.1 * os.sysconf("SC_CLK_TCK")
+    finally:
+        stop_processes(spinning, timeout=2.0)
+    assert all(process.returncode is not None for process in spinning)
+    up = load.LoadRun("solo12", "trot", "simulated", 2, 20.0, finished=True, fell=False, mpc_rate_hz=180.0,
+                      real_time_factor=0.98, max_torque_ratio=0.6, cone_violations=3,
+                      safe_commands={"stale_clock": 4}, load_average=4.1)
+    down = load.LoadRun("talos", "stand", "wall", 2, 20.0, finished=True, fell=True, log="talos.log")
+    unfinished = load.LoadRun("talos", "stand", "wall", 2, 20.0, finished=False, log="lost.log")
+    assert "target met: 1 of 1" in load.report([up])
+    text = load.report([up, down, unfinished])
+    assert "target MISSED: 2 of 3" in text and "talos.log" in text and "lost.log" in text
+    assert "FELL" in text and "stale_clock 4" in text
 
 
 def test_contact_benchmark_smoke_run_on_solo12():

@@ -23,5 +23,6 @@ SUBCOMMANDS: Dict[str, str] = {
     "loaded-loop": "rbd_deriv.bench.loaded_loop",
     "contact": "rbd_deriv.bench.contact",
     "legged": "rbd_deriv.bench.legged",
+    "load": "rbd_deriv.bench.load",
 }
 """Subcommand name -> module path (the module defines ``main(argv)``)."""
