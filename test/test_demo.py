@@ -229,6 +229,13 @@ def test_legged_document_of_a_summary_and_the_nodes_diagnostics():
     assert legged_summary.legged_document(summary, diagnostics, {}, pushes, "solo12")["pushes_survived"] == 0
     assert legged_summary.legged_document(summary, diagnostics, {}, pushes, "solo12", [0.05, 0.0])["foot_lift_m"] \
         == [0.05, 0.0]
+    # The simulator's contact counts are the run's: those of its report before the run taken off; -1 if none.
+    counted = dict(simulator, friction_cone_violations="7", cop_edge_steps="40")
+    before = {"friction_cone_violations": "2", "cop_edge_steps": "15"}
+    document = legged_summary.legged_document(summary, diagnostics, counted, pushes, "talos", (), before)
+    assert document["friction_cone_violations"] == 5 and document["cop_edge_steps"] == 25
+    assert legged_summary.legged_document(summary, diagnostics, simulator, pushes, "solo12", (), before)[
+        "cop_edge_steps"] == -1
 
 
 def test_foot_lift_is_how_high_each_foot_rose():

@@ -20,6 +20,7 @@ from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_data_dir
 mujoco = pytest.importorskip("mujoco")
 
 from rbd_deriv.sim.mujoco_plant import MAX_PUSH_WEIGHTS, frame_links  # noqa: E402
+from rbd_deriv.sim.ground import COP_EDGE  # noqa: E402
 
 SOLO = str(EXAMPLE_ROBOTS["solo12"])
 FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
@@ -269,6 +270,35 @@ def test_talos_stands_on_its_soles():
     assert plant.touching.all() and not plant.fell
     assert plant.contact_forces[:, 2].sum() == pytest.approx(total_mass(model, data) * GRAVITY, rel=0.02)
     assert plant.contact_forces[0, 2] == pytest.approx(plant.contact_forces[1, 2], rel=0.05)
+    # At rest the soles' centers of pressure, weighted by their normal forces, are under the center of mass, and
+    # inside the soles: none on an edge.
+    cop = plant.contacts.centers_of_pressure()
+    rd.forward_kinematics(model, data, plant.q)
+    placements = [rd.frame_placement(model, data, sole) for sole in soles]
+    world = np.array([placement[:2, 3] + placement[:2, :2] @ point for placement, point in zip(placements, cop)])
+    under = plant.contact_forces[:, 2] @ world / plant.contact_forces[:, 2].sum()
+    assert np.abs(under - rd.center_of_mass(model, data, plant.q)[:2]).max() < 2e-3
+    assert (np.abs(cop) < 0.5 * COP_EDGE * np.asarray(Ground(soles).sole_size)).all()
+    assert plant.cop_edge_steps == 0 and not plant.contacts.soles_on_edge().any()
+
+
+def test_center_of_pressure_of_a_sole_from_its_corners():
+    """A sole's center of pressure is its corners weighted by their normal forces: the middle under four equal
+    ones or two diagonal ones, on the edge under the two of one side, at a corner under one; point feet have
+    none."""
+    talos = str(EXAMPLE_ROBOTS["talos"])
+    ground = Ground(("leg_left_sole_fix_joint", "leg_right_6_link"), ("frame", "point"), sole_size=(0.2, 0.1))
+    plant = make_plant("mujoco", talos, model=rd.load_urdf(talos, floating_base=True), ground=ground)
+    contacts = plant.contacts
+    # The corners in sphere order: (+x, +y), (+x, -y), (-x, +y), (-x, -y).
+    for loads, expected, edge in (([5, 5, 5, 5], (0.0, 0.0), False), ([5, 0, 0, 5], (0.0, 0.0), False),
+                                  ([1, 3, 0, 0], (0.1, -0.025), True), ([0, 0, 2, 0], (-0.1, 0.05), True),
+                                  ([4, 4, 1, 1], (0.06, 0.0), False), ([0, 0, 0, 0], (np.nan, np.nan), False)):
+        contacts.corner_forces[0] = loads
+        cop = contacts.centers_of_pressure()
+        np.testing.assert_allclose(cop[0], expected, atol=1e-15)
+        assert np.isnan(cop[1]).all()
+        assert contacts.soles_on_edge().tolist() == [edge, False]
 
 
 def test_damping_bound_is_what_one_step_keeps_stable(solo):

@@ -253,6 +253,7 @@ def run(arguments: Any) -> int:
         spin_until(recorder, lambda: recorder.now() >= started + float(mpc_file.get("posture_ramp", 1.0)), 60.0)
         print(f"running {duration:g} s: " + "; ".join(_describe(segment) for segment in segments), flush=True)
         start, wall_start = recorder.now(), time.monotonic()
+        simulator_before = dict(recorder.sim_diagnostics())
         recorder.recording = True
         pushes = _play(recorder, segments, start, mass, processes)
         recorder.poll()
@@ -271,7 +272,7 @@ def run(arguments: Any) -> int:
     periods = {name: spec.period for name, spec in table.items()}
     summary = summarize_legged(recorder, start, duration, effort_limit, mu, segments, periods)
     document = legged_document(summary, diagnostics, simulator, pushes, robot,
-                               foot_lift(model, feet, recorder, start, duration))
+                               foot_lift(model, feet, recorder, start, duration), simulator_before)
     document.update(pace)
     title = (f"rbd_deriv legged demo: {model.name} (nv = {model.nv}), MuJoCo, MPC N={mpc_file.get('horizon', 20)}, "
              f"dt={mpc_file.get('dt', 0.02)} s, {mpc_file.get('rate_hz')} Hz asked")
@@ -371,6 +372,9 @@ def _print_report(title: str, document: dict, mpc_file: dict, mu: float) -> None
     print(f"friction cone:          {document['cone_violations']} contact samples past the MPC's mu {mu:g} "
           f"(max |f_t| / f_n {document['max_cone_use']:.3f}); {document['friction_cone_violations']} past the "
           "floor's (simulator)")
+    if "frame" in mpc_file.get("contact_kinds", ()):
+        print(f"center of pressure:     {document['cop_edge_steps']} sole-steps with it on the sole's edge (carried by "
+              "one edge or corner: tipping; simulator)")
     print(f"pushes survived:        {document['pushes_survived']} of {document['pushes_sent']} sent "
           f"({document['pushes_applied']} applied)")
     print(f"commands by source:     {document['commands_by_source']}")

@@ -11,7 +11,7 @@ the sample (the yaw rate: the heading's change over the cycle). Its error agains
 
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -190,18 +190,25 @@ def _distance(base: np.ndarray) -> float:
 
 
 def legged_document(summary: dict, diagnostics: dict, simulator: dict, pushes: Sequence[tuple], robot: str,
-                    lift: Sequence[float] = ()) -> dict:
+                    lift: Sequence[float] = (), simulator_before: Optional[dict] = None) -> dict:
     """The legged run's figures (the keys of ``--json``): ``summary`` of :func:`summarize_legged`, the MPC
     node's and the simulator's last /diagnostics values, the pushes sent ((time [s], DV [m/s], force [N])), how
-    high each foot rose (``lift`` [m], :func:`foot_lift`)."""
+    high each foot rose (``lift`` [m], :func:`foot_lift`). The simulator's contact counts (friction cone, center
+    of pressure) are those since its report ``simulator_before`` (its last before the run: the robot settling
+    on the floor at start-up is not the run's); -1 where it gave none."""
     fell = simulator.get("fell", "true") == "true"
+
+    def since_before(key: str) -> int:
+        count = int(simulator.get(key, "-1"))
+        return count - int((simulator_before or {}).get(key, "0")) if count >= 0 else count
     return {
         "robot": robot, "mpc_rate_hz": summary["command_rate"], **solve_times(diagnostics), "fell": fell,
         "cmd_vel_error_rms": summary["cmd_vel_error_rms"], "distance_m": summary["distance"],
         "yaw_change_rad": summary["yaw_change"], "gaits_run": summary["gaits_run"],
         "max_torque_ratio": float(summary["torque_ratio"].max()),
         "cone_violations": summary["mpc_cone_violations"], "max_cone_use": summary["cone_use_max"],
-        "friction_cone_violations": int(simulator.get("friction_cone_violations", "-1")),
+        "friction_cone_violations": since_before("friction_cone_violations"),
+        "cop_edge_steps": since_before("cop_edge_steps"),
         "pushes_applied": int(simulator.get("pushes_applied", "0")),
         "pushes_survived": 0 if fell else int(simulator.get("pushes_applied", "0")),
         "pushes_sent": len(pushes), "pushes": [{"at_s": at, "velocity_change_mps": dv, "force_n": force}

@@ -31,8 +31,8 @@ Foxglove place the robot, with robot_state_publisher for its links) and the floo
 change the base's momentum by at most its mass times ``push_budget``, those beyond are refused as
 ``push/budget``). Its brakes lock the joints and the robot keeps
 standing (or falling) on them. ``/diagnostics`` adds ``fell`` (the base below half its initial height, or a trunk
-or limb on the floor), ``pushes_applied`` and ``friction_cone_violations`` (foot-steps whose contact force left the
-friction cone).
+or limb on the floor), ``pushes_applied``, ``friction_cone_violations`` (foot-steps whose contact force left the
+friction cone) and ``cop_edge_steps`` (sole-steps whose center of pressure reached the sole's edge: tipping).
 
 Time: by default the physics is paced on the wall clock and stamps with the node's clock; a machine too busy
 to keep up for more than MAX_CATCH_UP_STEPS steps leaves the simulated robot behind that clock (``lost_time_s``).
@@ -429,6 +429,7 @@ class SimNode(Node):
             with self._lock:
                 values.update(fell=str(plant.fell).lower(), pushes_applied=str(plant.pushes_applied),
                               friction_cone_violations=str(plant.cone_violations),
+                              cop_edge_steps=str(plant.cop_edge_steps),
                               feet_touching="".join("1" if t else "0" for t in plant.touching),
                               base_height_m=f"{plant.q[2]:.4f}")
         values.update({f"refused_{reason}": str(count) for reason, count in sorted(refused.items())})

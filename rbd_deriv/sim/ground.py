@@ -52,6 +52,9 @@ SOLIMP = (0.99, 0.99, 0.001, 0.5, 2.0)
 IMPRATIO = 10.0
 #: Friction-cone check of a foot's force: |f_t| > mu f_n + CONE_TOLERANCE * max(1, |f|) [N] counts a violation.
 CONE_TOLERANCE = 1e-6
+#: A sole's center of pressure on the edge of its rectangle: at this fraction of the half-length or half-width
+#: or beyond, the sole is carried by one edge or one corner (the others off the floor): it starts to tip.
+COP_EDGE = 0.99
 
 _AXES = np.arange(3)
 
@@ -246,13 +249,22 @@ class GroundContacts:
         self.floor = mujoco.mj_name2id(mj_model, mujoco.mjtObj.mjOBJ_GEOM, "floor")
         # Which foot each geom belongs to: -1 for a fall detector, -2 for anything else.
         self.foot_of_geom = np.full(mj_model.ngeom, -2, dtype=np.int64)
+        corner_of_geom = np.zeros(mj_model.ngeom, dtype=np.int64)
         for geom in range(mj_model.ngeom):
             name = mujoco.mj_id2name(mj_model, mujoco.mjtObj.mjOBJ_GEOM, geom) or ""
             if name.startswith("foot"):
-                self.foot_of_geom[geom] = int(name[4:].split("_")[0])
+                foot, corner = name[4:].split("_")
+                self.foot_of_geom[geom], corner_of_geom[geom] = int(foot), int(corner)
             elif name.startswith("detector_"):
                 self.foot_of_geom[geom] = -1
-        self._foot_of = self.foot_of_geom.tolist()
+        self._foot_of, self._corner_of = self.foot_of_geom.tolist(), corner_of_geom.tolist()
+        #: (nc,) whether each contact is a sole; (nc, 4, 2) [m] its corners in its frame (x, y); (2,) [m] its
+        #: half length and width.
+        self.soles = np.array([kind == "frame" for kind in ground.contact_kinds])
+        self.corners = np.tile(ground.sphere_centers("frame")[:, :2], (len(self.soles), 1, 1))
+        self.half_sole = 0.5 * np.asarray(ground.sole_size)
+        #: (nc, 4) [N] the normal force on each corner of each sole at the last :meth:`read` (0 on point feet).
+        self.corner_forces = np.zeros((len(self.soles), 4))
 
     def read(self, mj_model: Any, mj_data: Any) -> Tuple[np.ndarray, np.ndarray, bool]:
         """(forces (nc, 3) [N] the floor exerts on each foot in the world frame, summed over the foot's spheres;
@@ -260,13 +272,14 @@ class GroundContacts:
         than a foot touches the floor)."""
         nc = len(self.ground.contact_frames)
         forces, touching = np.zeros((nc, 3)), np.zeros(nc, dtype=bool)
+        self.corner_forces[:] = 0.0
         count = mj_data.ncon
         if count == 0:
             return forces, touching, False
         contact = mj_data.contact
         # A handful of contacts: plain Python over lists beats numpy's per-call cost here.
         geom1, geom2, floor, foot_of_geom = contact.geom1.tolist(), contact.geom2.tolist(), self.floor, self._foot_of
-        rows, feet, signs = [], [], []
+        rows, feet, corners, signs = [], [], [], []
         body_on_floor = False
         for i in range(count):
             # The force is the one geom1 exerts on geom2: on the foot when the foot is geom2.
@@ -282,6 +295,7 @@ class GroundContacts:
             else:
                 rows.append(i)
                 feet.append(foot)
+                corners.append(self._corner_of[robot])
                 signs.append(sign)
         if rows:
             # Every contact here has condim 3 on an elliptic cone: its three constraint forces are the force
@@ -289,10 +303,27 @@ class GroundContacts:
             # in the world.
             local = mj_data.efc_force[contact.efc_address[rows][:, None] + _AXES]
             world = np.einsum("kij,ki->kj", contact.frame[rows].reshape(-1, 3, 3), local)
-            for force, foot, sign in zip(world, feet, signs):
+            for force, normal, foot, corner, sign in zip(world, local[:, 0], feet, corners, signs):
                 forces[foot] += sign * force
                 touching[foot] = True
+                if self.soles[foot]:
+                    self.corner_forces[foot, corner] += normal
         return forces, touching, body_on_floor
+
+    def centers_of_pressure(self) -> np.ndarray:
+        """(nc, 2) [m] each sole's center of pressure at the last :meth:`read`, in its frame (x, y): its corners
+        weighted by their normal forces; NaN for a point foot or a sole that carries nothing."""
+        total = self.corner_forces.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cop = np.einsum("ck,ckj->cj", self.corner_forces, self.corners) / total[:, None]
+        cop[~(self.soles & (total > 0.0))] = np.nan
+        return cop
+
+    def soles_on_edge(self) -> np.ndarray:
+        """(nc,) whether each sole's center of pressure is on the edge of its rectangle (:data:`COP_EDGE`): the
+        sole carried by one edge or one corner. False for point feet and soles off the floor."""
+        with np.errstate(invalid="ignore"):
+            return (np.abs(self.centers_of_pressure()) >= COP_EDGE * self.half_sole).any(axis=1)
 
     def cone_violations(self, forces: np.ndarray) -> np.ndarray:
         """(nc,) whether each foot's force (world, the floor's normal +z) leaves the friction cone."""
@@ -301,5 +332,5 @@ class GroundContacts:
         return tangential > self.ground.friction * forces[:, 2] + tolerance
 
 
-__all__ = ["CONE_TOLERANCE", "Ground", "GroundContacts", "IMPRATIO", "KINDS", "SOLIMP", "SOLREF", "add_ground",
+__all__ = ["CONE_TOLERANCE", "COP_EDGE", "Ground", "GroundContacts", "IMPRATIO", "KINDS", "SOLIMP", "SOLREF", "add_ground",
            "initial_configuration", "rest_on_floor", "trunk_box"]

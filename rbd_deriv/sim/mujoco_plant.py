@@ -160,6 +160,8 @@ class MujocoPlant(Plant):
         contact_forces: (nc, 3) [N] the floor's force on each foot in the world frame after the last step.
         touching: (nc,) whether each foot touches the floor.
         cone_violations: Foot-steps whose force left the friction cone since the reset.
+        cop_edge_steps: Sole-steps whose center of pressure was on the edge of the sole's rectangle since the reset
+            (:meth:`~rbd_deriv.sim.ground.GroundContacts.soles_on_edge`: carried by one edge or corner, tipping).
         fell: Whether the robot has fallen since the reset: its base below half its height at the reset, or a
             fall detector (trunk, limbs) on the floor.
         pushes_applied: Pushes accepted since the plant was built.
@@ -252,6 +254,7 @@ class MujocoPlant(Plant):
         self.time = 0.0
         self.saturated_steps = 0
         self.cone_violations = 0
+        self.cop_edge_steps = 0
         self.fell = False
         self._initial_height = 0.0
 
@@ -276,6 +279,7 @@ class MujocoPlant(Plant):
         self.time = 0.0
         self.saturated_steps = 0
         self.cone_violations = 0
+        self.cop_edge_steps = 0
         self.fell = False
         self._initial_height = float(q[2]) if self.floating_base else 0.0
         self._read_contacts(count=False)
@@ -365,6 +369,7 @@ class MujocoPlant(Plant):
             self.contact_forces, self.touching, on_floor = self.contacts.read(self.mj_model, self.mj_data)
             if count and self.touching.any():
                 self.cone_violations += int(self.contacts.cone_violations(self.contact_forces).sum())
+                self.cop_edge_steps += int(self.contacts.soles_on_edge().sum())
             self.fell = self.fell or bool(count and on_floor)
         if self.floating_base and count:
             self.fell = self.fell or bool(self.mj_data.qpos[2] < FALL_HEIGHT_FRACTION * self._initial_height)
