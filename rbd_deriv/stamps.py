@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Tuple
 
-__all__ = ["NS_PER_S", "ns_to_seconds", "ns_to_stamp", "seconds_to_stamp", "set_stamp", "stamp_to_ns"]
+__all__ = ["NS_PER_S", "Throttle", "ns_to_seconds", "ns_to_stamp", "seconds_to_stamp", "set_stamp", "stamp_to_ns"]
 
 NS_PER_S = 1_000_000_000
 
@@ -41,3 +41,23 @@ def ns_to_seconds(ns: int, origin_ns: int = 0) -> float:
 def seconds_to_stamp(seconds: float) -> Tuple[int, int]:
     """(sec, nanosec) of a duration or time in [s], rounded to the nanosecond."""
     return ns_to_stamp(int(round(seconds * NS_PER_S)))
+
+
+class Throttle:
+    """At most one event per ``period`` [s] of a clock read in [ns]: :meth:`due` is True at its first call,
+    then at the first call ``period`` or more after the last True (a publisher throttled to a rate).
+
+    Args:
+        period: [s], >= 0 (0: always due).
+    """
+
+    def __init__(self, period: float) -> None:
+        self.period_ns = int(round(period * NS_PER_S))
+        self._next_ns: int | None = None
+
+    def due(self, now_ns: int) -> bool:
+        """Whether the event is due at ``now_ns`` [ns]; if so, the next one is due ``period`` later."""
+        if self._next_ns is not None and now_ns < self._next_ns:
+            return False
+        self._next_ns = int(now_ns) + self.period_ns
+        return True

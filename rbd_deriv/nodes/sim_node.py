@@ -77,6 +77,7 @@ from rbd_deriv.nodes.lifecycle import DESCRIPTION_QOS
 from rbd_deriv.nodes.parameters import SIM_NODE, actuator_limits, declare_parameters, per_joint
 from rbd_deriv.nodes.spin import SequenceGaps, guard, run_node
 from rbd_deriv.refusals import shorten
+from rbd_deriv.stamps import Throttle
 from rbd_deriv.sim import Ground, make_plant
 from rbd_deriv.sim.ground import initial_configuration
 
@@ -167,8 +168,7 @@ class SimNode(Node):
         if p["publish_clock"]:
             self._sim_ns = time.time_ns()
             self._real_time_factor = p["real_time_factor"]  # on the wall clock the physics keeps its pace
-            self._clock_period_ns = int(round(p["clock_period"] * 1e9))
-            self._clock_due_ns = 0
+            self._clock_due = Throttle(p["clock_period"])
             self._wait_ns = int(round(p["wait_for_policy"] * 1e9))
             self._clock_message = Clock()
             self.clock_publisher = self.create_publisher(Clock, "/clock", 10)
@@ -201,8 +201,7 @@ class SimNode(Node):
         if ground is not None and p["contact_forces_topic"]:
             self._contact_forces = ContactForces(frames=list(ground.contact_frames))
             self._contact_forces.header.frame_id = p["odom_frame_id"]
-            self._contact_forces_period_ns = int(round(p["contact_forces_period"] * 1e9))
-            self._contact_forces_due_ns = 0
+            self._contact_forces_due = Throttle(p["contact_forces_period"])
             self.contact_forces_publisher = self.create_publisher(ContactForces, p["contact_forces_topic"], 10)
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(Float64MultiArray, p["command_topic"], self._guard(self._on_command), 10)
@@ -235,8 +234,7 @@ class SimNode(Node):
         self._transform.header.frame_id = self._odometry.header.frame_id
         self._transform.child_frame_id = self._odometry.child_frame_id
         self._tf_message = TFMessage(transforms=[self._transform])
-        self._tf_period_ns = int(round(period * 1e9))
-        self._tf_due_ns = 0
+        self._tf_due = Throttle(period)
         self.tf_publisher = self.create_publisher(TFMessage, "/tf", 100)
 
     def _guard(self, callback):
@@ -362,9 +360,8 @@ class SimNode(Node):
             stamp = self.get_clock().now().to_msg()
         else:
             stamp = set_stamp(StampMessage(), stamp_ns)
-            if self.clock_publisher is not None and stamp_ns >= self._clock_due_ns:
+            if self.clock_publisher is not None and self._clock_due.due(stamp_ns):
                 # The clock first: a node on it then finds the state no newer than its time.
-                self._clock_due_ns = stamp_ns + self._clock_period_ns
                 self._clock_message.clock = stamp
                 self.clock_publisher.publish(self._clock_message)
         with self._lock:
@@ -389,15 +386,13 @@ class SimNode(Node):
             twist.angular.x, twist.angular.y, twist.angular.z = v[3:6].tolist()
             self.odometry_publisher.publish(odometry)
         now_ns = Time.from_msg(stamp).nanoseconds
-        if self.tf_publisher is not None and now_ns >= self._tf_due_ns:
-            self._tf_due_ns = now_ns + self._tf_period_ns
+        if self.tf_publisher is not None and self._tf_due.due(now_ns):
             transform = self._transform
             transform.header.stamp = stamp
             transform.transform.translation = Vector3(x=pose.position.x, y=pose.position.y, z=pose.position.z)
             transform.transform.rotation = pose.orientation
             self.tf_publisher.publish(self._tf_message)
-        if self.contact_forces_publisher is not None and now_ns >= self._contact_forces_due_ns:
-            self._contact_forces_due_ns = now_ns + self._contact_forces_period_ns
+        if self.contact_forces_publisher is not None and self._contact_forces_due.due(now_ns):
             contact = self._contact_forces
             contact.header.stamp = stamp
             contact.forces = forces.ravel().tolist()
