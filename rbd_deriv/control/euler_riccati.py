@@ -31,8 +31,8 @@ controls F only. The value function follows as :math:`P = Q_{xx} + Q_{ux,F}^T K_
 with the feedback law, controls clamped to the box.
 
 The matrix products are level-3 BLAS calls (:mod:`rbd_deriv.control.blas`: dgemm accumulating
-into its output and reading blocks in place, the symmetric rank-k update dsyrk, the triangular solve
-dtrsm); matrix-vector products go to BLAS through ``np.dot`` once they are large enough to be worth
+into its output and reading blocks in place, the symmetric rank-k update dsyrk; its triangular solve is a
+compiled substitution, faster than dtrsm at these sizes); matrix-vector products go to BLAS through ``np.dot`` once they are large enough to be worth
 a call (``SMALL_PRODUCT`` multiply-adds), and everything of size nu^2 or less stays in plain loops.
 All kernels take plain contiguous float64 arrays and write into preallocated outputs owned by
 :mod:`rbd_deriv.control.solver` (the fixed-base MPC's linearizations have the same structure with an
