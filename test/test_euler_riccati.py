@@ -93,7 +93,7 @@ def kernel_backward(problem):
     status, _, clamped = euler_riccati.backward_pass(
         A, B, problem["d"], problem["Jq"], problem["Jv"], problem["dt"], problem["Lxx"],
         problem["Lux"], problem["Luu"], problem["Lx"], problem["Lu"], problem["U"], problem["lower"],
-        problem["upper"], K, k_ff, free, P, p, Vx, np.zeros((12, size)), np.zeros((5, nx, nx)),
+        problem["upper"], K, k_ff, free, P, p, Vx, np.zeros((12, size)), np.zeros((4, nx, nx)),
         np.zeros(euler_riccati.flat_size(nx, nu)), np.zeros(nu, np.int64))
     assert status == euler_riccati.STATUS_OK
     return K, k_ff, free, P, p, Vx, clamped
@@ -164,5 +164,5 @@ def test_backward_pass_reports_non_finite_input():
         problem["Lux"], problem["Luu"], problem["Lx"], problem["Lu"], problem["U"], problem["lower"],
         problem["upper"], np.zeros((N, nu, nx)), np.zeros((N, nu)), np.zeros((N, nu), bool),
         np.zeros((nx, nx)), np.zeros(nx), np.zeros((N + 1, nx)), np.zeros((12, nx)),
-        np.zeros((5, nx, nx)), np.zeros(euler_riccati.flat_size(nx, nu)), np.zeros(nu, np.int64))
+        np.zeros((4, nx, nx)), np.zeros(euler_riccati.flat_size(nx, nu)), np.zeros(nu, np.int64))
     assert status == euler_riccati.STATUS_NOT_FINITE

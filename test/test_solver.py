@@ -110,7 +110,7 @@ def test_riccati_pass_solves_the_dense_lq_problem(block):
     status, _, clamped = euler_riccati.backward_pass(
         A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, lower, upper, K, k_ff, free,
         np.zeros((nx, nx)), np.zeros(nx), np.zeros((N + 1, nx)), np.zeros((12, size)),
-        np.zeros((5, nx, nx)),
+        np.zeros((4, nx, nx)),
         np.zeros(euler_riccati.flat_size(nx, nu)), np.zeros(nu, np.int64))
     assert status == euler_riccati.STATUS_OK and clamped == 0
     DX, U_out = np.zeros((N + 1, nx)), np.zeros((N, nu))

@@ -1,5 +1,5 @@
-"""BLAS for the Riccati kernels: one thread for the process, and the level-3 routines numba does not
-expose.
+"""BLAS for the Riccati kernels: one thread for the process, the level-3 routines numba does not
+expose, and the triangular solve.
 
 **Threads.** SciPy's BLAS, which the Riccati pass calls (numba's ``np.dot`` and the routines below), and
 NumPy's, which the costs' batched products call, split a product over every core; on shared cores that costs
@@ -9,11 +9,14 @@ several times the product (figures in docs/mpc.md). A controller process holds t
 **Routines.** numba's ``np.dot`` is dgemm on whole contiguous arrays, without accumulation. The
 kernels also need a product accumulated into its output, on blocks of a larger matrix (rows
 strided), the symmetric rank-k update (dsyrk: half the work of the product it replaces) and the
-triangular solve (dtrsm). :func:`gemm`, :func:`syrk_lower` and :func:`solve_lower` call SciPy's
-Fortran BLAS (``scipy.linalg.cython_blas``, the library numba's ``np.dot`` uses) on row-major
-arrays whose columns are contiguous; their addresses are registered with LLVM under
-``rbd_deriv_<routine>`` when this module is imported, so compiled kernels name them and load from
-the kernel cache like any other.
+triangular solve. :func:`gemm` and :func:`syrk_lower` call SciPy's Fortran BLAS
+(``scipy.linalg.cython_blas``, the library numba's ``np.dot`` uses) on row-major arrays whose columns
+are contiguous; their addresses are registered with LLVM under ``rbd_deriv_<routine>`` when this module
+is imported, so compiled kernels name them and load from the kernel cache like any other.
+:func:`solve_lower` is a compiled substitution along the rows of its right-hand side: at the Riccati
+pass's sizes dtrsm's call took more than the solve (solo12's L of 12 x 12 and 36 right-hand sides, the two
+solves of a knot: 1.5 us through dtrsm, 0.85 us here, each with a copy of X; talos's 44 x 44 and 100: 18.8
+and 18.9 us).
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import get_cython_function_address, intrinsic
 
-from rbd_deriv.core.constants import JIT_OPTIONS_ALLOCATING
+from rbd_deriv.core.constants import JIT_OPTIONS_ALLOCATING, UINT
 
 
 # ------------------------------------------------------------------------------ level-3 routines
-for _routine in ("dgemm", "dsyrk", "dtrsm"):
+for _routine in ("dgemm", "dsyrk"):
     llvm_binding.add_symbol(f"rbd_deriv_{_routine}",
                             get_cython_function_address("scipy.linalg.cython_blas", _routine))
 
@@ -70,13 +73,6 @@ def _dsyrk(typingctx, uplo, trans, n, k, alpha, a, lda, beta, c, ldc):
     def codegen(context, builder, signature, args):
         return _fortran_call(context, builder, signature, args, "dsyrk", "cciidaidai")
     return types.void(uplo, trans, n, k, alpha, a, lda, beta, c, ldc), codegen
-
-
-@intrinsic
-def _dtrsm(typingctx, side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb):
-    def codegen(context, builder, signature, args):
-        return _fortran_call(context, builder, signature, args, "dtrsm", "cccciidaiai")
-    return types.void(side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb), codegen
 
 
 @nb.njit(**JIT_OPTIONS_ALLOCATING)
@@ -132,15 +128,25 @@ def syrk_lower(alpha, A, transpose, beta, C):
 
 @nb.njit(**JIT_OPTIONS_ALLOCATING)
 def solve_lower(L, transpose, alpha, X):
-    """X = alpha L^-1 X, or alpha L^-T X if transpose (dtrsm), in place.
+    """X = alpha L^-1 X, or alpha L^-T X if transpose, in place, by substitution.
 
-    L (m, m) lower triangular (its strict upper triangle is not read), X (m, r); arrays as for
-    :func:`gemm`.
+    L (m, m) lower triangular (its strict upper triangle is not read), X (m, r) with contiguous columns
+    (rows may be strided). With Y the solution and X read as alpha X: forward substitution, Y_i = (X_i -
+    sum_{j<i} L_ij Y_j) / L_ii, or for L^T backward, Y_i = (X_i - sum_{j>i} L_ji Y_j) / L_ii; each step
+    combines whole rows of X (contiguous loops) and writes Y_i over X_i.
     """
     m, r = X.shape
-    if m == 0 or r == 0:
-        return
-    # Column-major, X_f = X^T and L_f = L^T (upper): L Y = X is Y_f L_f = X_f, L^T Y = X is
-    # Y_f L_f^T = X_f.
-    _dtrsm(ord("R"), ord("U"), _YES if transpose else _NO, _NO, r, m, alpha, L, _leading(L), X,
-           _leading(X))
+    for step in range(m):
+        i = m - 1 - step if transpose else step
+        first, end = (i + 1, m) if transpose else (0, i)
+        Xi = X[i]
+        for col in range(UINT(0), UINT(r)):
+            Xi[col] *= alpha
+        for j in range(first, end):
+            c = L[j, i] if transpose else L[i, j]
+            Xj = X[j]
+            for col in range(UINT(0), UINT(r)):
+                Xi[col] -= c * Xj[col]
+        inverse = 1.0 / L[i, i]
+        for col in range(UINT(0), UINT(r)):
+            Xi[col] *= inverse

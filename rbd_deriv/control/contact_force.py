@@ -48,6 +48,7 @@ import numpy as np
 from numba import njit
 
 from rbd_deriv.control.constants import CONE_ABSOLUTE_TOLERANCE, CONE_RELATIVE_TOLERANCE
+from rbd_deriv.control.euler_riccati import all_finite
 from rbd_deriv.control.residuals import (Derivatives, Knots, Residual, diagonal,
                                          knot_factors, fold_force_derivatives,
                                          hessian_rows, identity_quadratic)
@@ -433,7 +434,7 @@ def forces_within_cone(forces: np.ndarray, offsets: np.ndarray, mu: float,
         (passes, the largest violation [N]).
     """
     forces = np.asarray(forces, dtype=float)
-    if not np.isfinite(forces).all():
+    if not all_finite(forces):
         return False, float("inf")
     violation, within = _cone_check(forces, offsets, mu, normals, absolute_tolerance,
                                     relative_tolerance)

@@ -31,8 +31,8 @@ controls F only. The value function follows as :math:`P = Q_{xx} + Q_{ux,F}^T K_
 with the feedback law, controls clamped to the box.
 
 The matrix products are level-3 BLAS calls (:mod:`rbd_deriv.control.blas`: dgemm accumulating
-into its output and reading blocks in place, the symmetric rank-k update dsyrk, the triangular solve
-dtrsm); matrix-vector products go to BLAS through ``np.dot`` once they are large enough to be worth
+into its output and reading blocks in place, the symmetric rank-k update dsyrk; its triangular solve is a
+compiled substitution, faster than dtrsm at these sizes); matrix-vector products go to BLAS through ``np.dot`` once they are large enough to be worth
 a call (``SMALL_PRODUCT`` multiply-adds), and everything of size nu^2 or less stays in plain loops.
 All kernels take plain contiguous float64 arrays and write into preallocated outputs owned by
 :mod:`rbd_deriv.control.solver` (the fixed-base MPC's linearizations have the same structure with an
@@ -254,7 +254,8 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
 
     products with nv rows. Only the lower triangle of :math:`Q_{xx}` is formed (its rows q on the
     columns q, its rows v whole, so only those blocks of :math:`M_{x,q}`): 10 nv^3 multiply-adds
-    for nu = nv, where dense A and B take 26 nv^3.
+    for nu = nv, where dense A and B take 26 nv^3. It is formed in P itself, which the knot has read by
+    then (into :math:`\tilde P` and the gradient).
     The value update, with :math:`Q_{uu,FF} = L L^T` on the free controls F and
     :math:`W = L^{-1} Q_{ux,F}` (a triangular solve), is :math:`K_F = -L^{-T} W` (another) and
     :math:`P = Q_{xx} - W^T W` (a symmetric rank-m update): 4 nv^3.
@@ -273,7 +274,7 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         P: (ndx, ndx), p: (ndx,): on return, the value function at knot 0.
         Vx: Output (N+1, ndx) value gradients p_k at every knot (the multipliers of the
             dynamics at the solution of the LQ problem, up to P_k dx_k).
-        work: (12, max(ndx, nu)) vectors; matrices: (5, ndx, ndx) workspace;
+        work: (12, max(ndx, nu)) vectors; matrices: (4, ndx, ndx) workspace;
         flat: (:func:`flat_size`,) workspace; index: int (nu,).
 
     Returns:
@@ -290,9 +291,8 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
     clamped = 0
     Pt = matrices[0]
     Mx = matrices[1]
-    Qxx = matrices[2]
-    S = matrices[3]
-    L = matrices[4]
+    S = matrices[2]
+    L = matrices[3]
     vector = work[0, :nx]
     g = work[1, :nx]
     Qx = work[2, :nx]
@@ -321,8 +321,9 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         for i in range(nx):
             for j in range(nv):
                 Mx[i, j] += Pt[i, j]
-        # Lower block rows of Qxx = Lxx + E^T Mx_q + Fx^T Mx_v; Qux = Lux + Fu^T Mx_v,
-        # Quu = Luu + Fu^T Pt_vv Fu.
+        # Lower block rows of Qxx = Lxx + E^T Mx_q + Fx^T Mx_v, in P (read above, for the last time);
+        # Qux = Lux + Fu^T Mx_v, Quu = Luu + Fu^T Pt_vv Fu.
+        Qxx = P
         Lxx_k = Lxx[k]
         for i in range(nv):
             for j in range(nv):
@@ -377,10 +378,7 @@ def backward_pass(A, B, d, Jq, Jv, dt, Lxx, Lux, Luu, Lx, Lu, U, control_lower, 
         if status != STATUS_OK:
             return status, qp_iterations, clamped
         clamped += nu - m
-        # P from the lower triangle of Qxx (the only one computed), made symmetric below.
-        for i in range(nx):
-            for j in range(i + 1):
-                P[i, j] = Qxx[i, j]
+        # P from the lower triangle of Qxx (the only one computed, already in P), made symmetric below.
         # With Quu_FF = L L^T and W = L^-1 Qux_F: K_F = -L^-T W and P = Qxx - W^T W, which is
         # Qxx + Qux^T K (K^T Quu K and K^T Qux cancel for this K). Clamped rows get no feedback.
         if m == nu:
@@ -470,11 +468,13 @@ def precompile_kernels() -> None:
     types :class:`rbd_deriv.control.solver.RiccatiSolver` passes (the package's build runs it): one pass
     of a one-joint problem on a vector space, then with a 6 x 6 integrator block; and :func:`all_finite` for every
     float vector a state may come as to :func:`rbd_deriv.control.ocp.check_state`: contiguous or strided, writable
-    or read-only (a message's buffer), so that no node compiles it at its first tick."""
+    or read-only (a message's buffer), and for a rollout's states (N + 1, nx) (the legged MPC's step bounds), so that
+    no node compiles it at its first tick."""
     for vector in (np.zeros(2), np.zeros(4)[::2]):
         all_finite(vector)
         vector.setflags(write=False)
         all_finite(vector)
+    all_finite(np.zeros((2, 2)))
     for nv, block in ((1, 0), (6, 6)):
         N, nx, nu = 2, 2 * nv, nv
         A = np.tile(np.eye(nx), (N, 1, 1))
@@ -489,7 +489,7 @@ def precompile_kernels() -> None:
         backward_pass(A, B, np.zeros((N, nx)), Jq, Jq.copy(), 0.01, Lxx, np.zeros((N, nu, nx)), Luu,
                       np.zeros((N + 1, nx)), np.zeros((N, nu)), U, lower, upper, K, k_ff,
                       np.ones((N, nu), dtype=np.bool_), np.zeros((nx, nx)), np.zeros(nx),
-                      np.zeros((N + 1, nx)), np.zeros((12, size)), np.zeros((5, nx, nx)),
+                      np.zeros((N + 1, nx)), np.zeros((12, size)), np.zeros((4, nx, nx)),
                       np.zeros(flat_size(nx, nu)), np.zeros(nu, dtype=np.int64))
         forward_pass(A, B, np.zeros((N, nx)), Jq, Jq.copy(), 0.01, K, k_ff, U, lower, upper,
                      np.zeros((N + 1, nx)), np.zeros((N, nu)), np.zeros((2, size)))

@@ -79,6 +79,7 @@ from rbd_deriv.control.contact_force import (CenterOfPressureResidual, ForceStac
                                              forces_within_cone)
 from rbd_deriv.control.cost import Cost
 from rbd_deriv.control.dynamics import ContactDynamics
+from rbd_deriv.control.euler_riccati import all_finite
 from rbd_deriv.control.ocp import OptimalControlProblem, check_state
 from rbd_deriv.control.orientation_residual import FrameOrientationResidual
 from rbd_deriv.control.residuals import ControlResidual, StateResidual
@@ -532,7 +533,7 @@ class LeggedMPC:
         """The step DX (N + 1, ndx) changes the velocities by at most :data:`STEP_BASE_SPEED` on the base and
         :data:`STEP_VELOCITY_FACTOR` times the velocity limits the URDF gives on the joints, and its rollout
         X_new is finite."""
-        return bool(np.isfinite(X_new).all() and (np.abs(DX[:, self.model.nv:]) <= self._step_bound).all())
+        return bool(all_finite(X_new) and (np.abs(DX[:, self.model.nv:]) <= self._step_bound).all())
 
     def _bound_step(self, solver: RiccatiSolver) -> bool:
         """Halve the last rollout's step (X_new, U_new from X, U) until :meth:`_step_within_bounds`, at most

@@ -137,7 +137,7 @@ class RiccatiSolver:
         self.Vx = np.zeros((N + 1, ndx))
         size = max(ndx, nu)
         self._work = np.zeros((12, size))
-        self._matrices = np.zeros((5, ndx, ndx))
+        self._matrices = np.zeros((4, ndx, ndx))
         self._flat = np.zeros(euler_riccati.flat_size(ndx, nu))
         self._index = np.zeros(nu, dtype=np.int64)
         self._forward_work = np.zeros((2, size))
@@ -218,7 +218,7 @@ class RiccatiSolver:
             cost.add_derivatives(running, self._running)
         for constraint in self.ocp.constraints:
             constraint.add_derivatives(running, self._running)
-        if self.Lff is not None and (self.Lf.any() or self.Lff.any()):
+        if self.Lff is not None:  # the fold skips the rows that carry no force cost
             fold_force_derivatives(running, self._running)
         terminal = Knots(self.X[-1:])
         for cost in self.ocp.terminal_costs:

@@ -330,7 +330,7 @@ class ConfigurationSpace(VectorSpace):
         if self.block == 0:
             return
         quaternion = X[:, 3:7]
-        quaternion /= np.linalg.norm(quaternion, axis=1, keepdims=True)
+        quaternion /= np.sqrt(np.add.reduce(quaternion * quaternion, axis=1, keepdims=True))
 
 
 def state_space(model: Any) -> VectorSpace:
