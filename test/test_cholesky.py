@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rbd_deriv.core.cholesky import cholesky, cholesky_solve, cholesky_solve_vector
+from rbd_deriv.core.cholesky import cholesky, cholesky_solve, cholesky_solve_vector, substitute_lower
 from rbd_deriv.testing import assert_close
 
 
@@ -29,6 +29,14 @@ def test_the_factor_and_its_solves(m):
     cholesky_solve_vector(work, m, b)
     assert_close(b[:m], expected, what="vector solve")
     assert b[m] == 5.0
+    # Each substitution alone, on the leading rows of a right-hand side whose rows are strided.
+    for transpose in (False, True):
+        Y = rng.standard_normal((2 * m + 2, 3))
+        rows, spare = Y[0:2 * m:2], Y[2 * m:].copy()
+        expected = np.linalg.solve(C.T if transpose else C, rows)
+        substitute_lower(work, m, rows, transpose)
+        assert_close(Y[0:2 * m:2], expected, what=f"substitution, transpose={transpose}")
+        assert np.array_equal(Y[2 * m:], spare)
 
 
 def test_pivots_that_fail():

@@ -28,6 +28,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import get_cython_function_address, intrinsic
 
+from rbd_deriv.core.cholesky import substitute_lower
 from rbd_deriv.core.constants import JIT_OPTIONS_ALLOCATING, UINT
 
 
@@ -128,25 +129,16 @@ def syrk_lower(alpha, A, transpose, beta, C):
 
 @nb.njit(**JIT_OPTIONS_ALLOCATING)
 def solve_lower(L, transpose, alpha, X):
-    """X = alpha L^-1 X, or alpha L^-T X if transpose, in place, by substitution.
+    """X = alpha L^-1 X, or alpha L^-T X if transpose, in place, by substitution
+    (:func:`rbd_deriv.core.cholesky.substitute_lower`).
 
     L (m, m) lower triangular (its strict upper triangle is not read), X (m, r) with contiguous columns
-    (rows may be strided). With Y the solution and X read as alpha X: forward substitution, Y_i = (X_i -
-    sum_{j<i} L_ij Y_j) / L_ii, or for L^T backward, Y_i = (X_i - sum_{j>i} L_ji Y_j) / L_ii; each step
-    combines whole rows of X (contiguous loops) and writes Y_i over X_i.
+    (rows may be strided).
     """
     m, r = X.shape
-    for step in range(m):
-        i = m - 1 - step if transpose else step
-        first, end = (i + 1, m) if transpose else (0, i)
-        Xi = X[i]
-        for col in range(UINT(0), UINT(r)):
-            Xi[col] *= alpha
-        for j in range(first, end):
-            c = L[j, i] if transpose else L[i, j]
-            Xj = X[j]
+    if alpha != 1.0:
+        for i in range(m):
+            Xi = X[i]
             for col in range(UINT(0), UINT(r)):
-                Xi[col] -= c * Xj[col]
-        inverse = 1.0 / L[i, i]
-        for col in range(UINT(0), UINT(r)):
-            Xi[col] *= inverse
+                Xi[col] *= alpha
+    substitute_lower(L, m, X, transpose)

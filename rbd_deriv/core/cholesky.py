@@ -12,7 +12,8 @@ Row-oriented, :math:`G = C C^T` with
     C_{rr} = \sqrt{G_{rr} - \sum_{k<r} C_{rk}^2},
 
 written over G's lower triangle; the solve is the forward then backward substitution, a row update over the
-right-hand side's columns at a time (:func:`cholesky_solve`), or on one vector (:func:`cholesky_solve_vector`, the
+right-hand side's columns at a time (:func:`substitute_lower`, which the Riccati passes' triangular solves call
+too; :func:`cholesky_solve`), or on one vector (:func:`cholesky_solve_vector`, the
 stage QPs' Newton steps and gain columns, a few entries each, many times per pass).
 """
 
@@ -45,29 +46,30 @@ def cholesky(G, m, tolerance):
 
 
 @njit(**JIT_OPTIONS)
-def cholesky_solve(G, m, X):
-    """X (m, c) <- G^-1 X for G = C C^T factored by :func:`cholesky`, row updates over the columns."""
+def substitute_lower(C, m, X, transpose):
+    """X[:m] (m, c) <- C^-1 X[:m], or C^-T X[:m] if transpose, in place, C[:m, :m] lower triangular (its strict
+    upper triangle is not read): forward substitution X_r = (X_r - sum_{k<r} C_rk X_k) / C_rr, or backward
+    X_r = (X_r - sum_{k>r} C_kr X_k) / C_rr, each a row update over the columns (rows of X may be strided)."""
     c = X.shape[1]
-    for r in range(m):
+    for step in range(m):
+        r = m - 1 - step if transpose else step
+        first, end = (r + 1, m) if transpose else (0, r)
         Xr = X[r]
-        for k in range(r):
-            g = G[r, k]
+        for k in range(first, end):
+            g = C[k, r] if transpose else C[r, k]
             Xk = X[k]
             for col in range(UINT(0), UINT(c)):
                 Xr[col] -= g * Xk[col]
-        d = 1.0 / G[r, r]
+        d = 1.0 / C[r, r]
         for col in range(UINT(0), UINT(c)):
             Xr[col] *= d
-    for r in range(m - 1, -1, -1):
-        Xr = X[r]
-        for k in range(r + 1, m):
-            g = G[k, r]
-            Xk = X[k]
-            for col in range(UINT(0), UINT(c)):
-                Xr[col] -= g * Xk[col]
-        d = 1.0 / G[r, r]
-        for col in range(UINT(0), UINT(c)):
-            Xr[col] *= d
+
+
+@njit(**JIT_OPTIONS)
+def cholesky_solve(G, m, X):
+    """X (m, c) <- G^-1 X for G = C C^T factored by :func:`cholesky`: C^-T C^-1 X."""
+    substitute_lower(G, m, X, False)
+    substitute_lower(G, m, X, True)
 
 
 @njit(**JIT_OPTIONS)
