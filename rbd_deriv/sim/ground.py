@@ -258,10 +258,11 @@ class GroundContacts:
             elif name.startswith("detector_"):
                 self.foot_of_geom[geom] = -1
         self._foot_of, self._corner_of = self.foot_of_geom.tolist(), corner_of_geom.tolist()
-        #: (nc,) whether each contact is a sole; (nc, 4, 2) [m] its corners in its frame (x, y); (2,) [m] its
-        #: half length and width.
+        #: (nc,) whether each contact is a sole, and whether any is; (4, 2) [m] a sole's corners in its frame (x, y);
+        #: (2,) [m] its half length and width.
         self.soles = np.array([kind == "frame" for kind in ground.contact_kinds])
-        self.corners = np.tile(ground.sphere_centers("frame")[:, :2], (len(self.soles), 1, 1))
+        self.has_soles = bool(self.soles.any())
+        self.corners = ground.sphere_centers("frame")[:, :2]
         self.half_sole = 0.5 * np.asarray(ground.sole_size)
         #: (nc, 4) [N] the normal force on each corner of each sole at the last :meth:`read` (0 on point feet).
         self.corner_forces = np.zeros((len(self.soles), 4))
@@ -315,7 +316,7 @@ class GroundContacts:
         weighted by their normal forces; NaN for a point foot or a sole that carries nothing."""
         total = self.corner_forces.sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
-            cop = np.einsum("ck,ckj->cj", self.corner_forces, self.corners) / total[:, None]
+            cop = self.corner_forces @ self.corners / total[:, None]
         cop[~(self.soles & (total > 0.0))] = np.nan
         return cop
 

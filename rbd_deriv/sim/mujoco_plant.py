@@ -369,7 +369,8 @@ class MujocoPlant(Plant):
             self.contact_forces, self.touching, on_floor = self.contacts.read(self.mj_model, self.mj_data)
             if count and self.touching.any():
                 self.cone_violations += int(self.contacts.cone_violations(self.contact_forces).sum())
-                self.cop_edge_steps += int(self.contacts.soles_on_edge().sum())
+                if self.contacts.has_soles:  # point feet have no center of pressure: no work per step for them
+                    self.cop_edge_steps += int(self.contacts.soles_on_edge().sum())
             self.fell = self.fell or bool(count and on_floor)
         if self.floating_base and count:
             self.fell = self.fell or bool(self.mj_data.qpos[2] < FALL_HEIGHT_FRACTION * self._initial_height)
