@@ -27,17 +27,21 @@ def test_trot_alternates_diagonal_pairs():
     np.testing.assert_array_equal(gait.pattern, expected)
     schedule = gait.schedule(8, start=1)
     np.testing.assert_array_equal(schedule.active, expected[[1, 2, 3, 4, 5, 0, 1, 2]])
-    # FL and HR land at knot 2 (pattern row 3); FR and HL at knot 5 (row 0).
-    assert schedule.touchdown_knots().tolist() == [2, 5]
+    # FL and HR land at knot 2 (pattern row 3); FR and HL at knot 5 (row 0). FR and HL also landed at the knot just
+    # before the horizon (row 0): their touchdown is taken again at knot 0, for a foot that lands late.
+    assert schedule.touchdown_knots().tolist() == [0, 2, 5]
+    np.testing.assert_array_equal(schedule.touchdown[0], [False, True, True, False])
     np.testing.assert_array_equal(schedule.touchdown[2], [True, False, False, True])
     np.testing.assert_array_equal(schedule.liftoff[0], [True, False, False, True])
     assert schedule.contacts_at(0) == ["FR_FOOT", "HL_FOOT"]
     offsets = schedule.force_offsets()
     assert offsets[0].tolist() == [-1, 0, 3, -1] and offsets[2].tolist() == [0, 3, 6, 9]
     assert schedule.force_rows == 12
-    # Receding horizon: one knot later is the same table shifted by one row.
+    # Receding horizon: one knot later is the same table shifted by one row, and two knots after their landing
+    # FR and HL are down without a touchdown.
     later = gait.schedule(8, start=2)
     np.testing.assert_array_equal(later.active[:-1], schedule.active[1:])
+    assert later.touchdown_knots().tolist() == [1, 4, 7]
 
 
 def test_walk_lifts_one_foot_at_a_time_and_frames_take_six_rows():

@@ -152,11 +152,18 @@ class Gait:
         return self.pattern.shape[0]
 
     def schedule(self, horizon: int, start: int = 0, can_fly: bool = False) -> ContactSchedule:
-        """The schedule of ``horizon`` knots from knot ``start`` of the gait (any integer)."""
+        """The schedule of ``horizon`` knots from knot ``start`` of the gait (any integer).
+
+        A contact that closed at the knot just before ``start`` closes again at knot 0 (``before`` leaves it
+        open): its touchdown impulse is applied to the measured state. A foot that lands up to a knot late is then
+        stopped by the plan's impulse instead of moving on into the floor in it: without that, a humanoid's plan
+        one tick after a late landing asked the other sole to pull hundreds of newtons, and the next solve failed.
+        A foot that has landed is not moved by it (its velocity along the contact is already zero).
+        """
         if int(horizon) != horizon or horizon < 1:
             raise InputError(f"horizon must be a positive integer, got {horizon!r}", "horizon")
         rows = (start + np.arange(horizon)) % self.period
-        before = self.pattern[(start - 1) % self.period]
+        before = self.pattern[(start - 1) % self.period] & self.pattern[(start - 2) % self.period]
         return ContactSchedule(self.names, self.pattern[rows], self.kinds, before, can_fly)
 
     @classmethod
