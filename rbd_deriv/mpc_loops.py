@@ -16,6 +16,7 @@ from rbd_deriv.control.legged_settings import (LeggedLoopSettings, base_link, bu
                                                parse_gait_table, swing_height)
 from rbd_deriv.control.locked_joints import LockedJoints, locked_positions
 from rbd_deriv.control.srdf import reference_posture
+from rbd_deriv.core.soles import feet_on_soles
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.sim.ground import Ground, rest_on_floor
 
@@ -32,6 +33,18 @@ def reference_configuration(model: Any, p: Mapping[str, Any]) -> np.ndarray:
     skipped), else the neutral configuration."""
     return (reference_posture(model, p["srdf_path"], p["posture"], missing="neutral", absent=p["locked_joints"])
             if p["srdf_path"] else rd.neutral(model))
+
+
+def soles_parameters(robot: Any, description: str, p: Mapping[str, Any]) -> dict:
+    """``p`` with the feet the robot stands on (:func:`rbd_deriv.core.soles.feet_on_soles`): as given, or with
+    ``sole_placement`` ``collision`` the sole frames it adds to ``robot`` and their size.
+
+    Raises:
+        InputError, URDFError, ModelError: soles that cannot be taken from the collision geometry.
+    """
+    frames, size, _ = feet_on_soles(robot, description, p["contact_frames"], p["contact_kinds"], p["sole_placement"],
+                                    p["sole_size"])
+    return {**p, "contact_frames": frames, "sole_size": list(size)}
 
 
 def planning_model(robot: Any, description: str, p: Mapping[str, Any]) -> Tuple[Any, Optional[LockedJoints]]:
@@ -52,6 +65,8 @@ def planning_model(robot: Any, description: str, p: Mapping[str, Any]) -> Tuple[
                          "linearizes every joint", "locked_joints")
     positions = locked_positions(robot, names, reference_configuration(robot, p))
     reduced = rd.load_urdf(description, floating_base=True, locked_joints=positions)
+    for name, (parent, placement) in robot.added_frames.items():  # the soles (rbd_deriv.core.soles)
+        reduced.add_frame(name, parent, placement)
     reduced.set_actuator_limits([robot.effort_limit[robot.idx_v[name]] for name in reduced.actuated_joint_names])
     return reduced, LockedJoints(robot, reduced, positions, p["locked_joint_frequency"])
 

@@ -193,7 +193,7 @@ def test_legged_setup_of_any_robot(tmp_path):
 
     arguments = argparse.Namespace(robot=None, urdf=str(EXAMPLE_ROBOTS["solo12"]), feet="FL_FOOT,FR_FOOT,HL_FOOT,HR_FOOT",
                                    contact="point", srdf=str(example_robot_srdf("solo12")), posture="standing",
-                                   locked_joints=None)
+                                   locked_joints=None, sole="frame")
     urdf, parameter_file, sim, mpc = legged.legged_setup(arguments)
     assert urdf == arguments.urdf and parameter_file == ""
     assert sim["contact_frames"] == mpc["contact_frames"] == "[FL_FOOT, FR_FOOT, HL_FOOT, HR_FOOT]"
@@ -204,9 +204,22 @@ def test_legged_setup_of_any_robot(tmp_path):
     humanoid = argparse.Namespace(robot=None, urdf=str(EXAMPLE_ROBOTS["talos"]),
                                   feet="leg_left_sole_fix_joint,leg_right_sole_fix_joint", contact="frame",
                                   srdf=str(example_robot_srdf("talos")), posture="half_sitting",
-                                  locked_joints="head_1_joint,head_2_joint")
-    _, _, sim, mpc = legged.legged_setup(humanoid)
+                                  locked_joints="head_1_joint,head_2_joint", sole="frame")
+    _, parameter_file, sim, mpc = legged.legged_setup(humanoid)
     assert "initial_positions" not in sim and mpc["locked_joints"] == "[head_1_joint, head_2_joint]"
+    assert parameter_file == "humanoid.yaml" and sim["sole_placement"] == mpc["sole_placement"] == "frame"
+    # config/humanoid.yaml holds talos's tuned values wherever talos.yaml sets the same parameter.
+    from rbd_deriv.nodes.parameters import MPC_NODE, SIM_NODE, _problem
+
+    generic, talos = legged.read_parameters("humanoid.yaml"), legged.legged_parameters("talos")
+    for node, table in (("sim_node", SIM_NODE), ("mpc_node", MPC_NODE)):
+        for name, value in generic[node].items():
+            assert name in table and _problem(name, table[name], value) is None, (node, name, value)
+    for node, values in generic.items():
+        shared = {key: value for key, value in values.items() if key in talos[node]}
+        assert shared == {key: talos[node][key] for key in shared} and len(shared) >= 10, node
+    with pytest.raises(SystemExit, match="--contact frame"):
+        legged.legged_setup(argparse.Namespace(**dict(vars(arguments), sole="collision")))
 
 
 def test_legged_document_of_a_summary_and_the_nodes_diagnostics():
@@ -397,6 +410,66 @@ def test_legged_demo_json_on_a_short_run(tmp_path, case):
     # The video beside the plot, or one line saying why not (no offscreen OpenGL here): the run's result stands.
     assert not video or not (tmp_path / "legged.gif").exists()
     assert video or (tmp_path / "legged.gif").is_file() or "video not written" in run.stdout, run.stdout[-2000:]
+
+
+#: A standing posture for Unitree's G1 (example-robot-data ships no SRDF for it): knees bent, arms off the body.
+G1_SRDF = """<?xml version="1.0"?>
+<robot name="g1_29dof_rev_1_0">
+  <group_state name="standing" group="all">
+    <joint name="left_hip_pitch_joint" value="-0.3"/><joint name="left_knee_joint" value="0.6"/>
+    <joint name="left_ankle_pitch_joint" value="-0.3"/><joint name="right_hip_pitch_joint" value="-0.3"/>
+    <joint name="right_knee_joint" value="0.6"/><joint name="right_ankle_pitch_joint" value="-0.3"/>
+    <joint name="left_shoulder_roll_joint" value="0.2"/><joint name="right_shoulder_roll_joint" value="-0.2"/>
+    <joint name="left_elbow_joint" value="0.5"/><joint name="right_elbow_joint" value="0.5"/>
+  </group_state>
+</robot>
+"""
+
+
+def test_any_humanoid_walks_from_its_urdf(tmp_path):
+    """Unitree's G1 from its URDF alone (no sole frame: the soles come from its feet's collision spheres; no robot
+    file: config/humanoid.yaml), its arms locked for the MPC, walks 0.15 m/s forward through both nodes: no fall,
+    the command followed, its feet lifted, every command from a plan, its torques within the URDF's limits."""
+    import json
+    import os
+    import sys
+
+    pytest.importorskip("rclpy")
+    pytest.importorskip("mujoco")
+    from rbd_deriv.testing.robots import example_robot_data_dir
+
+    urdf = example_robot_data_dir() / "g1_description" / "urdf" / "g1_29dof_rev_1_0.urdf"
+    srdf = tmp_path / "g1.srdf"
+    srdf.write_text(G1_SRDF)
+    arms = [f"{side}_{joint}_joint" for side in ("left", "right") for joint in
+            ("shoulder_pitch", "shoulder_roll", "shoulder_yaw", "elbow", "wrist_roll", "wrist_pitch", "wrist_yaw")]
+    path = tmp_path / "g1.json"
+    env = dict(os.environ)
+    env.pop("ROS_DOMAIN_ID", None)
+    run = subprocess.run([sys.executable, "-m", "rbd_deriv.demo", "--urdf", str(urdf), "--feet",
+                          "left_ankle_roll_link,right_ankle_roll_link", "--contact", "frame", "--sole", "collision",
+                          "--srdf", str(srdf), "--posture", "standing", "--locked-joints", ",".join(arms),
+                          "--gait", "walk", "--cmd-vel", "0.15,0.0,0.0", "--duration", "6", "--json", str(path),
+                          "--output", str(tmp_path / "g1.png"), "--logs", str(tmp_path / "logs"), "--video", "none"],
+                         env=env, capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    document = json.loads(path.read_text())
+    assert document["fell"] is False and 0.0 < document["max_torque_ratio"] <= 1.0, document
+    assert document["mpc_rate_hz"] > 50.0, document
+    # Every command a plan's but the few before the first state arrived: no cone refusal, no failed solve (a late
+    # touchdown used to give both, every step).
+    sources = document["commands_by_source"]
+    assert sources["plan"] > 300 and sources["cone_refusal"] == sources["solver_failure"] == 0, sources
+    assert document["cone_violations"] <= 30, document
+    walk = document["segments"][-1]
+    np.testing.assert_allclose(walk["velocity_mean"], [0.15, 0.0, 0.0], atol=0.05)
+    assert (np.array(walk["cmd_vel_error_rms"]) < [0.05, 0.05, 0.1]).all(), walk
+    for segment in document["segments"]:
+        assert 0.6 < segment["base_height_min_m"] <= segment["base_height_max_m"] < 0.85, segment
+        assert segment["max_tilt_rad"] < 0.08, segment
+    assert (np.array(document["foot_lift_m"]) > 0.015).all(), document["foot_lift_m"]
+    mpc_log = (tmp_path / "logs" / "mpc_node.log").read_text()
+    assert "feet ['left_ankle_roll_link_sole', 'right_ankle_roll_link_sole'] (frame, frame)" in mpc_log
 
 
 def test_the_reference_process_of_the_launch_file_ends_cleanly_on_two_sigints(tmp_path):

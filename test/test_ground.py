@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rbd_deriv.core.soles import Sole
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.sim.ground import Ground, trunk_box
 from rbd_deriv.testing import assert_close
@@ -37,6 +38,8 @@ def test_defaults_and_kinds():
     (dict(contact_frames=["a"], friction=-1.0), "friction"),
     (dict(contact_frames=["a"], sole_size=(0.2,)), "sole_size"),
     (dict(contact_frames=["a"], sole_size=(0.2, -0.1)), "sole_size"),
+    (dict(contact_frames=["a"], contact_kinds=["frame"], soles=(Sole("foot", np.eye(4), (0.2, 0.1), 4),)),
+     "not those of the contact frames"),
 ])
 def test_bad_settings_are_refused(arguments, message):
     with pytest.raises(InputError, match=message):

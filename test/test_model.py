@@ -483,3 +483,51 @@ def test_a_fixed_joint_cannot_be_locked():
                   joint("mount", "arm", "hand", kind="fixed"))
     with pytest.raises(ModelError, match="only revolute, continuous and prismatic"):
         rd.load_urdf(source, locked_joints={"mount": 0.0})
+
+
+# ------------------------------------------------------------------ frames added after loading
+def test_added_frame_matches_pinocchio_add_frame():
+    """A frame fixed to a link at a placement: its world placement and Jacobian are Pinocchio's for the same
+    frame added with ``addFrame`` (OP_FRAME on the link's joint, at the link's placement times the offset)."""
+    import pinocchio as pin
+
+    source = EXAMPLE_ROBOTS["talos"]
+    model = rd.load_urdf(source, floating_base=True)
+    bridge = PinocchioBridge.for_model(model, source)
+    offset = np.eye(4)
+    offset[:3, :3] = pin.rpy.rpyToMatrix(0.3, -0.2, 0.7)
+    offset[:3, 3] = [0.05, -0.02, -0.11]
+    model.add_frame("left_sole_test", "leg_left_6_link", offset)
+    link_id = bridge.model.getFrameId("leg_left_6_link", pin.FrameType.BODY)
+    link = bridge.model.frames[link_id]
+    bridge.model.addFrame(pin.Frame("left_sole_test", link.parentJoint, link_id,
+                                    link.placement * pin.SE3(offset), pin.FrameType.OP_FRAME))
+    bridge.data = bridge.model.createData()
+    data = model.create_data()
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        q = bridge.random_configuration(rng)
+        rd.forward_kinematics(model, data, q)
+        assert_close(rd.frame_placement(model, data, "left_sole_test"), bridge.frame_placement(q, "left_sole_test"),
+                     what="placement")
+        q_pin = bridge.q_to_pin(q)
+        pin.computeJointJacobians(bridge.model, bridge.data, q_pin)
+        expected = pin.getFrameJacobian(bridge.model, bridge.data, bridge.model.getFrameId("left_sole_test"),
+                                        pin.ReferenceFrame.LOCAL_WORLD_ALIGNED)
+        assert_close(rd.frame_jacobian(model, data, q, "left_sole_test"), expected, what="jacobian")
+    assert model.frame_names[-1] == "left_sole_test"
+    assert model.added_frames["left_sole_test"][0] == "leg_left_6_link"
+
+
+def test_add_frame_refuses_a_taken_name_an_unknown_parent_and_a_non_rigid_placement():
+    model = rd.load_urdf(TWO_LINK)
+    with pytest.raises(ModelError, match="already exists"):
+        model.add_frame("hand", "arm", np.eye(4))
+    with pytest.raises(ModelError, match="no frame named 'palm'"):
+        model.add_frame("tip", "palm", np.eye(4))
+    scaled = np.diag([2.0, 1.0, 1.0, 1.0])
+    with pytest.raises(ModelError, match="rotation and a translation"):
+        model.add_frame("tip", "hand", scaled)
+    with pytest.raises(ModelError, match="finite"):
+        model.add_frame("tip", "hand", np.full((4, 4), np.nan))
+    assert "tip" not in model.frame_names and not model.added_frames

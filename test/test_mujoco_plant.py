@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import rbd_deriv as rd
+from rbd_deriv.core.soles import feet_on_soles
 from rbd_deriv.exceptions import InputError, ModelError
 from rbd_deriv.sim import Ground, make_plant
 from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_data_dir
@@ -20,7 +21,7 @@ from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_data_dir
 mujoco = pytest.importorskip("mujoco")
 
 from rbd_deriv.sim.mujoco_plant import MAX_PUSH_WEIGHTS, frame_links  # noqa: E402
-from rbd_deriv.sim.ground import COP_EDGE  # noqa: E402
+from rbd_deriv.sim.ground import COP_EDGE, initial_configuration  # noqa: E402
 
 SOLO = str(EXAMPLE_ROBOTS["solo12"])
 FEET = ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT")
@@ -280,6 +281,34 @@ def test_talos_stands_on_its_soles():
     assert np.abs(under - rd.center_of_mass(model, data, plant.q)[:2]).max() < 2e-3
     assert (np.abs(cop) < 0.5 * COP_EDGE * np.asarray(Ground(soles).sole_size)).all()
     assert plant.cop_edge_steps == 0 and not plant.contacts.soles_on_edge().any()
+
+
+def test_g1_stands_on_the_soles_its_collision_geometry_gives():
+    """G1's URDF has no sole frame; the soles taken from its feet's collision spheres (rbd_deriv.core.soles) are
+    where MuJoCo puts the feet's four spheres (the model's sole frames and the simulator's geoms agree to 1e-9 m),
+    and the robot, put on the floor by them and held by its brakes, rests there carrying its weight."""
+    path = str(example_robot_data_dir() / "g1_description" / "urdf" / "g1_29dof_rev_1_0.urdf")
+    model = rd.load_urdf(path, floating_base=True)
+    frames, size, soles = feet_on_soles(model, path, ["left_ankle_roll_link", "right_ankle_roll_link"],
+                                        ["frame", "frame"], "collision", (0.2, 0.1))
+    ground = Ground(tuple(frames), ("frame", "frame"), sole_size=size, soles=soles)
+    plant = make_plant("mujoco", path, model=model, ground=ground)
+    q = initial_configuration(model, [0.0], (0.0,), ground)
+    plant.reset(q)
+    mujoco.mj_forward(plant.mj_model, plant.mj_data)
+    data = model.create_data()
+    rd.forward_kinematics(model, data, q)
+    for index, frame in enumerate(frames):
+        placement = rd.frame_placement(model, data, frame)
+        expected = (placement[:3, :3] @ ground.sphere_centers("frame").T).T + placement[:3, 3]
+        geoms = [mujoco.mj_name2id(plant.mj_model, mujoco.mjtObj.mjOBJ_GEOM, f"foot{index}_{corner}")
+                 for corner in range(4)]
+        np.testing.assert_allclose(plant.mj_data.geom_xpos[geoms], expected, atol=1e-9)
+        np.testing.assert_allclose(expected[:, 2], ground.foot_radius, atol=1e-9)  # resting on the floor
+    plant.hold(steps=1000)
+    assert plant.touching.all() and not plant.fell
+    assert plant.contact_forces[:, 2].sum() == pytest.approx(total_mass(model, data) * GRAVITY, rel=0.02)
+    assert abs(plant.q[2] - q[2]) < 1e-3
 
 
 def test_center_of_pressure_of_a_sole_from_its_corners():

@@ -16,6 +16,7 @@ Modules in the order they build on one another (each imports only modules above 
 * ``frames``: frame placements, Jacobians, velocities, accelerations and their derivatives; centre of mass.
 * ``contact``: rigid contacts and impulses, their derivatives, and the public ``linearize`` and
   ``linearize_batch``: ``linearization``'s without contacts, the contact step with ``contacts=``.
+* ``soles``: a foot's sole from its URDF collision geometry, added to a model as a frame (pure Python).
 
 Adding an algorithm is adding a module: kernels, ``register(kernel, spec)``, a public function, and
 ``run_batch`` for its batch version. The public names are re-exported by :mod:`rbd_deriv`.

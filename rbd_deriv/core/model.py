@@ -140,6 +140,8 @@ class Model:
         self.neutral_configuration.setflags(write=False)
         self.frames = {frame.name: (frame.parent, frame.placement.copy()) for frame in tree.frames}
         self.frame_names = list(self.frames)
+        #: Frames added after loading (:meth:`add_frame`): name -> (the frame it is fixed to, its placement there).
+        self.added_frames: dict = {}
         for frame in self.frames.values():
             frame[1].setflags(write=False)
         self._armature = np.zeros(self.nv)
@@ -242,6 +244,38 @@ class Model:
         effort[rows] = values
         effort.setflags(write=False)
         self.effort_limit = effort
+
+    def add_frame(self, name: str, parent: str, placement) -> None:
+        """Add a frame fixed to an existing one (Pinocchio's ``addFrame``): a point of interest the URDF does not
+        name, such as the centre of a foot's sole (:mod:`rbd_deriv.core.soles`).
+
+        Args:
+            name: The new frame's name, not yet one of :attr:`frame_names`.
+            parent: The frame it is fixed to (one of :attr:`frame_names`).
+            placement: (4, 4) homogeneous placement of the new frame in ``parent`` (a rotation and a translation
+                [m]).
+
+        Raises:
+            ModelError: the name is taken, the parent unknown, or the placement not a rigid transform.
+        """
+        name = str(name)
+        if name in self.frames:
+            raise ModelError(f"a frame named {name!r} already exists", name)
+        if parent not in self.frames:
+            raise ModelError(f"no frame named {parent!r} to fix frame {name!r} to; frame_names lists them", name)
+        X = np.array(placement, dtype=float)
+        if X.shape != (4, 4) or not np.isfinite(X).all():
+            raise ModelError(f"the placement of frame {name!r} must be a finite (4, 4) transform", name)
+        R = X[:3, :3]
+        if (np.abs(R @ R.T - np.eye(3)).max() > 1e-9 or abs(np.linalg.det(R) - 1.0) > 1e-9
+                or np.abs(X[3] - [0.0, 0.0, 0.0, 1.0]).max() > 0.0):
+            raise ModelError(f"the placement of frame {name!r} must be a rotation and a translation", name)
+        joint, parent_placement = self.frames[parent]
+        combined = parent_placement @ X
+        combined.setflags(write=False)
+        self.frames[name] = (joint, combined)
+        self.frame_names.append(name)
+        self.added_frames[name] = (parent, X)
 
     def _joint_of_dof(self, dof: int) -> str:
         for name in self.joint_names:

@@ -386,6 +386,34 @@ def package_data_folders() -> list[Path]:
     return folders
 
 
+def _package_roots(name: str, folder: Path) -> list[Path]:
+    """Folders that may be ROS package ``name``'s root, for a URDF in ``folder``."""
+    roots = []
+    for ancestor in (folder, *folder.parents):
+        if ancestor.name == name:
+            roots.append(ancestor)
+        roots.append(ancestor / name)
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        roots.append(Path(get_package_share_directory(name)))
+    except Exception:  # noqa: BLE001 - no ament index, or no such package in it
+        pass
+    return roots
+
+
+def resolve_mesh(filename: str, folder: Path) -> Path | None:
+    """The file of a URDF mesh ``filename`` (``package://``, ``file://`` or a path) for a URDF in ``folder``;
+    None if no such file exists."""
+    if filename.startswith("package://"):
+        name, _, rest = filename[len("package://"):].lstrip("/").partition("/")
+        candidates = [root / rest for root in _package_roots(name, folder)]
+    else:
+        path = Path(filename[len("file://"):] if filename.startswith("file://") else filename)
+        candidates = [path if path.is_absolute() else folder / path]
+    return next((c.resolve() for c in candidates if c.is_file()), None)
+
+
 def bundled_urdf(name: str) -> Path:
     """Path of a robot description shipped in the package's ``urdf/`` folder, looked for in each of
     :func:`package_data_folders`.

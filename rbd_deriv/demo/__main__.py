@@ -25,6 +25,7 @@ import random
 import sys
 from typing import Sequence
 
+from rbd_deriv.core.soles import SOLE_PLACEMENTS
 from rbd_deriv.demo import arm, legged
 from rbd_deriv.demo.processes import CLOCKS
 
@@ -58,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--urdf", default=None, help="any legged robot's URDF (with --feet)")
     parser.add_argument("--feet", default=None, help="its contact frames, F1,F2,... (a trot: FL,FR,HL,HR)")
     parser.add_argument("--contact", choices=["point", "frame"], default="point", help="contact kind of the feet")
+    parser.add_argument("--sole", choices=SOLE_PLACEMENTS, default="frame",
+                        help="with --contact frame: each foot frame is its sole's centre (frame), or a foot link whose "
+                             "collision geometry gives the sole (collision: a humanoid URDF with no sole frame)")
     parser.add_argument("--srdf", default=None, help="SRDF holding the reference posture")
     parser.add_argument("--locked-joints", default=None,
                         help="with --urdf: joints J1,J2,... the MPC plans as locked at the posture (a humanoid's arms, "

@@ -58,8 +58,9 @@ def _names(values: Sequence[str]) -> str:
 
 def legged_setup(arguments: Any) -> tuple[str, str, dict, dict]:
     """(urdf, parameter file or "", simulator overrides, MPC overrides) of the legged demo asked for: a robot of
-    :data:`LEGGED_DEMOS` (its file, its example-robot-data URDF and SRDF), or ``--urdf`` with its feet (the
-    simulator at the SRDF posture's joints, the MPC's parameters at their defaults)."""
+    :data:`LEGGED_DEMOS` (its file, its example-robot-data URDF and SRDF), or ``--urdf`` with its feet: on soles
+    (``--contact frame``) config/humanoid.yaml's humanoid settings, on point feet the MPC's defaults (the simulator
+    at the SRDF posture's joints)."""
     from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_srdf
 
     if arguments.urdf is None:
@@ -70,19 +71,24 @@ def legged_setup(arguments: Any) -> tuple[str, str, dict, dict]:
 
     if not arguments.feet:
         raise SystemExit("--urdf needs --feet F1,F2,...")
+    if arguments.sole == "collision" and arguments.contact != "frame":
+        raise SystemExit("--sole collision is for soles: add --contact frame")
     feet = arguments.feet.split(",")
     kinds = _names([arguments.contact] * len(feet))
     shared = {"urdf_path": arguments.urdf, "floating_base": True, "contact_frames": _names(feet),
-              "contact_kinds": kinds}
+              "contact_kinds": kinds, "sole_placement": arguments.sole}
     sim = dict(shared)
-    mpc = dict(shared, srdf_path=arguments.srdf or "", posture=arguments.posture or "", horizon=20, dt=0.02,
-               rate_hz=100.0, state_timeout=0.1)
+    mpc = dict(shared, srdf_path=arguments.srdf or "", posture=arguments.posture or "")
     if arguments.locked_joints:
         mpc["locked_joints"] = _names(arguments.locked_joints.split(","))
-    # Point feet start at the posture's joints; soles (frame contacts) on straight legs, as config/talos.yaml has it:
-    # the brakes, which hold the robot until the first policy, lock a humanoid bent at half-sitting and throw it
-    # off the floor; the MPC bends it to its posture over posture_ramp.
-    if arguments.srdf and arguments.posture and arguments.contact == "point":
+    if arguments.contact == "frame":
+        # A humanoid: config/humanoid.yaml. It starts on straight legs, as talos does: the brakes, which hold the
+        # robot until the first policy, lock a humanoid bent at its posture and throw it off the floor; the MPC
+        # bends it to its posture over posture_ramp.
+        return arguments.urdf, "humanoid.yaml", sim, mpc
+    mpc.update(horizon=20, dt=0.02, rate_hz=100.0, state_timeout=0.1)
+    # Point feet start at the posture's joints.
+    if arguments.srdf and arguments.posture:
         model = rd.load_urdf(arguments.urdf, floating_base=True)
         posture = reference_posture(model, arguments.srdf, arguments.posture, missing="neutral")
         sim["initial_positions"] = posture[7:].tolist()
@@ -204,12 +210,15 @@ def run(arguments: Any) -> int:
 
     import rbd_deriv as rd
     from rbd_deriv.control.legged_settings import parse_gait_table
+    from rbd_deriv.core.soles import feet_on_soles
     from rbd_deriv.nodes.parameters import actuator_limits
 
     urdf, parameter_file, sim_overrides, mpc_overrides = legged_setup(arguments)
     robot = arguments.robot or Path(urdf).stem
-    files = legged_parameters(arguments.robot) if parameter_file else {"sim_node": {}, "mpc_node": {}}
-    mpc_file = dict(read_parameters("mpc_node.yaml")["mpc_node"], **files["mpc_node"])
+    files = read_parameters(parameter_file) if parameter_file else {"sim_node": {}, "mpc_node": {}}
+    # What the MPC node runs with (its file, the robot's, then the numbers given on its command line).
+    mpc_file = {**read_parameters("mpc_node.yaml")["mpc_node"], **files["mpc_node"],
+                **{k: v for k, v in mpc_overrides.items() if isinstance(v, (int, float))}}
     model = rd.load_urdf(urdf, floating_base=True)
     # The torques are measured against the limits the nodes were given (the robot's file), not the URDF's.
     model.set_actuator_limits(actuator_limits(files["sim_node"].get("effort_limits", [0.0])))
@@ -222,6 +231,11 @@ def run(arguments: Any) -> int:
     if missing:
         mpc_overrides["gaits"] = _names(gaits + missing)
     feet = list(mpc_file.get("contact_frames") or arguments.feet.split(","))
+    # The feet's frames as the nodes take them: with collision soles, the sole frames added to the model.
+    kinds = list(mpc_file.get("contact_kinds") or []) if parameter_file else [arguments.contact] * len(feet)
+    feet, _, _ = feet_on_soles(model, urdf, feet, kinds or ["point"] * len(feet),
+                               mpc_file.get("sole_placement", "frame") if parameter_file else arguments.sole,
+                               mpc_file.get("sole_size", [0.2, 0.1]))
     table = parse_gait_table(mpc_file.get("gait_table", []))
     unknown = [gait for gait in dict.fromkeys(asked) if gait != "stand" and gait not in table]
     if unknown:

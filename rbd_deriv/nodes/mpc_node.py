@@ -42,7 +42,7 @@ import rbd_deriv as rd
 from rbd_deriv.control import CommandSource, FeedbackPolicy, Plan
 from rbd_deriv.control.locked_joints import LockedJoints
 from rbd_deriv.messages import feedback_policy_fields, fill_message, set_stamp, stamp_to_ns
-from rbd_deriv.mpc_loops import control_loop, legged_loop, planning_model
+from rbd_deriv.mpc_loops import control_loop, legged_loop, planning_model, soles_parameters
 from rbd_deriv.msg import FeedbackPolicy as FeedbackPolicyMessage
 from rbd_deriv.nodes.lifecycle import DESCRIPTION_QOS, FAILURE, SUCCESS, Autostart, destroy, waiting_notice
 from rbd_deriv.nodes.mpc_inputs import MpcInputs
@@ -96,6 +96,8 @@ class MpcNode(LifecycleNode):
         try:
             self.robot = rd.load_urdf(text, floating_base=p["floating_base"])
             self.robot.set_actuator_limits(actuator_limits(p["effort_limits"]))
+            if self.legged:
+                p = soles_parameters(self.robot, text, p)
             self.model, self.locked = planning_model(self.robot, text, p)
             self.loop = legged_loop(self.model, p) if self.legged else control_loop(self.model, p)
             self.loop.warm_up()

@@ -21,6 +21,7 @@ from rclpy.parameter import Parameter
 
 from rbd_deriv.control.legged import LeggedWeights
 from rbd_deriv.control.problem import Mode
+from rbd_deriv.core.soles import SOLE_PLACEMENTS
 from rbd_deriv.exceptions import InputError
 from rbd_deriv.joint_state_map import PLAUSIBLE
 from rbd_deriv.mpc_loops import per_joint  # noqa: F401 - the nodes' parameters read through it
@@ -207,6 +208,12 @@ STATE_QOS_TEXT = ("reliability of the state subscriptions (joint_states, odom): 
                   "publishers only")
 
 #: The managed nodes' (dynamics and MPC).
+#: Both legged nodes' ``sole_placement`` (the simulator and the MPC must be given the same).
+SOLE_PLACEMENT = Spec("frame", "where each sole is: frame (the contact frame is the sole's centre, z up, sole_size "
+                      "long and wide); collision (each contact frame is a foot link whose URDF collision geometry "
+                      "gives the sole: its lowest face at the neutral configuration, a frame <link>_sole at its "
+                      "centre, its size replacing sole_size; rbd_deriv.core.soles)", one_of(SOLE_PLACEMENTS),
+                      read_only=True)
 AUTOSTART = Spec(True, "walk the lifecycle through configure and activate at start (once a description is known); "
                  "false: wait for 'ros2 lifecycle set <node> configure' then 'activate'", read_only=True)
 
@@ -343,6 +350,7 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
                         "simulator's foot sphere)", positive, read_only=True),
     "sole_size": Spec([0.2, 0.1], "length and width of a sole [m] (the simulator's sole)", finite_values,
                       read_only=True),
+    "sole_placement": SOLE_PLACEMENT,
     "gait_table": Spec(list(DEFAULT_GAITS), "the robot's gaits as data, one string per gait: \"NAME: period=T duty=B offsets=O1,O2,... "
                        "[swing_height=H]\" (T [s] a whole number of dt, B the share of the cycle each foot is down, "
                        "one phase in [0, 1) per foot of contact_frames at which it lands, H [m]); `stand` (every "
@@ -459,6 +467,7 @@ SIM_NODE: Dict[str, Spec] = {
                           "of sole_size); empty: every contact is a point", contact_kinds, read_only=True),
     "foot_radius": Spec(0.02, "radius of the foot spheres [m], > 0", positive, read_only=True),
     "sole_size": Spec([0.2, 0.1], "length and width of a sole's rectangle [m]", finite_values, read_only=True),
+    "sole_placement": SOLE_PLACEMENT,
     "ground_friction": Spec(1.0, "friction coefficient mu of the feet on the floor, > 0", positive, read_only=True),
     "initial_base_pose": Spec([0.0], "floating base: initial x y z [m] qx qy qz qw of the base; one value: upright "
                               "above the origin, the lowest foot resting on the floor", finite_values,

@@ -70,6 +70,7 @@ from std_msgs.msg import Float64MultiArray, String
 
 import rbd_deriv as rd
 from rbd_deriv.control import Actuation, PolicyExecutor
+from rbd_deriv.core.soles import feet_on_soles
 from rbd_deriv.exceptions import RbdDerivError
 from rbd_deriv.messages import feedback_policy_arrays, set_stamp, stamp_to_ns
 from rbd_deriv.msg import ContactForces, FeedbackPolicy, Push
@@ -143,8 +144,9 @@ class SimNode(Node):
         self.model.set_actuator_limits(actuator_limits(p["effort_limits"]))
         ground = None
         if p["floating_base"] and p["contact_frames"]:
-            ground = Ground(p["contact_frames"], p["contact_kinds"], p["foot_radius"], p["sole_size"],
-                            p["ground_friction"])
+            frames, size, soles = feet_on_soles(self.model, description, p["contact_frames"], p["contact_kinds"],
+                                                p["sole_placement"], p["sole_size"])
+            ground = Ground(frames, p["contact_kinds"], p["foot_radius"], size, p["ground_friction"], soles)
         self.plant = make_plant(p["backend"], description, dt=1.0 / rate, damping=per_joint(p["damping"]),
                                 friction=per_joint(p["friction"]), model=self.model, ground=ground,
                                 push_budget=p["push_budget"])

@@ -32,7 +32,7 @@ cones to reduce slip.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
@@ -73,10 +73,14 @@ class Ground:
         foot_radius: Radius of the foot spheres [m].
         sole_size: (length, width) of a sole's rectangle [m], for the ``"frame"`` contacts.
         friction: Coulomb coefficient mu of the feet on the floor (also of the fall detectors).
+        soles: Empty: each contact frame is a link or a joint of the URDF. Else one
+            :class:`rbd_deriv.core.soles.Sole` per contact frame, taken from a foot's collision geometry: the
+            frame is the sole's (``Sole.frame``, added to the model by :func:`rbd_deriv.core.soles.add_soles`),
+            fixed to its link at its placement.
 
     Raises:
         InputError: no frame, a repeated frame, kinds that do not match, a radius, sizes or mu that is not a
-            positive finite number.
+            positive finite number, soles that are not the contact frames'.
     """
 
     contact_frames: Tuple[str, ...]
@@ -84,6 +88,7 @@ class Ground:
     foot_radius: float = 0.02
     sole_size: Tuple[float, float] = (0.2, 0.1)
     friction: float = 1.0
+    soles: Tuple[Any, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         frames = tuple(str(frame) for frame in self.contact_frames)
@@ -99,6 +104,11 @@ class Ground:
         for name, value in {**numbers, "sole_size": min(size)}.items():
             if not (math.isfinite(value) and value > 0.0):
                 raise InputError(f"{name} must be a positive finite number, got {value!r}")
+        soles = tuple(self.soles)
+        if soles and [sole.frame for sole in soles] != list(frames):
+            raise InputError(f"soles {[sole.frame for sole in soles]} are not those of the contact frames "
+                             f"{list(frames)}")
+        object.__setattr__(self, "soles", soles)
         object.__setattr__(self, "contact_frames", frames)
         object.__setattr__(self, "contact_kinds", kinds)
         object.__setattr__(self, "sole_size", size)
@@ -190,7 +200,7 @@ def add_ground(spec: Any, ground: Ground, foot_bodies: Sequence[str], root_body:
     Args:
         spec: The robot's spec (compiled later by the caller).
         ground: The settings.
-        foot_bodies: The spec's body of each contact frame (the frame's link), one per frame.
+        foot_bodies: The spec's body of each contact frame (the frame's link, or its sole's), one per frame.
         root_body: The base's body; root_mass [kg], root_inertia (3,) [kg m^2] principal, root_ipos (3,) [m]
             and root_iquat (4,) (w, x, y, z): its inertia as MuJoCo compiled it, for the trunk detector.
     """
@@ -206,12 +216,13 @@ def add_ground(spec: Any, ground: Ground, foot_bodies: Sequence[str], root_body:
     floor.contype, floor.conaffinity = _FLOOR_CONTYPE, _FLOOR_CONAFFINITY
     bodies = {body.name: body for body in spec.bodies}
     for index, (body_name, kind) in enumerate(zip(foot_bodies, ground.contact_kinds)):
+        placement = ground.soles[index].placement if ground.soles else np.eye(4)
         for corner, center in enumerate(ground.sphere_centers(kind)):
             geom = bodies[body_name].add_geom()
             geom.name = f"foot{index}_{corner}"
             geom.type = mujoco.mjtGeom.mjGEOM_SPHERE
             geom.size = [ground.foot_radius, 0.0, 0.0]
-            geom.pos = center
+            geom.pos = placement[:3, :3] @ center + placement[:3, 3]
             _set_contact(geom, ground.friction)
     trunk = bodies[root_body].add_geom()
     trunk.name = "detector_trunk"

@@ -193,7 +193,8 @@ class MujocoPlant(Plant):
         self.ground = ground
         spec, self.visuals = robot_spec(mujoco, urdf, self.floating_base, visuals)
         if ground is not None:
-            feet = frame_links(urdf, ground.contact_frames)
+            feet = (tuple(sole.link for sole in ground.soles) if ground.soles
+                    else frame_links(urdf, ground.contact_frames))
             # The trunk detector is sized by the root body's inertia as MuJoCo compiles it (balanced, bounded).
             bare = _compile(spec)
             root_body = spec.worldbody.first_body().name

@@ -25,9 +25,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from rbd_deriv.core.urdf import transform_from_origin
+from rbd_deriv.core.urdf import resolve_mesh, transform_from_origin
 
-__all__ = ["MESH_FORMATS", "VISUAL_GROUP", "Visuals", "add_visuals", "resolve_mesh"]
+__all__ = ["MESH_FORMATS", "VISUAL_GROUP", "Visuals", "add_visuals"]
 
 #: Mesh file formats MuJoCo reads (lower case).
 MESH_FORMATS = (".stl", ".obj", ".msh")
@@ -58,34 +58,6 @@ class Visuals:
         parts = [f"{count} {'not found' if reason == 'missing' else reason + ' (a format MuJoCo cannot read)'}"
                  for reason, count in sorted(self.skipped.items())]
         return f"visual meshes skipped: {', '.join(parts)}; {self.added} visual geoms kept"
-
-
-def _package_roots(name: str, folder: Path) -> list[Path]:
-    """Folders that may be ROS package ``name``'s root, for a URDF in ``folder``."""
-    roots = []
-    for ancestor in (folder, *folder.parents):
-        if ancestor.name == name:
-            roots.append(ancestor)
-        roots.append(ancestor / name)
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        roots.append(Path(get_package_share_directory(name)))
-    except Exception:  # noqa: BLE001 - no ament index, or no such package in it
-        pass
-    return roots
-
-
-def resolve_mesh(filename: str, folder: Path) -> Optional[Path]:
-    """The file of a URDF mesh ``filename`` (``package://``, ``file://`` or a path) for a URDF in ``folder``;
-    None if no such file exists."""
-    if filename.startswith("package://"):
-        name, _, rest = filename[len("package://"):].lstrip("/").partition("/")
-        candidates = [root / rest for root in _package_roots(name, folder)]
-    else:
-        path = Path(filename[len("file://"):] if filename.startswith("file://") else filename)
-        candidates = [path if path.is_absolute() else folder / path]
-    return next((c.resolve() for c in candidates if c.is_file()), None)
 
 
 def _rgba(visual: ElementTree.Element, named: dict) -> list:
