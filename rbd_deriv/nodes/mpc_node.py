@@ -32,6 +32,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
+from rclpy.duration import Duration
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock as ClockMessage
@@ -50,6 +51,9 @@ from rbd_deriv.nodes.parameters import MPC_NODE, actuator_limits, declare_parame
 from rbd_deriv.nodes.spin import PolledSubscription, guard, run_node
 from rbd_deriv.refusals import shorten
 from rbd_deriv.threads import single_threaded_blas
+
+#: Longest wait [s] for the robot side's acknowledgement of the last command (deactivate, Ctrl-C).
+LAST_COMMAND_ACK_TIMEOUT = 1.0
 
 
 class MpcNode(LifecycleNode):
@@ -146,6 +150,11 @@ class MpcNode(LifecycleNode):
                 if self.policy_publisher is not None:
                     self._publish_policy(policy)
                 self.command_publisher.publish(Float64MultiArray(data=command.tolist()))
+                # The last command must reach the robot side before the process ends (Ctrl-C): wait, a bounded
+                # time, until every reliable subscriber has it. In CI the hold once went missing without this.
+                for publisher in (self.policy_publisher, self.command_publisher):
+                    if publisher is not None:
+                        publisher.wait_for_all_acked(Duration(seconds=LAST_COMMAND_ACK_TIMEOUT))
         except Exception as error:  # noqa: BLE001 - the node stops commanding whatever happens
             self._internal_error(error)
             stop = None
