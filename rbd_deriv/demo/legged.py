@@ -231,11 +231,13 @@ def run(arguments: Any) -> int:
     if missing:
         mpc_overrides["gaits"] = _names(gaits + missing)
     feet = list(mpc_file.get("contact_frames") or arguments.feet.split(","))
-    # The feet's frames as the nodes take them: with collision soles, the sole frames added to the model.
-    kinds = list(mpc_file.get("contact_kinds") or []) if parameter_file else [arguments.contact] * len(feet)
-    feet, _, _ = feet_on_soles(model, urdf, feet, kinds or ["point"] * len(feet),
-                               mpc_file.get("sole_placement", "frame") if parameter_file else arguments.sole,
-                               mpc_file.get("sole_size", [0.2, 0.1]))
+    # The feet's frames as the nodes take them (--urdf: the command line's kinds and soles, not the files'): with
+    # collision soles, the sole frames added to the model.
+    if arguments.urdf is not None:
+        kinds, placement = [arguments.contact] * len(feet), arguments.sole
+    else:
+        kinds, placement = list(mpc_file.get("contact_kinds") or ["point"] * len(feet)), mpc_file["sole_placement"]
+    feet, _, _ = feet_on_soles(model, urdf, feet, kinds, placement, mpc_file["sole_size"])
     table = parse_gait_table(mpc_file.get("gait_table", []))
     unknown = [gait for gait in dict.fromkeys(asked) if gait != "stand" and gait not in table]
     if unknown:
