@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rbd_deriv.core.urdf import resolve_mesh, transform_from_origin
+from rbd_deriv.core.urdf import read_description, resolve_mesh, transform_from_origin
 from rbd_deriv.exceptions import InputError, ModelError, URDFError
 
 __all__ = ["SOLE_BAND", "SOLE_PLACEMENTS", "Sole", "add_soles", "common_size", "feet_on_soles", "sole_from_collision",
@@ -69,13 +69,14 @@ class Sole:
 
 
 def _root(description: str | Path) -> tuple[ElementTree.Element, Path]:
-    text = str(description)
-    is_text = text.lstrip().startswith("<")
+    """The parsed URDF and the folder its mesh paths resolve against (the working folder for text)."""
+    text = read_description(description)
     try:
-        root = ElementTree.fromstring(text if is_text else Path(text).read_text(encoding="utf-8"))
-    except (OSError, ElementTree.ParseError) as error:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError as error:
         raise URDFError(f"cannot read the robot description: {error}") from error
-    return root, (Path.cwd() if is_text else Path(text).resolve().parent)
+    is_text = str(description).lstrip().startswith("<")
+    return root, (Path.cwd() if is_text else Path(description).resolve().parent)
 
 
 def _numbers(text: str | None, count: int, default: float = 0.0) -> np.ndarray:
@@ -146,7 +147,10 @@ def collision_points(description: str | Path, link: str, down: Sequence[float]) 
     Raises:
         URDFError: No such link, a link without collision geometry, a shape or mesh that cannot be read.
     """
-    root, folder = _root(description)
+    return _link_points(*_root(description), link, down)
+
+
+def _link_points(root: ElementTree.Element, folder: Path, link: str, down: Sequence[float]) -> np.ndarray:
     element = next((e for e in root.iter("link") if e.get("name") == link), None)
     if element is None:
         raise URDFError(f"no link named {link!r} in the robot description")
@@ -177,9 +181,13 @@ def sole_from_collision(description: str | Path, link: str, down: Sequence[float
         URDFError: As :func:`collision_points`.
         ModelError: The touching points span no area (a single point or a line), so there is no sole.
     """
+    return _sole(*_root(description), link, down, band)
+
+
+def _sole(root: ElementTree.Element, folder: Path, link: str, down: Sequence[float], band: float) -> Sole:
     down = np.asarray(down, dtype=float)
     down = down / np.linalg.norm(down)
-    points = collision_points(description, link, down)
+    points = _link_points(root, folder, link, down)
     depth = points @ down
     lowest = depth.max()
     touching = points[depth >= lowest - band]
@@ -212,12 +220,13 @@ def soles_from_collision(model: Any, description: str | Path, links: Sequence[st
     from rbd_deriv.core.configuration import neutral
     from rbd_deriv.core.kinematics import forward_kinematics, frame_placement
 
+    root, folder = _root(description)  # read once for every foot
     data = model.create_data()
     forward_kinematics(model, data, neutral(model))
     soles = []
     for link in links:
         rotation = frame_placement(model, data, link)[:3, :3]
-        soles.append(sole_from_collision(description, link, rotation.T @ [0.0, 0.0, -1.0], band))
+        soles.append(_sole(root, folder, link, rotation.T @ [0.0, 0.0, -1.0], band))
     return soles
 
 

@@ -131,7 +131,12 @@ def transform_inertia(T: np.ndarray, I6: np.ndarray) -> np.ndarray:
     return Xinv.T @ I6 @ Xinv
 
 
-def _read_xml(path_or_xml: str) -> str:
+def read_description(path_or_xml: str) -> str:
+    """The URDF text of ``path_or_xml`` (XML text as is, else the file it names).
+
+    Raises:
+        URDFError: Neither text nor a path, an empty description, a missing file.
+    """
     if not isinstance(path_or_xml, (str, os.PathLike)):
         raise URDFError(f"expected a URDF file path or an XML string, got {type(path_or_xml).__name__}")
     text = os.fspath(path_or_xml)
@@ -214,7 +219,7 @@ def parse_urdf(path_or_xml: str, floating_base: bool = False, locked: Mapping[st
             is not revolute, continuous or prismatic, or a locked position that is not finite or is outside
             the joint's limits.
     """
-    robot = _parse(_read_xml(path_or_xml))
+    robot = _parse(read_description(path_or_xml))
     locked = _locked_positions(robot, locked or {})
     links = {link.name: link for link in robot.links}
     if not links:

@@ -271,12 +271,12 @@ class GroundContacts:
         self._foot_of, self._corner_of = self.foot_of_geom.tolist(), corner_of_geom.tolist()
         #: (nc,) whether each contact is a sole, and whether any is; (4, 2) [m] a sole's corners in its frame (x, y);
         #: (2,) [m] its half length and width.
-        self.soles = np.array([kind == "frame" for kind in ground.contact_kinds])
-        self.has_soles = bool(self.soles.any())
+        self.is_sole = np.array([kind == "frame" for kind in ground.contact_kinds])
+        self.has_soles = bool(self.is_sole.any())
         self.corners = ground.sphere_centers("frame")[:, :2]
         self.half_sole = 0.5 * np.asarray(ground.sole_size)
         #: (nc, 4) [N] the normal force on each corner of each sole at the last :meth:`read` (0 on point feet).
-        self.corner_forces = np.zeros((len(self.soles), 4))
+        self.corner_forces = np.zeros((len(self.is_sole), 4))
 
     def read(self, mj_model: Any, mj_data: Any) -> Tuple[np.ndarray, np.ndarray, bool]:
         """(forces (nc, 3) [N] the floor exerts on each foot in the world frame, summed over the foot's spheres;
@@ -318,7 +318,7 @@ class GroundContacts:
             for force, normal, foot, corner, sign in zip(world, local[:, 0], feet, corners, signs):
                 forces[foot] += sign * force
                 touching[foot] = True
-                if self.soles[foot]:
+                if self.is_sole[foot]:
                     self.corner_forces[foot, corner] += normal
         return forces, touching, body_on_floor
 
@@ -328,7 +328,7 @@ class GroundContacts:
         total = self.corner_forces.sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             cop = self.corner_forces @ self.corners / total[:, None]
-        cop[~(self.soles & (total > 0.0))] = np.nan
+        cop[~(self.is_sole & (total > 0.0))] = np.nan
         return cop
 
     def soles_on_edge(self) -> np.ndarray:
@@ -344,5 +344,5 @@ class GroundContacts:
         return tangential > self.ground.friction * forces[:, 2] + tolerance
 
 
-__all__ = ["CONE_TOLERANCE", "COP_EDGE", "Ground", "GroundContacts", "IMPRATIO", "KINDS", "SOLIMP", "SOLREF", "add_ground",
-           "initial_configuration", "rest_on_floor", "trunk_box"]
+__all__ = ["CONE_TOLERANCE", "COP_EDGE", "Ground", "GroundContacts", "IMPRATIO", "KINDS", "SOLIMP", "SOLREF",
+           "add_ground", "initial_configuration", "rest_on_floor", "trunk_box"]
