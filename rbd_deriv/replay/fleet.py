@@ -726,8 +726,13 @@ class RayEngine:
                         result = BagResult.failed(task, "error", f"{type(err).__name__}: {str(err).splitlines()[0]}")
                     on_result(result)
         except KeyboardInterrupt:
-            for reference in pending:
-                ray.cancel(reference, force=True)
+            # A local instance goes down with its workers in shutdown. On a cluster the tasks are cancelled
+            # without force: a task's worker killed while its reply is on the way once made Ray's own core
+            # abort the driver (exit 1, "Tried to complete task that was not pending") instead of the
+            # interrupt's report and 130.
+            if not started:
+                for reference in pending:
+                    ray.cancel(reference, force=False)
             raise
         finally:
             if started:
