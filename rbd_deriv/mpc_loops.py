@@ -99,12 +99,14 @@ def control_loop(model: Any, p: Mapping[str, Any]) -> ControlLoop:
 def legged_loop(model: Any, p: Mapping[str, Any]) -> LeggedLoop:
     """The floating-base loop: the reference posture (the SRDF's ``posture``, else the neutral configuration) put
     on the floor the way the simulator puts the robot (point feet ``foot_radius`` above it, soles on it), one legged
-    MPC per gait of ``gaits`` (rows of ``gait_table``, its horizon at least one cycle of the gait), the sway.
+    MPC per gait of ``gaits`` (rows of ``gait_table``, its horizon at least one cycle of the gait), the sway; the
+    torque and force weights per the robot's scales with ``weight_scale`` robot (``LeggedWeights.per_robot``).
 
     Raises:
         InputError: No foot, a foot the model lacks, an SRDF or posture that cannot be read, a gait that
             cannot be made (a table row that does not parse, offsets for other feet, a knot without contact),
-            ``gait`` or ``idle_gait`` not in ``gaits``.
+            ``gait`` or ``idle_gait`` not in ``gaits``, a planned joint without an effort limit with ``weight_scale``
+            robot.
     """
     feet = list(p["contact_frames"])
     if not feet:
@@ -115,6 +117,8 @@ def legged_loop(model: Any, p: Mapping[str, Any]) -> LeggedLoop:
     posture = rest_on_floor(model, reference_configuration(model, p), Ground(tuple(feet), tuple(kinds), p["foot_radius"],
                                                    tuple(p["sole_size"])))
     weights = LeggedWeights(**{field: p[f"weight_{field}"] for field in LeggedWeights.__dataclass_fields__})
+    if p["weight_scale"] == "robot":
+        weights = weights.per_robot(model)
     table = parse_gait_table(p["gait_table"])
     mpcs = {}
     for name in built_gaits(p):

@@ -472,6 +472,39 @@ def test_any_humanoid_walks_from_its_urdf(tmp_path):
     assert "feet ['left_ankle_roll_link_sole', 'right_ankle_roll_link_sole'] (frame, frame)" in mpc_log
 
 
+def test_any_quadruped_trots_from_its_urdf(tmp_path):
+    """ANYmal B (30 kg, 80 N m actuators: twelve times solo12's mass, thirty times its torques) from its URDF and
+    SRDF with the MPC's default file trots forward at 0.3 m/s through both nodes: the torque and force weights are
+    per the robot (weight_scale robot); solo12's in absolute units had its plans trot backwards at 0.27 m/s. No
+    fall, the command followed, its feet lifted, its torques within the URDF's limits."""
+    import json
+    import os
+    import sys
+
+    pytest.importorskip("rclpy")
+    pytest.importorskip("mujoco")
+    from rbd_deriv.testing.robots import example_robot_data_dir
+
+    folder = example_robot_data_dir() / "anymal_b_simple_description"
+    path = tmp_path / "anymal.json"
+    env = dict(os.environ)
+    env.pop("ROS_DOMAIN_ID", None)
+    run = subprocess.run([sys.executable, "-m", "rbd_deriv.demo", "--urdf", str(folder / "robots" / "anymal.urdf"),
+                          "--feet", "LF_FOOT,RF_FOOT,LH_FOOT,RH_FOOT", "--srdf", str(folder / "srdf" / "anymal.srdf"),
+                          "--posture", "standing", "--gait", "trot", "--cmd-vel", "0.3,0.0,0.0", "--duration", "5",
+                          "--json", str(path), "--output", str(tmp_path / "anymal.png"), "--logs",
+                          str(tmp_path / "logs"), "--video", "none"],
+                         env=env, capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    document = json.loads(path.read_text())
+    assert document["fell"] is False and 0.0 < document["max_torque_ratio"] <= 1.0, document
+    trot = document["segments"][-1]
+    np.testing.assert_allclose(trot["velocity_mean"], [0.3, 0.0, 0.0], atol=0.05)
+    assert (np.array(trot["cmd_vel_error_rms"]) < [0.05, 0.05, 0.1]).all(), trot
+    assert 0.45 < trot["base_height_min_m"] <= trot["base_height_max_m"] < 0.56 and trot["max_tilt_rad"] < 0.05, trot
+    assert (np.array(document["foot_lift_m"]) > 0.03).all(), document["foot_lift_m"]
+
+
 def test_the_reference_process_of_the_launch_file_ends_cleanly_on_two_sigints(tmp_path):
     """demo.launch.py's reference process (``--reference-only``), interrupted while it waits for the loop, as
     Ctrl-C under ros2 launch does it (the terminal's SIGINT, then launch's): exit code 0, no traceback."""

@@ -396,3 +396,40 @@ def test_a_swinging_sole_is_held_flat_and_turned_to_the_heading_it_lands_with(ta
                 assert tilt < 0.02, (c, k, tilt)
     solo_model, solo_feet, _, solo_q = robot("solo12")
     assert LeggedMPC(solo_model, solo_feet, Gait.trot(solo_feet, swing=8, support=2), solo_q).sole_references == {}
+
+
+def _urdf_masses(path):
+    import xml.etree.ElementTree as ElementTree
+
+    return sum(float(mass.get("value")) for mass in ElementTree.parse(path).getroot().iter("mass"))
+
+
+def test_torque_and_force_weights_per_robot_follow_its_limits_and_weight():
+    """LeggedWeights.per_robot: the weight on u - u^s over the mean square of the actuated joints' effort limits,
+    the one on f - f^r over the robot's weight squared (its mass summed from the URDF's own tags), every other
+    weight as it was; a torque a tenth of every limit off costs the same whatever the limits; a joint without an
+    effort limit is refused."""
+    path = str(EXAMPLE_ROBOTS["solo12"])
+    model = rd.load_urdf(path, floating_base=True)
+    model.set_actuator_limits([2.7])
+    given = LeggedWeights(torque=0.729, force=0.6015, swing=123.0)
+    scaled = given.per_robot(model)
+    weight = _urdf_masses(path) * 9.81
+    assert scaled.torque == pytest.approx(0.729 / 2.7 ** 2, rel=1e-12)   # solo12's 0.1 /(N m)^2
+    assert scaled.force == pytest.approx(0.6015 / weight ** 2, rel=1e-12)
+    assert scaled.force == pytest.approx(1e-3, rel=1e-3)                  # and its 0.001 /N^2 (2.5 kg)
+    assert replace(scaled, torque=given.torque, force=given.force) == given
+
+    def cost(limits):
+        model.set_actuator_limits(limits)
+        share = 0.1 * np.asarray(model.effort_limit)[6:]
+        return 0.5 * given.per_robot(model).torque * float(share @ share)
+
+    assert cost([5.4]) == pytest.approx(cost([2.7]), rel=1e-12)
+    assert cost(np.linspace(1.0, 3.0, 12)) == pytest.approx(cost([2.7]), rel=1e-12)
+    free = ("<robot name='free'><link name='a'><inertial><mass value='1'/><inertia ixx='1' iyy='1' izz='1' "
+            "ixy='0' ixz='0' iyz='0'/></inertial></link><joint name='j' type='continuous'><parent link='a'/>"
+            "<child link='b'/><axis xyz='0 1 0'/></joint><link name='b'><inertial><mass value='1'/>"
+            "<inertia ixx='1' iyy='1' izz='1' ixy='0' ixz='0' iyz='0'/></inertial></link></robot>")
+    with pytest.raises(InputError, match=r"effort limit.*\['j'\]"):
+        given.per_robot(rd.load_urdf(free, floating_base=True))

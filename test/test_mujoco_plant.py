@@ -382,15 +382,44 @@ def make_plant_with_visuals(model, visuals):
 
 def test_unreadable_and_missing_meshes_are_skipped_in_one_line():
     """A COLLADA mesh (a format MuJoCo cannot read) and a missing STL are left out, said in one line; the rest
-    stays."""
+    stays, and the three links they were on show their collision shapes too (seen, never felt)."""
     root = ElementTree.parse(rd.bundled_urdf("rbd_arm7")).getroot()
     links = list(root.iter("link"))
     for link, filename in ((links[1], "package://nowhere/meshes/a.dae"), (links[2], "meshes/b.dae"),
                            (links[3], "missing.stl")):
         visual = ElementTree.SubElement(link, "visual")
         ElementTree.SubElement(ElementTree.SubElement(visual, "geometry"), "mesh", filename=filename)
+    stand_ins = [f"visual_collision_{link.get('name')}_{k}" for link in links[1:4]
+                 for k, _ in enumerate(link.findall("collision"))]
+    assert stand_ins
     arm = rd.load_urdf(rd.bundled_urdf("rbd_arm7"))
     plant = make_plant("mujoco", ElementTree.tostring(root, encoding="unicode"), model=arm)
-    assert plant.visuals.added == 9
+    assert plant.visuals.added == 9 and plant.visuals.from_collision == len(stand_ins)
     assert plant.visuals.note == ("visual meshes skipped: 2 .dae (a format MuJoCo cannot read), 1 not found; "
-                                  "9 visual geoms kept")
+                                  f"9 visual geoms kept, {len(stand_ins)} collision shapes shown on their links "
+                                  "instead")
+    model = plant.mj_model
+    for name in stand_ins:
+        geom = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, name)
+        assert geom >= 0 and model.geom_contype[geom] == model.geom_conaffinity[geom] == 0, name
+
+
+def test_a_robot_drawn_in_collada_only_shows_its_collision_shapes():
+    """example-robot-data's ANYmal B gives every visual mesh as COLLADA: each of its collision boxes, cylinders and
+    spheres is drawn instead (counted from its URDF), none of them colliding; its bodies' masses are the URDF's."""
+    from rbd_deriv.sim.mujoco_plant import robot_spec
+    from rbd_deriv.testing.robots import example_robot_data_dir
+
+    path = example_robot_data_dir() / "anymal_b_simple_description" / "robots" / "anymal.urdf"
+    root = ElementTree.parse(path).getroot()
+    drawable = sum(1 for link in root.iter("link")
+                   if any(v.find("geometry/mesh") is not None for v in link.findall("visual"))
+                   for c in link.findall("collision") if c.find("geometry")[0].tag in ("box", "cylinder", "sphere"))
+    spec, visuals = robot_spec(mujoco, str(path), floating_base=True)
+    model = spec.compile()
+    assert visuals.skipped[".dae"] == 17 and visuals.from_collision == drawable > 30
+    shown = np.array([mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, g).startswith("visual_collision_")
+                      for g in range(model.ngeom)])
+    assert shown.sum() == drawable and not model.geom_contype[shown].any()
+    bare, _ = robot_spec(mujoco, str(path), floating_base=True, visuals=False)
+    np.testing.assert_array_equal(model.body_mass, bare.compile().body_mass)

@@ -20,7 +20,7 @@ follow a :class:`~rbd_deriv.control.schedule.Gait`:
   with x^r the reference posture (an SRDF group_state, :mod:`rbd_deriv.control.srdf`) at rest,
   u^s the static torques that hold it (:func:`static_torques`), f^r the robot's weight shared by
   the closed feet of the knot, p^r a swing foot's placement over its stance position lifted by
-  :math:`h \\sin^2(\\pi s)` (s in [0, 1] along the swing: it leaves and reaches the ground
+  :math:`16 h s^2 (1 - s)^2` (s in [0, 1] along the swing: it leaves and reaches the ground
   with no vertical speed, so a touchdown a little off its knot is a gentle one), with ``weights.swing_ends`` the
   horizontal world velocity of a swing foot (:class:`~rbd_deriv.control.task_residuals.FrameVelocityResidual`) at the
   ends of its swing (:data:`SWING_END_KNOTS`: the knot after its lift-off, the knot before its touchdown and the
@@ -65,7 +65,7 @@ violation of the pyramid the solver keeps.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -163,6 +163,32 @@ class LeggedWeights:
     cone_penalty: float = 600.0
     torso_orientation: float = 0.0
     center_of_pressure: float = 0.1
+
+    def per_robot(self, model: Any) -> "LeggedWeights":
+        """These weights with ``torque`` and ``force`` read as dimensionless, per the robot's own scales (as
+        ``cone_penalty`` is): the weight on u - u^s becomes torque / u_rms^2, u_rms the root mean square of the
+        actuated joints' effort limits [N m], and the one on f - f^r force / W^2, W the robot's weight [N]. A
+        torque off by a given share of the actuators' limits, or a force by a given share of the weight, then
+        costs every robot alike: solo12's tuning (0.1 [1/(N m)^2] on 2.7 N m actuators, 0.001 [1/N^2] on 24.5 N)
+        is torque 0.729, force 0.6015 here, and carries to a 30 kg quadruped on 80 N m actuators (solo12's absolute
+        weights on that robot made its plans trot backwards when asked forwards).
+
+        Args:
+            model: The robot the MPC plans (its effort limits those it plans with: ``set_actuator_limits``).
+
+        Raises:
+            InputError: An actuated joint without an effort limit (none in the URDF: give the real ones).
+        """
+        rows = [model.idx_v[name] for name in model.actuated_joint_names]
+        limits = np.asarray(model.effort_limit, dtype=float)[rows]
+        missing = [name for name, limit in zip(model.actuated_joint_names, limits)
+                   if not (np.isfinite(limit) and limit > 0.0)]
+        if missing:
+            raise InputError(f"torque weights per the robot need every joint's effort limit; none for {missing}",
+                             "effort_limits")
+        weight = float(np.asarray(model.inertias)[:, 0].sum()) * GRAVITY
+        return replace(self, torque=self.torque / float(np.mean(limits ** 2)),
+                       force=self.force / weight ** 2)
 
 
 class LeggedMPC:
@@ -503,7 +529,7 @@ class LeggedMPC:
             self.capture_offset[:] = offset * min(1.0, self.max_capture_offset / max(norm, 1e-12))
 
     def _lift_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(P, nc) sin^2(pi s) at each knot of the gait's period, s the fraction of the foot's swing
+        """(P, nc) 16 s^2 (1 - s)^2 at each knot of the gait's period, s the fraction of the foot's swing
         done at the knot's state (0 at lift-off, 1 at the touchdown knot, 0 in stance; a swing
         wraps around the period's end); and (P, nc) the knots since the foot's lift-off and until
         its touchdown, at its swing knots and touchdown knot (0 elsewhere)."""
@@ -522,7 +548,10 @@ class LeggedMPC:
                     start -= 1
                 while not pattern[(end + 1) % period, c]:
                     end += 1
-                table[p, c] = np.sin(np.pi * (p - start) / (end - start + 1)) ** 2
+                # Higher than sin^2(pi s) at the knots next to the ground (0.19 against 0.15 of h on an 8-knot
+                # swing): trotting solo12 in process, 0 contact samples past mu instead of 165 in 5 gaits.
+                s = (p - start) / (end - start + 1)
+                table[p, c] = 16.0 * s * s * (1.0 - s) ** 2
                 since[p, c], until[p, c] = p - start, end + 1 - p
                 touchdown = (end + 1) % period
                 since[touchdown, c], until[touchdown, c] = end + 1 - start, 0

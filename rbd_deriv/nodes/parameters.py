@@ -203,6 +203,8 @@ _STAMP_LEAD = ("Refuse input stamped ahead of the node's clock by more than this
                "disagree a little, but a stamp far ahead would make every later message look out of order.")
 
 STATE_QOS_CHOICES = ("best_effort", "reliable")
+#: How the legged MPC reads its torque and force weights (LeggedWeights.per_robot, or as given).
+WEIGHT_SCALES = ("robot", "none")
 STATE_QOS_TEXT = ("reliability of the state subscriptions (joint_states, odom): best_effort matches both reliable "
                   "and best-effort publishers (REP 2003's sensor data profile); reliable matches reliable "
                   "publishers only")
@@ -418,7 +420,17 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
     "sway_period": Spec(2.0, "period of the sway [s], in [0.1, 60]; settable at run time", in_range(0.1, 60.0)),
     **{f"weight_{field.name}": Spec(float(field.default), f"legged cost weight `{field.name}` (see "
                                     "rbd_deriv.control.legged.LeggedWeights), >= 0", non_negative, read_only=True)
-       for field in dataclasses.fields(LeggedWeights)},
+       for field in dataclasses.fields(LeggedWeights) if field.name not in ("torque", "force")},
+    "weight_scale": Spec("robot", "how weight_torque and weight_force read: robot (dimensionless, per the square of "
+                         "the root mean square of the planned joints' effort limits and of the robot's weight: "
+                         "LeggedWeights.per_robot) or none (as given, [1/(N m)^2] and [1/N^2])",
+                         one_of(WEIGHT_SCALES), read_only=True),
+    "weight_torque": Spec(0.729, "legged cost weight on u - u^s, >= 0: per (effort limit)^2 with weight_scale robot "
+                          "(0.729: solo12's 0.1 /(N m)^2 on its 2.7 N m), [1/(N m)^2] with none", non_negative,
+                          read_only=True),
+    "weight_force": Spec(0.6015, "legged cost weight on f - f^r, >= 0: per (robot's weight)^2 with weight_scale "
+                         "robot (0.6015: solo12's 0.001 /N^2 on its 24.5 N), [1/N^2] with none", non_negative,
+                         read_only=True),
 }
 MPC_NODE.update(MPC_NODE_LEGGED)
 

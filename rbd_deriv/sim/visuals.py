@@ -11,7 +11,9 @@ bodies through its ``MjSpec``:
 - each geom collides with nothing (``contype`` = ``conaffinity`` = 0) and weighs nothing (mass and density 0):
   the bodies' masses and inertias stay the URDF's ``<inertial>`` (test/test_mujoco_plant.py compares them);
 - a mesh MuJoCo cannot read (a format other than :data:`MESH_FORMATS`, such as COLLADA ``.dae``) or whose file
-  is missing is skipped: :attr:`Visuals.note` says how many, of which formats, in one line.
+  is missing is skipped: :attr:`Visuals.note` says how many, of which formats, in one line; the link then shows its
+  ``<collision>`` shapes, drawn the same way (example-robot-data's ANYmal B, A1 and Go2 give their visuals as COLLADA
+  only: without them a video showed ANYmal as a single box).
 """
 
 from __future__ import annotations
@@ -45,10 +47,12 @@ class Visuals:
         added: Number of visual geoms added.
         skipped: Number of mesh files skipped, by reason (``".dae"``: a format MuJoCo cannot read;
             ``"missing"``: a file not found).
+        from_collision: Collision shapes drawn on the links whose visuals were skipped.
     """
 
     added: int = 0
     skipped: Counter = field(default_factory=Counter)
+    from_collision: int = 0
 
     @property
     def note(self) -> Optional[str]:
@@ -57,7 +61,8 @@ class Visuals:
             return None
         parts = [f"{count} {'not found' if reason == 'missing' else reason + ' (a format MuJoCo cannot read)'}"
                  for reason, count in sorted(self.skipped.items())]
-        return f"visual meshes skipped: {', '.join(parts)}; {self.added} visual geoms kept"
+        shown = f", {self.from_collision} collision shapes shown on their links instead" if self.from_collision else ""
+        return f"visual meshes skipped: {', '.join(parts)}; {self.added} visual geoms kept{shown}"
 
 
 def _rgba(visual: ElementTree.Element, named: dict) -> list:
@@ -76,7 +81,8 @@ def _numbers(text: Optional[str], default: tuple) -> list:
 
 def add_visuals(spec: Any, urdf_root: ElementTree.Element, folder: Path) -> Visuals:
     """Add the ``<visual>`` elements of the URDF ``urdf_root`` to the robot's ``MjSpec`` ``spec`` (its bodies named
-    as the links), as geoms of group :data:`VISUAL_GROUP` that neither collide nor weigh.
+    as the links), as geoms of group :data:`VISUAL_GROUP` that neither collide nor weigh; a link with a visual
+    that could not be drawn shows its ``<collision>`` shapes as well (grey, drawn the same way).
 
     Args:
         spec: The robot's spec, loaded from :func:`~rbd_deriv.sim.mujoco_plant.mujoco_ready_urdf`'s text.
@@ -85,10 +91,8 @@ def add_visuals(spec: Any, urdf_root: ElementTree.Element, folder: Path) -> Visu
             given as text).
 
     Returns:
-        How many geoms were added and which meshes were skipped.
+        How many geoms were added, which meshes were skipped and how many collision shapes stand in for them.
     """
-    import mujoco
-
     spec.compiler.discardvisual = False  # MuJoCo's importer would drop geoms that collide with nothing
     named = {m.get("name"): _numbers(m.find("color").get("rgba"), DEFAULT_RGBA)
              for m in urdf_root.findall("material") if m.find("color") is not None}
@@ -99,54 +103,72 @@ def add_visuals(spec: Any, urdf_root: ElementTree.Element, folder: Path) -> Visu
         body = bodies.get(link.get("name"))
         if body is None:
             continue
+        skipped = 0
         for index, visual in enumerate(link.findall("visual")):
-            shape = visual.find("geometry")
-            shape = shape[0] if shape is not None and len(shape) else None
-            if shape is None:
-                continue
-            geom_type, size, mesh_name = None, None, None
-            if shape.tag == "box":
-                geom_type, size = mujoco.mjtGeom.mjGEOM_BOX, [x / 2 for x in _numbers(shape.get("size"), (0, 0, 0))]
-            elif shape.tag == "cylinder":
-                geom_type = mujoco.mjtGeom.mjGEOM_CYLINDER
-                size = [float(shape.get("radius", 0)), float(shape.get("length", 0)) / 2, 0.0]
-            elif shape.tag == "sphere":
-                geom_type, size = mujoco.mjtGeom.mjGEOM_SPHERE, [float(shape.get("radius", 0)), 0.0, 0.0]
-            elif shape.tag == "mesh":
-                filename = shape.get("filename", "")
-                extension = os.path.splitext(filename)[1].lower()
-                if extension not in MESH_FORMATS:
-                    visuals.skipped[extension or "(no extension)"] += 1
-                    continue
-                path = resolve_mesh(filename, folder)
-                if path is None:
-                    visuals.skipped["missing"] += 1
-                    continue
-                scale = tuple(_numbers(shape.get("scale"), (1.0, 1.0, 1.0)))
-                if (path, scale) not in meshes:
-                    mesh = spec.add_mesh()
-                    mesh.name, mesh.file, mesh.scale = f"visual_mesh{len(meshes)}", str(path), list(scale)
-                    meshes[(path, scale)] = mesh.name
-                geom_type, mesh_name = mujoco.mjtGeom.mjGEOM_MESH, meshes[(path, scale)]
-            else:
-                continue
-            origin = visual.find("origin")
-            placement = transform_from_origin(
-                _numbers(origin.get("xyz") if origin is not None else None, (0, 0, 0)),
-                _numbers(origin.get("rpy") if origin is not None else None, (0, 0, 0)), link.get("name"))
-            quat = np.zeros(4)
-            mujoco.mju_mat2Quat(quat, placement[:3, :3].ravel())
-            geom = body.add_geom()
-            geom.name = f"visual_{link.get('name')}_{index}"
-            geom.type = geom_type
-            if mesh_name is not None:
-                geom.meshname = mesh_name
-            else:
-                geom.size = size
-            geom.pos, geom.quat = placement[:3, 3], quat
-            geom.rgba = _rgba(visual, named)
-            geom.contype, geom.conaffinity = 0, 0
-            geom.mass, geom.density = 0.0, 0.0
-            geom.group = VISUAL_GROUP
-            visuals.added += 1
+            reason = _add_shape(spec, body, visual, f"visual_{link.get('name')}_{index}", named, meshes, folder)
+            if reason is None:
+                visuals.added += 1
+            elif reason:
+                visuals.skipped[reason] += 1
+                skipped += 1
+        if skipped:
+            for index, collision in enumerate(link.findall("collision")):
+                name = f"visual_collision_{link.get('name')}_{index}"
+                visuals.from_collision += _add_shape(spec, body, collision, name, named, meshes, folder) is None
     return visuals
+
+
+def _add_shape(spec: Any, body: Any, element: ElementTree.Element, name: str, named: dict, meshes: dict,
+               folder: Path) -> Optional[str]:
+    """Add the shape of a ``<visual>`` or ``<collision>`` element to ``body`` as a geom named ``name`` that neither
+    collides nor weighs. Returns None when added, the reason a mesh was skipped (its extension, or ``"missing"``),
+    or "" for an element without a shape this draws."""
+    import mujoco
+
+    shape = element.find("geometry")
+    shape = shape[0] if shape is not None and len(shape) else None
+    if shape is None:
+        return ""
+    geom_type, size, mesh_name = None, None, None
+    if shape.tag == "box":
+        geom_type, size = mujoco.mjtGeom.mjGEOM_BOX, [x / 2 for x in _numbers(shape.get("size"), (0, 0, 0))]
+    elif shape.tag == "cylinder":
+        geom_type = mujoco.mjtGeom.mjGEOM_CYLINDER
+        size = [float(shape.get("radius", 0)), float(shape.get("length", 0)) / 2, 0.0]
+    elif shape.tag == "sphere":
+        geom_type, size = mujoco.mjtGeom.mjGEOM_SPHERE, [float(shape.get("radius", 0)), 0.0, 0.0]
+    elif shape.tag == "mesh":
+        filename = shape.get("filename", "")
+        extension = os.path.splitext(filename)[1].lower()
+        if extension not in MESH_FORMATS:
+            return extension or "(no extension)"
+        path = resolve_mesh(filename, folder)
+        if path is None:
+            return "missing"
+        scale = tuple(_numbers(shape.get("scale"), (1.0, 1.0, 1.0)))
+        if (path, scale) not in meshes:
+            mesh = spec.add_mesh()
+            mesh.name, mesh.file, mesh.scale = f"visual_mesh{len(meshes)}", str(path), list(scale)
+            meshes[(path, scale)] = mesh.name
+        geom_type, mesh_name = mujoco.mjtGeom.mjGEOM_MESH, meshes[(path, scale)]
+    else:
+        return ""
+    origin = element.find("origin")
+    placement = transform_from_origin(
+        _numbers(origin.get("xyz") if origin is not None else None, (0, 0, 0)),
+        _numbers(origin.get("rpy") if origin is not None else None, (0, 0, 0)), name)
+    quat = np.zeros(4)
+    mujoco.mju_mat2Quat(quat, placement[:3, :3].ravel())
+    geom = body.add_geom()
+    geom.name = name
+    geom.type = geom_type
+    if mesh_name is not None:
+        geom.meshname = mesh_name
+    else:
+        geom.size = size
+    geom.pos, geom.quat = placement[:3, 3], quat
+    geom.rgba = _rgba(element, named)
+    geom.contype, geom.conaffinity = 0, 0
+    geom.mass, geom.density = 0.0, 0.0
+    geom.group = VISUAL_GROUP
+    return None
