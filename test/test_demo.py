@@ -195,7 +195,7 @@ def test_legged_setup_of_any_robot(tmp_path):
                                    contact="point", srdf=str(example_robot_srdf("solo12")), posture="standing",
                                    locked_joints=None, sole="frame")
     urdf, parameter_file, sim, mpc = legged.legged_setup(arguments)
-    assert urdf == arguments.urdf and parameter_file == ""
+    assert urdf == arguments.urdf and parameter_file == "quadruped.yaml"
     assert sim["contact_frames"] == mpc["contact_frames"] == "[FL_FOOT, FR_FOOT, HL_FOOT, HR_FOOT]"
     assert sim["floating_base"] is True and mpc["posture"] == "standing" and "locked_joints" not in mpc
     robot_file = legged.legged_parameters("solo12")
@@ -208,16 +208,20 @@ def test_legged_setup_of_any_robot(tmp_path):
     _, parameter_file, sim, mpc = legged.legged_setup(humanoid)
     assert "initial_positions" not in sim and mpc["locked_joints"] == "[head_1_joint, head_2_joint]"
     assert parameter_file == "humanoid.yaml" and sim["sole_placement"] == mpc["sole_placement"] == "frame"
-    # config/humanoid.yaml holds talos's tuned values wherever talos.yaml sets the same parameter.
+    # config/humanoid.yaml holds talos's tuned values wherever talos.yaml sets the same parameter, and
+    # config/quadruped.yaml solo12's.
     from rbd_deriv.nodes.parameters import MPC_NODE, SIM_NODE, _problem
 
-    generic, talos = legged.read_parameters("humanoid.yaml"), legged.legged_parameters("talos")
-    for node, table in (("sim_node", SIM_NODE), ("mpc_node", MPC_NODE)):
-        for name, value in generic[node].items():
-            assert name in table and _problem(name, table[name], value) is None, (node, name, value)
-    for node, values in generic.items():
-        shared = {key: value for key, value in values.items() if key in talos[node]}
-        assert shared == {key: talos[node][key] for key in shared} and len(shared) >= 10, node
+    for generic_file, robot in (("humanoid.yaml", "talos"), ("quadruped.yaml", "solo12")):
+        generic, tuned = legged.read_parameters(generic_file), legged.legged_parameters(robot)
+        for node, table in (("sim_node", SIM_NODE), ("mpc_node", MPC_NODE)):
+            for name, value in generic[node].items():
+                assert name in table and _problem(name, table[name], value) is None, (node, name, value)
+        for node, values in generic.items():
+            shared = {key: value for key, value in values.items() if key in tuned[node]}
+            assert shared == {key: tuned[node][key] for key in shared} and len(shared) >= 10, (generic_file, node)
+            # Nothing of the robot itself: its feet, posture and actuators come from the command line and its URDF.
+            assert not {"contact_frames", "posture", "effort_limits"} & set(values), node
     with pytest.raises(SystemExit, match="--contact frame"):
         legged.legged_setup(argparse.Namespace(**dict(vars(arguments), sole="collision")))
 
@@ -474,9 +478,9 @@ def test_any_humanoid_walks_from_its_urdf(tmp_path):
 
 def test_any_quadruped_trots_from_its_urdf(tmp_path):
     """ANYmal B (30 kg, 80 N m actuators: twelve times solo12's mass, thirty times its torques) from its URDF and
-    SRDF with the MPC's default file trots forward at 0.3 m/s through both nodes: the torque and force weights are
-    per the robot (weight_scale robot); solo12's in absolute units had its plans trot backwards at 0.27 m/s. No
-    fall, the command followed, its feet lifted, its torques within the URDF's limits."""
+    SRDF (config/quadruped.yaml: solo12's tuning) trots forward at 0.3 m/s through both nodes: the torque and force
+    weights are per the robot (weight_scale robot); the MPC's default weights in absolute units had its plans trot
+    backwards at 0.27 m/s. No fall, the command followed, its feet lifted, its torques within the URDF's limits."""
     import json
     import os
     import sys

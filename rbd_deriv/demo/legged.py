@@ -59,8 +59,8 @@ def _names(values: Sequence[str]) -> str:
 def legged_setup(arguments: Any) -> tuple[str, str, dict, dict]:
     """(urdf, parameter file or "", simulator overrides, MPC overrides) of the legged demo asked for: a robot of
     :data:`LEGGED_DEMOS` (its file, its example-robot-data URDF and SRDF), or ``--urdf`` with its feet: on soles
-    (``--contact frame``) config/humanoid.yaml's humanoid settings, on point feet the MPC's defaults (the simulator
-    at the SRDF posture's joints)."""
+    (``--contact frame``) config/humanoid.yaml's humanoid settings, on point feet config/quadruped.yaml's (the
+    simulator at the SRDF posture's joints)."""
     from rbd_deriv.testing.robots import EXAMPLE_ROBOTS, example_robot_srdf
 
     if arguments.urdf is None:
@@ -86,13 +86,13 @@ def legged_setup(arguments: Any) -> tuple[str, str, dict, dict]:
         # robot until the first policy, lock a humanoid bent at its posture and throw it off the floor; the MPC
         # bends it to its posture over posture_ramp.
         return arguments.urdf, "humanoid.yaml", sim, mpc
-    mpc.update(horizon=20, dt=0.02, rate_hz=100.0, state_timeout=0.1)
-    # Point feet start at the posture's joints.
+    # A quadruped on point feet: config/quadruped.yaml (solo12's tuning, the weights per the robot). It starts at
+    # the posture's joints.
     if arguments.srdf and arguments.posture:
         model = rd.load_urdf(arguments.urdf, floating_base=True)
         posture = reference_posture(model, arguments.srdf, arguments.posture, missing="neutral")
         sim["initial_positions"] = posture[7:].tolist()
-    return arguments.urdf, "", sim, mpc
+    return arguments.urdf, "quadruped.yaml", sim, mpc
 
 
 class LeggedRecorder(LoopRecorder):
