@@ -112,13 +112,18 @@ class NodeUnderTest:
         deadline = time.monotonic() + timeout
         # DDS's wait once missed its own 50 ms timeout in CI and stayed blocked (17 min, until the node under test
         # changed state): a helper thread wakes the executor every 0.5 s, and 10 s past the deadline stops the node,
-        # so that a wait that never returns fails the test (node died) instead of hanging the suite.
+        # so that a wait that never returns fails the test (node died) instead of hanging the suite. In a local
+        # fresh-clone run the node under test was stuck as well and outlived SIGTERM for 20 min (the use_sim_time
+        # test; both processes in Fast DDS's wait set): 20 s past the deadline it is killed.
         done = threading.Event()
 
         def watch() -> None:
             while not done.wait(0.5):
                 self.executor.wake()
-                if time.monotonic() > deadline + 10.0 and self.process.poll() is None:
+                late = time.monotonic() - deadline
+                if late > 20.0 and self.process.poll() is None:
+                    self.process.kill()
+                elif late > 10.0 and self.process.poll() is None:
                     self.process.terminate()
 
         watcher = threading.Thread(target=watch, daemon=True)
