@@ -691,3 +691,33 @@ def test_the_reference_stays_within_its_slack_of_a_pushed_robot(solo):
     assert np.hypot(*gap) == pytest.approx(0.1, rel=1e-9)
     np.testing.assert_allclose(gap / np.hypot(*gap), -np.array([0.3, 0.4]) / 0.5, atol=1e-9)
     assert _yaw(first[3:7])[0] == pytest.approx(0.6 - 0.2, abs=1e-9)
+
+
+def test_a_gait_started_on_the_move_lifts_the_feet_behind_the_motion_first(solo):
+    """A gait switched to while the base moves starts at the stretch of its pattern with every foot down whose next
+    lift-off lifts the feet behind the motion: pacing after moving left (+y) lifts the right pair first, after
+    moving right the left pair; bounding forwards the hind pair, backwards the front pair; at rest (and under
+    0.05 m/s) at its first knot, as before."""
+    model, feet, posture, _ = solo
+    table = parse_gait_table(["pace: period=0.32 duty=0.625 offsets=0.5,0.0,0.5,0.0",
+                              "bound: period=0.4 duty=0.7 offsets=0.5,0.5,0.0,0.0"])
+    mpcs = {name: LeggedMPC(model, feet, make_gait(name, feet, ["point"] * 4, table, 0.02), posture, horizon=20,
+                            dt=0.02) for name in ("stand", "pace", "bound")}
+
+    def first_lift(gait, velocity):
+        loop = LeggedLoop(model, mpcs, "stand", LeggedLoopSettings())
+        v = np.zeros(model.nv)
+        v[:3] = velocity
+        feed(loop, model, posture, v, START)
+        loop.set_gait(gait)   # from standing: at once
+        pattern = mpcs[gait].gait.pattern
+        knot = loop.knot(1.0)
+        assert pattern[knot % len(pattern)].all()
+        lift = next(k for k in range(knot + 1, knot + len(pattern)) if not pattern[k % len(pattern)].all())
+        return knot, {foot for foot, down in zip(feet, pattern[lift % len(pattern)]) if not down}
+
+    assert first_lift("pace", [0.0, 0.2, 0.0])[1] == {"FR_FOOT", "HR_FOOT"}
+    assert first_lift("pace", [0.0, -0.2, 0.0])[1] == {"FL_FOOT", "HL_FOOT"}
+    assert first_lift("bound", [0.2, 0.0, 0.0])[1] == {"HL_FOOT", "HR_FOOT"}
+    assert first_lift("bound", [-0.2, 0.0, 0.0])[1] == {"FL_FOOT", "FR_FOOT"}
+    assert first_lift("pace", [0.0, 0.0, 0.0])[0] == first_lift("pace", [0.0, 0.04, 0.0])[0] == 0

@@ -113,6 +113,10 @@ STALE_PLAN_FRACTION = 0.25
 #: fall.
 RESTORE_ATTEMPTS = 3
 
+#: A gait that starts while the base moves faster than this [m/s] starts where its first lift-off takes the feet
+#: most behind the motion (LeggedLoop._trailing_start); slower, at its first knot.
+TRAILING_SPEED = 0.05
+
 # --- The legged MPC's real-time steps (rbd_deriv.control.legged) -----------------------------------------
 
 #: A real-time iteration's full step that changes a joint's velocity along the plan by more than this many times

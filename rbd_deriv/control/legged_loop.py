@@ -44,7 +44,7 @@ import numpy as np
 import rbd_deriv as rd
 from rbd_deriv.control.base_motion import BasePath, checked_motion, motion_bounds, sway_peak_speed
 from rbd_deriv.control.constants import (LATENCY_WINDOW, MAX_TAKEN, RESTORE_ATTEMPTS, STALE_PLAN_FRACTION,
-                                        STATISTICS_WINDOW)
+                                        STATISTICS_WINDOW, TRAILING_SPEED)
 from rbd_deriv.control.legged import LeggedMPC
 from rbd_deriv.control.policy import (FeedbackPolicy, constant_policy, keep_taken, policy_from_plan,
                                       policy_in_use)
@@ -102,6 +102,7 @@ class LeggedLoop(TickLoop):
         self.gait = ""
         self.mpc = first
         self._gait_start: Optional[float] = None
+        self._first_knot = 0  # the knot of its pattern the gait in use started at (_trailing_start)
         self._last_knot: Optional[int] = None
         self._sent_ns: Optional[int] = None  # stamp of the last policy sent
         # The policies sent that the robot side may still apply, as it keeps them (policy_in_use), and the
@@ -182,8 +183,9 @@ class LeggedLoop(TickLoop):
 
     def set_gait(self, gait: str) -> None:
         """Follow ``gait`` (a key of the loop's MPCs; while the velocity command is zero, the ``idle_gait`` setting
-        when it is set), from its first knot. The switch waits for a knot of the gait in use where every foot is on
-        the ground (it happens now when the gait in use stands, or before the first plan).
+        when it is set), from its first knot, or on the move from where the feet behind the motion lift first
+        (:meth:`_trailing_start`). The switch waits for a knot of the gait in use where every foot is on the ground
+        (it happens now when the gait in use stands, or before the first plan).
 
         Raises:
             InputError: an unknown gait; the gait in use stays.
@@ -205,7 +207,34 @@ class LeggedLoop(TickLoop):
         if gait != self.gait:
             self.gait, self.mpc = gait, self.mpcs[gait]
             self._gait_start = None
+            self._first_knot = self._trailing_start(self.mpc.gait.pattern)
             self._last_knot = None  # its plan is not this robot's recent past: start it from scratch
+
+    def _trailing_start(self, pattern: np.ndarray) -> int:
+        """The knot a gait of ``pattern`` (P, nc) starts at when the robot moves: the first knot of one of its
+        stretches with every foot down, the one whose next lift-off lifts the feet most behind the base's measured
+        planar motion (their mean position along it from the base), so that the feet the motion leaves go first; 0
+        at rest (under :data:`TRAILING_SPEED`), before the state is known, or for a gait without such stretches.
+        Switching from a sideways trot to the pace, solo12 lifted its leading pair first and rolled onto it, its
+        other pair unloaded to 1 N: 105 contact samples past mu in half a second, none when the trailing pair
+        lifts first."""
+        starts = [k for k in range(len(pattern)) if pattern[k].all() and not pattern[k - 1].all()]
+        if len(starts) < 2 or not self.state.complete:
+            return 0
+        q, v = self.state.q, self.state.v
+        iq, iv = self._base_q, self._base_v
+        motion = (rotation_of(q[iq + 3:iq + 7]) @ v[iv:iv + 3])[:2]
+        speed = float(np.hypot(*motion))
+        if not speed >= TRAILING_SPEED:
+            return 0
+        rd.forward_kinematics(self.model, self._data, q)
+        ahead = np.array([rd.frame_placement(self.model, self._data, foot)[:2, 3] - q[iq:iq + 2]
+                          for foot in self.feet]) @ (motion / speed)
+        scores = []
+        for start in starts:
+            lift = next(k for k in range(start + 1, start + len(pattern)) if not pattern[k % len(pattern)].all())
+            scores.append(float(ahead[~pattern[lift % len(pattern)]].mean()))
+        return starts[int(np.argmin(scores))]
 
     def _follow_gait(self, now: float) -> None:
         """Switch to the wanted gait (:meth:`_wanted_gait`) if the gait in use has every foot down at the knot the
@@ -329,8 +358,8 @@ class LeggedLoop(TickLoop):
         if self._sent_ns is not None:
             when = max(when, self._seconds(self._sent_ns))
         if self._gait_start is None:
-            self._gait_start = when
-            self._timeline.append((when, self.mpc.gait, self.mpc.dt))
+            self._gait_start = when - self._first_knot * self.mpc.dt
+            self._timeline.append((when, self.mpc.gait, self.mpc.dt, self._first_knot))
         return math.ceil((when - self._gait_start) / self.mpc.dt - 1e-6)
 
     def latency(self) -> float:
@@ -348,9 +377,9 @@ class LeggedLoop(TickLoop):
         """The contacts (:class:`rbd_deriv.Contact`) the gait in force at ``time`` [s] has closed (every foot
         before the first gait)."""
         down = (True,) * len(self.feet)
-        for start, gait, dt in self._timeline:
+        for start, gait, dt, first in self._timeline:
             if start <= time:
-                down = tuple(gait.pattern[math.floor((time - start) / dt + 1e-6) % gait.period])
+                down = tuple(gait.pattern[(math.floor((time - start) / dt + 1e-6) + first) % gait.period])
         contacts = self._contact_sets.get(down)
         if contacts is None:
             contacts = self._contact_sets[down] = tuple(
