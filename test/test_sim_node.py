@@ -317,11 +317,14 @@ def test_the_base_pose_goes_out_on_tf(solo, tmp_path_factory):
     assert listened.returncode == 0, listened.stderr[-3000:]
     heard = json.loads(listened.stdout)
     transforms, poses = heard["transforms"], heard["poses"]
-    # 2 s at one transform per 0.02 s: about 100 (a loaded machine may drop some).
-    assert 60 <= len(transforms) <= 102, len(transforms)
+    # 2 s at one transform per 0.02 s: about 100 (a loaded machine may drop some; the listener may also take a few
+    # that were waiting in its queue when its 2 s began: 110 once in CI, their stamps 20 ms apart).
+    assert len(transforms) >= 60, len(transforms)
     assert {(t[1], t[2]) for t in transforms} == {("odom", "base_link")}
     stamps = np.array([t[0] for t in transforms])
-    assert (np.diff(stamps) >= 0.02e9 - 1).all(), np.diff(stamps).min()
+    # One per tf_period: never two closer, and most within a physics step (1 ms) of it (none dropped between them).
+    steps = np.diff(stamps)
+    assert (steps >= 0.02e9 - 1).all() and np.median(steps) <= 0.021e9 + 1e5, (steps.min(), np.median(steps))
     matched = [(t[3:], poses[str(t[0])]) for t in transforms if str(t[0]) in poses]
     assert len(matched) >= 0.5 * len(transforms), (len(matched), len(transforms))
     for transform, pose in matched:
