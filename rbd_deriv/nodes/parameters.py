@@ -203,19 +203,19 @@ _STAMP_LEAD = ("Refuse input stamped ahead of the node's clock by more than this
                "disagree a little, but a stamp far ahead would make every later message look out of order.")
 
 STATE_QOS_CHOICES = ("best_effort", "reliable")
-#: How the legged MPC reads its torque and force weights (LeggedWeights.per_robot, or as given).
-WEIGHT_SCALES = ("robot", "none")
 STATE_QOS_TEXT = ("reliability of the state subscriptions (joint_states, odom): best_effort matches both reliable "
                   "and best-effort publishers (REP 2003's sensor data profile); reliable matches reliable "
                   "publishers only")
+#: How the legged MPC reads its torque and force weights (LeggedWeights.per_robot, or as given).
+WEIGHT_SCALES = ("robot", "none")
 
-#: The managed nodes' (dynamics and MPC).
 #: Both legged nodes' ``sole_placement`` (the simulator and the MPC must be given the same).
 SOLE_PLACEMENT = Spec("frame", "where each sole is: frame (the contact frame is the sole's centre, z up, sole_size "
                       "long and wide); collision (each contact frame is a foot link whose URDF collision geometry "
                       "gives the sole: its lowest face at the neutral configuration, a frame <link>_sole at its "
                       "centre, its size replacing sole_size; rbd_deriv.core.soles)", one_of(SOLE_PLACEMENTS),
                       read_only=True)
+#: The managed nodes' (dynamics and MPC).
 AUTOSTART = Spec(True, "walk the lifecycle through configure and activate at start (once a description is known); "
                  "false: wait for 'ros2 lifecycle set <node> configure' then 'activate'", read_only=True)
 
