@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from rbd_deriv.core.urdf import FREE_FLYER_JOINT
+from rbd_deriv.core.urdf import FREE_FLYER_JOINT, read_description
 from rbd_deriv.exceptions import BudgetError, InputError, ModelError, RbdDerivError, URDFError
 from rbd_deriv.sim.free_flyer import pose_from_mujoco, to_mujoco, twist_from_mujoco
 from rbd_deriv.sim.ground import SOLIMP, SOLREF, Ground, GroundContacts, add_ground
@@ -44,11 +44,8 @@ FALL_HEIGHT_FRACTION = 0.5
 
 
 def _parse(source: str | Path) -> ElementTree.Element:
-    text = str(source)
-    if not text.lstrip().startswith("<"):
-        text = Path(text).read_text(encoding="utf-8")
     try:
-        root = ElementTree.fromstring(text)
+        root = ElementTree.fromstring(read_description(source))
     except ElementTree.ParseError as error:
         raise URDFError(f"robot description is not valid XML: {error}") from error
     if root.tag != "robot":
