@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rbd_deriv.core.urdf import read_description, resolve_mesh, transform_from_origin
+from rbd_deriv.core.urdf import description_tree, resolve_mesh, transform_from_origin
 from rbd_deriv.exceptions import InputError, ModelError, URDFError
 
 __all__ = ["SOLE_BAND", "SOLE_PLACEMENTS", "Sole", "add_soles", "common_size", "feet_on_soles", "sole_from_collision",
@@ -68,15 +68,6 @@ class Sole:
         return f"{self.link}_sole"
 
 
-def _root(description: str | Path) -> tuple[ElementTree.Element, Path]:
-    """The parsed URDF and the folder its mesh paths resolve against (the working folder for text)."""
-    text = read_description(description)
-    try:
-        root = ElementTree.fromstring(text)
-    except ElementTree.ParseError as error:
-        raise URDFError(f"cannot read the robot description: {error}") from error
-    is_text = str(description).lstrip().startswith("<")
-    return root, (Path.cwd() if is_text else Path(description).resolve().parent)
 
 
 def _numbers(text: str | None, count: int, default: float = 0.0) -> np.ndarray:
@@ -147,7 +138,7 @@ def collision_points(description: str | Path, link: str, down: Sequence[float]) 
     Raises:
         URDFError: No such link, a link without collision geometry, a shape or mesh that cannot be read.
     """
-    return _link_points(*_root(description), link, down)
+    return _link_points(*description_tree(description), link, down)
 
 
 def _link_points(root: ElementTree.Element, folder: Path, link: str, down: Sequence[float]) -> np.ndarray:
@@ -181,7 +172,7 @@ def sole_from_collision(description: str | Path, link: str, down: Sequence[float
         URDFError: As :func:`collision_points`.
         ModelError: The touching points span no area (a single point or a line), so there is no sole.
     """
-    return _sole(*_root(description), link, down, band)
+    return _sole(*description_tree(description), link, down, band)
 
 
 def _sole(root: ElementTree.Element, folder: Path, link: str, down: Sequence[float], band: float) -> Sole:
@@ -220,7 +211,7 @@ def soles_from_collision(model: Any, description: str | Path, links: Sequence[st
     from rbd_deriv.core.configuration import neutral
     from rbd_deriv.core.kinematics import forward_kinematics, frame_placement
 
-    root, folder = _root(description)  # read once for every foot
+    root, folder = description_tree(description)  # read once for every foot
     data = model.create_data()
     forward_kinematics(model, data, neutral(model))
     soles = []

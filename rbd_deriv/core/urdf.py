@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import threading
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Mapping
 
@@ -148,6 +149,25 @@ def read_description(path_or_xml: str) -> str:
         raise URDFError(f"URDF file not found: {text!r}")
     with open(text, encoding="utf-8") as stream:
         return stream.read()
+
+
+
+def description_tree(path_or_xml: str) -> tuple[ElementTree.Element, Path]:
+    """The ``<robot>`` element of a URDF (:func:`read_description`'s text) and the folder its relative mesh paths
+    resolve against: the file's, or the working folder for XML text.
+
+    Raises:
+        URDFError: What :func:`read_description` refuses, text that is not XML, a root other than ``<robot>``.
+    """
+    text = read_description(path_or_xml)
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError as error:
+        raise URDFError(f"robot description is not valid XML: {error}") from error
+    if root.tag != "robot":
+        raise URDFError(f"root element is <{root.tag}>, expected <robot>")
+    is_text = os.fspath(path_or_xml).lstrip().startswith("<")
+    return root, (Path.cwd() if is_text else Path(path_or_xml).resolve().parent)
 
 
 _PARSER_LOCK = threading.Lock()

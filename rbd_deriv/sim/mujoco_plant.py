@@ -23,8 +23,8 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from rbd_deriv.core.urdf import FREE_FLYER_JOINT, read_description
-from rbd_deriv.exceptions import BudgetError, InputError, ModelError, RbdDerivError, URDFError
+from rbd_deriv.core.urdf import FREE_FLYER_JOINT, description_tree
+from rbd_deriv.exceptions import BudgetError, InputError, ModelError, RbdDerivError
 from rbd_deriv.sim.free_flyer import pose_from_mujoco, to_mujoco, twist_from_mujoco
 from rbd_deriv.sim.ground import SOLIMP, SOLREF, Ground, GroundContacts, add_ground
 from rbd_deriv.sim.plant import Plant, joint_vector
@@ -43,14 +43,6 @@ PUSH_BUDGET_WINDOW = 1.0
 FALL_HEIGHT_FRACTION = 0.5
 
 
-def _parse(source: str | Path) -> ElementTree.Element:
-    try:
-        root = ElementTree.fromstring(read_description(source))
-    except ElementTree.ParseError as error:
-        raise URDFError(f"robot description is not valid XML: {error}") from error
-    if root.tag != "robot":
-        raise URDFError(f"root element is <{root.tag}>, expected <robot>")
-    return root
 
 
 def mujoco_ready_urdf(source: str | Path) -> str:
@@ -59,7 +51,7 @@ def mujoco_ready_urdf(source: str | Path) -> str:
     Raises:
         URDFError: The text is not XML or its root is not ``<robot>``.
     """
-    root = _parse(source)
+    root, _ = description_tree(source)
     for link in root.iter("link"):
         for tag in ("visual", "collision"):
             for element in link.findall(tag):
@@ -78,7 +70,7 @@ def frame_links(source: str | Path, frames: Sequence[str]) -> Tuple[str, ...]:
     Raises:
         ModelError: A name is neither a link nor a joint of the URDF.
     """
-    root = _parse(source)
+    root, _ = description_tree(source)
     links = {link.get("name") for link in root.iter("link")}
     children = {joint.get("name"): joint.find("child").get("link") for joint in root.iter("joint")
                 if joint.find("child") is not None}
@@ -119,9 +111,7 @@ def robot_spec(mujoco: Any, urdf: str | Path, floating_base: bool, visuals: bool
     spec = _load(mujoco, mujoco_ready_urdf(urdf), floating_base)
     if not visuals:
         return spec, Visuals()
-    text = str(urdf)
-    folder = Path.cwd() if text.lstrip().startswith("<") else Path(text).resolve().parent
-    return spec, add_visuals(spec, _parse(urdf), folder)
+    return spec, add_visuals(spec, *description_tree(urdf))
 
 
 def _compile(spec: Any) -> Any:
