@@ -125,7 +125,7 @@ def legged_loop(model: Any, p: Mapping[str, Any]) -> LeggedLoop:
         gait = make_gait(name, feet, kinds, table, p["dt"])
         mpcs[name] = LeggedMPC(model, feet, gait, posture, horizon=max(p["horizon"], gait.period), dt=p["dt"],
                                mu=p["mu"], weights=weights, swing_height=swing_height(table, name, p["swing_height"]),
-                               torso=base_link(model), sole_size=p["sole_size"])
+                               torso=base_link(model), sole_size=p["sole_size"], cop_margin=p["cop_margin"])
     settings = LeggedLoopSettings(state_timeout=p["state_timeout"], policy_validity=p["policy_validity"],
                                   max_stamp_lead=p["max_stamp_lead"], latency=p["command_delay"],
                                   predict=p["predict_delay"], gain_knots=p["policy_gain_knots"],

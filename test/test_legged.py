@@ -354,6 +354,33 @@ def test_a_ramp_takes_the_references_from_the_start_to_the_posture_along_a_smoot
             mpc.ramp_from(*bad)
 
 
+def test_the_planned_center_of_pressure_keeps_its_margin_from_the_soles_edges(talos):
+    """talos standing, its base moving sideways at 0.3 m/s (pushed): planned up to the sole's edge (cop_margin 0),
+    the first knot's center of pressure is past 85 % of the half-width (measured 0.91-0.94); with cop_margin 0.3
+    every sole's is within 70 % of its half length and width (measured 0.62-0.67). The center of pressure is
+    read from the plan's wrenches, (-tau_y, tau_x) / f_z at the sole's centre, the soles level."""
+    from rbd_deriv.control.legged_settings import make_gait, parse_gait_table
+
+    model, feet, kind, q = talos
+    gait = make_gait("stand", feet, [kind] * 2, parse_gait_table([]), 0.02)
+    half = 0.5 * np.array([0.21, 0.13])
+    x0 = np.r_[q, np.zeros(model.nv)]
+    x0[model.nq + 1] = 0.3
+    reach = {}
+    for margin in (0.0, 0.3):
+        mpc = LeggedMPC(model, feet, gait, q, horizon=25, dt=0.02, weights=weights("talos"), sole_size=2 * half,
+                        cop_margin=margin)
+        plan = mpc.solve(x0, phase=0, iterations=5)
+        assert plan.ok
+        wrenches = [plan.forces[plan.offsets[c]:plan.offsets[c] + 6] for c in range(2)]
+        reach[margin] = np.array([[-w[4] / w[2], w[3] / w[2]] for w in wrenches]) / half
+    assert np.abs(reach[0.0][:, 1]).max() > 0.85, reach
+    assert np.abs(reach[0.3]).max() <= 0.7 + 1e-3, reach
+    for bad in (-0.1, 1.0, np.nan):
+        with pytest.raises(InputError):
+            LeggedMPC(model, feet, gait, q, sole_size=2 * half, cop_margin=bad)
+
+
 def test_a_swinging_sole_is_held_flat_and_turned_to_the_heading_it_lands_with(talos):
     """talos walking (1 s cycle, soles down 70 % of it) on a path turning at 0.3 rad/s: each sole's orientation
     cost weighs exactly the knots where the sole swings and its touchdown knot (the gait's own table), its reference
