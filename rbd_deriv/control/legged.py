@@ -217,7 +217,8 @@ class LeggedMPC:
             pressure at each edge: the barrier's rectangle is (1 - cop_margin) times the sole's. The plan's
             center of pressure on the edge is the robot's sole on its edge, tipping at the least error
             (talos pushed by 0.2 m/s standing, in process: 313 sole-steps of 1 ms on the edge with no margin, 103
-            with 0.2, 77 with 0.3).
+            with 0.2, 77 with 0.3); the ankle's reach shrinks with it (standing, 0.3 m/s held but not 0.4, which
+            the margin 0 holds).
 
     Raises:
         InputError: A fixed-base model, a foot frame the model does not have, a posture of the
