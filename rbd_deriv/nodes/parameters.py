@@ -352,7 +352,7 @@ MPC_NODE_LEGGED: Dict[str, Spec] = {
                         "simulator's foot sphere)", positive, read_only=True),
     "sole_size": Spec([0.2, 0.1], "length and width of a sole [m] (the simulator's sole)", finite_values,
                       read_only=True),
-    "cop_margin": Spec(0.3, "share of a sole's half length and half width the plan keeps its center of pressure "
+    "cop_margin": Spec(0.0, "share of a sole's half length and half width the plan keeps its center of pressure "
                        "away from the sole's edges, in [0, 0.9] (0: up to the edge, where the sole starts to tip)",
                        in_range(0.0, 0.9), read_only=True),
     "sole_placement": SOLE_PLACEMENT,
