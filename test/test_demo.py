@@ -336,7 +336,8 @@ def test_logs_folder_and_the_nodes_that_exited(tmp_path):
 #: high (the crawl's lowest), tilt under 0.033 rad; 0-19 samples past mu per 3-4 s segment (touchdowns). talos at
 #: 100 of 100 Hz: 0-1 samples past mu, base 1.015-1.019 m high, tilt 0.007 rad through its 0.2 m/s push; walking
 #: at 0.15 m/s (three full runs of its script): velocity errors within 0.005 m/s, base 1.013-1.019 m high, tilt
-#: 0.023 rad, 1-14 samples past mu per 5 s segment (touchdowns and lift-offs).
+#: 0.023 rad, 1-14 samples past mu per 5 s segment (touchdowns and lift-offs). Where given, the soles' steps on an
+#: edge (2026-11-28, the stand and push case: 53 and 57).
 LEGGED_CASES = {
     "solo12 trot, walk, turn, push": (["--robot", "solo12", "--gait", "trot", "--cmd-vel", "0.3,0.0,0.5",
                                        "--push-velocity", "0.8", "--duration", "7"],
@@ -352,7 +353,8 @@ LEGGED_CASES = {
                      {"rate": 0.5, "error": (0.05, 0.05, 0.1), "height": (0.17, 0.29), "tilt": 0.15,
                       "cone_samples": 60}),
     "talos stand, push": (["--robot", "talos", "--gait", "stand", "--push-velocity", "0.2", "--duration", "5"],
-                          {"rate": 0.5, "error": None, "height": (0.98, 1.05), "tilt": 0.05, "cone_samples": 3}),
+                          {"rate": 0.5, "error": None, "height": (0.98, 1.05), "tilt": 0.05, "cone_samples": 3,
+                           "cop_edge_steps": 120}),
     "talos walk": (["--robot", "talos", "--gait", "walk", "--cmd-vel", "0.15,0.0,0.0", "--duration", "7"],
                    {"rate": 0.5, "error": (0.05, 0.05, 0.1), "height": (0.98, 1.05), "tilt": 0.08,
                     "cone_samples": 30}),
@@ -390,6 +392,10 @@ def test_legged_demo_json_on_a_short_run(tmp_path, case):
     assert 0.0 < document["max_torque_ratio"] <= 1.0
     # Forces against the MPC's own cone (its mu, under the floor's): MuJoCo's cone holds by construction.
     assert document["cone_violations"] <= bounds["cone_samples"], document
+    # Soles on their edges (the simulator's sole-steps of 1 ms, tipping): talos's 0.2 m/s push gave 53 and 57 with
+    # the plan's center of pressure kept within 70 % of the sole (cop_margin 0.3), 282 and 298 planned to the edge.
+    if "cop_edge_steps" in bounds:
+        assert 0 <= document["cop_edge_steps"] <= bounds["cop_edge_steps"], document
     assert document["mpc_rate_hz"] > bounds["rate"] * asked and document["solve_p99_ms"] >= document["solve_p50_ms"] > 0
     low, high = bounds["height"]
     for segment in document["segments"]:
