@@ -68,8 +68,6 @@ class Sole:
         return f"{self.link}_sole"
 
 
-
-
 def _numbers(text: str | None, count: int, default: float = 0.0) -> np.ndarray:
     values = [float(x) for x in text.split()] if text else [default] * count
     if len(values) != count or not all(math.isfinite(x) for x in values):
@@ -241,7 +239,6 @@ def common_size(soles: Sequence[Sole]) -> tuple:
     """(length, width) [m] of a rectangle inside every sole's: the smallest of each (the feet of a robot are
     mirror images; the controller and the simulator use one size)."""
     return (min(s.size[0] for s in soles), min(s.size[1] for s in soles))
-
 
 
 def feet_on_soles(model: Any, description: str | Path, contact_frames: Sequence[str], contact_kinds: Sequence[str],

@@ -151,7 +151,6 @@ def read_description(path_or_xml: str) -> str:
         return stream.read()
 
 
-
 def description_tree(path_or_xml: str) -> tuple[ElementTree.Element, Path]:
     """The ``<robot>`` element of a URDF (:func:`read_description`'s text) and the folder its relative mesh paths
     resolve against: the file's, or the working folder for XML text.

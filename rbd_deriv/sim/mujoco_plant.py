@@ -43,8 +43,6 @@ PUSH_BUDGET_WINDOW = 1.0
 FALL_HEIGHT_FRACTION = 0.5
 
 
-
-
 def mujoco_ready_urdf(source: str | Path) -> str:
     """URDF text (or a path to it) rewritten for MuJoCo's importer; returns the new XML text.
 
