@@ -245,3 +245,16 @@ def test_a_node_stopped_by_two_signals_exits_with_zero_and_no_traceback(name):
     stderr.close()
     assert "Traceback" not in output, output[-3000:]
     assert code == 0, output[-3000:]
+
+
+@pytest.mark.parametrize("module", ["mpc_node", "dynamics_node", "sim_node"])
+def test_a_node_started_with_a_bad_parameter_says_why_in_one_line(module):
+    """A node started as a terminal or a launch file starts it, with a parameter outside its range: exit code 2
+    and the refusal's reason on one line, no traceback (the managed nodes' clean-up used to raise an
+    AttributeError on the half-made node, burying the reason under a second traceback)."""
+    environment = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(1, 200)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    run = subprocess.run([sys.executable, "-m", f"rbd_deriv.nodes.{module}", "--ros-args", "-p",
+                          "diagnostics_period:=-1.0"], env=environment, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "invalid parameters: diagnostics_period must be in [0.01, 3600], got -1.0" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]

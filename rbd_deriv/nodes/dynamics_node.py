@@ -104,7 +104,11 @@ class DynamicsNode(LifecycleNode):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(NODE_NAME, **kwargs)
-        self._p = declare_parameters(self, PARAMETERS)
+        try:
+            self._p = declare_parameters(self, PARAMETERS)
+        except InputError:
+            LifecycleNode.destroy_node(self)  # nothing of its own made yet for destroy_node to remove
+            raise
         self._selection = OutputSelection.from_parameters(self._p)
         self._robot: Optional[_Robot] = None
         self._refusals = Refusals(self._p["log_throttle_period"])

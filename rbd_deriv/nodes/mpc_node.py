@@ -42,6 +42,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 import rbd_deriv as rd
 from rbd_deriv.control import CommandSource, FeedbackPolicy, Plan
 from rbd_deriv.control.locked_joints import LockedJoints
+from rbd_deriv.exceptions import InputError
 from rbd_deriv.messages import feedback_policy_fields, fill_message, set_stamp, stamp_to_ns
 from rbd_deriv.mpc_loops import control_loop, legged_loop, planning_model, soles_parameters
 from rbd_deriv.msg import FeedbackPolicy as FeedbackPolicyMessage
@@ -62,7 +63,11 @@ class MpcNode(LifecycleNode):
 
     def __init__(self) -> None:
         super().__init__("mpc_node")
-        p = self._p = declare_parameters(self, MPC_NODE)
+        try:
+            p = self._p = declare_parameters(self, MPC_NODE)
+        except InputError:
+            LifecycleNode.destroy_node(self)  # nothing of its own made yet for destroy_node to remove
+            raise
         self.loop: Any = None
         self.model: Any = None  # the model the MPC plans on
         self.robot: Any = None  # the robot's own (every joint): the same unless joints are locked

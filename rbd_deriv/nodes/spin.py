@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import signal
+import sys
 import threading
 from typing import Callable, Optional, Sequence
 
@@ -21,6 +22,8 @@ from rclpy.qos import ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
+
+from rbd_deriv.exceptions import RbdDerivError
 
 
 #: The state_qos parameter of the nodes: how joint_states and odometry are subscribed (best effort matches
@@ -84,7 +87,8 @@ SIGNAL_POLL_PERIOD = 0.1
 def run_node(make_node: Callable[[], Node], args: Optional[Sequence[str]] = None,
              cleanup: Optional[Callable[[Node], None]] = None) -> int:
     """Create the node with ``make_node`` and spin it until SIGINT or SIGTERM (or an external shutdown), then
-    clean up; return the exit code (0).
+    clean up; return the exit code: 0, or 2 when making the node raises an
+    :class:`~rbd_deriv.exceptions.RbdDerivError` (parameters refused at start-up), its reason printed in one line.
 
     A signal while the node is being made ends the start-up; one while it spins ends the spin; signals after
     the first are ignored, so the clean-up runs to its end and the process exits with 0 and no traceback
@@ -101,7 +105,11 @@ def run_node(make_node: Callable[[], Node], args: Optional[Sequence[str]] = None
     try:
         own = signals.install()
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO if own else None)
-        node = make_node()
+        try:
+            node = make_node()
+        except RbdDerivError as error:  # refused start-up parameters: the reason in one line, no traceback
+            print(f"{getattr(make_node, '__name__', 'node')}: {error}", file=sys.stderr)
+            return 2
         signals.raising = False
         executor = SingleThreadedExecutor(context=node.context)
         executor.add_node(node)
